@@ -62,6 +62,13 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
     return Document(meta, chunks)
 
 
+def heading_lines(text: str) -> list:
+    """[(1-based line, level)] of every heading outside fences and front matter."""
+    lines = _split_lines(text)
+    _, body = _front_matter(lines)
+    return [(at + 1, level) for at, level, _, _ in _scan(lines, body)[0]]
+
+
 def chunk_text(text: str, path: str, *, max_chars: int = 2000) -> Document:
     """A non-markdown file → blocks of at most max_chars cut at blank lines; breadcrumb = path."""
     _check_max(max_chars)

@@ -1,0 +1,30 @@
+# The documented way to do everything; the README quotes these targets.
+PYTHON ?= python3
+PYTEST ?= $(PYTHON) -m pytest
+DEMO_HOME ?= $(CURDIR)/.demo-home
+
+.PHONY: demo test test-core bench golden lint inspect clean
+
+demo:            ## index the sample notes in golden/notes and search them (no install, no extras)
+	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml index
+	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search INC-10963
+	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search "disk filled up on the build server"
+
+test:            ## the whole suite on this Python
+	$(PYTEST) -q
+
+test-core:       ## core tests in bare venvs (no extras) for every Python 3.9–3.13 found
+	$(PYTHON) tests/run_core.py
+
+bench:           ## benchmarks; results written to docs/BENCHMARKS.md
+	$(PYTHON) bench/run.py
+
+golden:          ## score search on the golden queries
+	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml index
+	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml eval golden/queries.jsonl
+
+lint:
+	$(PYTHON) -m compileall -q recall tests
+
+clean:
+	rm -rf $(DEMO_HOME) .venv-core .pytest_cache

@@ -1,0 +1,242 @@
+"""Find and load the config (RECALL_CONFIG, RECALL_HOME, XDG) and fill in defaults."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, RecallError
+
+DEFAULT_INCLUDE = ["*.md", "*.markdown", "*.txt", "*.rst"]
+EXAMPLE = 'sources: [{name: notes, path: ~/notes}]'
+
+
+@dataclass
+class Source:
+    name: str
+    path: Path
+    include: list = field(default_factory=lambda: list(DEFAULT_INCLUDE))
+    exclude: list = field(default_factory=list)
+    line: int = 0
+
+
+@dataclass
+class Embedding:
+    provider: str = "none"          # voyage | local | none
+    model: str = ""
+    dimension: int = 0              # 0: the model's default
+    token_cap: int = 20_000_000
+    api_key_secret: str = ""        # a vault id holding the Voyage key
+    batch_size: int = 64
+    rerank_model: str = "rerank-2.5-lite"
+    base_url: str = ""              # Voyage endpoint override (tests, proxies)
+
+
+@dataclass
+class Remote:
+    name: str
+    host: str
+    path: str = "~/recall"
+    config: str = ""
+    timeout: float = 10.0
+
+
+@dataclass
+class Config:
+    path: Path | None               # None: no config file was found
+    home: Path
+    sources: list = field(default_factory=list)
+    secrets: list = field(default_factory=list)
+    inventory: list = field(default_factory=list)
+    embedding: Embedding = field(default_factory=Embedding)
+    remotes: list = field(default_factory=list)
+    max_file_bytes: int = 2_000_000
+    lines: dict = field(default_factory=dict)   # top-level key -> line, for later errors
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "recall.db"
+
+    def require_sources(self) -> None:
+        if self.path is None:
+            raise RecallError(f"no config file (looked for {default_config_path()})",
+                              f"create it with {EXAMPLE!r}, or set RECALL_CONFIG; "
+                              "'recall doctor' shows what it found")
+        if not self.sources:
+            raise RecallError(f"{self.path}: no sources configured", f"add {EXAMPLE!r}")
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path.home() / fallback
+
+
+def default_config_path() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "recall" / "config.yaml"
+
+
+def home_dir() -> Path:
+    value = os.environ.get("RECALL_HOME")
+    return Path(value).expanduser() if value else _xdg("XDG_DATA_HOME", ".local/share") / "recall"
+
+
+def find_config(explicit: str | None = None) -> Path | None:
+    """The config file to use: --config, then RECALL_CONFIG, then the XDG default if it exists."""
+    for candidate, named in ((explicit, "--config"), (os.environ.get("RECALL_CONFIG"), "RECALL_CONFIG")):
+        if candidate:
+            path = Path(candidate).expanduser()
+            if not path.is_file():
+                raise RecallError(f"config file {path} (from {named}) does not exist",
+                                  f"create it with {EXAMPLE!r}")
+            return path.resolve()
+    default = default_config_path()
+    return default.resolve() if default.is_file() else None
+
+
+def load_config(explicit: str | None = None) -> Config:
+    path = find_config(explicit)
+    cfg = Config(path=path, home=home_dir())
+    if path is None:
+        return cfg
+    from . import yamlish
+    doc = yamlish.load(str(path))
+    if doc is None:
+        return cfg
+    _apply(cfg, doc, str(path))
+    return cfg
+
+
+# -- validation -------------------------------------------------------------------------------
+
+def _line(mapping, key):
+    return getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", None))
+
+
+def _item_line(seq, i):
+    lines = getattr(seq, "item_lines", None)
+    return lines[i] if lines and i < len(lines) else getattr(seq, "line", None)
+
+
+def _expect(value, kind, path, line, what):
+    names = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping",
+             bool: "true or false", float: "a number"}
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise InputError(path, line, f"'{what}' must be {names[kind]}, not {type(value).__name__}")
+    return value
+
+
+def _keys(mapping, allowed, path, what):
+    for key in mapping:
+        if key not in allowed:
+            raise InputError(path, _line(mapping, key), f"unknown key '{key}' in {what}",
+                             hint="expected one of: " + ", ".join(sorted(allowed)))
+
+
+def _resolve(base: Path, text: str) -> Path:
+    p = Path(os.path.expanduser(str(text)))
+    return p if p.is_absolute() else (base / p)
+
+
+def _paths(value, path, line, what, base):
+    if isinstance(value, str):
+        value = [value]
+    _expect(value, list, path, line, what)
+    return [_resolve(base, _expect(v, str, path, _item_line(value, i), what))
+            for i, v in enumerate(value)]
+
+
+def _strings(value, path, line, what):
+    if isinstance(value, str):
+        value = [value]
+    _expect(value, list, path, line, what)
+    return [_expect(v, str, path, _item_line(value, i), what) for i, v in enumerate(value)]
+
+
+TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file_bytes", "home"}
+
+
+def _apply(cfg: Config, doc, path: str) -> None:
+    _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")
+    _keys(doc, TOP_KEYS, path, "the config")
+    base = Path(path).parent
+    cfg.lines = {k: _line(doc, k) for k in doc}
+    if "home" in doc and not os.environ.get("RECALL_HOME"):
+        cfg.home = _resolve(base, _expect(doc["home"], str, path, _line(doc, "home"), "home"))
+    if "sources" in doc:
+        cfg.sources = _sources(doc["sources"], path, _line(doc, "sources"), base)
+    for key in ("secrets", "inventory"):
+        if key in doc and doc[key] is not None:
+            setattr(cfg, key, _paths(doc[key], path, _line(doc, key), key, base))
+    if "embedding" in doc:
+        cfg.embedding = _embedding(doc["embedding"], path, _line(doc, "embedding"))
+    if "remotes" in doc:
+        cfg.remotes = _remotes(doc["remotes"], path, _line(doc, "remotes"))
+    if "max_file_bytes" in doc:
+        cfg.max_file_bytes = _expect(doc["max_file_bytes"], int, path, _line(doc, "max_file_bytes"),
+                                     "max_file_bytes")
+
+
+def _sources(value, path, line, base):
+    _expect(value, list, path, line, "sources")
+    out, seen = [], set()
+    for i, item in enumerate(value):
+        iline = _item_line(value, i)
+        _expect(item, dict, path, iline, "sources[]")
+        _keys(item, {"name", "path", "include", "exclude"}, path, "a source")
+        if "path" not in item:
+            raise InputError(path, iline, "a source needs a 'path'")
+        src_path = _resolve(base, _expect(item["path"], str, path, _line(item, "path"), "path"))
+        name = item.get("name") or src_path.name
+        _expect(name, str, path, _line(item, "name"), "name")
+        if name in seen:
+            raise InputError(path, _line(item, "name"), f"duplicate source name '{name}'")
+        seen.add(name)
+        src = Source(name=name, path=src_path, line=iline)
+        if "include" in item:
+            src.include = _strings(item["include"], path, _line(item, "include"), "include")
+        if "exclude" in item:
+            src.exclude = _strings(item["exclude"], path, _line(item, "exclude"), "exclude")
+        out.append(src)
+    return out
+
+
+def _embedding(value, path, line):
+    _expect(value, dict, path, line, "embedding")
+    emb = Embedding()
+    types = {"provider": str, "model": str, "dimension": int, "token_cap": int,
+             "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
+    _keys(value, set(types), path, "embedding")
+    for key, kind in types.items():
+        if key in value:
+            setattr(emb, key, _expect(value[key], kind, path, _line(value, key), f"embedding.{key}"))
+    if emb.provider not in ("voyage", "local", "none"):
+        raise InputError(path, _line(value, "provider"),
+                         f"unknown embedding provider '{emb.provider}'", hint="use voyage, local or none")
+    if emb.token_cap < 0 or emb.batch_size < 1:
+        raise InputError(path, line, "token_cap must be ≥ 0 and batch_size ≥ 1")
+    return emb
+
+
+def _remotes(value, path, line):
+    _expect(value, list, path, line, "remotes")
+    out = []
+    for i, item in enumerate(value):
+        iline = _item_line(value, i)
+        _expect(item, dict, path, iline, "remotes[]")
+        _keys(item, {"name", "host", "path", "config", "timeout"}, path, "a remote")
+        for req in ("name", "host"):
+            if req not in item:
+                raise InputError(path, iline, f"a remote needs a '{req}'")
+        rem = Remote(name=_expect(item["name"], str, path, _line(item, "name"), "name"),
+                     host=_expect(item["host"], str, path, _line(item, "host"), "host"))
+        if "path" in item:
+            rem.path = _expect(item["path"], str, path, _line(item, "path"), "path")
+        if "config" in item:
+            rem.config = _expect(item["config"], str, path, _line(item, "config"), "config")
+        if "timeout" in item:
+            rem.timeout = float(_expect(item["timeout"], float, path, _line(item, "timeout"), "timeout"))
+        out.append(rem)
+    return out

@@ -1,0 +1,142 @@
+"""The one SQLite database: connect (WAL, busy timeout, 0600), migrations, small helpers."""
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from .errors import RecallError
+
+BUSY_TIMEOUT_MS = 30_000
+
+# Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
+MIGRATIONS: list = [
+    """
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
+    CREATE TABLE files(
+        id INTEGER PRIMARY KEY,
+        source TEXT NOT NULL,
+        relpath TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        date TEXT,
+        title TEXT,
+        UNIQUE(source, relpath)
+    );
+    CREATE TABLE chunks(
+        id INTEGER PRIMARY KEY,
+        file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+        ord INTEGER NOT NULL,
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL,
+        breadcrumb TEXT NOT NULL,
+        body TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX chunks_file ON chunks(file_id);
+    CREATE INDEX chunks_hash ON chunks(hash);
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, content='chunks', content_rowid='id',
+        tokenize="unicode61 remove_diacritics 2");
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, breadcrumb, body) VALUES (new.id, new.breadcrumb, new.body);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body)
+        VALUES ('delete', old.id, old.breadcrumb, old.body);
+        DELETE FROM idents WHERE chunk_id = old.id;
+    END;
+    -- identifiers exactly as written (lower-cased), so INC-10963 is one term, not two
+    CREATE TABLE idents(term TEXT NOT NULL, chunk_id INTEGER NOT NULL, hits INTEGER NOT NULL,
+                        PRIMARY KEY(term, chunk_id)) WITHOUT ROWID;
+    CREATE INDEX idents_chunk ON idents(chunk_id);
+    """,
+]
+
+
+def _secure_file(path: Path) -> None:
+    """Create the DB file 0600 inside a 0700 folder before SQLite opens it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        fd = os.open(str(path), os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+    elif path.stat().st_mode & 0o077:
+        os.chmod(path, 0o600)
+
+
+def connect(path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating and migrating if needed) the DB at `path`."""
+    path = Path(path)
+    if readonly and not path.exists():
+        raise RecallError(f"no index at {path}", "run 'recall index' first")
+    if not readonly:
+        _secure_file(path)
+    try:
+        con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                              check_same_thread=False)
+        con.row_factory = sqlite3.Row
+        con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        con.execute("PRAGMA foreign_keys=ON")
+        con.execute("PRAGMA synchronous=NORMAL")
+        if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            con.execute("PRAGMA journal_mode=WAL")
+        migrate(con)
+    except sqlite3.DatabaseError as exc:
+        raise RecallError(f"cannot open the database {path}: {exc}",
+                          "it is a cache: move it away and run 'recall index --full'") from None
+    return con
+
+
+def migrate(con: sqlite3.Connection) -> int:
+    """Apply pending migrations, each in its own transaction; returns the schema version."""
+    con.execute("CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
+    done = con.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()[0]
+    for version, sql in enumerate(MIGRATIONS[done:], start=done + 1):
+        with transaction(con):
+            if con.execute("SELECT 1 FROM migrations WHERE version=?", (version,)).fetchone():
+                continue            # another process migrated while we waited for the lock
+            for statement in _statements(sql):
+                con.execute(statement)
+            con.execute("INSERT INTO migrations VALUES (?, julianday('now'))", (version,))
+    return len(MIGRATIONS)
+
+
+def _statements(sql: str):
+    """Split a migration script at top-level semicolons (trigger bodies contain their own)."""
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        if line.strip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                yield buf.strip()
+            buf = ""
+    if buf.strip():
+        yield buf.strip()
+
+
+class transaction:
+    """`with transaction(con):` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, con: sqlite3.Connection):
+        self.con = con
+
+    def __enter__(self):
+        self.con.execute("BEGIN IMMEDIATE")
+        return self.con
+
+    def __exit__(self, exc_type, exc, tb):
+        self.con.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def get_meta(con, key: str, default=None):
+    row = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(con, key: str, value) -> None:
+    con.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, str(value)))

@@ -1,0 +1,66 @@
+"""What works here: Python, SQLite and FTS5, optional extras, config, DB and key permissions."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sqlite3
+import stat
+import sys
+from dataclasses import dataclass
+
+EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai", "voyage"),
+          ("sentence_transformers", "local"), ("mcp", "mcp"), ("cryptography", "crypto")]
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _mode(path) -> str:
+    try:
+        return oct(stat.S_IMODE(os.stat(path).st_mode))
+    except OSError:
+        return "absent"
+
+
+def _fts5() -> bool:
+    try:
+        sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        return True
+    except sqlite3.Error:
+        return False
+
+
+def run_doctor(cfg) -> list:
+    """Every check, in the order a user reads them; never raises for a missing part."""
+    checks = [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
+              Check("sqlite", True, sqlite3.sqlite_version),
+              Check("fts5", _fts5(), "available" if _fts5() else "missing: keyword search needs FTS5")]
+    for module, extra in EXTRAS:
+        found = importlib.util.find_spec(module) is not None
+        checks.append(Check(f"extra {module}", True,
+                            "installed" if found else f"not installed (pip install 'recall[{extra}]')"))
+    if cfg.path is None:
+        from .config import EXAMPLE, default_config_path
+        checks.append(Check("config", False, f"none found at {default_config_path()}; "
+                                             f"create it with {EXAMPLE!r} or set RECALL_CONFIG"))
+    else:
+        checks.append(Check("config", True, f"{cfg.path} ({_mode(cfg.path)})"))
+        for src in cfg.sources:
+            checks.append(Check(f"source {src.name}", src.path.is_dir(),
+                                str(src.path) if src.path.is_dir() else f"{src.path} does not exist"))
+        for kind in ("secrets", "inventory"):
+            for p in getattr(cfg, kind):
+                loose = p.exists() and bool(os.stat(p).st_mode & 0o077) and kind == "secrets"
+                checks.append(Check(f"{kind} file", p.exists() and not loose,
+                                    f"{p} ({_mode(p)})" + (" readable by others: chmod 600" if loose else "")))
+    home_mode = _mode(cfg.home)
+    checks.append(Check("home", home_mode in ("absent", "0o700"), f"{cfg.home} ({home_mode})"))
+    db_mode = _mode(cfg.db_path)
+    checks.append(Check("database", db_mode in ("absent", "0o600"), f"{cfg.db_path} ({db_mode})"))
+    checks.append(Check("embedding", True, f"provider {cfg.embedding.provider}"
+                        + (f", model {cfg.embedding.model}" if cfg.embedding.model else "")))
+    return checks

@@ -1,0 +1,68 @@
+"""`recall eval`: recall@5, MRR@10 and nDCG@10 per query type over a golden JSONL file."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from .errors import InputError
+
+
+@dataclass
+class EvalRow:
+    mode: str
+    qtype: str
+    queries: int
+    recall5: float
+    mrr10: float
+    ndcg10: float
+    misses: list = field(default_factory=list)   # queries with nothing relevant in the top 10
+
+
+def load_golden(path: str) -> list:
+    out = []
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    with fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise InputError(path, n, f"not JSON: {exc}") from None
+            if not isinstance(item, dict) or not item.get("query") or not isinstance(item.get("relevant"), list):
+                raise InputError(path, n, "each line needs 'query' and a 'relevant' list")
+            out.append(item)
+    return out
+
+
+def _metrics(ranked: list, relevant: set):
+    top5 = set(ranked[:5])
+    recall5 = len(top5 & relevant) / len(relevant) if relevant else 0.0
+    mrr = next((1.0 / i for i, r in enumerate(ranked[:10], start=1) if r in relevant), 0.0)
+    dcg = sum(1.0 / math.log2(i + 1) for i, r in enumerate(ranked[:10], start=1) if r in relevant)
+    ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(relevant), 10) + 1))
+    return recall5, mrr, (dcg / ideal if ideal else 0.0)
+
+
+def evaluate(golden: list, run_query, mode: str) -> list:
+    """`run_query(query, mode) -> [relpath …]` best first, files deduplicated by the caller."""
+    per_type: dict = {}
+    for item in golden:
+        seen, ranked = set(), []
+        for rel in run_query(item["query"], mode):
+            if rel not in seen:
+                seen.add(rel)
+                ranked.append(rel)
+        r5, mrr, ndcg = _metrics(ranked, set(item["relevant"]))
+        bucket = per_type.setdefault(item.get("type", "all"), [])
+        bucket.append((r5, mrr, ndcg, item["query"]))
+    rows = []
+    for qtype, vals in sorted(per_type.items()):
+        k = len(vals)
+        rows.append(EvalRow(mode, qtype, k, sum(v[0] for v in vals) / k, sum(v[1] for v in vals) / k,
+                            sum(v[2] for v in vals) / k, [v[3] for v in vals if v[1] == 0.0]))
+    return rows

@@ -1,0 +1,231 @@
+"""Sources → files → chunks → FTS (and identifier) rows, incrementally; vectors via embed."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import db, terms
+from .errors import InputError, RecallError
+
+SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
+MARKDOWN = (".md", ".markdown", ".mdx")
+_PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
+COMMIT_EVERY_S = 0.5
+
+
+@dataclass
+class IndexReport:
+    new: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    chunks: int = 0                                # chunks written this run
+    skipped: list = field(default_factory=list)    # (path, reason): not indexed
+    warnings: list = field(default_factory=list)   # (path, what): indexed, but say so
+    seconds: float = 0.0
+    embedded: int = 0
+    tokens: int = 0
+
+
+def glob_to_regex(pattern: str) -> re.Pattern:
+    """gitignore-like: a pattern without '/' matches the file name at any depth; `**` spans folders."""
+    if "/" not in pattern.rstrip("/"):
+        pattern = "**/" + pattern
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+            continue
+        out += {"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c))
+        i += 1
+    if pattern.endswith("/"):
+        out += ".*"
+    return re.compile(out + r"\Z")
+
+
+def _matcher(patterns):
+    regexes = [glob_to_regex(p) for p in patterns]
+    return lambda rel: any(r.match(rel) for r in regexes)
+
+
+def walk_source(source, *, skip_paths=frozenset()):
+    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select."""
+    root = Path(source.path)
+    if not root.is_dir():
+        raise InputError(getattr(source, "config_path", "config"), source.line or None,
+                         f"source '{source.name}': {root} is not a folder",
+                         hint="fix the path or remove the source; nothing was changed")
+    included, excluded = _matcher(source.include), _matcher(source.exclude)
+    for dirpath, dirnames, filenames in os.walk(root, onerror=None, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        if rel_dir and excluded(rel_dir):
+            dirnames[:] = []
+            continue
+        for name in sorted(filenames):
+            rel = rel_dir + name
+            full = os.path.join(dirpath, name)
+            if included(rel) and not excluded(rel) and full not in skip_paths:
+                yield rel, full
+
+
+def date_for(relpath: str, meta: dict, mtime_ns: int) -> str:
+    """Front matter date, else a date in the path, else the file's mtime."""
+    if meta.get("date"):
+        return str(meta["date"])[:10]
+    m = _PATH_DATE.search(relpath)
+    if m:
+        return f"{m.group(1)}-{m.group(2)}-{m.group(3)}"
+    return datetime.fromtimestamp(mtime_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def _chunk(relpath: str, text: str):
+    from .chunk import chunk_markdown, chunk_text
+    if relpath.lower().endswith(MARKDOWN):
+        return chunk_markdown(text)
+    return chunk_text(text, relpath)
+
+
+def chunk_hash(breadcrumb: str, body: str) -> str:
+    return hashlib.blake2b(f"{breadcrumb}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id) -> int:
+    title = str(doc.meta.get("title") or "")
+    if file_id is None:
+        file_id = con.execute(
+            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title) VALUES (?,?,?,?,?,?,?)",
+            (source, rel, st.st_size, st.st_mtime_ns, digest, date, title)).lastrowid
+    else:
+        con.execute("DELETE FROM chunks WHERE file_id=?", (file_id,))
+        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=? WHERE id=?",
+                    (st.st_size, st.st_mtime_ns, digest, date, title, file_id))
+    for ord_, ch in enumerate(doc.chunks):
+        chunk_id = con.execute(
+            "INSERT INTO chunks(file_id, ord, start_line, end_line, breadcrumb, body, hash) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (file_id, ord_, ch.start_line, ch.end_line, ch.breadcrumb, ch.text,
+             chunk_hash(ch.breadcrumb, ch.text))).lastrowid
+        idents = terms.identifiers(ch.breadcrumb + "\n" + ch.text)
+        con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
+                        [(t, chunk_id, n) for t, n in idents.items()])
+    return len(doc.chunks)
+
+
+def _read(full: str, st, limit: int):
+    """(bytes, None), or (None, reason) when the file is not indexable."""
+    if st.st_size > limit:
+        return None, f"larger than {limit:,} bytes ({st.st_size:,})"
+    try:
+        with open(full, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    if b"\0" in data[:8192]:
+        return None, "binary"
+    return data, None
+
+
+def _decode(data: bytes):
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        return data.decode("utf-8", errors="replace"), f"invalid UTF-8 at line {line}, replaced with U+FFFD"
+
+
+def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None) -> IndexReport:
+    """Bring the index up to date with the configured sources; returns what changed."""
+    cfg.require_sources()
+    started = time.monotonic()
+    report = IndexReport()
+    sources = [s for s in cfg.sources if only is None or s.name == only]
+    if only is not None and not sources:
+        raise RecallError(f"no source named '{only}'",
+                          "sources: " + ", ".join(s.name for s in cfg.sources))
+    skip = {str(p.resolve()) for p in list(cfg.secrets) + list(cfg.inventory)} | {str(cfg.db_path)}
+    plan = []
+    for source in sources:
+        source.config_path = str(cfg.path)
+        plan.append((source, list(walk_source(source, skip_paths=skip))))   # every path checked first
+    total = sum(len(files) for _, files in plan)
+    done, last_commit = 0, time.monotonic()
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if only is None:
+            names = [s.name for s in cfg.sources]
+            gone = con.execute(f"SELECT id FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
+                               names).fetchall()
+            for row in gone:
+                con.execute("DELETE FROM files WHERE id=?", (row[0],))
+            report.removed += len(gone)
+        for source, files in plan:
+            existing = {r["relpath"]: r for r in con.execute(
+                "SELECT id, relpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
+            seen = set()
+            for rel, full_path in files:
+                seen.add(rel)
+                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report)
+                done += 1
+                if progress:
+                    progress(done, total, rel)
+                if time.monotonic() - last_commit > COMMIT_EVERY_S:
+                    con.execute("COMMIT")
+                    con.execute("BEGIN IMMEDIATE")
+                    last_commit = time.monotonic()
+            for rel, row in existing.items():
+                if rel not in seen:
+                    con.execute("DELETE FROM files WHERE id=?", (row["id"],))
+                    report.removed += 1
+        db.set_meta(con, "indexed_at", time.time())
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _index_one(con, cfg, source, rel, full_path, old, full, report) -> None:
+    try:
+        st = os.stat(full_path)
+    except OSError as exc:
+        report.skipped.append((full_path, f"unreadable: {exc.strerror or exc}"))
+        return
+    if old is not None and not full and old["size"] == st.st_size and old["mtime_ns"] == st.st_mtime_ns:
+        report.unchanged += 1
+        return
+    data, why = _read(full_path, st, cfg.max_file_bytes)
+    if data is None:
+        report.skipped.append((full_path, why))
+        if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had
+            con.execute("DELETE FROM files WHERE id=?", (old["id"],))
+            report.removed += 1
+        return
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    if old is not None and not full and old["hash"] == digest:
+        con.execute("UPDATE files SET size=?, mtime_ns=? WHERE id=?", (st.st_size, st.st_mtime_ns, old["id"]))
+        report.unchanged += 1
+        return
+    text, warning = _decode(data)
+    if warning:
+        report.warnings.append((full_path, warning))
+    doc = _chunk(rel, text)
+    date = date_for(rel, doc.meta, st.st_mtime_ns)
+    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None)
+    if old is None:
+        report.new += 1
+    else:
+        report.changed += 1

@@ -1,0 +1,119 @@
+"""`recall read`: a note's section (or the whole file) with line numbers, bounded, resumable."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import NotFound, RecallError
+
+DEFAULT_MAX_CHARS = 8000
+
+
+@dataclass
+class ReadResult:
+    source: str
+    relpath: str
+    path: str
+    start_line: int          # first line shown
+    end_line: int            # last line shown
+    range_end: int           # last line of the section (or file)
+    text: str                # numbered lines
+    next_offset: int | None  # pass as --offset to continue; None when complete
+
+    def public(self) -> dict:
+        return dict(self.__dict__)
+
+
+def parse_target(target: str):
+    """'source:rel/path.md:12' | 'rel/path.md:12' | 'rel/path.md' → (source|None, path, line|None)."""
+    line = None
+    head, sep, tail = target.rpartition(":")
+    if sep and tail.isdigit():
+        target, line = head, int(tail)
+    source, sep, rest = target.partition(":")
+    if sep and "/" not in source and rest:
+        return source, rest, line
+    return None, target, line
+
+
+def _locate(con, cfg, source: str | None, path: str):
+    roots = {s.name: Path(s.path).resolve() for s in cfg.sources}
+    if source is not None and source not in roots:
+        source, path = None, f"{source}:{path}"
+    p = Path(os.path.expanduser(path))
+    if p.is_absolute():
+        real = p.resolve()
+        for name, root in roots.items():
+            if real == root or root in real.parents:
+                return name, real.relative_to(root).as_posix(), real
+        raise RecallError(f"{path} is not inside a configured source",
+                          "recall reads only the notes it indexes")
+    rel = p.as_posix()
+    if source is None:
+        rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
+        matches = [r[0] for r in rows if r[0] in roots]
+        if not matches:
+            matches = [name for name, root in roots.items() if (root / rel).is_file()]
+        if not matches:
+            raise NotFound(f"no indexed note {rel}", "use a path from 'recall search' output")
+        if len(matches) > 1:
+            raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
+                              f"name one, e.g. {matches[0]}:{rel}")
+        source = matches[0]
+    real = (roots[source] / rel).resolve()
+    if not (real == roots[source] or roots[source] in real.parents):
+        raise RecallError(f"{rel} is outside source '{source}'")
+    return source, rel, real
+
+
+def _section(text: str, rel: str, line: int, total: int):
+    """The heading section holding `line`: from its heading to the next heading of the same or a
+    higher level (the whole file for non-markdown files)."""
+    from .chunk import heading_lines
+    from .index import MARKDOWN
+    if not rel.lower().endswith(MARKDOWN):
+        return 1, total
+    heads = heading_lines(text)
+    above = [(at, level) for at, level in heads if at <= line]
+    if not above:
+        return 1, (heads[0][0] - 1 if heads else total)
+    start, level = above[-1]
+    end = next((at - 1 for at, lv in heads if at > start and lv <= level), total)
+    return start, end
+
+
+def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> ReadResult:
+    cfg.require_sources()
+    if max_chars < 200:
+        raise RecallError("--max-chars must be at least 200")
+    if offset < 0:
+        raise RecallError("--offset must be 0 or more")
+    source, path, line = parse_target(target)
+    source, rel, real = _locate(con, cfg, source, path)
+    secret_files = {str(Path(p).resolve()) for p in cfg.secrets}
+    if str(real) in secret_files:
+        raise RecallError(f"{rel} is a secrets file", "use 'recall secret find' instead")
+    try:
+        text = real.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise RecallError(f"cannot read {real}: {exc.strerror or exc}") from None
+    lines = text.splitlines()
+    total = len(lines)
+    if line is not None and not 1 <= line <= max(total, 1):
+        raise RecallError(f"{rel} has {total} lines; line {line} is outside it")
+    start, end = _section(text, rel, line, total) if line else (1, total)
+    end = min(end, total)
+    first = start + offset
+    width = len(str(end))
+    out, used, shown_end = [], 0, first - 1
+    for n in range(first, end + 1):
+        text = f"{n:>{width}}│ {lines[n - 1]}\n"
+        if used + len(text) > max_chars and out:
+            break
+        out.append(text)
+        used += len(text)
+        shown_end = n
+    next_offset = shown_end - start + 1 if shown_end < end else None
+    return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
+                      end_line=shown_end, range_end=end, text="".join(out), next_offset=next_offset)

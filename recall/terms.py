@@ -1,0 +1,85 @@
+"""What counts as an identifier and a word: extraction at index time, routing at query time."""
+from __future__ import annotations
+
+import re
+
+# An identifier keeps its inner punctuation: INC-10963, pg-prod-03.db.example.com, node_cpu_seconds.
+_TOKEN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?")
+_WORD = re.compile(r"[^\W_]+")
+_CAMEL = re.compile(r"^[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+){2,}$")   # KubePodCrashLooping, alert names
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+
+STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have
+how i if in into is it its me my of on or our so that the their them then there these they this to
+up was we were what when where which who why will with would you your about after again did does
+doing done get got""".split())
+
+
+def is_identifier(token: str) -> bool:
+    """A token someone would only type to find that exact thing."""
+    if _UUID.match(token) or _CAMEL.match(token):
+        return True
+    has_digit = any(c.isdigit() for c in token)
+    has_alpha = any(c.isalpha() for c in token)
+    if token.isdigit():
+        return len(token) >= 4              # account ids, ticket numbers, ports are not
+    inner_punct = any(c in "-._" for c in token.strip("-._"))
+    return (has_digit and has_alpha) or inner_punct
+
+
+def identifiers(text: str) -> dict:
+    """Identifier terms in `text` (lower-cased) with their counts, plus each dotted prefix
+    (jump01.example.com also yields jump01 and jump01.example) so partial hostnames match."""
+    counts: dict = {}
+    for match in _TOKEN.finditer(text):
+        token = match.group(0)
+        if len(token) < 3 or not is_identifier(token):
+            continue
+        token = token.lower()
+        counts[token] = counts.get(token, 0) + 1
+        parts = token.split(".")
+        for i in range(1, len(parts)):
+            prefix = ".".join(parts[:i])
+            if len(prefix) >= 3 and prefix != token:
+                counts[prefix] = counts.get(prefix, 0) + 1
+    return counts
+
+
+def query_tokens(query: str) -> list:
+    """The query split at white space, each stripped of surrounding punctuation and quotes."""
+    out = []
+    for raw in query.split():
+        token = raw.strip("\"'`()[]{}<>,;!?*:“”‘’")
+        if token:
+            out.append(token)
+    return out
+
+
+def is_identifier_query(query: str) -> bool:
+    """auto mode: queries made only of identifiers skip the vector path."""
+    tokens = query_tokens(query)
+    return bool(tokens) and len(tokens) <= 4 and all(is_identifier(t) for t in tokens)
+
+
+def words(text: str) -> list:
+    """Tokens the way SQLite's unicode61 tokenizer cuts them (underscore is a separator)."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def fts_query(query: str) -> str:
+    """A safe FTS5 OR-query: each query token becomes a quoted phrase of its words; no FTS
+    syntax (quotes, *, -, :, NEAR, AND, parentheses) can reach SQLite."""
+    phrases = []
+    for token in query_tokens(query):
+        ws = words(token)
+        if ws:
+            phrases.append(ws)
+    content = [p for p in phrases if not (len(p) == 1 and p[0] in STOPWORDS)]
+    chosen = content or phrases
+    seen, parts = set(), []
+    for p in chosen:
+        key = " ".join(p)
+        if key not in seen:
+            seen.add(key)
+            parts.append('"' + key + '"')
+    return " OR ".join(parts)

@@ -1,0 +1,130 @@
+"""Shared fixtures: every test gets its own HOME, RECALL_HOME and XDG dirs; never the real ones."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from recall.cli import main  # noqa: E402
+
+# The one test-only secret value: it must never appear in any output, file, request or argv.
+CANARY = "rc4n4ry-7Qx9-Zt2v-K8m3"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local/share"))
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
+    for var in ("RECALL_CONFIG", "VOYAGE_API_KEY", "RECALL_KEY_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+NOTES = {
+    "incidents/2023/INC-10963-db-failover.md": """\
+        ---
+        title: INC-10963 primary database failover
+        date: 2023-04-02
+        tags: [postgres, incident]
+        ---
+        # INC-10963 primary database failover
+
+        The primary pg-prod-03.db.example.com stopped answering at 02:10.
+        Replication lag alert HighReplicationLag fired first.
+
+        ## Timeline
+
+        - 02:10 alert fired, paged on-call
+        - 02:25 promoted pg-prod-04 to primary
+        - 02:40 the application pools reconnected to the new primary and errors stopped
+        - 03:05 confirmed replication from pg-prod-04 to the two remaining replicas is healthy
+
+        ## Rollback
+
+        We kept the old primary fenced until the WAL was archived. Rolling back means promoting
+        pg-prod-03 again after a base backup: never point the pools at it before it has caught up,
+        and keep the fence in place until the on-call lead agrees.
+        """,
+    "meetings/2024-01-15-standup.md": """\
+        # Standup
+
+        Ticket INC 10963 was mentioned as a different thing: room 10963 booking for INC offsite.
+        Nothing else about databases.
+        """,
+    "runbooks/jump-hosts.md": """\
+        # Jump hosts
+
+        Use jump01.example.com for the prod network and jump011.example.com for the lab.
+
+        ```bash
+        # this is a comment, not a heading
+        ssh jump01.example.com
+        ```
+        """,
+    "projects/cert-rotation.md": """\
+        ---
+        date: 2025-06-01
+        ---
+        # Certificate rotation
+
+        cert-manager renewed the wildcard certificate after the ingress served an expired one.
+        """,
+}
+
+
+def write_tree(root: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def notes(tmp_path) -> Path:
+    return write_tree(tmp_path / "notes", NOTES)
+
+
+@pytest.fixture
+def config(tmp_path, notes, monkeypatch):
+    """A config naming the notes tree; returns a writer for extra config text."""
+    path = tmp_path / "config.yaml"
+
+    def write(extra: str = "") -> Path:
+        path.write_text(f"sources:\n  - name: notes\n    path: {notes}\n" + extra)
+        return path
+
+    write()
+    monkeypatch.setenv("RECALL_CONFIG", str(path))
+    write.path = path
+    return write
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+    def run(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+def run_recall(*args, env=None, input=None, timeout=60, cwd=None):
+    """Run recall as a real process through the launcher."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, str(REPO / "recall.py"), *map(str, args)],
+                          capture_output=True, text=True, env=full_env, input=input,
+                          timeout=timeout, cwd=cwd or REPO)

@@ -1,0 +1,141 @@
+"""Indexing: sources, globs, incremental updates, skips and bad input."""
+import os
+import sqlite3
+
+import pytest
+
+from recall import db
+from recall.config import load_config
+from recall.errors import RecallError
+from recall.index import glob_to_regex, run_index
+
+
+def _index(**kw):
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    return cfg, con, run_index(con, cfg, **kw)
+
+
+def _relpaths(con):
+    return sorted(r[0] for r in con.execute("SELECT relpath FROM files"))
+
+
+def test_first_index_then_nothing_to_do(config):
+    cfg, con, rep = _index()
+    assert (rep.new, rep.changed, rep.removed) == (4, 0, 0)
+    assert rep.chunks >= 4
+    _, _, again = _index()
+    assert (again.new, again.changed, again.removed, again.unchanged) == (0, 0, 0, 4)
+    assert again.chunks == 0
+
+
+def test_changed_and_deleted_files(config, notes):
+    _index()
+    (notes / "runbooks/jump-hosts.md").write_text("# Jump hosts\n\nNow only bastion02.example.com.\n")
+    (notes / "meetings/2024-01-15-standup.md").unlink()
+    cfg, con, rep = _index()
+    assert (rep.changed, rep.removed) == (1, 1)
+    assert "meetings/2024-01-15-standup.md" not in _relpaths(con)
+    assert con.execute("SELECT count(*) FROM idents WHERE term='jump01.example.com'").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM idents WHERE term='bastion02.example.com'").fetchone()[0] == 1
+    # the FTS index follows deletions (external content kept in sync by triggers)
+    assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'standup'").fetchone()[0] == 0
+
+
+def test_touched_but_same_content_is_not_rechunked(config, notes):
+    cfg, con, _ = _index()
+    before = con.execute("SELECT id FROM chunks ORDER BY id").fetchall()
+    p = notes / "runbooks/jump-hosts.md"
+    os.utime(p, (1_700_000_000, 1_700_000_000))
+    _, con, rep = _index()
+    assert rep.unchanged == 4 and rep.changed == 0
+    assert con.execute("SELECT id FROM chunks ORDER BY id").fetchall() == before
+
+
+def test_full_rebuild_rereads_everything(config):
+    _index()
+    _, _, rep = _index(full=True)
+    assert rep.changed == 4
+
+
+def test_binary_large_and_git_are_skipped_and_reported(config, notes):
+    (notes / "blob.md").write_bytes(b"# x\x00\x01\x02")
+    (notes / "big.md").write_text("# big\n" + "word " * 600_000)
+    (notes / ".git").mkdir()
+    (notes / ".git" / "HEAD.md").write_text("# not a note")
+    (notes / "image.png").write_bytes(b"\x89PNG")
+    cfg, con, rep = _index()
+    reasons = {os.path.basename(p): why for p, why in rep.skipped}
+    assert reasons["blob.md"] == "binary"
+    assert reasons["big.md"].startswith("larger than")
+    assert not any(r.startswith(".git") for r in _relpaths(con))
+    assert "image.png" not in _relpaths(con)
+
+
+def test_invalid_utf8_is_indexed_with_a_warning(config, notes):
+    (notes / "latin1.md").write_bytes("# Caf\xe9 notes\n\nline two\n".encode("latin-1"))
+    cfg, con, rep = _index()
+    assert "latin1.md" in _relpaths(con)
+    assert any("invalid UTF-8 at line 1" in w for _, w in rep.warnings)
+
+
+def test_unreadable_file_is_reported_and_kept(config, notes):
+    if os.geteuid() == 0:
+        pytest.skip("root reads everything")
+    p = notes / "runbooks/jump-hosts.md"
+    _index()
+    p.chmod(0)
+    try:
+        _, con, rep = _index(full=True)
+        assert any("unreadable" in why for _, why in rep.skipped)
+        assert "runbooks/jump-hosts.md" in _relpaths(con)
+    finally:
+        p.chmod(0o644)
+
+
+def test_missing_source_path_is_an_error_and_changes_nothing(config, tmp_path):
+    cfg, con, _ = _index()
+    before = _relpaths(con)
+    config(f"  - name: gone\n    path: {tmp_path / 'nope'}\n")
+    with pytest.raises(RecallError) as err:
+        _index()
+    assert "nope" in str(err.value) and "config.yaml:4" in str(err.value)
+    assert _relpaths(con) == before
+
+
+def test_include_exclude_globs(tmp_path, notes, monkeypatch):
+    (notes / "code").mkdir()
+    (notes / "code" / "deploy.sh").write_text("echo deploy\n")
+    (notes / "drafts").mkdir()
+    (notes / "drafts" / "wip.md").write_text("# wip\n")
+    cfgp = tmp_path / "c.yaml"
+    cfgp.write_text(f"sources:\n  - name: n\n    path: {notes}\n    include: ['*.md', 'code/**']\n"
+                    f"    exclude: [drafts/]\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(cfgp))
+    _, con, _ = _index()
+    rels = _relpaths(con)
+    assert "code/deploy.sh" in rels and "drafts/wip.md" not in rels
+    assert "incidents/2023/INC-10963-db-failover.md" in rels
+
+
+def test_secrets_file_inside_notes_is_never_indexed(tmp_path, notes, monkeypatch):
+    (notes / "secrets.md").write_text("# secrets\nvalue: hunter2hunter2\n")
+    cfgp = tmp_path / "c.yaml"
+    cfgp.write_text(f"sources: [{{name: n, path: {notes}}}]\nsecrets: [{notes / 'secrets.md'}]\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(cfgp))
+    _, con, _ = _index()
+    assert "secrets.md" not in _relpaths(con)
+
+
+@pytest.mark.parametrize("pattern,path,ok", [
+    ("*.md", "a/b/c.md", True), ("*.md", "c.txt", False), ("docs/**", "docs/x/y.txt", True),
+    ("docs/**", "other/docs/y.txt", False), ("drafts/", "drafts/a.md", True), ("a?.md", "ab.md", True),
+])
+def test_globs(pattern, path, ok):
+    assert bool(glob_to_regex(pattern).match(path)) is ok
+
+
+def test_db_file_is_private(config):
+    cfg, con, _ = _index()
+    assert oct(os.stat(cfg.db_path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(cfg.home).st_mode & 0o777) == "0o700"
