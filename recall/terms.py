@@ -66,9 +66,9 @@ def words(text: str) -> list:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def fts_query(query: str) -> str:
-    """A safe FTS5 OR-query: each query token becomes a quoted phrase of its words; no FTS
-    syntax (quotes, *, -, :, NEAR, AND, parentheses) can reach SQLite."""
+def fts_query(query: str, op: str = "OR") -> str:
+    """A safe FTS5 query joining with `op` (OR / AND): each query token becomes a quoted phrase of
+    its words; no FTS syntax (quotes, *, -, :, NEAR, AND, parentheses) can reach SQLite."""
     phrases = []
     for token in query_tokens(query):
         ws = words(token)
@@ -82,4 +82,4 @@ def fts_query(query: str) -> str:
         if key not in seen:
             seen.add(key)
             parts.append('"' + key + '"')
-    return " OR ".join(parts)
+    return f" {op} ".join(parts)

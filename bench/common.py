@@ -1,0 +1,56 @@
+"""Shared bits for benchmarks: timing, percentiles, and writing a section of docs/BENCHMARKS.md."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+DOC = REPO / "docs" / "BENCHMARKS.md"
+sys.path.insert(0, str(REPO))
+
+
+def pct(samples: list, p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def timed(fn, repeat: int) -> list:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def run_ms(argv: list, repeat: int, env=None) -> list:
+    def once():
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+    once()   # warm the page cache
+    return timed(once, repeat)
+
+
+def ms(samples: list) -> str:
+    return f"{statistics.median(samples):.1f} / {pct(samples, 95):.1f}"
+
+
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"SQLite {__import__('sqlite3').sqlite_version}, {time.strftime('%Y-%m-%d')}")
+
+
+def write_section(name: str, markdown: str) -> None:
+    """Replace (or append) the section between <!-- bench:NAME --> markers."""
+    DOC.parent.mkdir(exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nWritten by `make bench`; each section by its own script in `bench/`.\n"
+    block = f"<!-- bench:{name} -->\n{markdown.strip()}\n<!-- /bench:{name} -->"
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    DOC.write_text(text)
