@@ -14,12 +14,11 @@ _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own 
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
 _SHORT_PREFIX_MAX = 2 * _GRAM  # proper prefixes up to this length live in a set; longer ones contain a gram
-_BLOCK = 512              # grams per block when locating prefilter hits
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
-# Measured on CPython 3.11: a set lookup per gram of a memoryview costs ~32 ns;
-# one bytes.find pass costs ~0.1 ns per byte. The cheaper plan per Masker wins.
-_GRAM_NS = 32.0
-_FIND_NS_PER_BYTE = 0.1
+# Measured on CPython 3.11 over log-like text (bench/bench_mask.py): a set lookup per gram of a
+# memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
+_GRAM_NS = 40.0
+_FIND_NS_PER_BYTE = 0.15
 _PCT_HEX = re.compile(rb"%[0-9A-F]{2}")
 _JSON_U = re.compile(r"\\u([0-9a-f]{4})")
 
@@ -169,14 +168,21 @@ class Masker:
         if k > 1:
             grams = grams[::k]
         keys = self._gram_keys
-        if keys.isdisjoint(grams):
+        found = keys.intersection(grams)
+        if not found:
             return []
-        hits = []
         step = _GRAM * k
-        for b in range(0, len(grams), _BLOCK):
-            block = grams[b:b + _BLOCK]
-            if not keys.isdisjoint(block):
-                hits.extend((start + (b + i) * step, g) for i, g in enumerate(block) if g in keys)
+        if len(found) * count * _GRAM * _FIND_NS_PER_BYTE > len(grams) * _GRAM_NS:
+            return [(start + i * step, g) for i, g in enumerate(grams) if g in keys]
+        hits = []
+        end = start + count * _GRAM
+        for key in found:  # usually one or two: locate each with a C-speed find
+            gram = key.to_bytes(_GRAM, sys.byteorder)
+            i = buf.find(gram, start, end)
+            while i != -1:
+                if (i - start) % step == 0:
+                    hits.append((i, key))
+                i = buf.find(gram, i + 1, end)
         return hits
 
     def _occurrences(self, buf: bytes, limit: int) -> list[tuple[int, int, int]]:
@@ -191,11 +197,11 @@ class Masker:
                 found.add((i, fi))
                 i = buf.find(form, i + 1, end)
         if self._stride:
-            for g, key in self._gram_hits(buf, 0, self._stride):
-                for fi, off in self._gram_map[key]:
-                    p = g - off
-                    if 0 <= p < limit and buf.startswith(forms[fi], p):
-                        found.add((p, fi))
+            gram_map = self._gram_map
+            candidates = {(g - off, fi) for g, key in self._gram_hits(buf, 0, self._stride)
+                          for fi, off in gram_map[key]}
+            found.update((p, fi) for p, fi in candidates
+                         if 0 <= p < limit and buf.startswith(forms[fi], p))
         return sorted(((p, p + len(forms[fi]), self._owner[fi]) for p, fi in found),
                       key=lambda o: (o[0], -o[1]))
 
@@ -204,11 +210,13 @@ class Masker:
         n = len(buf)
         best = n
         # A long suffix covers a whole gram of its form, so only gram hits can start one.
-        for g, key in self._gram_hits(buf, max(0, n - self._maxlen + 1), 1):
-            for fi, off in self._gram_map[key]:
-                p, form = g - off, self._forms[fi]
-                if 0 <= p < best and n - p < len(form) and form.startswith(buf[p:]):
-                    best = p
+        gram_map = self._gram_map
+        hits = self._gram_hits(buf, max(0, n - self._maxlen + 1), 1)
+        for p, fi in sorted({(g - off, fi) for g, key in hits for fi, off in gram_map[key]}):
+            form = self._forms[fi]
+            if 0 <= p and n - p < len(form) and form.startswith(buf[p:]):
+                best = p
+                break
         for k in range(min(n, _SHORT_PREFIX_MAX), 0, -1):
             if n - k >= best:
                 break

@@ -1,0 +1,183 @@
+"""Run a child with injected env/stdin and masked output (shared by the vault and access exec)."""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from .errors import RecallError
+from .mask import Masker, MaskStream
+
+READ_SIZE = 64 * 1024
+TIMEOUT_CODE = 124
+_TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL of the process group
+_DRAIN_GRACE = 1.0     # after the child exits (or is killed), pipes idle this long are abandoned
+_DRAIN_MAX = 10.0      # ... and pipes a grandchild keeps writing to are abandoned after this long
+_POLL = 0.1            # select wake-up to notice the child's exit while a grandchild holds the pipes
+
+
+@dataclass
+class RunResult:
+    code: int
+    stdout: bytes   # masked; empty when streamed
+    stderr: bytes   # masked; empty when streamed
+    timed_out: bool = False
+
+
+class _Sink:
+    """One output pipe: its mask stream, and where masked bytes go (a binary file or a buffer)."""
+
+    def __init__(self, masker: Masker, target):
+        self.stream: MaskStream = masker.stream()
+        self.target = target
+        self.captured = bytearray()
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.target is None:
+            self.captured += data
+        else:
+            self.target.write(data)
+            self.target.flush()
+
+
+def run_masked(argv: list[str], *, env: dict[str, str], masker: Masker, stdin: bytes | None = None,
+               out=None, err=None, timeout: float | None = None, cwd: str | None = None) -> RunResult:
+    """Run argv (no shell) with exactly `env`; write `stdin` then close it; mask both outputs.
+
+    `out`/`err` are binary files that receive masked output as it arrives; None captures it
+    into the result. On timeout the whole process group is killed and the code is 124.
+    """
+    if not argv:
+        raise RecallError("no command given", "put the command after `--`")
+    proc = _start(argv, env, stdin is not None, cwd)
+    sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        timed_out = _pump(proc, sinks, stdin or b"", deadline)
+        try:  # the child may have closed its pipes and still be running
+            code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            code = proc.wait()
+    finally:
+        if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt, a closed `out`) left it running
+            _kill_group(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+    if timed_out:
+        code = TIMEOUT_CODE
+    elif code < 0:
+        code = 128 - code
+    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured),
+                     timed_out)
+
+
+def _start(argv: list[str], env: dict[str, str], with_stdin: bool, cwd: str | None) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(
+            list(argv), env=dict(env), cwd=cwd,
+            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)  # own process group: a timeout kills grandchildren too
+    except FileNotFoundError as exc:
+        if cwd is not None and exc.filename == cwd:
+            raise RecallError(f"working directory not found: {cwd}", "check the path") from None
+        raise RecallError(f"command not found: {argv[0]}",
+                          "check the spelling, or that it is on the PATH given to the child") from None
+    except PermissionError:
+        raise RecallError(f"command not executable: {argv[0]}",
+                          "check the file's permissions") from None
+    except OSError as exc:
+        raise RecallError(f"cannot run {argv[0]}: {exc.strerror}", None) from None
+
+
+def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | None) -> bool:
+    """Feed stdin and drain both pipes until EOF; returns True if the deadline passed."""
+    timed_out = False
+    exited_at = None  # once the child is gone, don't wait forever on a grandchild's pipe
+    last_data = 0.0
+    offset = 0
+    with selectors.DefaultSelector() as selector:
+        for pipe in sinks:
+            selector.register(pipe, selectors.EVENT_READ)
+        if proc.stdin is not None:
+            if data:
+                selector.register(proc.stdin, selectors.EVENT_WRITE)
+            else:
+                _close_quietly(proc.stdin)
+        while selector.get_map():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and not timed_out:
+                timed_out = True
+                _kill_group(proc)
+                now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = last_data = now
+            if exited_at is not None and (now - last_data >= _DRAIN_GRACE
+                                          or now - exited_at >= _DRAIN_MAX):
+                break
+            wait = _POLL
+            if deadline is not None and not timed_out:
+                wait = max(0.0, min(_POLL, deadline - now))
+            for key, _ in selector.select(wait):
+                pipe = key.fileobj
+                if pipe is proc.stdin:
+                    offset = _write_some(selector, pipe, data, offset)
+                    continue
+                chunk = os.read(key.fd, READ_SIZE)
+                sink = sinks[pipe]
+                if chunk:
+                    sink.write(sink.stream.feed(chunk))
+                    last_data = time.monotonic()
+                else:
+                    selector.unregister(pipe)
+                    pipe.close()
+        for sink in sinks.values():
+            sink.write(sink.stream.flush())
+    if proc.stdin is not None:
+        _close_quietly(proc.stdin)
+    return timed_out
+
+
+def _write_some(selector, pipe, data: bytes, offset: int) -> int:
+    """Write the next piece of stdin; at the end (or if the child stopped reading) close it."""
+    try:
+        # select.PIPE_BUF bytes never block on a writable pipe (the same rule communicate() uses).
+        offset += os.write(pipe.fileno(), data[offset:offset + 512])
+    except (BrokenPipeError, ConnectionResetError):
+        offset = len(data)
+    if offset >= len(data):
+        selector.unregister(pipe)
+        _close_quietly(pipe)
+    return offset
+
+
+def _close_quietly(pipe) -> None:
+    try:
+        pipe.close()
+    except OSError:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after a grace period."""
+    for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if grace is None:
+            break
+        try:
+            proc.wait(grace)
+            # The leader is gone; grandchildren in its group may linger, so finish them too.
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()

@@ -1,0 +1,267 @@
+"""Tests for recall.mask: every encoding, every split of a stream, overlaps, binary data."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+from recall.errors import RecallError
+from recall.mask import MIN_SECRET_LEN, Masker, check_maskable, encodings
+
+TOKEN = "tok_9f8A7b6C5d4E3f2G"
+PASSWORD = "p@ss w/rd+é&x<y>\"q\\"      # URL- and JSON-special characters
+SECRETS = {"api-token": [TOKEN], "db-password": [PASSWORD]}
+
+
+def label(secret_id: str) -> bytes:
+    return f"[recall:{secret_id}]".encode()
+
+
+def stream_all(masker: Masker, pieces) -> bytes:
+    stream = masker.stream()
+    return b"".join(stream.feed(p) for p in pieces) + stream.flush()
+
+
+def assert_no_form(masker_secrets: dict[str, list[str]], out: bytes) -> None:
+    for values in masker_secrets.values():
+        for value in values:
+            for form in encodings(value.encode()):
+                assert form not in out, form
+
+
+@pytest.fixture
+def masker() -> Masker:
+    return Masker(SECRETS)
+
+
+def test_check_maskable_refuses_short_values():
+    with pytest.raises(RecallError) as info:
+        check_maskable("pin", "12345")
+    assert str(info.value).startswith("secret 'pin' is too short to mask safely (5 characters) — ")
+    assert "12345" not in str(info.value)
+    check_maskable("ok", "x" * MIN_SECRET_LEN)
+
+
+def test_empty_and_short_values_make_no_patterns():
+    assert encodings(b"") == set()
+    assert all(len(f) >= MIN_SECRET_LEN for f in encodings(b"abcdef"))
+    masker = Masker({"empty": [""], "short": ["abc"]})
+    data = b"abc abc  abcabc"
+    assert masker.mask(data) == data
+    assert stream_all(masker, [data[:4], data[4:]]) == data
+
+
+def test_raw_value_masked(masker):
+    out = masker.mask(f"token={TOKEN}; done".encode())
+    assert out == b"token=[recall:api-token]; done"
+
+
+def test_every_two_way_split_matches_whole(masker):
+    b64 = base64.b64encode(TOKEN.encode())
+    data = (b"start " + TOKEN.encode() + b" mid " + b64 + b" url "
+            + quote(PASSWORD, safe="").encode() + b" end " + TOKEN.encode())
+    whole = masker.mask(data)
+    assert whole == (b"start [recall:api-token] mid [recall:api-token] url "
+                     b"[recall:db-password] end [recall:api-token]")
+    for i in range(len(data) + 1):
+        assert stream_all(masker, [data[:i], data[i:]]) == whole, i
+
+
+def test_byte_by_byte_delivery(masker):
+    data = b"a" + TOKEN.encode() + b"b" + json.dumps(PASSWORD).encode() + b"\n" + TOKEN.encode()
+    pieces = [data[i:i + 1] for i in range(len(data))]
+    out = stream_all(masker, pieces)
+    assert out == masker.mask(data)
+    assert out == b"a[recall:api-token]b\"[recall:db-password]\"\n[recall:api-token]"
+
+
+def test_feed_holds_back_only_a_possible_prefix(masker):
+    stream = masker.stream()
+    assert stream.feed(b"plain text!") == b"plain text!"
+    assert stream.feed(b"key " + TOKEN[:5].encode()) == b"key "
+    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b"[recall:api-token] ok!"
+    assert stream.flush() == b""
+
+
+@pytest.mark.parametrize("prefix_len", range(6))
+@pytest.mark.parametrize("suffix_len", range(4))
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode])
+def test_base64_every_alignment(prefix_len, suffix_len, encode):
+    value = "s3cr>t?~~~??xyzzy"          # its base64 holds both '+'/'/' and '-'/'_'
+    assert set(b"+/") & set(base64.b64encode(value.encode()))
+    masker = Masker({"k": [value]})
+    rng = random.Random(prefix_len * 10 + suffix_len)
+    prefix = bytes(rng.randrange(256) for _ in range(prefix_len))
+    suffix = bytes(rng.randrange(256) for _ in range(suffix_len))
+    encoded = encode(prefix + value.encode() + suffix)
+    data = b"data: " + encoded + b"\n"
+    out = masker.mask(data)
+    assert label("k") in out
+    residue = out.replace(label("k"), b"")
+    masked = len(data) - len(residue)
+    # Every character made only of the value's bits is gone.
+    assert masked >= (8 * len(value)) // 6 - 1
+    assert stream_all(masker, [data[i:i + 3] for i in range(0, len(data), 3)]) == out
+
+
+def test_base64_wrapped_by_the_cli():
+    value = "k" * 30 + "".join(chr(33 + i) for i in range(60))
+    masker = Masker({"pem": [value]})
+    wrapped = base64.encodebytes(value.encode())   # 76-column lines, like `base64`
+    assert wrapped.count(b"\n") > 1
+    assert masker.mask(wrapped) == b"[recall:pem]\n"
+
+
+@pytest.mark.parametrize("form", [
+    quote(PASSWORD, safe=""), quote(PASSWORD), quote_plus(PASSWORD),
+    quote(PASSWORD, safe="").lower(), quote_plus(PASSWORD).lower(),
+    quote(PASSWORD, safe="!'()*"),
+])
+def test_url_encoding(masker, form):
+    assert form.encode() in encodings(PASSWORD.encode()) or form == form.lower()
+    data = b"GET /login?user=a&pw=" + form.encode() + b"&next=/ HTTP/1.1"
+    out = masker.mask(data)
+    assert out == b"GET /login?user=a&pw=[recall:db-password]&next=/ HTTP/1.1"
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_json_escaping(masker, ensure_ascii):
+    doc = json.dumps({"password": PASSWORD, "token": TOKEN}, ensure_ascii=ensure_ascii)
+    out = masker.mask(doc.encode())
+    assert out == b'{"password": "[recall:db-password]", "token": "[recall:api-token]"}'
+
+
+def test_json_of_multiline_value():
+    value = "-----BEGIN KEY-----\nAAAAB3NzaC1yc2EAAAADAQAB\n-----END KEY-----\n"
+    masker = Masker({"key": [value]})
+    out = masker.mask(json.dumps({"k": value}).encode())
+    assert out == b'{"k": "[recall:key]"}'
+
+
+def test_multiline_value_lf_and_crlf():
+    value = "line one of it\nline two of it"
+    masker = Masker({"ml": [value]})
+    assert masker.mask(b"<line one of it\nline two of it>") == b"<[recall:ml]>"
+    assert masker.mask(b"<line one of it\r\nline two of it>") == b"<[recall:ml]>"
+    crlf_value = "line one of it\r\nline two of it"
+    masker = Masker({"ml": [crlf_value]})
+    assert masker.mask(b"<line one of it\nline two of it>") == b"<[recall:ml]>"
+
+
+def test_long_lines_of_a_multiline_value_mask_alone():
+    value = "header\nMIIEpAIBAAKCAQEA1x2y3z4\nfooter"
+    masker = Masker({"key": [value]})
+    assert masker.mask(b"> MIIEpAIBAAKCAQEA1x2y3z4 <") == b"> [recall:key] <"
+    assert masker.mask(b"header footer") == b"header footer"
+
+
+def test_overlapping_values_longest_wins():
+    masker = Masker({"short": ["abcdefgh"], "long": ["abcdefghijkl"]})
+    assert masker.mask(b"x abcdefghijkl y abcdefgh z") == b"x [recall:long] y [recall:short] z"
+    nested = Masker({"inner": ["cdefgh"], "outer": ["abcdefghij"]})
+    assert nested.mask(b"-abcdefghij-cdefgh-") == b"-[recall:outer]-[recall:inner]-"
+
+
+def test_partial_overlap_masks_both():
+    masker = Masker({"a": ["abcdefgh"], "b": ["efghijklmn"]})
+    data = b"<abcdefghijklmn>"
+    assert masker.mask(data) == b"<[recall:a][recall:b]>"
+    for i in range(len(data) + 1):
+        assert stream_all(masker, [data[:i], data[i:]]) == b"<[recall:a][recall:b]>"
+
+
+def test_adjacent_secrets_keep_their_labels(masker):
+    data = TOKEN.encode() + TOKEN.encode()
+    assert masker.mask(data) == b"[recall:api-token][recall:api-token]"
+
+
+def test_multi_part_secret_masks_every_part():
+    masker = Masker({"db-admin": ["admin-user", "hunter2hunter2"]})
+    data = b"user=admin-user password=hunter2hunter2 b64=" + base64.b64encode(b"hunter2hunter2")
+    assert masker.mask(data) == b"user=[recall:db-admin] password=[recall:db-admin] b64=[recall:db-admin]"
+
+
+def test_trailing_newline_in_value_still_masks_bare_value():
+    masker = Masker({"t": ["s3cret-value\n"]})
+    assert masker.mask(b"[s3cret-value]") == b"[[recall:t]]"
+
+
+def test_binary_output_byte_identical_outside_masks(masker):
+    rng = random.Random(7)
+    pieces = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) for _ in range(50)]
+    data = TOKEN.encode().join(pieces)
+    expected = label("api-token").join(pieces)
+    assert masker.mask(data) == expected
+    chunks, i = [], 0
+    while i < len(data):
+        n = rng.randrange(1, 200)
+        chunks.append(data[i:i + n])
+        i += n
+    assert stream_all(masker, chunks) == expected
+
+
+def test_degenerate_run_is_not_held_forever():
+    masker = Masker({"z": ["zzzzzzzz"]})
+    stream = masker.stream()
+    emitted = b"".join(stream.feed(b"z" * 4096) for _ in range(64))
+    assert emitted == b"[recall:z]"
+    assert stream.feed(b"!") == b"!"
+    assert stream.flush() == b""
+    assert masker.mask(b"z" * 5000 + b"!") == b"[recall:z]!"
+
+
+def _many_secrets(rng: random.Random, count: int) -> dict[str, list[str]]:
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_+/=@!"
+    return {f"s{i}": ["".join(rng.choice(alphabet) for _ in range(rng.randrange(8, 48)))]
+            for i in range(count)}
+
+
+@pytest.mark.parametrize("count", [1, 3, 20, 40])
+def test_ten_megabytes_random_binary_with_secrets(count):
+    rng = random.Random(count)
+    secrets = _many_secrets(rng, count)
+    masker = Masker(secrets)
+    ids = list(secrets)
+    parts, expected, size = [], [], 0
+    while size < 10_000_000:
+        filler = os.urandom(rng.randrange(1000, 400_000))
+        sid = rng.choice(ids)
+        value = secrets[sid][0].encode()
+        form = rng.choice([value, base64.b64encode(value), quote(value, safe="").encode(),
+                           json.dumps(value.decode())[1:-1].encode()])
+        parts += [filler, form]
+        expected += [filler, label(sid)]
+        size += len(filler) + len(form)
+    data = b"".join(parts)
+    whole = masker.mask(data)
+    assert whole == b"".join(expected)
+    chunks, i = [], 0
+    while i < len(data):
+        n = rng.choice([1, 7, 4096, 65536, rng.randrange(1, 200_000)])
+        chunks.append(data[i:i + n])
+        i += n
+    assert stream_all(masker, chunks) == whole
+
+
+def test_both_search_plans_agree():
+    rng = random.Random(5)
+    secrets = _many_secrets(rng, 30)
+    masker = Masker(secrets)
+    assert masker._stride > 0                      # the sampled-gram plan
+    single = {sid: Masker({sid: values}) for sid, values in secrets.items()}
+    assert any(m._stride == 0 for m in single.values())  # the find-only plan
+    for sid, values in secrets.items():
+        data = b"<<" + values[0].encode() + b">>"
+        assert masker.mask(data) == single[sid].mask(data) == b"<<" + label(sid) + b">>"
+
+
+def test_no_form_survives_in_text(masker):
+    text = (f"a {TOKEN} b {base64.b64encode(PASSWORD.encode()).decode()} c "
+            f"{json.dumps(PASSWORD, ensure_ascii=True)} {quote_plus(PASSWORD)}").encode()
+    out = masker.mask(text)
+    assert_no_form(SECRETS, out)
+    assert out.count(b"[recall:") == 4

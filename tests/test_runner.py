@@ -1,0 +1,264 @@
+"""Tests for recall.runner: injection, masking, streaming, exit codes, timeouts, no deadlock."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from recall.errors import RecallError
+from recall.mask import Masker
+from recall.runner import RunResult, run_masked
+
+TOKEN = "tok-4f9a8b7c6d5e"
+PASSWORD = "hunter2-Correct-Horse"
+MASKER = Masker({"api-token": [TOKEN], "sudo-password": [PASSWORD]})
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    env.update(extra)
+    return env
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs; a zombie waiting for a reaper counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+class Recorder:
+    """A binary file-like `out` that records each write and runs a hook on it."""
+
+    def __init__(self, on_write=None):
+        self.writes: list[bytes] = []
+        self.flushes = 0
+        self.on_write = on_write
+
+    def write(self, data: bytes) -> int:
+        self.writes.append(bytes(data))
+        if self.on_write:
+            self.on_write(b"".join(self.writes))
+        return len(data)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.writes)
+
+
+def test_env_injection_is_masked_in_output():
+    result = run_masked(py("import os; print('token is', os.environ['API_TOKEN'])"),
+                        env=base_env(API_TOKEN=TOKEN), masker=MASKER)
+    assert result == RunResult(0, b"token is [recall:api-token]\n", b"", False)
+
+
+def test_env_is_the_whole_environment(monkeypatch):
+    monkeypatch.setenv("RECALL_TEST_PARENT_ONLY", "leak")
+    result = run_masked(py("import os; print(os.environ.get('RECALL_TEST_PARENT_ONLY'))"),
+                        env=base_env(), masker=MASKER)
+    assert result.stdout == b"None\n"
+
+
+def test_secret_on_stderr_is_masked():
+    result = run_masked(py("import os, sys; sys.stderr.write('err ' + os.environ['T'])"),
+                        env=base_env(T=TOKEN), masker=MASKER)
+    assert result.stderr == b"err [recall:api-token]"
+    assert result.stdout == b""
+
+
+def test_stdin_injection_like_sudo_s():
+    child = ("import sys\n"
+             "sys.stderr.write('[sudo] password for ops: '); sys.stderr.flush()\n"
+             "line = sys.stdin.readline()\n"
+             "ok = line == 'hunter2-Correct-Horse\\n'\n"
+             "print('authenticated' if ok else 'wrong password'); print('echo:', line.strip())\n"
+             "print('rest:', repr(sys.stdin.read()))\n")
+    result = run_masked(py(child), env=base_env(), masker=MASKER, stdin=(PASSWORD + "\n").encode())
+    assert result.code == 0
+    assert result.stdout == b"authenticated\necho: [recall:sudo-password]\nrest: ''\n"
+    assert result.stderr == b"[sudo] password for ops: "
+
+
+def test_stdin_is_dev_null_without_input():
+    child = "import sys, os; print(repr(sys.stdin.read()), os.path.realpath('/proc/self/fd/0'))"
+    result = run_masked(py(child), env=base_env(), masker=MASKER)
+    assert result.stdout.startswith(b"'' ")
+    if sys.platform.startswith("linux"):
+        assert result.stdout == b"'' /dev/null\n"
+
+
+def test_output_streams_while_the_child_runs(tmp_path):
+    marker = tmp_path / "first-part-arrived"
+    child = ("import os, sys, time\n"
+             "print('first part', flush=True)\n"
+             "time.sleep(0.5)\n"
+             f"path = {str(marker)!r}\n"
+             "for _ in range(200):\n"
+             "    if os.path.exists(path): break\n"
+             "    time.sleep(0.05)\n"
+             "print('second part; saw first delivered:', os.path.exists(path))\n")
+
+    def on_write(data: bytes) -> None:
+        if b"first part" in data:
+            marker.touch()
+
+    out, err = Recorder(on_write), Recorder()
+    result = run_masked(py(child), env=base_env(), masker=MASKER, out=out, err=err)
+    assert result.code == 0
+    assert result.stdout == b"" and result.stderr == b""
+    assert out.data == b"first part\nsecond part; saw first delivered: True\n"
+    assert out.writes[0] == b"first part\n"
+    assert out.flushes >= len(out.writes)
+
+
+def test_secret_split_across_writes_is_masked_when_streaming():
+    child = ("import os, sys, time\n"
+             "v = os.environ['T']\n"
+             "sys.stdout.write('a ' + v[:7]); sys.stdout.flush(); time.sleep(0.2)\n"
+             "sys.stdout.write(v[7:] + ' b\\n')\n")
+    out = Recorder()
+    run_masked(py(child), env=base_env(T=TOKEN), masker=MASKER, out=out)
+    assert out.data == b"a [recall:api-token] b\n"
+    assert all(TOKEN[:7].encode() not in w for w in out.writes)
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 42, 255])
+def test_exit_code_propagates(code):
+    assert run_masked(py(f"import sys; sys.exit({code})"), env=base_env(), masker=MASKER).code == code
+
+
+def test_killed_by_signal_is_128_plus_n():
+    result = run_masked(py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"),
+                        env=base_env(), masker=MASKER)
+    assert result.code == 128 + signal.SIGTERM
+    assert not result.timed_out
+
+
+def test_timeout_kills_the_process_group(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    child = ("import subprocess, sys, time\n"
+             "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+             f"open({str(pidfile)!r}, 'w').write(str(g.pid))\n"
+             "print('started', flush=True)\n"
+             "time.sleep(60)\n")
+    started = time.monotonic()
+    result = run_masked(py(child), env=base_env(), masker=MASKER, timeout=1.0)
+    assert time.monotonic() - started < 30
+    assert result.timed_out and result.code == 124
+    assert result.stdout == b"started\n"
+    grandchild = int(pidfile.read_text())
+    for _ in range(200):
+        if not alive(grandchild):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("grandchild survived the timeout")
+
+
+def test_timeout_escalates_to_sigkill():
+    child = ("import signal, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "print('ignoring TERM', flush=True)\n"
+             "time.sleep(60)\n")
+    result = run_masked(py(child), env=base_env(), masker=MASKER, timeout=0.5)
+    assert result.timed_out and result.code == 124
+    assert result.stdout == b"ignoring TERM\n"
+
+
+def test_child_that_closes_its_pipes_still_times_out():
+    child = "import os, time; os.close(1); os.close(2); time.sleep(60)"
+    result = run_masked(py(child), env=base_env(), masker=MASKER, timeout=0.5)
+    assert result.timed_out and result.code == 124
+
+
+def test_background_grandchild_holding_pipes_does_not_hang():
+    child = ("import subprocess, sys\n"
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+             "print('parent done')\n")
+    started = time.monotonic()
+    result = run_masked(py(child), env=base_env(), masker=MASKER)
+    assert time.monotonic() - started < 20
+    assert result.code == 0 and result.stdout == b"parent done\n"
+
+
+def test_command_not_found():
+    with pytest.raises(RecallError) as info:
+        run_masked(["recall-no-such-command-xyz", "--flag"], env=base_env(T=TOKEN), masker=MASKER)
+    assert str(info.value).startswith("command not found: recall-no-such-command-xyz")
+    assert TOKEN not in str(info.value)
+
+
+def test_missing_cwd_is_named(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(RecallError) as info:
+        run_masked(py("print(1)"), env=base_env(), masker=MASKER, cwd=missing)
+    assert "nope" in str(info.value)
+
+
+def test_cwd_is_used(tmp_path):
+    result = run_masked(py("import os; print(os.getcwd())"), env=base_env(), masker=MASKER,
+                        cwd=str(tmp_path))
+    assert os.path.realpath(result.stdout.decode().strip()) == os.path.realpath(str(tmp_path))
+
+
+def test_empty_argv_is_an_error():
+    with pytest.raises(RecallError):
+        run_masked([], env=base_env(), masker=MASKER)
+
+
+def test_large_output_on_both_streams_without_deadlock():
+    child = ("import os, sys\n"
+             "line = ('x' * 99 + '\\n').encode()\n"
+             "for i in range(50000):\n"
+             "    sys.stdout.buffer.write(line)\n"
+             "    sys.stderr.buffer.write(line)\n"
+             "    if i % 5000 == 0:\n"
+             "        sys.stdout.buffer.write(os.environ['T'].encode() + b'\\n')\n")
+    result = run_masked(py(child), env=base_env(T=TOKEN), masker=MASKER, timeout=60)
+    assert not result.timed_out and result.code == 0
+    assert len(result.stderr) == 50000 * 100
+    assert result.stdout.count(b"[recall:api-token]\n") == 10
+    assert TOKEN.encode() not in result.stdout
+    assert len(result.stdout) == 50000 * 100 + 10 * len(b"[recall:api-token]\n")
+
+
+def test_large_stdin_while_child_writes_first():
+    payload = os.urandom(3_000_000)
+    child = ("import sys, hashlib\n"
+             "sys.stdout.buffer.write(b'y' * 2_000_000); sys.stdout.flush()\n"
+             "data = sys.stdin.buffer.read()\n"
+             "print(len(data), hashlib.sha256(data).hexdigest())\n")
+    import hashlib
+    result = run_masked(py(child), env=base_env(), masker=MASKER, stdin=payload, timeout=60)
+    assert not result.timed_out and result.code == 0
+    tail = result.stdout[2_000_000:]
+    assert tail == f"{len(payload)} {hashlib.sha256(payload).hexdigest()}\n".encode()
+
+
+def test_child_ignoring_stdin_does_not_break_the_run():
+    result = run_masked(py("print('no read')"), env=base_env(), masker=MASKER,
+                        stdin=b"z" * 1_000_000)
+    assert result.code == 0 and result.stdout == b"no read\n"
+
+
+def test_binary_output_passes_through_byte_identical():
+    child = ("import sys\n"
+             "sys.stdout.buffer.write(bytes(range(256)) * 1000)\n")
+    result = run_masked(py(child), env=base_env(), masker=MASKER)
+    assert result.stdout == bytes(range(256)) * 1000
