@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int, default=0, help="lines to skip (from a previous read's hint)")
     p.set_defaults(func=cmd_read)
 
+    _secret_parsers(sub, common)
+
     p = sub.add_parser("doctor", parents=[common], help="what works here")
     p.set_defaults(func=cmd_doctor)
 
@@ -63,6 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")
     p.set_defaults(func=cmd_eval)
     return parser
+
+
+def _secret_parsers(sub, common) -> None:
+    sp = sub.add_parser("secret", parents=[common], help="use credentials without seeing them")
+    verbs = sp.add_subparsers(dest="secret_verb", metavar="VERB", parser_class=_Parser)
+    verbs.required = True
+    p = verbs.add_parser("sync", parents=[common], help="encrypt the secrets files into the vault")
+    p.set_defaults(func=cmd_secret_sync)
+    p = verbs.add_parser("find", parents=[common], help="find secrets by their metadata")
+    p.add_argument("query", nargs="+")
+    p.set_defaults(func=cmd_secret_find)
+    p = verbs.add_parser("show", parents=[common], help="metadata, use line and variables (never the value)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_secret_show)
+    p = verbs.add_parser("command", parents=[common], help="print the one line that runs CMD with the secret")
+    p.add_argument("id")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
+    p.set_defaults(func=cmd_secret_command)
+    p = verbs.add_parser("exec", parents=[common], help="run CMD with the secret in its env (or stdin)")
+    p.add_argument("id")
+    p.add_argument("--stdin", action="store_true", help="write the value and a newline to CMD's stdin")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
+    p.set_defaults(func=cmd_secret_exec)
+    p = verbs.add_parser("get", parents=[common], help="print the value — only to a real terminal")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_secret_get)
+    p = verbs.add_parser("log", parents=[common], help="the access log")
+    p.add_argument("id", nargs="?")
+    p.add_argument("-n", type=int, default=50)
+    p.set_defaults(func=cmd_secret_log)
+    p = verbs.add_parser("rotate-key", parents=[common], help="re-encrypt the vault under a new key")
+    p.set_defaults(func=cmd_secret_rotate)
+
+
+def _after_dashes(cmd: list) -> list:
+    return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -165,6 +203,101 @@ def cmd_read(args) -> int:
     sys.stdout.write(res.text)
     if res.next_offset is not None:
         _out(f"… more: recall read {args.target} --offset {res.next_offset}")
+    return 0
+
+
+def _vault(args):
+    from . import vault
+    cfg = _config(args)
+    return vault, cfg, _db(cfg)
+
+
+def cmd_secret_sync(args) -> int:
+    vault, cfg, con = _vault(args)
+    if not cfg.secrets:
+        raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
+    rep = vault.sync(con, cfg)
+    for w in rep.warnings:
+        sys.stderr.write(f"recall: warning: {w}\n")
+    if getattr(args, "json", False):
+        _json(rep.__dict__)
+    else:
+        _out(f"synced {rep.total} secrets: {rep.added} added, {rep.updated} updated, {rep.removed} removed")
+    return 0
+
+
+def _secret_text(meta: dict) -> str:
+    lines = [f"{meta['id']}  ({', '.join(x for x in (meta.get('kind'), meta.get('service'), meta.get('environment')) if x)})"]
+    for key in ("username", "url", "notes", "use", "check"):
+        if meta.get(key):
+            lines.append(f"  {key}: {' '.join(str(meta[key]).split())}")
+    if meta.get("tags"):
+        lines.append(f"  tags: {', '.join(meta['tags'])}")
+    lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
+    if "last_verified" in meta:
+        lines.append(f"  last verified: {meta['last_verified']}")
+    return "\n".join(lines)
+
+
+def cmd_secret_find(args) -> int:
+    vault, cfg, con = _vault(args)
+    found = vault.find(con, " ".join(args.query))
+    if getattr(args, "json", False):
+        _json(found)
+    elif not found:
+        _out("no secrets match")
+    else:
+        _out("\n".join(_secret_text(m) for m in found))
+    return 0
+
+
+def cmd_secret_show(args) -> int:
+    vault, cfg, con = _vault(args)
+    meta = vault.show(con, args.id)
+    _json(meta) if getattr(args, "json", False) else _out(_secret_text(meta))
+    return 0
+
+
+def cmd_secret_command(args) -> int:
+    vault, cfg, con = _vault(args)
+    cmd = _after_dashes(args.cmd)
+    line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0])
+    _json({"id": args.id, "command": line}) if getattr(args, "json", False) else _out(line)
+    return 0
+
+
+def cmd_secret_exec(args) -> int:
+    vault, cfg, con = _vault(args)
+    sys.stdout.flush()
+    result = vault.exec_with(con, cfg, args.id, _after_dashes(args.cmd), stdin=args.stdin,
+                             out=sys.stdout.buffer, err=sys.stderr.buffer)
+    return result.code
+
+
+def cmd_secret_get(args) -> int:
+    vault, cfg, con = _vault(args)
+    value = vault.reveal(con, cfg, args.id)
+    _out(value)
+    return 0
+
+
+def cmd_secret_log(args) -> int:
+    vault, cfg, con = _vault(args)
+    rows = vault.access_log(con, args.id, args.n)
+    if getattr(args, "json", False):
+        _json(rows)
+    else:
+        for r in rows:
+            code = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
+            _out(f"{r['time']}  {r['caller']}({r['parent']})  {r['verb']:<15} {r['target']}  "
+                 f"{r['verdict']}{code}  {r['argv']}".rstrip())
+    return 0
+
+
+def cmd_secret_rotate(args) -> int:
+    vault, cfg, con = _vault(args)
+    n = vault.rotate_key(con, cfg)
+    _out(f"re-encrypted {n} secrets under a new key")
     return 0
 
 

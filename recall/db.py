@@ -52,6 +52,43 @@ MIGRATIONS: list = [
                         PRIMARY KEY(term, chunk_id)) WITHOUT ROWID;
     CREATE INDEX idents_chunk ON idents(chunk_id);
     """,
+    """
+    CREATE TABLE secrets(
+        id TEXT PRIMARY KEY,
+        meta TEXT NOT NULL,            -- JSON: service, environment, kind, username, url, notes, use
+        tags TEXT NOT NULL,            -- JSON list
+        env TEXT NOT NULL,
+        inject TEXT NOT NULL,
+        check_cmd TEXT NOT NULL,
+        variables TEXT NOT NULL,       -- JSON: variable name -> field ("" for a single value)
+        file TEXT NOT NULL,
+        line INTEGER NOT NULL,
+        nonce BLOB NOT NULL,
+        ciphertext BLOB NOT NULL,      -- AES-256-GCM of the JSON values, the id as associated data
+        synced_at REAL NOT NULL
+    );
+    CREATE VIRTUAL TABLE secrets_fts USING fts5(
+        sid UNINDEXED, id, service, environment, kind, username, url, tags, notes, use,
+        tokenize="unicode61 remove_diacritics 2");
+    CREATE TABLE access_log(
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        caller TEXT NOT NULL,          -- cli | mcp
+        parent TEXT NOT NULL,          -- the parent process name
+        verb TEXT NOT NULL,
+        target TEXT NOT NULL,          -- secret or inventory id
+        argv TEXT NOT NULL,            -- masked
+        verdict TEXT NOT NULL,
+        exit_code INTEGER
+    );
+    CREATE TABLE verify_results(
+        target TEXT PRIMARY KEY,       -- 'secret:ID' or 'entry:ID'
+        status TEXT NOT NULL,          -- ok | stale | unreachable | missing | skipped | error
+        reason TEXT NOT NULL,
+        command TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
 ]
 
 

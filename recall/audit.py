@@ -1,0 +1,40 @@
+"""The access log: who (cli or mcp, and the parent process) touched which id, how, and the outcome."""
+from __future__ import annotations
+
+import os
+import time
+
+CALLER = {"name": "cli"}        # the MCP server sets "mcp" at start-up
+
+
+def parent_name() -> str:
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        import subprocess
+        try:
+            out = subprocess.run(["ps", "-o", "comm=", "-p", str(ppid)], capture_output=True,
+                                 text=True, timeout=2).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        return os.path.basename(out) or str(ppid)
+
+
+def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
+    """Append one row; argv must already be masked. Autocommits (outside any open transaction)."""
+    con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code))
+
+
+def entries(con, target: str | None = None, limit: int = 50) -> list:
+    sql = "SELECT at, caller, parent, verb, target, argv, verdict, exit_code FROM access_log"
+    args: list = []
+    if target:
+        sql += " WHERE target=?"
+        args.append(target)
+    rows = con.execute(sql + " ORDER BY id DESC LIMIT ?", args + [limit]).fetchall()
+    return [{**dict(r), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))}
+            for r in reversed(rows)]

@@ -1,0 +1,85 @@
+"""The vault key: 32 random bytes in a 0600 file inside a 0700 folder; AES-256-GCM around it."""
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from .errors import MissingExtra, RecallError
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+
+
+def key_path(home: Path) -> Path:
+    override = os.environ.get("RECALL_KEY_FILE")
+    return Path(override).expanduser() if override else Path(home) / "vault.key"
+
+
+def _aesgcm(key: bytes):
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise MissingExtra("crypto", "the vault (encrypting secret values)") from None
+    return AESGCM(key)
+
+
+def require_crypto() -> None:
+    _aesgcm(bytes(KEY_BYTES))
+
+
+def _check_private(path: Path) -> None:
+    """Refuse a key file or folder that group or others can reach, as ssh refuses loose keys."""
+    folder_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
+    if folder_mode & 0o077:
+        raise RecallError(f"the key folder {path.parent} is open to group or others ({oct(folder_mode)})",
+                          f"chmod 700 {path.parent}")
+    file_mode = stat.S_IMODE(os.stat(path).st_mode)
+    if file_mode & 0o077:
+        raise RecallError(f"the key file {path} is open to group or others ({oct(file_mode)})",
+                          f"chmod 600 {path}")
+
+
+def write_key(path: Path, key: bytes) -> None:
+    """Write atomically: a 0600 temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".new")
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def load_key(home: Path, *, create: bool) -> bytes:
+    path = key_path(home)
+    if not path.exists():
+        if not create:
+            raise RecallError(f"no vault key at {path}", "run 'recall secret sync' first")
+        require_crypto()                   # fail on a missing extra before making a key
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_key(path, secrets.token_bytes(KEY_BYTES))
+    _check_private(path)
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise RecallError(f"the key file {path} is {len(key)} bytes, not {KEY_BYTES}",
+                          "restore it, or remove it and run 'recall secret sync' again")
+    return key
+
+
+def encrypt(key: bytes, secret_id: str, plaintext: bytes) -> tuple:
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    return nonce, _aesgcm(key).encrypt(nonce, plaintext, secret_id.encode())
+
+
+def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes) -> bytes:
+    try:
+        return _aesgcm(key).decrypt(nonce, ciphertext, secret_id.encode())
+    except MissingExtra:
+        raise
+    except Exception:
+        raise RecallError(f"secret '{secret_id}' does not decrypt with this key",
+                          "run 'recall secret sync' to re-encrypt from the secrets files") from None

@@ -1,0 +1,132 @@
+"""Secrets YAML files → validated entries (values still plaintext, in memory only)."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from .errors import InputError
+
+META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
+OUR_FIELDS = ("env", "inject", "check", "value", "fields")
+ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS}
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class SecretEntry:
+    id: str
+    meta: dict                 # service, environment, kind, username, url, notes, use (strings)
+    tags: list
+    env: str                   # variable name for a single value, or the prefix for fields
+    inject: str                # env | stdin
+    check: str
+    values: dict               # {"": value} or {field: value}
+    file: str
+    line: int
+    variables: dict = field(default_factory=dict)   # variable name -> key in values
+
+    def public(self) -> dict:
+        return {"id": self.id, **self.meta, "tags": self.tags, "inject": self.inject,
+                "check": self.check, "variables": sorted(self.variables), "file": self.file,
+                "line": self.line}
+
+
+def default_var(secret_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", secret_id).upper()
+
+
+def load_secret_files(paths: list) -> tuple:
+    """(entries, warnings); every problem in any file raises before anything is returned."""
+    from . import yamlish
+    entries, warnings, seen = [], [], {}
+    for path in paths:
+        path = str(path)
+        if not os.path.exists(path):
+            raise InputError(path, None, "secrets file does not exist", hint="fix 'secrets:' in the config")
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            warnings.append(f"{path} is readable by group or others ({oct(mode)}); chmod 600 {path}")
+        doc = yamlish.load(path)
+        if doc is None:
+            continue
+        if not isinstance(doc, list):
+            raise InputError(path, getattr(doc, "line", 1), "a secrets file is a list of entries ('- id: …')")
+        for i, item in enumerate(doc):
+            line = doc.item_lines[i] if hasattr(doc, "item_lines") else None
+            entry = _entry(item, path, line)
+            if entry.id in seen:
+                raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
+                                 hint=f"first defined at {seen[entry.id]}")
+            seen[entry.id] = f"{path}:{entry.line}"
+            entries.append(entry)
+    return entries, warnings
+
+
+def _line(m, key, default):
+    return getattr(m, "key_lines", {}).get(key, default)
+
+
+def _str(item, key, path, line) -> str:
+    value = item.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(path, _line(item, key, line), f"'{key}' must be a string",
+                         hint="quote it: YAML reads 0123 as a number and true as a boolean")
+    return value
+
+
+def _entry(item, path: str, line) -> SecretEntry:
+    if not isinstance(item, dict):
+        raise InputError(path, line, "each secret is a mapping starting with '- id: …'")
+    line = getattr(item, "line", line)
+    for key in item:
+        if key not in ALLOWED:
+            raise InputError(path, _line(item, key, line), f"unknown field '{key}'",
+                             hint="known fields: " + ", ".join(sorted(ALLOWED)))
+    sid = _str(item, "id", path, line)
+    if not sid:
+        raise InputError(path, line, "a secret needs an 'id'")
+    if not _ID.match(sid):
+        raise InputError(path, _line(item, "id", line), f"secret id '{sid}' may hold only letters, digits, '-', '_', '.'")
+    inject = _str(item, "inject", path, line) or "env"
+    if inject not in ("env", "stdin"):
+        raise InputError(path, _line(item, "inject", line), f"inject must be env or stdin, not '{inject}'")
+    env = _str(item, "env", path, line) or default_var(sid)
+    if not _VAR.match(env):
+        raise InputError(path, _line(item, "env", line), f"env '{env}' is not a valid variable name")
+    tags = item.get("tags") or []
+    if isinstance(tags, str):
+        tags = [tags]
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InputError(path, _line(item, "tags", line), "tags must be a list of strings")
+    values, variables = _values(item, sid, env, path, line)
+    meta = {k: _str(item, k, path, line) for k in META_FIELDS}
+    return SecretEntry(id=sid, meta=meta, tags=list(tags), env=env, inject=inject,
+                       check=_str(item, "check", path, line), values=values, file=path, line=line,
+                       variables=variables)
+
+
+def _values(item, sid, env, path, line):
+    has_value, has_fields = "value" in item, "fields" in item
+    if has_value == has_fields:
+        raise InputError(path, line, f"secret '{sid}' needs exactly one of 'value' or 'fields'")
+    if has_value:
+        value = _str(item, "value", path, line)
+        if not value:
+            raise InputError(path, _line(item, "value", line), f"secret '{sid}' has an empty value")
+        return {"": value}, {env: ""}
+    fields = item["fields"]
+    if not isinstance(fields, dict) or not fields:
+        raise InputError(path, _line(item, "fields", line), "fields must be a mapping of name: value")
+    values, variables = {}, {}
+    for name, value in fields.items():
+        if not isinstance(value, str) or not value:
+            raise InputError(path, _line(fields, name, line), f"field '{name}' must be a non-empty string",
+                             hint="quote it")
+        values[str(name)] = value
+        variables[f"{env}_{default_var(str(name))}"] = str(name)
+    return values, variables

@@ -1,0 +1,234 @@
+"""Secrets: sync files → encrypted rows; find / show / command / exec / get; never return a value."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+from . import audit, db, keyfile, status, terms
+from .errors import NotFound, RecallError
+
+CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
+
+
+@dataclass
+class SyncReport:
+    added: int
+    updated: int
+    removed: int
+    total: int
+    warnings: list
+
+
+def sync(con, cfg) -> SyncReport:
+    """Read every secrets file, then replace the vault rows in one transaction."""
+    from .secretfile import load_secret_files
+    entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
+    key = keyfile.load_key(cfg.home, create=True)
+    old = {r[0] for r in con.execute("SELECT id FROM secrets")}
+    now = time.time()
+    with db.transaction(con):
+        con.execute("DELETE FROM secrets")
+        con.execute("DELETE FROM secrets_fts")
+        for e in entries:
+            nonce, blob = keyfile.encrypt(key, e.id, json.dumps(e.values).encode())
+            con.execute("INSERT INTO secrets VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (e.id, json.dumps(e.meta), json.dumps(e.tags), e.env, e.inject, e.check,
+                         json.dumps(e.variables), e.file, e.line, nonce, blob, now))
+            con.execute("INSERT INTO secrets_fts(sid, id, service, environment, kind, username, url, tags, "
+                        "notes, use) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (e.id, e.id, e.meta["service"], e.meta["environment"],
+                         e.meta["kind"], e.meta["username"], e.meta["url"], " ".join(e.tags),
+                         e.meta["notes"], e.meta["use"]))
+    new = {e.id for e in entries}
+    return SyncReport(added=len(new - old), updated=len(new & old), removed=len(old - new),
+                      total=len(new), warnings=warnings)
+
+
+def rotate_key(con, cfg) -> int:
+    """Re-encrypt every row under a new key in one transaction; the key file is replaced atomically."""
+    import secrets as _random
+    old_key = keyfile.load_key(cfg.home, create=False)
+    new_key = _random.token_bytes(keyfile.KEY_BYTES)
+    path = keyfile.key_path(cfg.home)
+    with db.transaction(con):
+        rows = con.execute("SELECT id, nonce, ciphertext FROM secrets").fetchall()
+        for sid, nonce, blob in rows:
+            plain = keyfile.decrypt(old_key, sid, nonce, blob)
+            n2, b2 = keyfile.encrypt(new_key, sid, plain)
+            con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
+        keyfile.write_key(path.with_name(path.name + ".next"), new_key)
+    os.replace(path.with_name(path.name + ".next"), path)     # after COMMIT: the DB already needs it
+    return len(rows)
+
+
+# -- reading metadata (works without the crypto extra) -------------------------------------------
+
+def _row(con, secret_id: str):
+    row = con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
+    if row is None:
+        close = [r[0] for r in con.execute("SELECT id FROM secrets WHERE id LIKE ? LIMIT 3",
+                                           (f"%{secret_id[:4]}%",))]
+        hint = f"did you mean: {', '.join(close)}" if close else "see 'recall secret find QUERY'"
+        raise NotFound(f"no secret '{secret_id}'", hint)
+    return row
+
+
+def _public(row, status=None) -> dict:
+    meta = json.loads(row["meta"])
+    out = {"id": row["id"], **meta, "tags": json.loads(row["tags"]),
+           "variables": sorted(json.loads(row["variables"])), "inject": row["inject"],
+           "check": row["check_cmd"], "file": f"{row['file']}:{row['line']}"}
+    if status is not None:
+        out["last_verified"] = status
+    return out
+
+
+def find(con, query: str, *, limit: int = 10) -> list:
+    """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata."""
+    query = (query or "").strip()
+    if not query:
+        raise RecallError("empty query", "e.g. recall secret find 'jira token'")
+    exact = con.execute("SELECT * FROM secrets WHERE id=?", (query,)).fetchall()
+    ranked = []
+    fq = terms.fts_query(query)
+    if fq:
+        ranked = con.execute(
+            "SELECT s.* FROM secrets_fts f JOIN secrets s ON s.id = f.sid WHERE secrets_fts MATCH ? "
+            "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0) LIMIT ?",
+            (fq, limit)).fetchall()
+    seen, out = set(), []
+    for row in exact + ranked:
+        if row["id"] not in seen:
+            seen.add(row["id"])
+            out.append(_public(row))
+    audit.log(con, "secret.find", query, argv="", verdict=f"{len(out)} found")
+    return out[:limit]
+
+
+def show(con, secret_id: str) -> dict:
+    row = _row(con, secret_id)
+    out = _public(row, status.describe(con, f"secret:{secret_id}"))
+    audit.log(con, "secret.show", secret_id, argv="", verdict="shown")
+    return out
+
+
+# -- using a value ---------------------------------------------------------------------------------
+
+def launcher() -> list:
+    """How the agent should call recall: the installed command, else python3 + this checkout's launcher."""
+    installed = shutil.which("recall")
+    if installed:
+        return ["recall"]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return ["python3", os.path.join(here, "recall.py")]
+
+
+def command_line(con, secret_id: str, command) -> str:
+    """One shell-quoted line that runs `command` with the secret injected. `command` is an argv
+    list, or one string (split like a shell; if it names the secret's variables it runs under
+    `sh -c` so they expand in the child). Empty → the secret's `use` line."""
+    row = _row(con, secret_id)
+    variables = json.loads(row["variables"])
+    if not command:
+        command = json.loads(row["meta"]).get("use") or ""
+        if not command:
+            raise RecallError(f"secret '{secret_id}' has no 'use' line", "give the command after --")
+    if isinstance(command, str):
+        if any(f"${v}" in command or f"${{{v}}}" in command for v in variables):
+            argv = ["sh", "-c", command]
+        else:
+            try:
+                argv = shlex.split(command)
+            except ValueError as exc:
+                raise RecallError(f"cannot split the command: {exc}") from None
+    else:
+        argv = list(command)
+    if not argv:
+        raise RecallError("no command given")
+    line = shlex.join(launcher() + ["secret", "exec", secret_id, "--"] + argv)
+    audit.log(con, "secret.command", secret_id, argv=line, verdict="given")
+    return line
+
+
+def load_values(con, cfg, ids=None) -> dict:
+    """{secret id: {field: value}} decrypted — for injection and masking only, never for output."""
+    key = keyfile.load_key(cfg.home, create=False)
+    sql = "SELECT id, nonce, ciphertext FROM secrets"
+    rows = con.execute(sql).fetchall() if ids is None else [
+        r for r in con.execute(sql).fetchall() if r[0] in set(ids)]
+    return {sid: json.loads(keyfile.decrypt(key, sid, nonce, blob)) for sid, nonce, blob in rows}
+
+
+def child_env(base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    for k in list(env):
+        if k.startswith(CHILD_ENV_DROP):
+            del env[k]
+    return env
+
+
+def injection(row, values: dict, stdin_flag: bool):
+    """(extra env, stdin bytes or None) for one secret."""
+    from .mask import check_maskable
+    for part in values.values():
+        check_maskable(row["id"], part)
+    variables = json.loads(row["variables"])
+    env = {var: values[field] for var, field in variables.items()}
+    if stdin_flag or row["inject"] == "stdin":
+        if "" in values:
+            return {}, (values[""] + "\n").encode()
+        if "password" in values:
+            return {k: v for k, v in env.items() if variables[k] != "password"}, (values["password"] + "\n").encode()
+        raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
+                          "stdin injection writes one value; use env injection")
+    return env, None
+
+
+def masker_for(all_values: dict):
+    from .mask import Masker
+    return Masker({sid: list(v.values()) for sid, v in all_values.items()})
+
+
+def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
+              timeout=None):
+    """Run argv with the secret injected and every vault value masked in its output."""
+    from .runner import run_masked
+    if not argv:
+        raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
+    row = _row(con, secret_id)
+    all_values = load_values(con, cfg)
+    masker = masker_for(all_values)
+    extra, data = injection(row, all_values[secret_id], stdin)
+    masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
+    try:
+        result = run_masked(list(argv), env={**child_env(), **extra}, masker=masker, stdin=data,
+                            out=out, err=err, timeout=timeout)
+    except RecallError:
+        audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="not run")
+        raise
+    audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="ran", exit_code=result.code)
+    return result
+
+
+def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1) -> str:
+    """The value, only when both stdin and stdout are a real terminal (a person, not a pipe)."""
+    row = _row(con, secret_id)
+    keyfile.require_crypto()
+    if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
+        audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")
+        raise RecallError("recall secret get prints a value only to a real terminal",
+                          f"use 'recall secret exec {secret_id} -- CMD' to use it in a command")
+    values = load_values(con, cfg, [secret_id])[secret_id]
+    audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")
+    if "" in values:
+        return values[""]
+    return "\n".join(f"{k}: {v}" for k, v in values.items())
+
+
+def access_log(con, target: str | None = None, limit: int = 50) -> list:
+    return audit.entries(con, target, limit)

@@ -1,0 +1,281 @@
+"""The vault: files → encrypted rows; find/show/command/exec/get/log; never the value."""
+import json
+import os
+import pty
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+from recall import db, vault  # noqa: E402
+from recall.config import load_config  # noqa: E402
+from recall.errors import RecallError  # noqa: E402
+from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
+
+SECRETS = f"""\
+- id: jira-api-token
+  service: jira
+  environment: prod
+  kind: token
+  username: ops@example.com
+  url: https://jira.example.com
+  tags: [atlassian, jira, api, rotate-yearly]
+  notes: >
+    Personal Jira bearer token. Default project OPS.
+  use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" https://jira.example.com/rest/api/2/myself'
+  value: "{CANARY}"
+- id: db-admin
+  service: postgres
+  kind: password
+  fields: {{username: admin-user, password: "pw-{CANARY}"}}
+- id: sudo-pass
+  service: sudo
+  kind: password
+  inject: stdin
+  value: "sudo-{CANARY}"
+"""
+
+
+@pytest.fixture
+def vault_cfg(tmp_path, config):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    vault.sync(con, cfg)
+    return cfg, con, secrets
+
+
+def _py(code):
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def test_sync_encrypts_and_key_is_private(vault_cfg):
+    cfg, con, _ = vault_cfg
+    key = cfg.home / "vault.key"
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and oct(key.parent.stat().st_mode & 0o777) == "0o700"
+    assert len(key.read_bytes()) == 32
+    blob = con.execute("SELECT ciphertext, nonce FROM secrets WHERE id='jira-api-token'").fetchone()
+    assert CANARY.encode() not in blob[0] and len(blob[1]) == 12
+    vault.sync(con, cfg)
+    assert con.execute("SELECT nonce FROM secrets WHERE id='jira-api-token'").fetchone()[0] != blob[1]
+
+
+def test_loose_key_permissions_are_refused(vault_cfg):
+    cfg, con, _ = vault_cfg
+    key = cfg.home / "vault.key"
+    key.chmod(0o644)
+    with pytest.raises(RecallError, match="chmod 600"):
+        vault.exec_with(con, cfg, "jira-api-token", ["true"])
+    key.chmod(0o600)
+    cfg.home.chmod(0o755)
+    with pytest.raises(RecallError, match="chmod 700"):
+        vault.sync(con, cfg)
+
+
+def test_key_file_override(vault_cfg, tmp_path, monkeypatch):
+    cfg, con, _ = vault_cfg
+    kdir = tmp_path / "keys"
+    monkeypatch.setenv("RECALL_KEY_FILE", str(kdir / "k"))
+    vault.sync(con, cfg)
+    assert (kdir / "k").exists() and oct(kdir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("- id: a\n  value: 'abcdefgh'\n  colour: red\n", 3, "unknown field 'colour'"),
+    ("- id: a\n  service: x\n", 1, "needs exactly one of 'value' or 'fields'"),
+    ("- id: a\n  value: 'abcdefgh'\n  inject: file\n", 3, "inject must be env or stdin"),
+    ("- id: a\n  value: 012345678\n", 2, "must be a string"),
+    ("- id: a\n  value: 'abcdefgh'\n- id: a\n  value: 'abcdefgh'\n", 3, "duplicate secret id 'a'"),
+])
+def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, words):
+    cfg, con, secrets = vault_cfg
+    before = con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall()
+    secrets.write_text(text)
+    with pytest.raises(RecallError) as err:
+        vault.sync(con, cfg)
+    assert f"secrets.yaml:{line}" in str(err.value) and words in str(err.value)
+    assert con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall() == before
+
+
+def test_duplicate_ids_across_files(vault_cfg, tmp_path, config):
+    cfg, con, secrets = vault_cfg
+    other = tmp_path / "more.yaml"
+    other.write_text("- id: jira-api-token\n  value: 'abcdefgh'\n")
+    other.chmod(0o600)
+    config(f"secrets: [{secrets}, {other}]\n")
+    with pytest.raises(RecallError, match=r"more.yaml:1: duplicate secret id 'jira-api-token'.*secrets.yaml:1"):
+        vault.sync(con, load_config())
+
+
+def test_group_readable_file_warns(vault_cfg):
+    cfg, con, secrets = vault_cfg
+    secrets.chmod(0o644)
+    rep = vault.sync(con, cfg)
+    assert any("readable by group or others" in w for w in rep.warnings)
+
+
+def test_removed_entries_disappear(vault_cfg):
+    cfg, con, secrets = vault_cfg
+    secrets.write_text(f"- id: only-one\n  value: 'x{CANARY}'\n")
+    rep = vault.sync(con, cfg)
+    assert (rep.total, rep.removed) == (1, 3)
+    assert [m["id"] for m in vault.find(con, "jira")] == []
+
+
+def test_find_ranks_over_metadata(vault_cfg):
+    cfg, con, _ = vault_cfg
+    assert vault.find(con, "token for Jira")[0]["id"] == "jira-api-token"
+    assert vault.find(con, "postgres admin")[0]["id"] == "db-admin"
+    assert vault.find(con, "db-admin")[0]["id"] == "db-admin"
+
+
+def test_show_has_metadata_use_and_variables_never_value(vault_cfg):
+    cfg, con, _ = vault_cfg
+    meta = vault.show(con, "db-admin")
+    assert meta["variables"] == ["DB_ADMIN_PASSWORD", "DB_ADMIN_USERNAME"]
+    assert meta["last_verified"] == "never"
+    assert CANARY not in json.dumps(meta)
+    assert "$JIRA_API_TOKEN" in vault.show(con, "jira-api-token")["use"]
+    with pytest.raises(RecallError, match="no secret 'nope'"):
+        vault.show(con, "nope")
+
+
+def test_command_is_one_quoted_line(vault_cfg):
+    cfg, con, _ = vault_cfg
+    line = vault.command_line(con, "jira-api-token", ["curl", "-s", "https://x/a b"])
+    argv = shlex.split(line)
+    assert argv[-6:] == ["exec", "jira-api-token", "--", "curl", "-s", "https://x/a b"]
+    assert argv[0] == "recall" or argv[1].endswith("recall.py")
+    # no command: the use line, under sh -c so $JIRA_API_TOKEN expands in the child
+    use = shlex.split(vault.command_line(con, "jira-api-token", ""))
+    assert use[-3:-1] == ["sh", "-c"] and "$JIRA_API_TOKEN" in use[-1]
+
+
+def test_command_uses_launcher_when_not_installed(vault_cfg, monkeypatch, tmp_path):
+    cfg, con, _ = vault_cfg
+    monkeypatch.setenv("PATH", str(tmp_path))
+    argv = shlex.split(vault.command_line(con, "db-admin", ["psql"]))
+    assert argv[:2] == ["python3", str(REPO / "recall.py")]
+
+
+def test_exec_injects_env_masks_output_and_passes_exit_code(vault_cfg, capfdbinary):
+    cfg, con, _ = vault_cfg
+    res = vault.exec_with(con, cfg, "jira-api-token", _py("""
+        import os, sys
+        v = os.environ['JIRA_API_TOKEN']
+        print('token=' + v); print('len', len(v)); sys.stderr.write(v[::-1] + v + '\\n'); sys.exit(3)"""))
+    assert res.code == 3
+    assert res.stdout.decode() == f"token=[recall:jira-api-token]\nlen {len(CANARY)}\n"
+    assert CANARY.encode() not in res.stderr and b"[recall:jira-api-token]" in res.stderr
+
+
+def test_exec_multi_field_and_no_recall_vars_and_no_shell(vault_cfg, monkeypatch):
+    cfg, con, _ = vault_cfg
+    monkeypatch.setenv("RECALL_SOMETHING", "x")
+    res = vault.exec_with(con, cfg, "db-admin", _py("""
+        import os, sys
+        print(os.environ['DB_ADMIN_USERNAME'], os.environ['DB_ADMIN_PASSWORD'])
+        print(sorted(k for k in os.environ if k.startswith('RECALL_')))
+        print(sys.stdin.read() == '')
+        print(sys.argv[1:])""") + ["$DB_ADMIN_PASSWORD"])
+    lines = res.stdout.decode().splitlines()
+    assert lines[0] == "[recall:db-admin] [recall:db-admin]"
+    assert lines[1] == "[]" and lines[2] == "True" and lines[3] == "['$DB_ADMIN_PASSWORD']"
+
+
+PASSWORD_READER = """
+import sys
+sys.stderr.write('[sudo] password: '); sys.stderr.flush()
+line = sys.stdin.readline()
+ok = line.endswith('\\n') and line.rstrip('\\n').startswith('sudo-')
+print('authenticated' if ok else 'denied'); sys.exit(0 if ok else 1)
+"""
+
+
+def test_stdin_injection_like_sudo_S(vault_cfg):
+    cfg, con, _ = vault_cfg
+    res = vault.exec_with(con, cfg, "sudo-pass", _py(PASSWORD_READER))
+    assert (res.code, res.stdout) == (0, b"authenticated\n")
+    res = vault.exec_with(con, cfg, "jira-api-token", _py(PASSWORD_READER))   # env secret: stdin empty
+    assert res.code == 1
+
+
+def test_too_short_value_is_refused_for_exec(vault_cfg):
+    cfg, con, secrets = vault_cfg
+    secrets.write_text("- id: pin\n  value: '1234'\n")
+    vault.sync(con, cfg)
+    with pytest.raises(RecallError, match="too short"):
+        vault.exec_with(con, cfg, "pin", ["true"])
+
+
+def test_get_through_a_real_terminal_and_refused_on_a_pipe(vault_cfg):
+    cfg, _, _ = vault_cfg
+    r = run_recall("secret", "get", "jira-api-token")
+    assert r.returncode == 1 and CANARY not in r.stdout + r.stderr and "real terminal" in r.stderr
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert CANARY.encode() in out
+
+
+def test_access_log_records_every_use(vault_cfg, cli):
+    cfg, con, _ = vault_cfg
+    vault.exec_with(con, cfg, "jira-api-token", ["true"])
+    vault.show(con, "jira-api-token")
+    code, out, _ = cli("secret", "log", "jira-api-token")
+    assert code == 0
+    lines = out.splitlines()
+    assert any("secret.exec" in l and "cli(" in l and "exit 0" in l for l in lines)
+    assert any("secret.show" in l for l in lines)
+    code, out, _ = cli("--json", "secret", "log")
+    rows = json.loads(out)
+    assert {r["caller"] for r in rows} == {"cli"} and all(r["parent"] for r in rows)
+
+
+def test_rotate_key_keeps_values_usable(vault_cfg):
+    cfg, con, _ = vault_cfg
+    key = cfg.home / "vault.key"
+    old = key.read_bytes()
+    assert vault.rotate_key(con, cfg) == 3
+    assert key.read_bytes() != old and oct(key.stat().st_mode & 0o777) == "0o600"
+    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
+    assert res.stdout == f"{len(CANARY)}\n".encode()
+
+
+def test_cli_exec_streams_and_returns_child_code(vault_cfg):
+    r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c",
+                   "import os,sys; print(os.environ['JIRA_API_TOKEN']); sys.exit(7)")
+    assert r.returncode == 7 and r.stdout == "[recall:jira-api-token]\n"
+
+
+def test_without_cryptography(vault_cfg, tmp_path):
+    """find and show work from the last sync; sync, exec and get name the pip install."""
+    blocker = tmp_path / "block"
+    (blocker / "cryptography").mkdir(parents=True)
+    (blocker / "cryptography" / "__init__.py").write_text("raise ImportError('blocked for the test')\n")
+    env = {"PYTHONPATH": str(blocker)}
+    assert run_recall("secret", "find", "jira", env=env).returncode == 0
+    assert run_recall("secret", "show", "db-admin", env=env).returncode == 0
+    for args in (["secret", "sync"], ["secret", "exec", "db-admin", "--", "true"], ["secret", "get", "db-admin"]):
+        r = run_recall(*args, env=env)
+        assert r.returncode == 1, args
+        assert r.stderr.count("\n") == 1 and "pip install 'recall[crypto]'" in r.stderr, r.stderr
