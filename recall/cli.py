@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_read)
 
     _secret_parsers(sub, common)
+    _access_parsers(sub, common)
 
     p = sub.add_parser("doctor", parents=[common], help="what works here")
     p.set_defaults(func=cmd_doctor)
@@ -97,6 +98,23 @@ def _secret_parsers(sub, common) -> None:
     p.set_defaults(func=cmd_secret_log)
     p = verbs.add_parser("rotate-key", parents=[common], help="re-encrypt the vault under a new key")
     p.set_defaults(func=cmd_secret_rotate)
+
+
+def _access_parsers(sub, common) -> None:
+    ap = sub.add_parser("access", parents=[common], help="how to reach clusters, hosts and accounts")
+    verbs = ap.add_subparsers(dest="access_verb", metavar="VERB", parser_class=_Parser)
+    verbs.required = True
+    p = verbs.add_parser("find", parents=[common], help="find inventory entries")
+    p.add_argument("query", nargs="+")
+    p.set_defaults(func=cmd_access_find)
+    p = verbs.add_parser("show", parents=[common], help="the access block of one entry")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_access_show)
+    p = verbs.add_parser("exec", parents=[common],
+                         help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask")
+    p.add_argument("id")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
+    p.set_defaults(func=cmd_access_exec)
 
 
 def _after_dashes(cmd: list) -> list:
@@ -177,10 +195,9 @@ def cmd_search(args) -> int:
         return 0
     for notice in result.notices:
         sys.stderr.write(f"recall: {notice}\n")
-    if not result.hits and not result.access:
-        _out(f"no notes match {result.query!r}")
-        return 0
-    lines = []
+    lines = [a["block"] + "\n" for a in result.access]
+    if not result.hits:
+        lines.append(f"no notes match {result.query!r}")
     for i, h in enumerate(result.hits, start=1):
         lines.append(f"{i}. {h.relpath}:{h.line}  {h.date}  [{h.source}]")
         lines.append(f"   {h.breadcrumb}")
@@ -299,6 +316,42 @@ def cmd_secret_rotate(args) -> int:
     n = vault.rotate_key(con, cfg)
     _out(f"re-encrypted {n} secrets under a new key")
     return 0
+
+
+def _inventory(args):
+    from . import inventory
+    cfg = _config(args)
+    if not cfg.inventory:
+        raise RecallError("no inventory files configured", "add 'inventory: [~/notes/inventory.yaml]' to the config")
+    con = _db(cfg)
+    return inventory, cfg, con, inventory.load_inventory(cfg, con)
+
+
+def cmd_access_find(args) -> int:
+    inventory, cfg, con, entries = _inventory(args)
+    found = [inventory.describe(con, e) for e in inventory.find(entries, " ".join(args.query))]
+    if getattr(args, "json", False):
+        _json(found)
+    else:
+        _out("\n\n".join(d["block"] for d in found) if found else "no inventory entries match")
+    return 0
+
+
+def cmd_access_show(args) -> int:
+    inventory, cfg, con, entries = _inventory(args)
+    d = inventory.describe(con, inventory.get_entry(entries, args.id))
+    _json(d) if getattr(args, "json", False) else _out(d["block"])
+    return 0
+
+
+def cmd_access_exec(args) -> int:
+    from .access import exec_entry
+    cfg = _config(args)
+    con = _db(cfg)
+    sys.stdout.flush()
+    result = exec_entry(con, cfg, args.id, _after_dashes(args.cmd), out=sys.stdout.buffer,
+                        err=sys.stderr.buffer)
+    return result.code
 
 
 def cmd_doctor(args) -> int:

@@ -197,6 +197,19 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
     return hits
 
 
+def pin_access(con, cfg, result: SearchResult) -> None:
+    """Entries the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
+    if not getattr(cfg, "inventory", None):
+        return
+    from . import inventory
+    try:
+        entries = inventory.load_inventory(cfg, con)
+    except RecallError as exc:
+        result.notices.append(f"inventory not loaded: {exc}")
+        return
+    result.access = [inventory.describe(con, e) for e in inventory.mentioned(entries, result.query)]
+
+
 def route_for(mode: str, query: str, provider: str) -> str:
     if mode not in MODES:
         raise RecallError(f"unknown mode '{mode}'", "use one of: " + ", ".join(MODES))
@@ -240,6 +253,7 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
         scored.sort(key=lambda x: -x[1])
     hits = shape(con, cfg, query, scored, n, explain)
     result = SearchResult(query=query, mode=mode, route=route, hits=hits)
+    pin_access(con, cfg, result)
     if explain:
         result.notices.append(f"route: {route}; {len(scored)} candidates; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")

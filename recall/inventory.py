@@ -1,0 +1,309 @@
+"""Inventory YAML → entries; find / show; prerequisites (checked once per process); pins in search."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import status
+from .errors import InputError, NotFound, PrerequisiteDown, RecallError
+
+FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
+          "secrets", "check", "hint", "tags", "notes", "url", "timeout"}
+LIST_FIELDS = ("aliases", "requires", "access", "secrets", "tags")
+DEFAULT_TCP_TIMEOUT = 3.0
+_TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class Entry:
+    id: str
+    kind: str = ""
+    name: str = ""
+    aliases: list = field(default_factory=list)
+    environment: str = ""
+    account: str = ""
+    requires: list = field(default_factory=list)
+    access: list = field(default_factory=list)
+    verify: str = ""
+    secrets: list = field(default_factory=list)
+    check: str = ""
+    hint: str = ""
+    tags: list = field(default_factory=list)
+    notes: str = ""
+    url: str = ""
+    timeout: float = 0.0
+    file: str = ""
+    line: int = 0
+
+    def names(self) -> list:
+        return [n for n in [self.id, self.name, *self.aliases] if n]
+
+
+# -- loading and validation ------------------------------------------------------------------------
+
+def _line(m, key, default):
+    return getattr(m, "key_lines", {}).get(key, default)
+
+
+def _entry(item, path: str, line) -> Entry:
+    if not isinstance(item, dict):
+        raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
+    line = getattr(item, "line", line)
+    for key in item:
+        if key not in FIELDS:
+            raise InputError(path, _line(item, key, line), f"unknown field '{key}'",
+                             hint="known fields: " + ", ".join(sorted(FIELDS)))
+    entry = Entry(id="", file=path, line=line)
+    for key, value in item.items():
+        kline = _line(item, key, line)
+        if key in LIST_FIELDS:
+            value = [value] if isinstance(value, str) else (value or [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InputError(path, kline, f"'{key}' must be a list of strings")
+            value = list(value)
+        elif key == "timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise InputError(path, kline, "'timeout' must be a positive number of seconds")
+            value = float(value)
+        elif value is None:
+            value = ""
+        elif not isinstance(value, str):
+            raise InputError(path, kline, f"'{key}' must be a string", hint="quote it")
+        setattr(entry, key, value)
+    if not entry.id or not _ID.match(entry.id):
+        raise InputError(path, line, "an entry needs an 'id' of letters, digits, '-', '_' or '.'")
+    if entry.check and not _TCP.match(entry.check.strip()):
+        from .guard import verdict_for
+        if not verdict_for(entry.check).allow:
+            raise InputError(path, _line(item, "check", line),
+                             f"check '{entry.check}' is not a read-only command recall may run",
+                             hint="use 'tcp HOST:PORT' or a command 'recall verify --dry-run' allows")
+    return entry
+
+
+def _secret_ids(cfg) -> set:
+    from . import yamlish
+    ids = set()
+    for path in cfg.secrets:
+        if os.path.exists(path):
+            doc = yamlish.load(str(path)) or []
+            ids.update(str(item.get("id")) for item in doc if isinstance(item, dict))
+    return ids
+
+
+def _check_references(entries: list, secret_ids: set) -> None:
+    by_id = {e.id: e for e in entries}
+    for e in entries:
+        refs = [("account", e.account)] if e.account else []
+        refs += [("requires", r) for r in e.requires]
+        for what, ref in refs:
+            if ref not in by_id:
+                raise InputError(e.file, e.line, f"entry '{e.id}': {what} '{ref}' is not an inventory id")
+        for sid in e.secrets:
+            if sid not in secret_ids:
+                raise InputError(e.file, e.line, f"entry '{e.id}': secret '{sid}' is not in the secrets files")
+    state: dict = {}
+
+    def visit(e, trail):
+        if state.get(e.id) == "done":
+            return
+        if state.get(e.id) == "active":
+            cycle = trail[trail.index(e.id):] + [e.id]
+            raise InputError(e.file, e.line, "a cycle in 'requires': " + " → ".join(cycle))
+        state[e.id] = "active"
+        for r in e.requires:
+            visit(by_id[r], trail + [e.id])
+        state[e.id] = "done"
+
+    for e in entries:
+        visit(e, [])
+
+
+def _signature(cfg) -> str:
+    parts = []
+    for p in list(cfg.inventory) + list(cfg.secrets):
+        try:
+            st = os.stat(p)
+            parts.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{p}:absent")
+    return "|".join(parts)
+
+
+def load_inventory(cfg, con=None) -> list:
+    """Every entry of every inventory file, validated; cached in the DB while the files are unchanged."""
+    if not cfg.inventory:
+        return []
+    sig = _signature(cfg)
+    if con is not None:
+        from .db import get_meta
+        cached = get_meta(con, "inventory_cache")
+        if cached:
+            data = json.loads(cached)
+            if data["sig"] == sig:
+                return [Entry(**e) for e in data["entries"]]
+    from . import yamlish
+    entries, seen_ids, seen_names = [], {}, {}
+    for path in cfg.inventory:
+        path = str(path)
+        if not os.path.exists(path):
+            raise InputError(path, None, "inventory file does not exist", hint="fix 'inventory:' in the config")
+        doc = yamlish.load(path)
+        if doc is None:
+            continue
+        if not isinstance(doc, list):
+            raise InputError(path, getattr(doc, "line", 1), "an inventory file is a list of entries ('- id: …')")
+        for i, item in enumerate(doc):
+            e = _entry(item, path, doc.item_lines[i] if hasattr(doc, "item_lines") else None)
+            if e.id in seen_ids:
+                raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")
+            seen_ids[e.id] = f"{path}:{e.line}"
+            for name in e.names():
+                key = name.lower()
+                if key in seen_names and seen_names[key][0] != e.id:
+                    raise InputError(path, e.line, f"'{name}' names both '{seen_names[key][0]}' and '{e.id}'",
+                                     hint=f"first at {seen_names[key][1]}")
+                seen_names[key] = (e.id, f"{path}:{e.line}")
+            entries.append(e)
+    _check_references(entries, _secret_ids(cfg))
+    if con is not None:
+        from .db import set_meta
+        try:
+            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
+        except Exception:   # a read-only moment (another writer) only costs the cache
+            pass
+    return entries
+
+
+def get_entry(entries: list, entry_id: str) -> Entry:
+    for e in entries:
+        if e.id == entry_id or entry_id.lower() in (n.lower() for n in e.names()):
+            return e
+    raise NotFound(f"no inventory entry '{entry_id}'", "see 'recall access find QUERY'")
+
+
+# -- find, show, pins ------------------------------------------------------------------------------
+
+def find(entries: list, query: str) -> list:
+    """Exact id / name / alias first, then entries whose words (tags, notes, kind …) match."""
+    q = (query or "").strip().lower()
+    if not q:
+        raise RecallError("empty query", "e.g. recall access find 'ops cluster'")
+    exact = [e for e in entries if q in (n.lower() for n in e.names())]
+    words = [w for w in re.findall(r"[\w.-]+", q) if len(w) > 1]
+    scored = []
+    for e in entries:
+        if e in exact:
+            continue
+        hay = " ".join([*e.names(), e.kind, e.environment, e.account, *e.tags, e.notes, e.url]).lower()
+        score = sum(1 for w in words if w in hay)
+        if score:
+            scored.append((-score, e.id, e))
+    return exact + [e for _, _, e in sorted(scored, key=lambda x: x[:2])]
+
+
+def mentioned(entries: list, query: str) -> list:
+    """Entries the query names (id, name or alias; case-insensitive; whole words)."""
+    out = []
+    for e in entries:
+        for name in e.names():
+            if re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", query, re.IGNORECASE):
+                out.append(e)
+                break
+    return out
+
+
+def describe(con, e: Entry) -> dict:
+    """The access block as data (what `access show` prints and search pins)."""
+    d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
+    d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
+    d["block"] = block_text(e, d["last_verified"])
+    return d
+
+
+def block_text(e: Entry, last_verified: str) -> str:
+    head = ", ".join(x for x in (e.kind, e.environment) if x)
+    lines = [f"Access: {e.id}" + (f" ({' · '.join(x for x in (e.kind, e.environment) if x)})" if head else "")]
+    if e.name:
+        lines.append(f"  name: {e.name}")
+    if e.account:
+        lines.append(f"  account: {e.account}")
+    if e.requires:
+        lines.append(f"  requires: {', '.join(e.requires)}")
+    lines += [f"  {i}. {step}" for i, step in enumerate(e.access, start=1)]
+    if e.check:
+        lines.append(f"  check: {e.check}")
+    if e.verify:
+        lines.append(f"  verify: {e.verify}")
+    if e.secrets:
+        lines.append(f"  secrets: {', '.join(e.secrets)}")
+    lines.append(f"  last verified: {last_verified}")
+    return "\n".join(lines)
+
+
+# -- prerequisites ---------------------------------------------------------------------------------
+
+_CHECKED: dict = {}      # id -> (up, detail): each prerequisite is checked once per process
+
+
+def tcp_check(target: str, timeout: float) -> tuple:
+    m = _TCP.match(target.strip())
+    if not m:
+        return False, f"'{target}' is not 'tcp HOST:PORT'"
+    host, port = m.group(1).strip("[]"), int(m.group(2))
+    started = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True, f"{host}:{port} answered in {(time.monotonic() - started) * 1000:.0f} ms"
+    except socket.timeout:
+        return False, f"{host}:{port} did not answer within {timeout:g}s"
+    except OSError as exc:
+        return False, f"{host}:{port}: {exc.strerror or exc}"
+
+
+def check_one(e: Entry) -> tuple:
+    if e.id in _CHECKED:
+        return _CHECKED[e.id]
+    if not e.check:
+        result = (True, "no check")
+    elif _TCP.match(e.check.strip()):
+        result = tcp_check(e.check, e.timeout or DEFAULT_TCP_TIMEOUT)
+    else:
+        import shlex
+        import subprocess
+        try:
+            proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=e.timeout or 20)
+            result = (proc.returncode == 0, f"exit {proc.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            result = (False, str(exc))
+    _CHECKED[e.id] = result
+    return result
+
+
+def prerequisites(entries: list, e: Entry) -> list:
+    """Every `requires` entry of e, transitively, deepest first (each once)."""
+    by_id = {x.id: x for x in entries}
+    order: list = []
+
+    def walk(x):
+        for r in x.requires:
+            walk(by_id[r])
+            if by_id[r] not in order:
+                order.append(by_id[r])
+
+    walk(e)
+    return order
+
+
+def ensure_prerequisites(entries: list, e: Entry) -> None:
+    """Raise PrerequisiteDown (exit 69) naming the first prerequisite that is down."""
+    for p in prerequisites(entries, e):
+        up, detail = check_one(p)
+        if not up:
+            raise PrerequisiteDown(f"prerequisite '{p.id}' is down: {p.hint or detail}")

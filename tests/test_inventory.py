@@ -1,0 +1,241 @@
+"""Inventory and access: validation, find/show, pins in search, prerequisites, access exec."""
+import json
+import socket
+import sys
+import time
+
+import pytest
+
+from recall import db, inventory
+from recall.config import load_config
+from recall.errors import PrerequisiteDown, RecallError
+from recall.index import run_index
+from recall.search import search
+from tests.conftest import run_recall
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def inventory_text(vpn_port, script=""):
+    return f"""\
+- id: vpn
+  kind: vpn
+  name: corporate VPN
+  check: tcp 127.0.0.1:{vpn_port}
+  timeout: 1
+  hint: connect the VPN client and retry
+- id: aws-ops-prod
+  kind: account
+  environment: prod
+  requires: [vpn]
+  access:
+    - source {script or '/dev/null'}
+  verify: aws sts get-caller-identity
+- id: ops-cluster
+  kind: cluster
+  aliases: [ops, platform cluster]
+  environment: prod
+  account: aws-ops-prod
+  requires: [aws-ops-prod]
+  tags: [kubernetes, eks]
+  notes: the main EKS cluster for platform services
+  access:
+    - source {script or '/dev/null'}
+    - kubectl config use-context ops-cluster
+    - kubectl --context ops-cluster get nodes
+  verify: kubectl --context ops-cluster get nodes
+"""
+
+
+@pytest.fixture
+def inv(tmp_path, config, listener):
+    path = tmp_path / "inventory.yaml"
+    path.write_text(inventory_text(listener))
+    config(f"inventory: [{path}]\n")
+    inventory._CHECKED.clear()
+    return path
+
+
+def _load():
+    cfg = load_config()
+    return cfg, inventory.load_inventory(cfg)
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("- id: a\n  requires: [b]\n", 1, "requires 'b' is not an inventory id"),
+    ("- id: a\n  account: zz\n", 1, "account 'zz'"),
+    ("- id: a\n  secrets: [nope]\n", 1, "secret 'nope' is not in the secrets files"),
+    ("- id: a\n  requires: [b]\n- id: b\n  requires: [a]\n", 1, "cycle in 'requires': a → b → a"),
+    ("- id: a\n- id: a\n", 2, "duplicate inventory id 'a'"),
+    ("- id: a\n  aliases: [x]\n- id: b\n  aliases: [X]\n", 3, "'X' names both 'a' and 'b'"),
+    ("- id: a\n  colour: red\n", 2, "unknown field 'colour'"),
+    ("- id: a\n  check: rm -rf /tmp/x\n", 2, "not a read-only command"),
+])
+def test_bad_inventory_names_file_and_line(tmp_path, config, text, line, words):
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    config(f"inventory: [{path}]\n")
+    with pytest.raises(RecallError) as err:
+        _load()
+    assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+
+
+def test_find_exact_then_words(inv):
+    cfg, entries = _load()
+    assert [e.id for e in inventory.find(entries, "platform cluster")][:1] == ["ops-cluster"]
+    assert [e.id for e in inventory.find(entries, "OPS")][:1] == ["ops-cluster"]
+    assert [e.id for e in inventory.find(entries, "eks")] == ["ops-cluster"]
+
+
+def test_show_prints_the_access_block(inv, cli):
+    code, out, _ = cli("access", "show", "ops-cluster")
+    assert code == 0
+    assert out.splitlines()[0] == "Access: ops-cluster (cluster · prod)"
+    assert "  requires: aws-ops-prod" in out
+    assert "  2. kubectl config use-context ops-cluster" in out
+    assert "  verify: kubectl --context ops-cluster get nodes" in out
+    assert out.rstrip().endswith("last verified: never")
+    code, out, _ = cli("--json", "access", "show", "ops")
+    data = json.loads(out)
+    assert data["id"] == "ops-cluster" and data["verify"].startswith("kubectl")
+
+
+def test_last_verified_is_shown(inv, cli):
+    from recall import status
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    status.record(con, "entry:ops-cluster", "ok", "", "kubectl")
+    con.execute("UPDATE verify_results SET at = at - 7300")
+    _, out, _ = cli("access", "show", "ops-cluster")
+    assert "last verified: ok 2h ago" in out
+
+
+def test_query_naming_an_entry_pins_its_block_first(inv, cli):
+    cli("index")
+    code, out, _ = cli("search", "why is the Platform Cluster slow")
+    assert out.startswith("Access: ops-cluster")
+    code, out, _ = cli("--json", "search", "ops-cluster nodes")
+    assert [a["id"] for a in json.loads(out)["access"]] == ["ops-cluster"]
+    code, out, _ = cli("--json", "search", "devops pipeline")      # 'ops' only as part of a word
+    assert json.loads(out)["access"] == []
+
+
+def test_prerequisite_up_then_down_fails_fast_with_the_sentence(inv, tmp_path, config):
+    cfg, entries = _load()
+    ops = inventory.get_entry(entries, "ops-cluster")
+    inventory.ensure_prerequisites(entries, ops)             # listening: fine
+    closed = free_port()
+    inv.write_text(inventory_text(closed))
+    inventory._CHECKED.clear()
+    cfg, entries = _load()
+    started = time.monotonic()
+    with pytest.raises(PrerequisiteDown) as err:
+        inventory.ensure_prerequisites(entries, inventory.get_entry(entries, "ops-cluster"))
+    assert time.monotonic() - started < 1.5
+    assert str(err.value) == "prerequisite 'vpn' is down: connect the VPN client and retry"
+
+
+@pytest.fixture
+def silent_port():
+    """A listener whose accept queue is full: a connect gets no answer, so the timeout decides."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    for _ in range(8):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    time.sleep(0.1)
+    yield port
+    for c in fillers:
+        c.close()
+    srv.close()
+
+
+def test_silent_prerequisite_fails_within_its_timeout_plus_half_a_second(tmp_path, config, silent_port):
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{silent_port}\n  timeout: 1\n"
+                    f"- id: h\n  requires: [vpn]\n  verify: 'true'\n")
+    config(f"inventory: [{path}]\n")
+    inventory._CHECKED.clear()
+    cfg, entries = _load()
+    started = time.monotonic()
+    with pytest.raises(PrerequisiteDown) as err:
+        inventory.ensure_prerequisites(entries, inventory.get_entry(entries, "h"))
+    assert time.monotonic() - started < 1.5
+    assert "did not answer within 1s" in str(err.value)
+
+
+def test_prerequisite_checked_once_per_process(inv, monkeypatch):
+    cfg, entries = _load()
+    calls = []
+    real = inventory.tcp_check
+    monkeypatch.setattr(inventory, "tcp_check", lambda *a: calls.append(a) or real(*a))
+    for _ in range(3):
+        inventory.ensure_prerequisites(entries, inventory.get_entry(entries, "ops-cluster"))
+    assert len(calls) == 1
+
+
+def test_cli_exit_69_when_down(inv, tmp_path):
+    inv.write_text(inventory_text(free_port()))
+    r = run_recall("access", "exec", "ops-cluster", "--", "true")
+    assert r.returncode == 69
+    assert r.stderr == "recall: prerequisite 'vpn' is down: connect the VPN client and retry\n"
+
+
+def test_exec_sets_up_env_masks_exported_tokens_and_leaves_out_global_switches(tmp_path, config, listener):
+    script = tmp_path / "set_aws_ops_prod.sh"
+    token = "FwoGZXIvYXdzEXAMPLEsessiontoken0123456789"
+    script.write_text(f"export AWS_PROFILE=ops-prod\nexport AWS_SESSION_TOKEN={token}\necho setting up >&2\n")
+    path = tmp_path / "inventory.yaml"
+    path.write_text(inventory_text(listener, script))
+    config(f"inventory: [{path}]\n")
+    inventory._CHECKED.clear()
+    marker = tmp_path / "kubectl-called"
+    r = run_recall("access", "exec", "ops-cluster", "--", sys.executable, "-c",
+                   "import os; print(os.environ['AWS_PROFILE'], os.environ['AWS_SESSION_TOKEN']);"
+                   "print(os.environ.get('RECALL_HOME'))")
+    assert r.returncode == 0, r.stderr
+    assert token not in r.stdout + r.stderr
+    assert r.stdout.splitlines()[0] == "ops-prod [recall:ops-cluster:AWS_SESSION_TOKEN]"
+    assert r.stdout.splitlines()[1] == "None"
+    assert "setting up" in r.stderr
+    assert not marker.exists()
+    log = run_recall("--json", "secret", "log", "ops-cluster")
+    rows = json.loads(log.stdout)
+    assert rows[-1]["verb"] == "access.exec" and rows[-1]["exit_code"] == 0
+    assert token not in log.stdout
+
+
+def test_exec_without_command_runs_verify(tmp_path, config, listener):
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"- id: h\n  verify: {sys.executable} -c \"print('verified')\"\n")
+    config(f"inventory: [{path}]\n")
+    r = run_recall("access", "exec", "h")
+    assert r.returncode == 0 and r.stdout == "verified\n"
+
+
+def test_global_state_steps_are_planned_out():
+    from recall.access import plan_steps
+    e = inventory.Entry(id="x", access=["source a.sh", "kubectl config use-context prod", "az account set -s 1",
+                                        "export A=1", "kubectl get nodes"])
+    plan = plan_steps(e)
+    assert plan.run == ["source a.sh", "export A=1"]
+    assert [s for s, _ in plan.left_out] == ["kubectl config use-context prod", "az account set -s 1",
+                                             "kubectl get nodes"]
