@@ -239,3 +239,34 @@ def test_global_state_steps_are_planned_out():
     assert plan.run == ["source a.sh", "export A=1"]
     assert [s for s, _ in plan.left_out] == ["kubectl config use-context prod", "az account set -s 1",
                                              "kubectl get nodes"]
+
+
+@pytest.mark.e2e
+def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, config):
+    from tests.sshd import SSHD, start_sshd, stop_sshd
+    if SSHD is None:
+        pytest.skip("openssh-server is not installed (.ci/install installs it)")
+    server = start_sshd(tmp_path / "sshd", accept_env="DEPLOY_API_TOKEN")
+    try:
+        token = "dpl-7f3a9b2c5d1e0000-secret"
+        script = tmp_path / "set_deploy.sh"
+        script.write_text(f"export DEPLOY_API_TOKEN={token}\n")
+        path = tmp_path / "inv.yaml"
+        path.write_text(f"""\
+- id: testbox
+  kind: host
+  access:
+    - source {script}
+  verify: ssh -F {server.client_config} testbox hostname
+""")
+        config(f"inventory: [{path}]\n")
+        r = run_recall("access", "exec", "testbox")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == socket.gethostname()
+        r = run_recall("access", "exec", "testbox", "--", "ssh", "-F", str(server.client_config),
+                       "-o", "SendEnv=DEPLOY_API_TOKEN", "testbox", "echo remote:$DEPLOY_API_TOKEN; exit 5")
+        assert r.returncode == 5
+        assert r.stdout == "remote:[recall:testbox:DEPLOY_API_TOKEN]\n"
+        assert token not in r.stderr
+    finally:
+        stop_sshd(server)
