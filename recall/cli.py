@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     _secret_parsers(sub, common)
     _access_parsers(sub, common)
 
+    p = sub.add_parser("mcp", parents=[common], help="serve MCP on stdio (for the agent)")
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("instructions", parents=[common], help="the rules block for the agent's instructions file")
+    p.add_argument("--install", metavar="FILE", help="write or update the block in FILE (idempotent)")
+    p.set_defaults(func=cmd_instructions)
+
     p = sub.add_parser("doctor", parents=[common], help="what works here")
     p.set_defaults(func=cmd_doctor)
 
@@ -352,6 +359,23 @@ def cmd_access_exec(args) -> int:
     result = exec_entry(con, cfg, args.id, _after_dashes(args.cmd), out=sys.stdout.buffer,
                         err=sys.stderr.buffer)
     return result.code
+
+
+def cmd_mcp(args) -> int:
+    import os
+    from .mcp_server import serve
+    if getattr(args, "config", None):
+        os.environ["RECALL_CONFIG"] = args.config
+    return serve()
+
+
+def cmd_instructions(args) -> int:
+    from .instructions import install, rules_text
+    if args.install:
+        _out(install(args.install))
+    else:
+        _out(rules_text())
+    return 0
 
 
 def cmd_doctor(args) -> int:
