@@ -13,7 +13,8 @@ from .errors import RecallError
 # Steps that switch state for every other shell on the machine: left out, --context/--subscription instead.
 GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-context|use)\b",
                                         r"^az\s+account\s+set\b", r"^gcloud\s+config\s+set\b",
-                                        r"^kubectx\b", r"^aws\s+configure\s+set\b")]
+                                        r"^kubectx\b", r"^aws\s+configure\s+set\b",
+                                        r"^aws\s+eks\s+update-kubeconfig\b")]
 SETUP = re.compile(r"^(source|\.|export|unset)\s")
 SENSITIVE = re.compile(r"(_TOKEN|PASSWORD|PASSWD|_SECRET|SECRET_|_API_KEY|APIKEY|_PRIVATE_KEY|CREDENTIAL)",
                        re.IGNORECASE)
@@ -71,7 +72,7 @@ def sensitive_values(env: dict, base: dict) -> dict:
     return {k: v for k, v in env.items() if SENSITIVE.search(k) and base.get(k) != v and len(v) >= 6}
 
 
-def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None):
+def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None, stdin=None):
     """Check prerequisites, set up, inject linked secrets, run `command` (default: verify), mask."""
     from . import vault
     from .mask import Masker
@@ -109,7 +110,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
         env.update(extra)
     masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
     try:
-        result = run_masked(argv, env=env, masker=masker, out=out, err=err, timeout=timeout)
+        result = run_masked(argv, env=env, masker=masker, out=out, err=err, timeout=timeout, stdin=stdin)
     except RecallError:
         audit.log(con, "access.exec", entry.id, argv=masked_argv, verdict="not run")
         raise

@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     _secret_parsers(sub, common)
     _access_parsers(sub, common)
 
+    p = sub.add_parser("verify", parents=[common],
+                       help="read-only sweep: which entries and secrets still work, and why not")
+    p.add_argument("ids", nargs="*", metavar="ID", help="only these entries or secrets")
+    p.add_argument("--dry-run", action="store_true", help="print each command with the guard's verdict; run nothing")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per proof (default 20)")
+    p.set_defaults(func=cmd_verify)
+
     p = sub.add_parser("mcp", parents=[common], help="serve MCP on stdio (for the agent)")
     p.set_defaults(func=cmd_mcp)
 
@@ -359,6 +366,28 @@ def cmd_access_exec(args) -> int:
     result = exec_entry(con, cfg, args.id, _after_dashes(args.cmd), out=sys.stdout.buffer,
                         err=sys.stderr.buffer)
     return result.code
+
+
+def cmd_verify(args) -> int:
+    from .verify import run_verify
+    cfg = _config(args)
+    con = _db(cfg)
+    report = run_verify(con, cfg, args.ids or None, dry_run=args.dry_run, timeout=args.timeout)
+    if getattr(args, "json", False):
+        _json(report.public())
+        return 0
+    if not report.probes:
+        _out("nothing to verify: no inventory entries and no secrets with a check")
+        return 0
+    width = max(len(p.target) for p in report.probes)
+    for p in report.probes:
+        if report.dry_run:
+            _out(f"{p.target:<{width}}  {p.verdict:<5}  {p.command or '(none)'}\n{'':<{width}}  "
+                 f"rule {p.rule}: {p.reason}")
+        else:
+            detail = f"  {p.detail}" if p.detail else ""
+            _out(f"{p.status:<11} {p.target:<{width}}  {p.seconds:5.1f}s{detail}")
+    return 0
 
 
 def cmd_mcp(args) -> int:
