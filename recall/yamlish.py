@@ -1,0 +1,619 @@
+"""The YAML subset recall's files use: containers that know their line numbers, errors at file:line:col."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, List, Optional, Tuple
+
+from recall.errors import InputError, NotFound
+
+__all__ = ["YMap", "YList", "line_of", "parse", "load"]
+
+_SEP = (" ", "\t")             # separation whitespace inside a line
+_END = ("", " ", "\t")         # what may follow an indicator such as ':' or '-'
+_FLOW = (",", "[", "]", "{", "}")
+_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
+            "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\",
+            "N": "\x85", "_": "\xa0", "L": "\u2028", "P": "\u2029"}
+_HEX_LEN = {"x": 2, "u": 4, "U": 8}
+_UNSUPPORTED = {
+    "&": "anchors ('&name') are not supported",
+    "*": "aliases ('*name') are not supported",
+    "!": "tags ('!tag') are not supported",
+    "%": "a plain value cannot start with '%'",
+    "@": "a plain value cannot start with '@' (reserved in YAML)",
+    "`": "a plain value cannot start with '`' (reserved in YAML)",
+}
+_QUOTE_HINT = "quote the value if it is meant as text"
+
+# YAML 1.2 core schema (not 1.1: yes/no/on/off, 012 octal, 1_000 and 12:30 are not special here)
+_CONSTANTS = {"": None, "~": None, "null": None, "Null": None, "NULL": None, "true": True,
+              "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_NUMBERS = [
+    (re.compile(r"[-+]?[0-9]+\Z"), int),
+    (re.compile(r"0o[0-7]+\Z"), lambda t: int(t[2:], 8)),
+    (re.compile(r"0x[0-9a-fA-F]+\Z"), lambda t: int(t[2:], 16)),
+    (re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z"), float),
+    (re.compile(r"[-+]?\.(inf|Inf|INF)\Z|\.(nan|NaN|NAN)\Z"), lambda t: float(t.replace(".", ""))),
+]
+
+
+class YMap(dict):
+    """A mapping that remembers the line it starts on and the line of each key."""
+
+    def __init__(self, line: int = 0):
+        super().__init__()
+        self.line = line
+        self.key_lines: dict = {}
+
+
+class YList(list):
+    """A sequence that remembers the line it starts on and the line of each item."""
+
+    def __init__(self, line: int = 0):
+        super().__init__()
+        self.line = line
+        self.item_lines: List[int] = []
+
+
+def line_of(container: Any, key_or_index: Any, default: Optional[int] = None) -> Optional[int]:
+    """The 1-based line of a key in a YMap or an item in a YList; `default` when unknown."""
+    try:
+        if isinstance(container, YMap):
+            return container.key_lines.get(key_or_index, default)
+        if isinstance(container, YList):
+            return container.item_lines[key_or_index]
+    except (IndexError, TypeError):    # an index out of range, an unhashable key
+        pass
+    return default
+
+
+def parse(text: str, path: str = "<string>") -> Any:
+    """Parse one document: YMap, YList, a scalar, or None when there is no content."""
+    return _Parser(text, str(path)).document()
+
+
+def load(path: Any) -> Any:
+    """Read a UTF-8 file and parse it; a missing file is NotFound, anything else InputError."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise NotFound(f"{name}: no such file", "create it, or fix the path in the config") from None
+    except OSError as e:
+        raise InputError(name, None, f"cannot read the file: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        raise InputError(name, data.count(b"\n", 0, e.start) + 1,
+                         f"not valid UTF-8 (byte 0x{data[e.start]:02x})",
+                         col=e.start - line_start + 1, hint="save the file as UTF-8") from None
+    return parse(text, name)
+
+
+def _resolve(text: str) -> Any:
+    """Turn an unquoted scalar into null, bool, int, float or str (YAML 1.2 core schema)."""
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    for pattern, convert in _NUMBERS:
+        if pattern.match(text):
+            try:
+                return convert(text)
+            except ValueError:         # more digits than int() accepts (Python 3.11+): keep the text
+                return text
+    return text
+
+
+def _is_marker(line: str) -> bool:
+    """A '---' or '...' document marker, which is only one at column 1."""
+    return line[:3] in ("---", "...") and line[3:4] in _END
+
+
+def _rest_ok(line: str, i: int) -> bool:
+    """Nothing but blanks or a comment after a finished token; '#' needs a blank before it."""
+    rest = line[i:]
+    return not rest.strip(" \t") or (rest[0] in _SEP and rest.lstrip(" \t")[0] == "#")
+
+
+def _plain_end(line: str, i: int, flow: bool) -> Tuple[int, str]:
+    """Where a plain scalar from i stops on this line, and why: ':' (a key), '#', a flow indicator or ''."""
+    start = i
+    while i < len(line):
+        ch, nxt = line[i], line[i + 1:i + 2]
+        if ch == ":" and (nxt in _END or (flow and nxt in _FLOW)):
+            return i, ":"
+        if ch == "#" and i > start and line[i - 1] in _SEP:
+            return i, "#"
+        if flow and ch in _FLOW:
+            return i, ch
+        i += 1
+    return i, ""
+
+
+class _Parser:
+    """One pass over the lines; block structure by indentation, flow and quotes by a cursor."""
+
+    def __init__(self, text: str, path: str):
+        self.path = path
+        text = text[1:] if text.startswith("\ufeff") else text
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        self.final_newline = text.endswith("\n")   # a block scalar's last break depends on it
+        self.lines = text.split("\n")
+        if self.final_newline:
+            self.lines.pop()
+        self.row = 0                   # next line the block parser looks at
+        self.fr = self.fc = 0          # the flow cursor (row, col)
+        self.fparent = -1              # indentation the current flow collection must stay inside
+
+    def error(self, row: int, col: int, message: str, hint: Optional[str] = None) -> InputError:
+        return InputError(self.path, row + 1, message, col=col + 1, hint=hint)
+
+    # ---- lines and indentation
+
+    def indent_of(self, row: int) -> int:
+        line = self.lines[row]
+        n = len(line) - len(line.lstrip(" "))
+        if line[n:n + 1] == "\t":
+            raise self.error(row, n, "tab used for indentation", hint="indent with spaces only")
+        return n
+
+    def skip_blank(self) -> int:
+        """Move to the next line with content: its indentation, or -1 at the end or at a document marker."""
+        while self.row < len(self.lines):
+            line = self.lines[self.row]
+            body = line.strip(" \t")
+            if body and body[0] != "#":
+                return -1 if _is_marker(line) else self.indent_of(self.row)
+            self.row += 1
+        return -1
+
+    def is_item(self, row: int, col: int) -> bool:
+        line = self.lines[row]
+        return line[col:col + 1] == "-" and line[col + 1:col + 2] in _END
+
+    def is_key_colon(self, row: int, col: int) -> bool:
+        line = self.lines[row]
+        rest = line[col:].lstrip(" \t")
+        return rest[:1] == ":" and rest[1:2] in _END
+
+    # ---- the document
+
+    def document(self) -> Any:
+        ind = self.skip_blank()
+        if ind == 0 and self.lines[self.row].startswith("%"):
+            raise self.error(self.row, 0, "directives ('%YAML', '%TAG') are not supported",
+                             hint="delete the line")
+        if ind == -1 and self.row < len(self.lines) and self.lines[self.row].startswith("---"):
+            row, line = self.row, self.lines[self.row]
+            self.row += 1
+            if not _rest_ok(line, 3):      # `--- value` on the marker line itself
+                col = len(line) - len(line[3:].lstrip(" \t"))
+                value = self.node(row, col, -1, compact=False)
+                self.finish()
+                return value
+            ind = self.skip_blank()
+        value = self.node(self.row, ind, -1, compact=True) if ind >= 0 else None
+        self.finish()
+        return value
+
+    def finish(self) -> None:
+        """After the top-level value: only blanks, comments and an optional '...' may follow."""
+        ind = self.skip_blank()
+        if self.row == len(self.lines):
+            return
+        line = self.lines[self.row]
+        if ind == -1 and line.startswith("...") and _rest_ok(line, 3):
+            self.row += 1
+            self.skip_blank()
+            if self.row == len(self.lines):
+                return
+        if ind == -1 or line.startswith("..."):
+            raise self.error(self.row, 0, "only one document per file is supported",
+                             hint="remove the second '---' and what follows, or move it to its own file")
+        raise self.error(self.row, ind, "unexpected content after the top-level value",
+                         hint="check the indentation of this line and the lines above")
+
+    # ---- block structure
+
+    def node(self, row: int, col: int, parent: int, compact: bool) -> Any:
+        """The value starting at (row, col); `compact`: a block mapping or list may start here."""
+        line = self.lines[row]
+        ch = line[col]
+        if self.is_item(row, col):
+            if not compact:
+                raise self.error(row, col, "a '- ' list cannot start on the same line as its key",
+                                 hint="put each '- ' item on its own line below the key")
+            return self.block_seq(row, col, under_key=False)
+        if ch in "[{":
+            self.fr, self.fc, self.fparent = row, col, parent
+            value = self.flow_node()
+            return self.after_token(value, self.fr, self.fc)
+        if ch in "|>":
+            return self.block_scalar(row, col, parent)
+        if ch in "'\"":
+            text, r, c = self.quoted(row, col, parent)
+            if compact and r == row and self.is_key_colon(r, c):
+                return self.block_map(row, col)
+            return self.after_token(text, r, c)
+        self.check_plain_start(row, col, flow=False)
+        text, r, c, stop = self.plain(row, col, parent, flow=False)
+        if stop == ":":
+            if not compact:
+                raise self.error(r, c, "found ': ' inside a value",
+                                 hint="quote the value, or put the nested mapping on its own lines")
+            return self.block_map(row, col)
+        self.row = r + 1
+        return _resolve(text)
+
+    def after_token(self, value: Any, r: int, c: int) -> Any:
+        """A quoted scalar or flow collection ended at (r, c): the rest of its line must be empty."""
+        if _rest_ok(self.lines[r], c):
+            self.row = r + 1
+            return value
+        c = len(self.lines[r]) - len(self.lines[r][c:].lstrip(" \t"))
+        if self.is_key_colon(r, c):
+            raise self.error(r, c, "unexpected ':' after this value",
+                             hint="a key is plain or quoted text on one line, and a nested mapping "
+                                  "starts on its own line")
+        raise self.error(r, c, "unexpected text after the value",
+                         hint="quote the whole value, and put a space before a '#' comment")
+
+    def block_map(self, row: int, col: int) -> YMap:
+        """A block mapping whose first key is at (row, col); the others sit at the same column."""
+        m = YMap(row + 1)
+        while True:
+            key, c = self.key(row, col)
+            if key in m:
+                raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
+                                 hint="each key may appear once in a mapping")
+            m.key_lines[key] = row + 1
+            m[key] = self.value_after(row, c, col, seq_at_parent=True)
+            ind = self.skip_blank()
+            if ind < col:
+                return m
+            if ind > col:
+                raise self.bad_indent(ind)
+            row = self.row
+
+    def block_seq(self, row: int, col: int, under_key: bool) -> YList:
+        """A block list whose first '- ' is at (row, col); `under_key`: it may end at a sibling key."""
+        s = YList(row + 1)
+        while True:
+            s.item_lines.append(row + 1)
+            s.append(self.value_after(row, col + 1, col, seq_at_parent=False))
+            ind = self.skip_blank()
+            if ind < col:
+                return s
+            if ind > col:
+                raise self.bad_indent(ind)
+            row = self.row
+            if not self.is_item(row, col):
+                if under_key:
+                    return s
+                raise self.error(row, col, "expected a '- ' item at this indentation",
+                                 hint="a list and a mapping cannot share an indentation level")
+
+    def bad_indent(self, ind: int) -> InputError:
+        return self.error(self.row, ind, "unexpected indentation",
+                          hint="align this line with its siblings; a value that spans lines must be quoted")
+
+    def key(self, row: int, col: int) -> Tuple[Any, int]:
+        """The key at (row, col) and the column after its ':'."""
+        line = self.lines[row]
+        ch = line[col]
+        if ch in "'\"":
+            text, r, c = self.quoted(row, col, col)
+            if r != row or not self.is_key_colon(row, c):
+                raise self.error(row, col, "expected 'key: value'",
+                                 hint="a quoted key must be on one line and be followed by ': '")
+            return text, line.index(":", c) + 1
+        if ch in "[{":
+            raise self.error(row, col, "a [...] or {...} cannot be used as a key")
+        if self.is_item(row, col):
+            raise self.error(row, col, "expected 'key: value', found a '- ' item",
+                             hint="a list and a mapping cannot share an indentation level")
+        self.check_plain_start(row, col, flow=False)
+        end, stop = _plain_end(line, col, False)
+        text = line[col:end].rstrip(" \t")
+        if stop != ":":
+            hint = "put a space after ':'" if ":" in text else "write 'key: value'"
+            raise self.error(row, col + len(text), f"expected ':' after the key {text!r}", hint=hint)
+        return _resolve(text), end + 1
+
+    def value_after(self, row: int, c: int, indent: int, seq_at_parent: bool) -> Any:
+        """The value after a key's ':' or an item's '-' at column c: on this line, below it, or null."""
+        line = self.lines[row]
+        while c < len(line) and line[c] in _SEP:
+            c += 1
+        if c < len(line) and line[c] != "#":
+            return self.node(row, c, indent, compact=not seq_at_parent)
+        self.row = row + 1
+        ind = self.skip_blank()
+        if ind > indent:
+            return self.node(self.row, ind, indent, compact=True)
+        # `key:` followed by `- item` at the key's own indentation is a common, valid layout
+        if ind == indent and seq_at_parent and self.is_item(self.row, ind):
+            return self.block_seq(self.row, ind, under_key=True)
+        return None
+
+    # ---- scalars
+
+    def check_plain_start(self, row: int, col: int, flow: bool) -> None:
+        """Refuse what cannot start a plain scalar, naming the YAML feature it would be."""
+        line = self.lines[row]
+        ch, nxt = line[col], line[col + 1:col + 2]
+        ends = nxt in _END or (flow and nxt in _FLOW)
+        if ch in _UNSUPPORTED:
+            raise self.error(row, col, _UNSUPPORTED[ch], hint=_QUOTE_HINT)
+        if ch == "?" and ends:
+            raise self.error(row, col, "complex keys ('? ') are not supported",
+                             hint="write 'key: value'")
+        if ch == ":" and ends:
+            raise self.error(row, col, "missing key or value before ':'")
+        if ch in ",]}#":
+            raise self.error(row, col, f"unexpected {ch!r}", hint=_QUOTE_HINT)
+        if flow and ch == "-" and ends:
+            raise self.error(row, col, "a '- ' item cannot appear inside [...] or {...}")
+        if flow and ch in "|>":
+            raise self.error(row, col, "a '|' or '>' block scalar cannot appear inside [...] or {...}",
+                             hint=_QUOTE_HINT)
+
+    def plain(self, row: int, col: int, parent: int, flow: bool) -> Tuple[str, int, int, str]:
+        """A plain scalar from (row, col), folded over more-indented lines: text, end row/col, stop reason."""
+        line = self.lines[row]
+        end, stop = _plain_end(line, col, flow)
+        text = line[col:end].rstrip(" \t")
+        if stop:
+            return text, row, end, stop
+        r, c, empties, nxt = row, end, 0, row + 1
+        while nxt < len(self.lines):
+            cur = self.lines[nxt]
+            body = cur.lstrip(" \t")
+            if not body:
+                empties, nxt = empties + 1, nxt + 1
+                continue
+            if body[0] == "#" or _is_marker(cur):
+                break
+            ind = len(cur) - len(body) if flow else self.indent_of(nxt)
+            if ind <= parent:
+                break
+            e, why = _plain_end(cur, ind, flow)
+            if e == ind:                   # inside [...]: the line starts with ',', ']', ...
+                break
+            if why == ":" and not flow:
+                raise self.error(nxt, e, "found ': ' in a value continued from the line above",
+                                 hint="quote the value, or fix the indentation of this line")
+            text += ("\n" * empties or " ") + cur[ind:e].rstrip(" \t")
+            r, c, empties, nxt, stop = nxt, e, 0, nxt + 1, why
+            if why:
+                break
+        return text, r, c, stop
+
+    def quoted(self, row: int, col: int, parent: int) -> Tuple[str, int, int]:
+        """A quoted scalar from (row, col), folded over lines: text and the (row, col) after the quote."""
+        q = self.lines[row][col]
+        parts: List[str] = []
+        r, i = row, col + 1
+        while True:
+            line = self.lines[r]
+            buf: List[str] = []
+            kept = 0                       # escapes and '' are never trimmed as trailing blanks
+            escaped_break = False
+            while i < len(line):
+                ch = line[i]
+                if ch == q and q == "'" and line[i + 1:i + 2] == "'":
+                    buf.append("'")
+                    i += 2
+                    kept = len(buf)
+                elif ch == q:
+                    parts.append("".join(buf))
+                    return "".join(parts), r, i + 1
+                elif ch == "\\" and q == '"' and i + 1 == len(line):
+                    escaped_break = True
+                    break
+                elif ch == "\\" and q == '"':
+                    text, i = self.escape(r, i)
+                    buf.append(text)
+                    kept = len(buf)
+                else:
+                    buf.append(ch)
+                    i += 1
+            while not escaped_break and len(buf) > kept and buf[-1] in _SEP:
+                buf.pop()
+            parts.append("".join(buf))
+            r, empties = self.next_quoted_line(r, row, col, parent)
+            parts.append("\n" * empties or ("" if escaped_break else " "))
+            i = len(self.lines[r]) - len(self.lines[r].lstrip(" \t"))
+
+    def next_quoted_line(self, r: int, row: int, col: int, parent: int) -> Tuple[int, int]:
+        """The next non-blank line of a quoted scalar opened at (row, col), and the blank lines skipped."""
+        kind = "single" if self.lines[row][col] == "'" else "double"
+        r, empties = r + 1, 0
+        while r < len(self.lines) and not self.lines[r].strip(" \t"):
+            r, empties = r + 1, empties + 1
+        if r == len(self.lines):
+            raise self.error(row, col, f"unterminated {kind}-quoted string",
+                             hint=f"close it with {self.lines[row][col]}")
+        line = self.lines[r]
+        if _is_marker(line) or len(line) - len(line.lstrip(" \t")) <= parent:
+            raise self.error(row, col, f"unterminated {kind}-quoted string",
+                             hint=f"close it with {self.lines[row][col]} before line {r + 1}, "
+                                  "or indent its continuation lines")
+        return r, empties
+
+    def escape(self, r: int, i: int) -> Tuple[str, int]:
+        """The character a backslash escape at (r, i) stands for, and the column after it."""
+        line = self.lines[r]
+        code = line[i + 1]
+        if code in _ESCAPES:
+            return _ESCAPES[code], i + 2
+        if code in _HEX_LEN:
+            n = _HEX_LEN[code]
+            digits = line[i + 2:i + 2 + n]
+            if re.fullmatch("[0-9a-fA-F]{%d}" % n, digits) and int(digits, 16) <= 0x10FFFF:
+                return chr(int(digits, 16)), i + 2 + n
+            raise self.error(r, i, f"bad escape '\\{code}{digits}': expected {n} hex digits",
+                             hint="use single quotes for text with backslashes")
+        raise self.error(r, i, f"unknown escape '\\{code}'",
+                         hint="write '\\\\' for a backslash, or use single quotes")
+
+    def block_scalar(self, row: int, col: int, parent: int) -> str:
+        """A '|' or '>' scalar whose header is at (row, col); its text is on the lines below."""
+        line = self.lines[row]
+        chomp, step, i = "", 0, col + 1
+        while i < len(line) and line[i] not in _SEP:
+            if line[i] in "+-" and not chomp:
+                chomp = line[i]
+            elif line[i] in "123456789" and not step:
+                step = int(line[i])
+            else:
+                raise self.error(row, i, f"unexpected {line[i]!r} after {line[col]!r}",
+                                 hint="only '+' or '-' and one digit 1-9 may follow '|' or '>'")
+            i += 1
+        if not _rest_ok(line, i):
+            raise self.error(row, i, f"unexpected text after {line[col]!r}",
+                             hint="the text of a block scalar goes on the lines below, indented")
+        indent = max(parent, 0) + step if step else self.detect_indent(row + 1, parent)
+        content: List[Optional[str]] = []    # None marks an empty line
+        r = row + 1
+        while r < len(self.lines):
+            cur = self.lines[r]
+            if len(cur) - len(cur.lstrip(" ")) >= indent and len(cur) > indent:
+                content.append(cur[indent:])
+            elif not cur.strip(" "):
+                content.append(None)
+            else:
+                break
+            r += 1
+        self.row = r
+        return self.join_block(content, row + 1, line[col] == ">", chomp)
+
+    def detect_indent(self, start: int, parent: int) -> int:
+        """The indentation of a block scalar's first non-empty line (YAML's auto-detection)."""
+        widest, widest_row = 0, start
+        for r in range(start, len(self.lines)):
+            cur = self.lines[r]
+            if cur.strip(" "):
+                indent = len(cur) - len(cur.lstrip(" "))
+                if indent <= parent or indent == 0:
+                    break                  # not indented under the header: the scalar is empty
+                if widest > indent:
+                    raise self.error(widest_row, 0, "a leading blank line has more spaces than the first text line",
+                                     hint="remove the spaces, or add an indentation digit after '|' or '>'")
+                return indent
+            if len(cur) > widest:
+                widest, widest_row = len(cur), r
+        # an empty scalar: every blank line below the header is an empty line, whatever its spaces
+        return max(parent + 1, 1, widest + 1)
+
+    def has_break(self, r: int) -> bool:
+        """Whether line r ends with a line break (the file's last line may not)."""
+        return r < len(self.lines) - 1 or self.final_newline
+
+    def join_block(self, content: List[Optional[str]], start: int, folded: bool, chomp: str) -> str:
+        """Join block scalar lines: '|' keeps breaks, '>' folds them between unindented lines."""
+        out: List[str] = []
+        prev = None
+        for k, text in enumerate(content):
+            if text is None:
+                continue
+            if prev is None:
+                out.append("\n" * k)       # leading empty lines are kept
+            else:
+                gap = k - prev - 1
+                if folded and content[prev][0] not in _SEP and text[0] not in _SEP:
+                    out.append("\n" * gap or " ")
+                else:
+                    out.append("\n" * (gap + 1))
+            out.append(text)
+            prev = k
+        if chomp == "-":
+            return "".join(out)
+        last = start - 1 if prev is None else start + prev    # the last text line (or the header)
+        if prev is not None and self.has_break(last):
+            out.append("\n")
+        if chomp == "+":                   # keep the trailing empty lines too
+            out += ["\n" for r in range(last + 1, start + len(content)) if self.has_break(r)]
+        return "".join(out)
+
+    # ---- flow collections
+
+    def flow_collection(self) -> Any:
+        """A [...] or {...} at the flow cursor, possibly over several lines; the cursor ends after it."""
+        r0, c0 = self.fr, self.fc
+        is_seq = self.lines[r0][c0] == "["
+        close = "]" if is_seq else "}"
+        coll: Any = YList(r0 + 1) if is_seq else YMap(r0 + 1)
+        self.fc += 1
+        while True:
+            ch = self.flow_skip(r0, c0)
+            if ch == close:
+                self.fc += 1
+                return coll
+            if is_seq:
+                coll.item_lines.append(self.fr + 1)
+                coll.append(self.flow_node())
+                if self.flow_skip(r0, c0) == ":":
+                    raise self.error(self.fr, self.fc, "'key: value' inside [...] is not supported",
+                                     hint="use {key: value} for a mapping")
+            else:
+                self.flow_pair(coll, r0, c0)
+            ch = self.flow_skip(r0, c0)
+            if ch == ",":
+                self.fc += 1
+            elif ch != close:
+                raise self.error(self.fr, self.fc, f"expected ',' or {close!r}, found {ch!r}",
+                                 hint=_QUOTE_HINT if ch not in "[{" else "separate items with ','")
+
+    def flow_pair(self, m: YMap, r0: int, c0: int) -> None:
+        row, col = self.fr, self.fc
+        if self.lines[row][col] in "[{":
+            raise self.error(row, col, "a [...] or {...} cannot be used as a key")
+        key = self.flow_node()
+        if self.flow_skip(r0, c0) != ":":
+            colon = isinstance(key, str) and ":" in key
+            raise self.error(self.fr, self.fc, f"expected ':' after the key {key!r}",
+                             hint="put a space after ':'" if colon else "write {key: value, ...}")
+        self.fc += 1
+        value = None if self.flow_skip(r0, c0) in ",}" else self.flow_node()
+        if key in m:
+            raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
+                             hint="each key may appear once in a mapping")
+        m.key_lines[key] = row + 1
+        m[key] = value
+
+    def flow_node(self) -> Any:
+        row, col = self.fr, self.fc
+        if self.lines[row][col] in "[{":
+            return self.flow_collection()
+        if self.lines[row][col] in "'\"":
+            text, self.fr, self.fc = self.quoted(row, col, self.fparent)
+            return text
+        self.check_plain_start(row, col, flow=True)
+        text, self.fr, self.fc, _ = self.plain(row, col, self.fparent, flow=True)
+        return _resolve(text)
+
+    def flow_skip(self, r0: int, c0: int) -> str:
+        """Skip blanks, line ends and comments inside the collection opened at (r0, c0); the next character."""
+        while True:
+            line = self.lines[self.fr]
+            while self.fc < len(line) and line[self.fc] in _SEP:
+                self.fc += 1
+            if self.fc < len(line):
+                comment = line[self.fc] == "#" and (self.fc == 0 or line[self.fc - 1] in _SEP)
+                if not comment:
+                    return line[self.fc]
+            self.fr, self.fc = self.fr + 1, 0
+            opener = self.lines[r0][c0]
+            message = f"{opener!r} is never closed with {']' if opener == '[' else '}'!r}"
+            if self.fr == len(self.lines):
+                raise self.error(r0, c0, message, hint="close it")
+            cur = self.lines[self.fr]
+            body = cur.lstrip(" \t")
+            # a continuation must be indented under its key; only the closing bracket may sit lower
+            inside = len(cur) - len(body) > self.fparent or body[:1] in ("]", "}")
+            if body and body[0] != "#" and (_is_marker(cur) or not inside):
+                raise self.error(r0, c0, message,
+                                 hint=f"close it before line {self.fr + 1}, or indent its continuation lines")
