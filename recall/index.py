@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat as _stat
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -203,6 +204,9 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report) -> None:
         st = os.stat(full_path)
     except OSError as exc:
         report.skipped.append((full_path, f"unreadable: {exc.strerror or exc}"))
+        return
+    if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
+        report.skipped.append((full_path, "not a regular file"))
         return
     if old is not None and not full and old["size"] == st.st_size and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1

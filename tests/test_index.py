@@ -93,6 +93,39 @@ def test_unreadable_file_is_reported_and_kept(config, notes):
         p.chmod(0o644)
 
 
+def test_broken_link_and_fifo_are_reported_not_fatal(config, notes):
+    (notes / "gone.md").symlink_to(notes / "nowhere.md")
+    os.mkfifo(notes / "pipe.md")
+    cfg, con, rep = _index()
+    reasons = {os.path.basename(p): why for p, why in rep.skipped}
+    assert reasons["gone.md"].startswith("unreadable")
+    assert reasons["pipe.md"] == "not a regular file"
+    assert len(_relpaths(con)) == 4
+
+
+def test_progress_bar_on_a_terminal_only(config, tmp_path):
+    import pty
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    r = subprocess.run([sys.executable, str(REPO / "recall.py"), "index"], capture_output=True, text=True)
+    assert r.returncode == 0 and "[" not in r.stderr and r.stdout.startswith("indexed: 4 new")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "index", "--full"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    assert b"[##############################] 4/4" in out and b"indexed: 0 new, 4 changed" in out
+
+
 def test_missing_source_path_is_an_error_and_changes_nothing(config, tmp_path):
     cfg, con, _ = _index()
     before = _relpaths(con)
