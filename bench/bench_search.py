@@ -62,7 +62,6 @@ def main() -> None:
     py = sys.executable
     cli = lambda q: run_ms([py, str(REPO / "recall.py"), "search", q], 4)  # noqa: E731
     ident_cli = sum((cli(q) for q in IDENT_QUERIES), [])
-    rg_ident, rg_word = [], []
     word_cli = sum((cli(q) for q in WORD_QUERIES), [])
     startup = run_ms([py, "-c", "pass"], 10)
     rg = ensure_rg()

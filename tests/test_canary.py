@@ -1,0 +1,128 @@
+"""Secrets are sacred: one canary value, every verb, every output, file, log, argv and error."""
+import base64
+import glob
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+from tests.conftest import CANARY, NOTES, run_recall, write_tree  # noqa: E402
+from tests.test_inventory import free_port  # noqa: E402
+
+FORMS = [CANARY, base64.b64encode(CANARY.encode()).decode(), CANARY[::-1]]
+
+CHILD = ("import os, sys; v = os.environ['CANARY_TOKEN']; "
+         "argv = open('/proc/self/cmdline', 'rb').read(); "
+         "parent = open('/proc/%d/cmdline' % os.getppid(), 'rb').read(); "
+         "print('argv-clean' if v.encode() not in argv + parent else 'argv-DIRTY'); "
+         "print(v); sys.stderr.write(v + '\\n')")
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    notes = write_tree(tmp_path / "notes", NOTES)
+    secrets = notes / "secrets.yaml"          # inside the notes tree, as people keep it
+    secrets.write_text(f"""\
+- id: canary-token
+  service: canary
+  kind: token
+  url: http://127.0.0.1:9/
+  env: CANARY_TOKEN
+  tags: [test]
+  notes: the test canary
+  use: 'printenv CANARY_TOKEN'
+  check: 'curl -s -o /dev/null -w "%{{http_code}}" -H "X-Token: $CANARY_TOKEN" http://127.0.0.1:9/'
+  value: "{CANARY}"
+""")
+    secrets.chmod(0o600)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(f"""\
+- id: vpn
+  check: tcp 127.0.0.1:{free_port()}
+  timeout: 1
+  hint: connect the VPN client and retry
+- id: canary-host
+  kind: host
+  secrets: [canary-token]
+  verify: {sys.executable} -c "print(1)"
+- id: behind-vpn
+  requires: [vpn]
+  secrets: [canary-token]
+  verify: kubectl get nodes
+""")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"sources:\n  - name: notes\n    path: {notes}\n    include: ['*.md', '*.yaml']\n"
+                   f"secrets: [{secrets}]\ninventory: [{inv}]\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
+    return tmp_path, secrets
+
+
+COMMANDS = [
+    ["index"], ["index", "--full"], ["search", "canary"], ["search", "token"], ["--json", "search", "canary-host"],
+    ["read", "incidents/2023/INC-10963-db-failover.md"], ["read", "secrets.yaml"], ["doctor"],
+    ["secret", "sync"], ["secret", "find", "canary"], ["--json", "secret", "find", "token"],
+    ["secret", "show", "canary-token"], ["--json", "secret", "show", "canary-token"],
+    ["secret", "command", "canary-token"], ["secret", "command", "canary-token", "--", "env"],
+    ["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD],
+    ["secret", "exec", "canary-token", "--stdin", "--", sys.executable, "-c", "import sys; print(sys.stdin.read())"],
+    ["secret", "exec", "canary-token", "--", "no-such-program-xyz"],
+    ["secret", "exec", "canary-token", "--", "env"],
+    ["secret", "get", "canary-token"], ["secret", "log"], ["--json", "secret", "log", "canary-token"],
+    ["access", "find", "canary"], ["access", "show", "canary-host"],
+    ["access", "exec", "canary-host", "--", sys.executable, "-c", CHILD],
+    ["access", "exec", "canary-host"], ["access", "exec", "behind-vpn"],
+    ["verify", "--dry-run"], ["--json", "verify", "--dry-run"], ["verify"], ["--json", "verify"],
+    ["access", "show", "canary-host"], ["secret", "show", "canary-token"], ["secret", "rotate-key"],
+    ["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD], ["instructions"],
+]
+
+
+def _assert_clean(where: str, data) -> None:
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    for form in FORMS:
+        assert form not in text, f"the canary leaked into {where}"
+
+
+def test_the_canary_never_leaves(world):
+    tmp_path, secrets = world
+    outputs = []
+    for args in COMMANDS:
+        r = run_recall(*args, timeout=120)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        _assert_clean(f"`recall {' '.join(map(str, args))}` output", r.stdout + r.stderr)
+        outputs.append((args, r))
+    by = {tuple(a): r for a, r in outputs}
+    child = by[tuple(COMMANDS[15])]
+    assert child.stdout.splitlines() == ["argv-clean", "[recall:canary-token]"]
+    assert by[("secret", "get", "canary-token")].returncode == 1
+    assert by[("access", "exec", "behind-vpn")].returncode == 69
+    state = Path(os.environ["RECALL_HOME"])
+    files = [p for p in state.rglob("*") if p.is_file() and p.name != "vault.key"]
+    assert any(p.name == "recall.db" for p in files)
+    for path in files:
+        _assert_clean(str(path), path.read_bytes())
+    for path in glob.glob(str(tmp_path / "home" / "**"), recursive=True):
+        if os.path.isfile(path):
+            _assert_clean(path, open(path, "rb").read())
+
+
+@pytest.mark.parametrize("broken", [
+    f'- id: canary-token\n  value: "{CANARY}\n',                      # unterminated quote
+    f"- id: canary-token\n  value: {CANARY}: x\n",                    # a mapping where a scalar goes
+    f"- id: canary-token\n\tvalue: '{CANARY}'\n",                     # a tab
+    f"- id: canary-token\n  value: &a '{CANARY}'\n",                  # an anchor
+    f"- id: canary-token\n  value: ['{CANARY}']\n",                   # wrong type
+    f"- id: canary-token\n  value: '{CANARY}'\n  value: '{CANARY}'\n",  # duplicate key
+    f"- id: canary-token\n  value: '{CANARY}'\n  bogus: '{CANARY}'\n",  # unknown field
+])
+def test_errors_about_a_secrets_file_never_quote_the_value(world, broken):
+    tmp_path, secrets = world
+    secrets.write_text(broken)
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and "secrets.yaml:" in r.stderr
+    _assert_clean("the error message", r.stdout + r.stderr)
