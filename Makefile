@@ -28,3 +28,8 @@ lint:
 
 clean:
 	rm -rf $(DEMO_HOME) .venv-core .pytest_cache
+
+INSPECT_ARGS ?= --method tools/list
+inspect:         ## the MCP Inspector's CLI against `recall mcp` (needs Node's npx; optional, not in CI)
+	@command -v npx >/dev/null 2>&1 || { echo "make inspect: skipped, it needs Node.js (npx)"; exit 0; }
+	npx -y @modelcontextprotocol/inspector --cli $(PYTHON) $(CURDIR)/recall.py mcp $(INSPECT_ARGS)

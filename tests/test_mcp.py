@@ -1,0 +1,461 @@
+"""The MCP server: tools over the SDK's Client in-process and over real stdio; no value in any response."""
+import base64
+import http.server
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+import anyio  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from recall import audit, db, inventory, mcp_server, vault  # noqa: E402
+from recall.config import load_config  # noqa: E402
+from recall.index import run_index  # noqa: E402
+from recall.search import search  # noqa: E402
+from tests.conftest import CANARY, REPO, write_tree  # noqa: E402
+
+TOOLS = {"recall_search", "recall_read", "recall_secret_find", "recall_secret_show", "recall_secret_command",
+         "recall_access_find", "recall_access_show", "recall_access_exec", "recall_verify"}
+ARGS = {"query", "id", "command", "path", "offset", "limit", "mode"}
+HAVE_VERIFY = importlib.util.find_spec("recall.verify") is not None
+PRINT_TOKEN = f'{sys.executable} -c "import os; print(os.environ[\'JIRA_API_TOKEN\'])"'
+
+
+
+def secrets_text(jira_port: int) -> str:
+    """jira-api-token's check reaches a local server that echoes the Authorization header back."""
+    url = f"http://127.0.0.1:{jira_port}/rest/api/2/myself"
+    return f"""\
+- id: jira-api-token
+  service: jira
+  environment: prod
+  kind: token
+  username: ops@example.com
+  url: {url}
+  tags: [atlassian, jira, api]
+  notes: Personal Jira bearer token.
+  use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  check: 'curl -s -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  value: "{CANARY}"
+- id: db-admin
+  service: postgres
+  kind: password
+  fields: {{username: admin-user, password: "pw-{CANARY}"}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def inventory_text(vpn_port: int) -> str:
+    return f"""\
+- id: vpn
+  kind: vpn
+  check: tcp 127.0.0.1:{vpn_port}
+  timeout: 1
+  hint: connect the VPN client and retry
+- id: jira-prod
+  kind: service
+  environment: prod
+  aliases: [jira]
+  requires: [vpn]
+  secrets: [jira-api-token]
+  tags: [atlassian, tickets]
+  notes: the Jira REST API
+  verify: {PRINT_TOKEN}
+"""
+
+
+@pytest.fixture
+def listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def echo_server():
+    """HTTP on 127.0.0.1 answering 401 with the request's Authorization header in the body."""
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"bad token: {self.headers.get('Authorization')}\n".encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.fixture
+def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
+    """Notes (one with a pasted token), a secrets file holding CANARY, an inventory, all indexed."""
+    write_tree(notes, {"jira/pasted-token.md": f"# Jira access\n\nThe old Jira token was {CANARY} — rotated.\n"})
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(secrets_text(echo_server))
+    secrets.chmod(0o600)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(inventory_text(listener))
+    config(f"secrets: [{secrets}]\ninventory: [{inv}]\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    vault.sync(con, cfg)
+    inventory._CHECKED.clear()
+    monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
+    monkeypatch.setattr(mcp_server, "_WARM", {})
+    mcp_server._OUTPUTS.clear()
+    return {"cfg": cfg, "con": con, "inventory": inv, "tmp": tmp_path, "jira_port": echo_server}
+
+
+async def _session(server, steps):
+    async with Client(server) as client:
+        out = []
+        for name, args in steps:
+            out.append(await client.call_tool(name, args) if name != "tools/list" else await client.list_tools())
+        return out
+
+
+def run_calls(steps, server=None):
+    """Call tools in one session of the SDK's in-process Client; [(text, is_error) | ListToolsResult]."""
+    results = anyio.run(_session, server or mcp_server.build_server(), steps)
+    return [r if not hasattr(r, "is_error") else ("".join(c.text for c in r.content), r.is_error)
+            for r in results]
+
+
+def call(name, **args):
+    return run_calls([(name, args)])[0]
+
+
+# -- the tool list ----------------------------------------------------------------------------------
+
+def test_nine_tools_with_plain_args_model_descriptions_and_all_four_annotations(world):
+    listed = run_calls([("tools/list", None)])[0].tools
+    assert {t.name for t in listed} == TOOLS
+    for t in listed:
+        props = t.input_schema["properties"]
+        assert set(props) <= ARGS, t.name
+        assert all(p.get("description") for p in props.values()), t.name
+        assert len(t.description) > 200 and "Use it" in t.description and "Next:" in t.description, t.name
+        a = t.annotations
+        hints = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+        assert None not in hints, t.name
+        if t.name == "recall_access_exec":
+            assert hints == (False, True, False, True)
+        else:
+            assert a.read_only_hint is True and a.destructive_hint is False, t.name
+    exec_tool = next(t for t in listed if t.name == "recall_access_exec")
+    assert set(exec_tool.input_schema["properties"]) == {"id", "command", "offset"}
+    assert exec_tool.input_schema["properties"]["command"]["type"] == "string"    # one string
+
+
+def test_server_instructions_carry_the_rules(world):
+    async def get(server):
+        async with Client(server) as client:
+            return client.instructions
+    text = anyio.run(get, mcp_server.build_server())
+    assert "recall_search" in text and "never grep" in text.lower()
+
+
+# -- thin wrappers over the same core calls -----------------------------------------------------------
+
+def test_search_returns_the_core_result_and_read_continues_it(world):
+    text, err = call("recall_search", query="INC-10963", limit=3)
+    assert not err
+    got = json.loads(text)
+    want = search(world["con"], world["cfg"], "INC-10963", n=3).public()
+    assert got == want
+    top = got["hits"][0]
+    text, err = call("recall_read", path=f"{top['source']}:{top['relpath']}:{top['line']}")
+    assert not err
+    assert text.startswith(f"notes:{top['relpath']} lines ")
+    assert "│ # INC-10963 primary database failover" in text
+
+
+def test_search_pins_the_access_block_of_a_named_entry(world):
+    got = json.loads(call("recall_search", query="jira-prod token")[0])
+    assert [a["id"] for a in got["access"]] == ["jira-prod"]
+    assert "Access: jira-prod" in got["access"][0]["block"]
+
+
+def test_secret_tools_give_metadata_and_the_command_line_never_the_value(world):
+    found = json.loads(call("recall_secret_find", query="jira token")[0])
+    assert found[0]["id"] == "jira-api-token" and "JIRA_API_TOKEN" in found[0]["variables"]
+    shown = json.loads(call("recall_secret_show", id="jira-api-token")[0])
+    assert shown["use"].startswith("curl -s") and shown["last_verified"] == "never"
+    text, err = call("recall_secret_command", id="jira-api-token", command="printenv JIRA_API_TOKEN")
+    assert not err
+    line = text.splitlines()[0]
+    assert line == vault.command_line(world["con"], "jira-api-token", "printenv JIRA_API_TOKEN")
+    ran = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
+    assert ran.stdout == "[recall:jira-api-token]\n", ran.stderr
+
+
+def test_access_tools_find_show_and_exec(world):
+    found = json.loads(call("recall_access_find", query="atlassian")[0])
+    assert found[0]["id"] == "jira-prod"
+    shown = json.loads(call("recall_access_show", id="jira")[0])         # an alias works
+    assert shown["id"] == "jira-prod" and shown["secrets"] == ["jira-api-token"]
+    text, err = call("recall_access_exec", id="jira-prod",
+                     command=f"{sys.executable} -c \"import sys; print('out'); print('oops', file=sys.stderr); sys.exit(3)\"")
+    assert not err
+    assert text == "exit code: 3\n--- stdout ---\nout\n--- stderr ---\noops\n"
+    text, _ = call("recall_access_exec", id="jira-prod")                  # empty: the verify command
+    assert text.startswith("exit code: 0\n") and "[recall:jira-api-token]" in text
+
+
+def test_the_access_log_records_the_caller_as_mcp(world):
+    run_calls([("recall_secret_command", {"id": "jira-api-token"}),
+               ("recall_access_exec", {"id": "jira-prod", "command": "true"})])
+    rows = audit.entries(world["con"])
+    mine = [r for r in rows if r["verb"] in ("secret.command", "access.exec")]
+    assert [r["verb"] for r in mine] == ["secret.command", "access.exec"]
+    assert {r["caller"] for r in mine} == {"mcp"}
+    assert all(r["caller"] == "cli" for r in rows if r["verb"] not in ("secret.command", "access.exec",
+                                                                         "secret.find", "secret.show"))
+
+
+# -- errors the agent can read ----------------------------------------------------------------------
+
+def test_a_recall_error_reaches_the_agent_as_a_tool_error(world):
+    text, err = call("recall_secret_show", id="jira-token")
+    assert err and "no secret 'jira-token'" in text and "did you mean: jira-api-token" in text
+    text, err = call("recall_search", query="   ")
+    assert err and "empty query" in text
+    text, err = call("recall_access_exec", id="jira-prod", command="echo 'unbalanced")
+    assert err and "cannot split the command" in text
+    text, err = call("recall_search", query="x", limit=500)
+    assert err and "limit must be between 1 and 50" in text
+
+
+def test_prerequisite_down_is_the_sentence_and_is_rechecked_on_every_call(world):
+    port = free_port()
+    world["inventory"].write_text(inventory_text(port))
+    server = mcp_server.build_server()
+    down, = run_calls([("recall_access_exec", {"id": "jira-prod", "command": "true"})], server)
+    assert down == ("Error executing tool recall_access_exec: prerequisite 'vpn' is down: "
+                    "connect the VPN client and retry", True)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen(4)
+    try:                                      # the same long-lived server sees the VPN come up
+        up, = run_calls([("recall_access_exec", {"id": "jira-prod", "command": "true"})], server)
+    finally:
+        sock.close()
+    assert up == ("exit code: 0\n--- stdout ---\n\n--- stderr ---\n\n", False)
+
+
+# -- bounded output ---------------------------------------------------------------------------------
+
+def test_long_exec_output_is_bounded_and_offset_continues_without_running_again(world, tmp_path):
+    runs = tmp_path / "runs"
+    cmd = (f"{sys.executable} -c \"import sys; open(sys.argv[1], 'a').write('x');"
+           f"[print(f'line {{i:06d}} ' + 'y' * 60) for i in range(2000)]\" {runs}")
+    steps, texts, offset = [], [], 0
+    server = mcp_server.build_server()
+    while True:
+        text, err = run_calls([("recall_access_exec", {"id": "jira-prod", "command": cmd, "offset": offset})],
+                              server)[0]
+        assert not err and len(text) <= mcp_server.MAX_CHARS + 200
+        steps.append(offset)
+        body, sep, more = text.rpartition("\n… ")
+        if not sep or "offset=" not in more:
+            texts.append(text)
+            break
+        texts.append(body + "\n")
+        offset = int(more.rsplit("offset=", 1)[1])
+    assert len(steps) >= 4
+    full = "".join(texts)
+    assert full.count("line ") == 2000 and "line 001999" in full and full.startswith("exit code: 0\n")
+    assert runs.read_text() == "x"                           # ran once; the offsets read what it held
+
+
+def test_offset_without_an_earlier_output_says_how_to_start(world):
+    text, err = call("recall_access_exec", id="jira-prod", command="true", offset=100)
+    assert err and "no earlier recall_access_exec output" in text and "offset=0" in text
+
+
+def test_long_note_reads_page_by_page(world, notes):
+    write_tree(notes, {"big.md": "# Big\n\n" + "".join(f"row {i} " + "z" * 80 + "\n" for i in range(600))})
+    run_index(world["con"], world["cfg"])
+    text, err = call("recall_read", path="big.md")
+    assert not err and len(text) <= mcp_server.MAX_CHARS
+    assert text.rstrip().endswith("offset=" + text.rstrip().rsplit("offset=", 1)[1])
+    nxt = int(text.rstrip().rsplit("offset=", 1)[1])
+    text2, _ = call("recall_read", path="big.md", offset=nxt)
+    assert f"lines {nxt + 1}-" in text2.splitlines()[0]
+
+
+def test_page_cuts_at_a_line_and_names_the_offset():
+    text = "".join(f"{i:05d} " + "a" * 93 + "\n" for i in range(1000))     # 100 chars a line
+    first = mcp_server._page(text, 0, "recall_search")
+    body, _, more = first.rpartition("\n… ")
+    assert body.endswith("a") and len(body) + 1 <= mcp_server.MAX_CHARS
+    nxt = int(more.rsplit("offset=", 1)[1])
+    assert nxt == len(body) + 1 and text[nxt:].startswith(f"{nxt // 100:05d} ")
+    assert first.startswith(text[:nxt]) and first[nxt:].startswith("… ")       # cut at a line end
+    last = mcp_server._page(text, len(text) - 150, "recall_search")
+    assert last == text[-150:]                                                  # the end: no footer
+    assert "call recall_search again with the same arguments and offset=" in more
+
+
+# -- the canary: no value in any response ---------------------------------------------------------
+
+def _encodings(value: str) -> list:
+    raw = value.encode()
+    return [value, base64.b64encode(raw).decode(), raw.hex(), json.dumps(value)[1:-1]]
+
+
+def test_canary_never_appears_in_any_tool_response(world):
+    b64 = f"{sys.executable} -c \"import os, base64; print(base64.b64encode(os.environ['JIRA_API_TOKEN'].encode()).decode())\""
+    steps = [
+        ("tools/list", None),
+        ("recall_search", {"query": "old Jira token rotated"}),
+        ("recall_search", {"query": CANARY}),
+        ("recall_read", {"path": "jira/pasted-token.md"}),
+        ("recall_secret_find", {"query": "jira"}),
+        ("recall_secret_find", {"query": CANARY}),
+        ("recall_secret_show", {"id": "jira-api-token"}),
+        ("recall_secret_show", {"id": "db-admin"}),
+        ("recall_secret_command", {"id": "jira-api-token"}),
+        ("recall_secret_command", {"id": "db-admin", "command": "psql -U $DB_ADMIN_USERNAME"}),
+        ("recall_access_find", {"query": "jira"}),
+        ("recall_access_show", {"id": "jira-prod"}),
+        ("recall_access_exec", {"id": "jira-prod", "command": PRINT_TOKEN}),
+        ("recall_access_exec", {"id": "jira-prod", "command": b64}),
+        ("recall_access_exec", {"id": "jira-prod", "command": "sh -c 'echo $JIRA_API_TOKEN >&2; exit 4'"}),
+        ("recall_access_exec", {"id": "jira-prod", "command": "sh -c 'curl -s -H \"Authorization: Bearer "
+                                f"$JIRA_API_TOKEN\" http://127.0.0.1:{world['jira_port']}/'"}),
+        ("recall_access_exec", {"id": "jira-prod"}),
+        ("recall_access_exec", {"id": "jira-prod", "command": f"no-such-tool-{CANARY}"}),
+        ("recall_verify", {}),
+        ("recall_verify", {"id": "jira-prod jira-api-token"}),
+    ]
+    results = run_calls(steps)
+    texts = [r.model_dump_json() if not isinstance(r, tuple) else r[0] for r in results]
+    assert len(texts) == len(steps)
+    for (name, args), text in zip(steps, texts):
+        for form in _encodings(CANARY):
+            assert form not in text, f"{name}({args}) returned the value"
+    by_name = dict(zip([f"{n}{i}" for i, (n, _) in enumerate(steps)], texts))
+    assert "[recall:jira-api-token]" in by_name["recall_read3"]           # a pasted token is masked too
+    assert "[recall:jira-api-token]" in by_name["recall_access_exec12"]
+    assert "[recall:jira-api-token]" in by_name["recall_access_exec13"]
+    assert "exit code: 4" in by_name["recall_access_exec14"]
+    assert "bad token: Bearer [recall:jira-api-token]" in by_name["recall_access_exec15"]   # echoed back
+
+
+def test_the_response_masker_stays_warm_across_calls(world, monkeypatch):
+    built = []
+    real = vault.masker_for
+    monkeypatch.setattr(vault, "masker_for", lambda values: built.append(1) or real(values))
+    run_calls([("recall_secret_show", {"id": "jira-api-token"}), ("recall_search", {"query": "jira"}),
+               ("recall_access_find", {"query": "jira"})])
+    assert len(built) == 1
+    vault.sync(world["con"], world["cfg"])                     # a re-sync invalidates it
+    call("recall_secret_show", id="db-admin")
+    assert len(built) == 2
+
+
+@pytest.mark.skipif(not HAVE_VERIFY, reason="recall/verify.py (run_verify) has not landed yet")
+def test_verify_wraps_run_verify_and_gives_the_reason(world):
+    from recall.verify import run_verify
+
+    def without_seconds(report):
+        for e in report["entries"]:
+            for c in e["commands"]:
+                c.pop("seconds", None)
+        return report
+
+    text, err = call("recall_verify", id="jira-api-token jira-prod")
+    assert not err, text
+    got = without_seconds(json.loads(text))
+    want = without_seconds(run_verify(world["con"], world["cfg"], ids=["jira-api-token", "jira-prod"]).public())
+    assert got == want
+    jira = next(e for e in got["entries"] if e["id"] == "jira-api-token")["commands"][0]
+    assert (jira["status"], jira["detail"]) == ("stale", "the service refused the credential (HTTP 401): rotate it")
+    shown = json.loads(call("recall_secret_show", id="jira-api-token")[0])
+    assert shown["last_verified"].startswith("stale ")
+
+
+# -- over real stdio --------------------------------------------------------------------------------
+
+def _stdio_params():
+    env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "RECALL_HOME",
+                                       "RECALL_CONFIG", "PATH")}
+    env["PYTHONPATH"] = str(REPO)
+    return StdioServerParameters(command=sys.executable, args=["-m", "recall", "mcp"], env=env, cwd=str(REPO))
+
+
+def test_over_real_stdio_python_m_recall_mcp(world):
+    steps = [("tools/list", None), ("recall_search", {"query": "INC-10963", "limit": 2}),
+             ("recall_secret_command", {"id": "jira-api-token"}),
+             ("recall_access_exec", {"id": "jira-prod", "command": PRINT_TOKEN}),
+             ("recall_secret_show", {"id": "nope"})]
+    with open(os.devnull, "w") as devnull:
+        async def session():
+            from mcp.client.stdio import stdio_client
+            from mcp import ClientSession
+            async with stdio_client(_stdio_params(), errlog=devnull) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    out = [await s.list_tools()]
+                    for name, args in steps[1:]:
+                        out.append(await s.call_tool(name, args))
+                    return out
+        listed, *calls = anyio.run(session)
+    assert {t.name for t in listed.tools} == TOOLS
+    texts = [("".join(c.text for c in r.content), r.is_error) for r in calls]
+    assert json.loads(texts[0][0])["hits"][0]["relpath"] == "incidents/2023/INC-10963-db-failover.md"
+    assert " secret exec jira-api-token -- " in texts[1][0]
+    assert texts[2] == ("exit code: 0\n--- stdout ---\n[recall:jira-api-token]\n--- stderr ---\n\n", False)
+    assert texts[3][1] and "no secret 'nope'" in texts[3][0]
+    for text, _ in texts:
+        assert CANARY not in text
+    rows = [r for r in audit.entries(world["con"]) if r["verb"] in ("secret.command", "access.exec")]
+    assert [(r["verb"], r["caller"]) for r in rows] == [("secret.command", "mcp"), ("access.exec", "mcp")]
+
+
+def test_client_helper_runs_the_stdio_server_too(world):
+    """The SDK's high-level Client with StdioServerParameters, as an MCP client would start it."""
+    async def go():
+        async with Client(_stdio_params()) as client:
+            return await client.call_tool("recall_secret_find", {"query": "postgres"})
+    r = anyio.run(go)
+    assert not r.is_error and json.loads(r.content[0].text)[0]["id"] == "db-admin"
+
+
+# -- without the extra --------------------------------------------------------------------------------
+
+def test_without_the_extra_recall_mcp_names_the_pip_install():
+    code = ("import sys; sys.modules['mcp'] = None; sys.modules['mcp.server'] = None; "
+            "sys.modules['mcp.server.mcpserver'] = None; from recall.cli import main; sys.exit(main(['mcp']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr == "recall: the MCP server needs an optional package — pip install 'recall[mcp]'\n"
+    assert r.stdout == ""
