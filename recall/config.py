@@ -39,6 +39,7 @@ class Remote:
     path: str = "~/recall"
     config: str = ""
     timeout: float = 10.0
+    ssh_config: str = ""            # an `ssh -F` file, when the host is not in ~/.ssh/config
 
 
 @dataclass
@@ -226,7 +227,7 @@ def _remotes(value, path, line):
     for i, item in enumerate(value):
         iline = _item_line(value, i)
         _expect(item, dict, path, iline, "remotes[]")
-        _keys(item, {"name", "host", "path", "config", "timeout"}, path, "a remote")
+        _keys(item, {"name", "host", "path", "config", "timeout", "ssh_config"}, path, "a remote")
         for req in ("name", "host"):
             if req not in item:
                 raise InputError(path, iline, f"a remote needs a '{req}'")
@@ -236,7 +237,12 @@ def _remotes(value, path, line):
             rem.path = _expect(item["path"], str, path, _line(item, "path"), "path")
         if "config" in item:
             rem.config = _expect(item["config"], str, path, _line(item, "config"), "config")
+        if "ssh_config" in item:
+            rem.ssh_config = os.path.expanduser(
+                _expect(item["ssh_config"], str, path, _line(item, "ssh_config"), "ssh_config"))
         if "timeout" in item:
             rem.timeout = float(_expect(item["timeout"], float, path, _line(item, "timeout"), "timeout"))
+        if any(r.name == rem.name for r in out):
+            raise InputError(path, _line(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)
     return out

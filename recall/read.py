@@ -84,12 +84,17 @@ def _section(text: str, rel: str, line: int, total: int):
 
 
 def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> ReadResult:
-    cfg.require_sources()
     if max_chars < 200:
         raise RecallError("--max-chars must be at least 200")
     if offset < 0:
         raise RecallError("--offset must be 0 or more")
     source, path, line = parse_target(target)
+    if source is not None and any(r.name == source for r in cfg.remotes):
+        from .remote import read_remote
+        data = read_remote(cfg, source, f"{path}:{line}" if line else path, max_chars=max_chars, offset=offset)
+        data["source"] = source
+        return ReadResult(**data)
+    cfg.require_sources()
     source, rel, real = _locate(con, cfg, source, path)
     secret_files = {str(Path(p).resolve()) for p in cfg.secrets}
     if str(real) in secret_files:

@@ -1,0 +1,204 @@
+"""Remote notes: install the core on a host over ssh, and search / read / index there."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import subprocess
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .errors import NotFound, RecallError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs on the remote box with its python3: unpack the tar from stdin next to the old copy, then swap.
+_UNPACK = r"""
+import io, os, shutil, sys, tarfile
+dest = os.path.expanduser(sys.argv[1])
+os.makedirs(dest, exist_ok=True)
+new = os.path.join(dest, ".recall-new")
+shutil.rmtree(new, ignore_errors=True)
+with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as tar:
+    tar.extractall(new)
+old = os.path.join(dest, ".recall-old")
+shutil.rmtree(old, ignore_errors=True)
+if os.path.isdir(os.path.join(dest, "recall")):
+    os.rename(os.path.join(dest, "recall"), old)
+os.rename(os.path.join(new, "recall"), os.path.join(dest, "recall"))
+os.replace(os.path.join(new, "recall.py"), os.path.join(dest, "recall.py"))
+shutil.rmtree(new, ignore_errors=True)
+shutil.rmtree(old, ignore_errors=True)
+print(dest)
+"""
+
+
+@dataclass
+class InstallReport:
+    host: str
+    path: str
+    files: int
+    python: str
+    updated: bool
+
+
+def ssh_argv(host: str, ssh_config: str = "", timeout: float = 10.0) -> list:
+    argv = ["ssh"]
+    if ssh_config:
+        argv += ["-F", ssh_config]
+    return argv + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}", host]
+
+
+def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = "the host"):
+    try:
+        return subprocess.run(argv, input=data, capture_output=True, timeout=timeout,
+                              stdin=None if data is not None else subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RecallError(f"{label} did not answer within {timeout:g}s") from None
+    except FileNotFoundError:
+        raise RecallError("ssh is not installed here") from None
+
+
+def _bundle() -> tuple:
+    """The zero-dependency core as a gzip tar: recall.py and recall/*.py."""
+    buf = io.BytesIO()
+    count = 0
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(os.path.join(REPO, "recall.py"), arcname="recall.py")
+        count += 1
+        for name in sorted(os.listdir(os.path.join(REPO, "recall"))):
+            if name.endswith(".py"):
+                tar.add(os.path.join(REPO, "recall", name), arcname=f"recall/{name}")
+                count += 1
+    return buf.getvalue(), count
+
+
+def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0) -> InstallReport:
+    """Copy the core to HOST:PATH (replacing an older copy) and check `recall.py doctor` there."""
+    data, count = _bundle()
+    base = ssh_argv(host, ssh_config, timeout)
+    probe = _run(base + [f"test -f {shlex.quote(path)}/recall.py && echo yes || echo no"], timeout=timeout)
+    if probe.returncode == 255:
+        raise RecallError(f"cannot reach {host} over ssh: {_last(probe.stderr)}")
+    updated = probe.stdout.decode().strip() == "yes"
+    r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {shlex.quote(path)}"], data=data, timeout=timeout)
+    if r.returncode != 0:
+        raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
+                          "the host needs python3 ≥ 3.9")
+    dest = r.stdout.decode().strip().splitlines()[-1]
+    r = _run(base + [f"python3 {shlex.quote(dest)}/recall.py --json doctor"], timeout=timeout)
+    try:
+        checks = {c["name"]: c for c in json.loads(r.stdout.decode() or "[]")}
+    except ValueError:
+        raise RecallError(f"recall.py doctor failed on {host}: {_last(r.stderr)}") from None
+    if not checks.get("python", {}).get("ok"):
+        raise RecallError(f"{host} has {checks.get('python', {}).get('detail', 'no python3')}",
+                          "recall needs Python ≥ 3.9 there")
+    return InstallReport(host, dest, count, checks["python"]["detail"].split()[0], updated)
+
+
+def _last(stderr: bytes) -> str:
+    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.strip()]
+    return lines[-1].strip() if lines else "no message"
+
+
+def _remote_cmd(rem, *args: str) -> str:
+    argv = ["python3", f"{rem.path.rstrip('/')}/recall.py"]
+    if rem.config:
+        argv += ["--config", rem.config]
+    argv += list(args)
+    # ~ must expand on the remote: leave a leading ~/ outside the quotes
+    return " ".join(a if a.startswith("~/") and " " not in a else shlex.quote(a) for a in argv)
+
+
+def get_remote(cfg, name: str):
+    for rem in cfg.remotes:
+        if rem.name == name:
+            return rem
+    raise NotFound(f"no remote named '{name}'", "remotes: " + ", ".join(r.name for r in cfg.remotes) if cfg.remotes
+                   else "add a 'remotes:' list to the config")
+
+
+def _prerequisites(cfg, rem, con=None) -> None:
+    """A remote whose host is an inventory entry goes through that entry's prerequisites first."""
+    if not cfg.inventory:
+        return
+    from . import inventory
+    entries = inventory.load_inventory(cfg, con)
+    try:
+        entry = inventory.get_entry(entries, rem.host)
+    except NotFound:
+        return
+    inventory.ensure_prerequisites(entries, entry)
+
+
+def run_json(cfg, rem, args: list, con=None, timeout: float | None = None):
+    _prerequisites(cfg, rem, con)
+    r = _run(ssh_argv(rem.host, rem.ssh_config, rem.timeout) + [_remote_cmd(rem, "--json", *args)],
+             timeout=timeout or rem.timeout, label=f"remote '{rem.name}'")
+    if r.returncode != 0:
+        msg = _last(r.stderr)
+        raise RecallError(f"remote '{rem.name}': {msg[len('recall: '):] if msg.startswith('recall: ') else msg}")
+    try:
+        return json.loads(r.stdout.decode("utf-8", "replace"))
+    except ValueError:
+        raise RecallError(f"remote '{rem.name}' answered something that is not recall's JSON") from None
+
+
+def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
+    """({remote name: [hit dicts]}, [notices]) — every remote asked in parallel, each bounded by its timeout."""
+    if not cfg.remotes:
+        return {}, []
+
+    def ask(rem):
+        try:
+            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query], con=None)
+            return rem.name, data.get("hits", []), None
+        except RecallError as exc:
+            return rem.name, [], str(exc)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(cfg.remotes))) as pool:
+        answers = list(pool.map(ask, cfg.remotes))
+    hits, notices = {}, []
+    for name, found, problem in answers:
+        if problem:
+            notices.append(problem if problem.startswith("remote") else f"remote '{name}': {problem}")
+        for h in found:
+            h["source"] = name
+            h["relpath"] = f"{name}:{h['relpath']}"
+        hits[name] = found
+    return hits, notices
+
+
+def read_remote(cfg, name: str, target: str, *, max_chars: int, offset: int) -> dict:
+    rem = get_remote(cfg, name)
+    return run_json(cfg, rem, ["read", target, "--max-chars", str(max_chars), "--offset", str(offset)])
+
+
+def index_remote(cfg, name: str, full: bool = False) -> dict:
+    rem = get_remote(cfg, name)
+    return run_json(cfg, rem, ["index"] + (["--full"] if full else []), timeout=max(rem.timeout, 3600))
+
+
+def federate(result, remote_hits: dict, n: int) -> None:
+    """Merge remote hit lists into result.hits by reciprocal rank fusion (remote hits show NAME:relpath)."""
+    from .search import Hit, rrf
+    if not any(remote_hits.values()):
+        return
+    pool = {("local", i): h for i, h in enumerate(result.hits)}
+    lists = {"local": [("local", i) for i in range(len(result.hits))]}
+    fields = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "score", "date")
+    for name, hits in remote_hits.items():
+        lists[name] = []
+        for i, h in enumerate(hits):
+            pool[(name, i)] = Hit(**{k: h.get(k, "" if k not in ("line", "end_line", "score") else 0) for k in fields})
+            lists[name].append((name, i))
+    fused = rrf(lists)
+    order = sorted(fused, key=lambda key: -fused[key][0])[:n]
+    result.hits = []
+    for key in order:
+        hit = pool[key]
+        hit.score = fused[key][0]
+        result.hits.append(hit)
