@@ -17,7 +17,7 @@ from .errors import RecallError
 from .guard import verdict_for
 
 DEFAULT_TIMEOUT = 20.0
-WORKERS = 8
+WORKERS = 16          # proofs wait on the network, not the CPU
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
