@@ -79,8 +79,11 @@ def install(path) -> str:
     path = Path(os.path.realpath(os.path.expanduser(str(path))))     # a symlinked CLAUDE.md stays a link
     if path.is_dir():
         raise RecallError(f"{path} is a folder", "name the instructions file, e.g. ~/.claude/CLAUDE.md")
-    if not path.parent.is_dir():
-        raise RecallError(f"folder {path.parent} does not exist", "create it, or name another file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)     # ~/.claude before the agent's first run
+    except OSError as exc:
+        raise RecallError(f"cannot create the folder {path.parent}: {exc.strerror or exc}",
+                          "create it, or name another file") from None
     block = rules_text()
     if not path.exists():
         _write_atomically(path, block, "\n")

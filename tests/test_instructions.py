@@ -99,9 +99,13 @@ def test_unbalanced_markers_are_an_error_and_leave_the_file(tmp_path, body):
     assert path.read_text() == "# x\n" + body
 
 
-def test_install_refuses_a_missing_folder(tmp_path):
-    with pytest.raises(RecallError, match="does not exist"):
-        install(tmp_path / "nope" / "CLAUDE.md")
+def test_install_creates_the_folder_of_a_new_agent(tmp_path):
+    path = tmp_path / "home" / ".claude" / "CLAUDE.md"          # before the agent's first run
+    assert install(path) == f"created {path} with the recall rules"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RecallError, match="cannot create the folder"):
+        install(blocker / "CLAUDE.md")
 
 
 def test_cli_prints_the_block_and_installs_it(cli, tmp_path):

@@ -382,6 +382,13 @@ def test_the_response_masker_stays_warm_across_calls(world, monkeypatch):
     assert len(built) == 2
 
 
+def test_a_vault_that_cannot_be_decrypted_fails_closed(world):
+    key = world["cfg"].home / "vault.key"
+    key.chmod(0o644)
+    text, err = call("recall_search", query="old Jira token rotated")
+    assert err and "chmod 600" in text and CANARY not in text
+
+
 @pytest.mark.skipif(not HAVE_VERIFY, reason="recall/verify.py (run_verify) has not landed yet")
 def test_verify_wraps_run_verify_and_gives_the_reason(world):
     from recall.verify import run_verify
