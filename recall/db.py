@@ -89,6 +89,57 @@ MIGRATIONS: list = [
         at REAL NOT NULL
     );
     """,
+    """
+    -- one row per embedding fingerprint: what a vector means (provider, model, dimension, input type)
+    CREATE TABLE embed_models(
+        id INTEGER PRIMARY KEY,
+        fingerprint TEXT NOT NULL UNIQUE,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL,
+        input_type TEXT NOT NULL
+    );
+    -- vectors keyed by the chunk text's hash (chunks.hash), so a renamed file keeps its vectors
+    CREATE TABLE embeddings(
+        id INTEGER PRIMARY KEY,
+        model_id INTEGER NOT NULL REFERENCES embed_models(id),
+        hash TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector BLOB NOT NULL,          -- float32 little-endian, unit length
+        UNIQUE(model_id, hash)
+    );
+    CREATE INDEX embeddings_hash ON embeddings(hash);
+    -- the token cap: every paid request is reserved here before it is sent
+    CREATE TABLE embed_ledger(
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        kind TEXT NOT NULL,            -- document | query | rerank
+        state TEXT NOT NULL,           -- reserved | billed | unconfirmed
+        estimate INTEGER NOT NULL,
+        tokens INTEGER NOT NULL DEFAULT 0,
+        items INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        run TEXT NOT NULL
+    );
+    CREATE INDEX embed_ledger_state ON embed_ledger(state);
+    -- texts a running index has sent and not yet stored, so a second run does not send them too
+    CREATE TABLE embed_claims(
+        model_id INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        ledger_id INTEGER NOT NULL,
+        PRIMARY KEY(model_id, hash)
+    ) WITHOUT ROWID;
+    CREATE INDEX embed_claims_ledger ON embed_claims(ledger_id);
+    CREATE TABLE query_vectors(
+        model_id INTEGER NOT NULL,
+        query TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        used_at REAL NOT NULL,
+        PRIMARY KEY(model_id, query)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 
@@ -102,24 +153,32 @@ def _secure_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
-def connect(path, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open (creating and migrating if needed) the DB at `path`."""
+def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.Connection:
+    """Open (creating and migrating if needed) the DB at `path`. With `vectors`, open it through
+    an SQLite module that can load sqlite-vec (stdlib, else sqlean) and load it when installed;
+    one process should open a DB file through one module only (POSIX locks are per library)."""
     path = Path(path)
     if readonly and not path.exists():
         raise RecallError(f"no index at {path}", "run 'recall index' first")
     if not readonly:
         _secure_file(path)
+    module = sqlite3
+    if vectors:
+        from . import vectors as _vectors
+        module = _vectors.sqlite_module()
     try:
-        con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                              check_same_thread=False)
-        con.row_factory = sqlite3.Row
+        con = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                             check_same_thread=False)
+        con.row_factory = module.Row
+        if vectors:
+            _vectors.load_vec(con)
         con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA synchronous=NORMAL")
         if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             con.execute("PRAGMA journal_mode=WAL")
         migrate(con)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, module.DatabaseError) as exc:
         raise RecallError(f"cannot open the database {path}: {exc}",
                           "it is a cache: move it away and run 'recall index --full'") from None
     return con

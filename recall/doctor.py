@@ -61,6 +61,44 @@ def run_doctor(cfg) -> list:
     checks.append(Check("home", home_mode in ("absent", "0o700"), f"{cfg.home} ({home_mode})"))
     db_mode = _mode(cfg.db_path)
     checks.append(Check("database", db_mode in ("absent", "0o600"), f"{cfg.db_path} ({db_mode})"))
-    checks.append(Check("embedding", True, f"provider {cfg.embedding.provider}"
-                        + (f", model {cfg.embedding.model}" if cfg.embedding.model else "")))
+    checks += _embedding_checks(cfg)
     return checks
+
+
+def _embedding_checks(cfg) -> list:
+    """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
+    from . import vectors
+    emb = cfg.embedding
+    out = [Check("vectors", True, vectors.describe_backend())]
+    if emb.provider == "none":
+        return out + [Check("embedding", True, "provider none: keyword search only")]
+    from .embed import fingerprint, ledger_totals, local_model_source, voyage_base_url
+    fp = fingerprint(emb, "document")
+    detail = f"provider {fp.provider}, model {fp.model}" + (f", dimension {fp.dimension}" if fp.dimension else "")
+    ok = True
+    if emb.provider == "voyage":
+        if os.environ.get("VOYAGE_API_KEY"):
+            detail += ", key from VOYAGE_API_KEY"
+        elif emb.api_key_secret:
+            detail += f", key from vault secret '{emb.api_key_secret}'"
+        else:
+            ok, detail = False, detail + ", no key: set VOYAGE_API_KEY or embedding.api_key_secret"
+        detail += f", endpoint {voyage_base_url(emb)}"
+    else:
+        found = importlib.util.find_spec("sentence_transformers") is not None
+        ok = found
+        detail += f", from {local_model_source(emb)}" if found else ", not installed (pip install 'recall[local]')"
+    out.append(Check("embedding", ok, detail))
+    if cfg.db_path.exists():
+        import sqlite3 as _sqlite
+        try:
+            con = _sqlite.connect(f"file:{cfg.db_path}?mode=ro", uri=True)
+            billed, held = ledger_totals(con)
+            count = con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+            con.close()
+            out.append(Check("token cap", billed + held <= emb.token_cap,
+                             f"{billed:,} tokens billed" + (f" (+{held:,} unconfirmed)" if held else "")
+                             + f" of {emb.token_cap:,}; {count:,} vectors stored"))
+        except _sqlite.Error:
+            pass
+    return out

@@ -147,8 +147,11 @@ def _decode(data: bytes):
         return data.decode("utf-8", errors="replace"), f"invalid UTF-8 at line {line}, replaced with U+FFFD"
 
 
-def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None) -> IndexReport:
-    """Bring the index up to date with the configured sources; returns what changed."""
+def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
+              embed: bool = True, notify=None) -> IndexReport:
+    """Bring the index up to date with the configured sources, then embed the chunk texts that
+    have no vector yet (unless `embed` is False or no provider is configured); `notify(line)`
+    hears what is about to be spent before it is."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -195,6 +198,10 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
+        from .embed import embed_pending
+        done = embed_pending(con, cfg, notify=notify, progress=progress)
+        report.embedded, report.tokens = done.embedded, done.tokens
     report.seconds = time.monotonic() - started
     return report
 

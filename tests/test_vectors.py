@@ -1,0 +1,205 @@
+"""The vector store: every backend gives the same top-k; vec0 quirks (no upsert, k ≤ 4096, KNN
+before JOIN); a stale vec0 index is rebuilt; the core imports with no extras."""
+import random
+import subprocess
+import sys
+
+import pytest
+
+from recall import db, vectors
+from recall.vectors import VectorStore
+from tests.conftest import REPO
+
+
+def _db(tmp_path, vec=True):
+    return db.connect(tmp_path / "v.db", vectors=vec)
+
+
+def _model(con, dim=16):
+    con.execute("INSERT INTO embed_models(fingerprint, provider, model, dimension, input_type) "
+                "VALUES ('t|m|%d|document|v1', 't', 'm', %d, 'document')" % (dim, dim))
+    return con.execute("SELECT id FROM embed_models").fetchone()[0]
+
+
+def _random_vectors(n, dim, seed=7):
+    rnd = random.Random(seed)
+    return [(f"h{i:05d}", [rnd.gauss(0, 1) for _ in range(dim)]) for i in range(n)]
+
+
+def _backends(con):
+    out = ["python"]
+    try:
+        import numpy  # noqa: F401
+        out.append("numpy")
+    except ImportError:
+        pass
+    if vectors.has_vec(con):
+        out.append("sqlite-vec")
+    return out
+
+
+def test_pack_is_unit_float32_little_endian():
+    blob = vectors.pack([3.0, 4.0])
+    assert len(blob) == 8
+    assert vectors.unpack(blob) == pytest.approx([0.6, 0.8])
+
+
+def test_every_backend_gives_the_same_top_k(tmp_path):
+    con = _db(tmp_path)
+    mid = _model(con, 16)
+    rows = _random_vectors(600, 16)
+    with db.transaction(con):
+        VectorStore(con, mid, 16, "python").put_many(rows)
+    query = [random.Random(1).gauss(0, 1) for _ in range(16)]
+    results = {}
+    for backend in _backends(con):
+        store = VectorStore(con, mid, 16, backend)
+        results[backend] = store.knn(query, 25)
+    expected = results["python"]
+    assert len(expected) == 25
+    for backend, got in results.items():
+        assert [i for i, _ in got] == [i for i, _ in expected], backend
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-5), backend
+    # similarity really is the cosine
+    best_id, best_sim = expected[0]
+    digest = con.execute("SELECT hash FROM embeddings WHERE id=?", (best_id,)).fetchone()[0]
+    vec = dict(rows)[digest]
+    assert best_sim == pytest.approx(sum(a * b for a, b in zip(vectors.normalize(vec), vectors.normalize(query))),
+                                     abs=1e-5)
+
+
+def test_replacing_a_vector_deletes_then_inserts_in_vec0(tmp_path):
+    con = _db(tmp_path)
+    if not vectors.has_vec(con):
+        pytest.skip("sqlite-vec not loadable here")
+    mid = _model(con, 4)
+    store = VectorStore(con, mid, 4)
+    store.ensure_index()
+    with db.transaction(con):
+        store.put_many([("a", [1, 0, 0, 0]), ("b", [0, 1, 0, 0])])
+    with db.transaction(con):
+        store.put_many([("a", [0, 0, 1, 0])])          # same hash: replaced, not duplicated
+    assert store.count() == 2
+    assert con.execute(f"SELECT count(*) FROM {store.table}").fetchone()[0] == 2
+    top = store.knn([0, 0, 1, 0], 1)
+    assert con.execute("SELECT hash FROM embeddings WHERE id=?", (top[0][0],)).fetchone()[0] == "a"
+    assert top[0][1] == pytest.approx(1.0)
+
+
+def test_k_is_capped_at_4096(tmp_path):
+    con = _db(tmp_path)
+    mid = _model(con, 4)
+    rows = _random_vectors(4200, 4)
+    with db.transaction(con):
+        VectorStore(con, mid, 4, "python").put_many(rows)
+    for backend in _backends(con):
+        got = VectorStore(con, mid, 4, backend).knn([1, 0, 0, 0], 10_000)
+        assert len(got) == vectors.VEC_K_MAX, backend
+
+
+def test_a_stale_vec0_index_is_rebuilt(tmp_path):
+    """Vectors written through a connection without sqlite-vec are found once it is back."""
+    con = _db(tmp_path)
+    if not vectors.has_vec(con):
+        pytest.skip("sqlite-vec not loadable here")
+    mid = _model(con, 4)
+    store = VectorStore(con, mid, 4)
+    with db.transaction(con):
+        store.put_many([("a", [1, 0, 0, 0])])
+    store.knn([1, 0, 0, 0], 1)                          # builds vec_m1
+    con.close()
+    plain = db.connect(tmp_path / "v.db")               # stdlib sqlite3: cannot touch vec0
+    with db.transaction(plain):
+        VectorStore(plain, mid, 4, "python").put_many([("b", [0, 1, 0, 0])])
+    plain.close()
+    con = _db(tmp_path)
+    top = VectorStore(con, mid, 4).knn([0, 1, 0, 0], 1)
+    assert con.execute("SELECT hash FROM embeddings WHERE id=?", (top[0][0],)).fetchone()[0] == "b"
+
+
+def test_knn_hits_map_to_every_chunk_with_that_text(tmp_path, config, notes):
+    from recall.config import load_config
+    from recall.index import run_index
+    (notes / "copy.md").write_text((notes / "projects/cert-rotation.md").read_text())
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    run_index(con, cfg)
+    mid = _model(con, 4)
+    hashes = [r[0] for r in con.execute("SELECT DISTINCT hash FROM chunks")]
+    with db.transaction(con):
+        store = VectorStore(con, mid, 4)
+        store.put_many([(h, [1, i, 0, 0]) for i, h in enumerate(hashes)])
+    hits = store.knn([1, 0, 0, 0], 1)
+    chunks = store.chunks_for(hits)
+    files = {con.execute("SELECT f.relpath FROM chunks c JOIN files f ON f.id=c.file_id WHERE c.id=?",
+                         (cid,)).fetchone()[0] for cid, _ in chunks}
+    assert len(chunks) >= 1
+    same_text = con.execute("SELECT count(*) FROM chunks WHERE hash=?", (hashes[0],)).fetchone()[0]
+    assert len(chunks) == same_text
+
+
+def test_orphaned_vectors_are_dropped(tmp_path):
+    con = _db(tmp_path)
+    mid = _model(con, 4)
+    store = VectorStore(con, mid, 4)
+    with db.transaction(con):
+        store.put_many([("gone", [1, 0, 0, 0])])
+        assert store.delete_orphans() == 1
+    assert store.count() == 0
+
+
+def test_the_extension_capable_module_is_chosen():
+    import sqlite3
+    mod = vectors.sqlite_module()
+    try:
+        import sqlite_vec  # noqa: F401
+    except ImportError:
+        assert mod is sqlite3
+        return
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        assert mod is sqlite3
+    else:
+        assert mod.__name__ in ("sqlean", "sqlite3")
+
+
+def test_doctor_names_the_live_backend(config, cli):
+    code, out, _ = cli("doctor")
+    line = next(x for x in out.splitlines() if " vectors " in x)
+    assert any(name in line for name in ("sqlite-vec", "numpy", "pure Python"))
+
+
+BLOCK = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'numpy', 'sqlite_vec', 'sqlean', 'voyageai', 'sentence_transformers', 'torch'}:
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_core_works_with_no_extras(tmp_path):
+    """Pure-Python vectors and the urllib client when no extra is importable."""
+    code = BLOCK + f"""
+from recall import db, embed, search, vectors
+con = db.connect({str(tmp_path / 'x.db')!r}, vectors=True)
+print(vectors.available_backend(con))
+con.execute("INSERT INTO embed_models(fingerprint, provider, model, dimension, input_type) VALUES ('k','p','m',2,'document')")
+st = vectors.VectorStore(con, 1, 2)
+with db.transaction(con):
+    st.put_many([('a', [1, 0]), ('b', [0, 1])])
+print(st.knn([1, 0.1], 1)[0][0])
+from recall.config import Embedding
+print(type(embed.VoyageProvider(Embedding(provider='voyage'), 'k').transport).__name__)
+try:
+    embed.LocalProvider(Embedding(provider='local'))._model()
+except Exception as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "python"
+    assert lines[1] == "1"
+    assert lines[2] == "UrllibTransport"
+    assert "pip install 'recall[local]'" in lines[3]
