@@ -194,7 +194,8 @@ def recall_secret_find(query: str, limit: int = 10) -> str:
 def recall_secret_show(id: str) -> str:
     """One credential's metadata: service, environment, username, url, notes, its `use` line,
     the environment variables it is injected as, and when it was last verified. Never the value.
-    Use it to learn which variable a command should name. Next: recall_secret_command with this id (and your command) to get the line to run."""
+    Use it to learn which variable a command should name. Next: recall_secret_command with this
+    id (and your command) to get the line to run."""
     from . import vault
     with _opened() as (cfg, con):
         return _page(_mask(_response_masker(con, cfg), _json(vault.show(con, id))), 0, "recall_secret_show")
