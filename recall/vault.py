@@ -120,12 +120,13 @@ def show(con, secret_id: str) -> dict:
 # -- using a value ---------------------------------------------------------------------------------
 
 def launcher() -> list:
-    """How the agent should call recall: the installed command, else python3 + this checkout's launcher."""
+    """How the agent should call recall: the installed command, else this Python (the one that has
+    recall's extras) and this checkout's launcher."""
     installed = shutil.which("recall")
     if installed:
         return ["recall"]
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return ["python3", os.path.join(here, "recall.py")]
+    return [sys.executable or "python3", os.path.join(here, "recall.py")]
 
 
 def command_line(con, secret_id: str, command) -> str:

@@ -137,6 +137,16 @@ def _curl_stdin(argv: list, variables: dict, values: dict) -> tuple:
     return out, ("\n".join(config) + "\n").encode() if config else None
 
 
+def _reports_status(argv: list) -> bool:
+    """Whether a curl argv already surfaces the HTTP status (-w …, or -f/--fail)."""
+    for a in argv[1:]:
+        if a in ("-w", "--write-out", "--fail", "--fail-with-body") or a.startswith("--write-out="):
+            return True
+        if a.startswith("-") and not a.startswith("--") and ("f" in a[1:] or "w" in a[1:]):
+            return True
+    return False
+
+
 def _run_probe(cfg, p: Probe, timeout: float) -> None:
     from . import vault
     from .access import exec_entry
@@ -150,6 +160,8 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
             p.status, p.detail = ("ok", "") if up else ("unreachable", detail)
             return
         data = None
+        if argv[0] == "curl" and not _reports_status(argv):
+            argv[1:1] = ["-f", "-S"]          # so an HTTP 401/403 fails with a message, not exit 0
         if p.variables and any("RECALLVAR" in a for a in argv):
             argv, data = _curl_stdin(argv, p.variables, vault.load_values(con, cfg))
         if p.kind == "entry":

@@ -307,6 +307,11 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
   env: TOK
   check: "{check}"
   value: "revoked-{CANARY}"
+- id: plain
+  url: {url}
+  env: TOK
+  check: "curl -s -H \\"Authorization: Bearer $TOK\\" {url}"
+  value: "plain-{CANARY}"
 """)
         (tmp_path / "inventory.yaml").write_text("")
         r = run_recall("secret", "sync")
@@ -316,6 +321,7 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
         by = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
         assert by["good"]["status"] == "ok", by["good"]
         assert by["revoked"]["status"] == "stale", by["revoked"]
+        assert by["plain"]["status"] == "stale", by["plain"]     # no -w: recall adds -f -S
         assert f"Bearer {CANARY}" in seen
         assert CANARY not in r.stdout + r.stderr
     finally:
