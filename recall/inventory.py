@@ -251,6 +251,11 @@ def block_text(e: Entry, last_verified: str) -> str:
 _CHECKED: dict = {}      # id -> (up, detail): each prerequisite is checked once per process
 
 
+def forget_checks() -> None:
+    """Start afresh: a long-lived process (the MCP server) checks once per call instead."""
+    _CHECKED.clear()
+
+
 def tcp_check(target: str, timeout: float) -> tuple:
     m = _TCP.match(target.strip())
     if not m:

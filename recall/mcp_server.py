@@ -54,7 +54,7 @@ def _opened(readonly=False, notes=False):
     """Config and DB opened per call (edits to the config apply at once); closed after."""
     from . import db, inventory
     from .config import load_config
-    inventory._CHECKED.clear()        # "once per process" means once per call in a long-lived server
+    inventory.forget_checks()        # "once per process" means once per call in a long-lived server
     cfg = load_config()
     if notes:
         cfg.require_sources()         # "no config file" says more than "no index"

@@ -65,7 +65,7 @@ def inv(tmp_path, config, listener):
     path = tmp_path / "inventory.yaml"
     path.write_text(inventory_text(listener))
     config(f"inventory: [{path}]\n")
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     return path
 
 
@@ -139,7 +139,7 @@ def test_prerequisite_up_then_down_fails_fast_with_the_sentence(inv, tmp_path, c
     inventory.ensure_prerequisites(entries, ops)             # listening: fine
     closed = free_port()
     inv.write_text(inventory_text(closed))
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     cfg, entries = _load()
     started = time.monotonic()
     with pytest.raises(PrerequisiteDown) as err:
@@ -173,7 +173,7 @@ def test_silent_prerequisite_fails_within_its_timeout_plus_half_a_second(tmp_pat
     path.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{silent_port}\n  timeout: 1\n"
                     f"- id: h\n  requires: [vpn]\n  verify: 'true'\n")
     config(f"inventory: [{path}]\n")
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     cfg, entries = _load()
     started = time.monotonic()
     with pytest.raises(PrerequisiteDown) as err:
@@ -206,7 +206,7 @@ def test_exec_sets_up_env_masks_exported_tokens_and_leaves_out_global_switches(t
     path = tmp_path / "inventory.yaml"
     path.write_text(inventory_text(listener, script))
     config(f"inventory: [{path}]\n")
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     marker = tmp_path / "kubectl-called"
     r = run_recall("access", "exec", "ops-cluster", "--", sys.executable, "-c",
                    "import os; print(os.environ['AWS_PROFILE'], os.environ['AWS_SESSION_TOKEN']);"

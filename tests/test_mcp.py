@@ -126,7 +126,7 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     con = db.connect(cfg.db_path)
     run_index(con, cfg)
     vault.sync(con, cfg)
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     monkeypatch.setattr(mcp_server, "_WARM", {})
     mcp_server._OUTPUTS.clear()

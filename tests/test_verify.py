@@ -43,7 +43,7 @@ def write_inventory(tmp_path, config, text, secrets=""):
         sp.chmod(0o600)
         extra += f"secrets: [{sp}]\n"
     config(extra)
-    inventory._CHECKED.clear()
+    inventory.forget_checks()
     return inv
 
 
