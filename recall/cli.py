@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="re-read every file")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (keyword index only)")
     p.add_argument("--source", metavar="NAME", help="only this source")
+    p.add_argument("--remote", metavar="NAME", help="run the indexing on that remote, over ssh")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search the notes")
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="auto", choices=["auto", "keyword", "semantic", "hybrid"])
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
     p.add_argument("--explain", action="store_true", help="show ranks, scores and the route")
+    p.add_argument("--local", action="store_true", help="this machine's notes only, no remotes")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("read", parents=[common], help="print a note's section with line numbers")
@@ -63,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per proof (default 20)")
     p.set_defaults(func=cmd_verify)
 
+    rp = sub.add_parser("remote", parents=[common], help="recall on a remote box, searched from here")
+    rverbs = rp.add_subparsers(dest="remote_verb", metavar="VERB", parser_class=_Parser)
+    rverbs.required = True
+    p = rverbs.add_parser("install", parents=[common], help="copy the zero-dependency core to HOST over ssh")
+    p.add_argument("host", help="an inventory host id, or anything ssh accepts")
+    p.add_argument("--path", default="~/recall", help="where on the host (default ~/recall)")
+    p.add_argument("--ssh-config", default="", metavar="FILE", help="an ssh -F config file")
+    p.set_defaults(func=cmd_remote_install)
+
     p = sub.add_parser("mcp", parents=[common], help="serve MCP on stdio (for the agent)")
     p.set_defaults(func=cmd_mcp)
 
@@ -75,8 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", parents=[common], help="score search against golden queries")
     p.add_argument("golden", metavar="GOLDEN.jsonl")
-    p.add_argument("--mode", action="append", choices=["auto", "keyword", "semantic", "hybrid"],
-                   help="mode(s) to score (default: auto)")
+    p.add_argument("--mode", action="append",
+                   choices=["auto", "keyword", "semantic", "hybrid", "hybrid+rerank"],
+                   help="mode(s) to score, side by side (default: keyword, semantic and hybrid when "
+                        "a provider is configured, else auto); hybrid+rerank costs Voyage calls")
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")
     p.set_defaults(func=cmd_eval)
     return parser
@@ -181,9 +194,19 @@ class _Progress:
 def cmd_index(args) -> int:
     from .index import run_index
     cfg = _config(args)
+    if args.remote:
+        from .remote import index_remote
+        data = index_remote(cfg, args.remote, full=args.full)
+        _json(data) if getattr(args, "json", False) else _out(
+            f"indexed on {args.remote}: {data['new']} new, {data['changed']} changed, {data['removed']} removed, "
+            f"{data['unchanged']} unchanged files; {data['chunks']} chunks written; {data['seconds']:.2f}s")
+        return 0
     cfg.require_sources()
-    con = _db(cfg)
-    report = run_index(con, cfg, full=args.full, only=args.source, progress=_Progress())
+    from . import db
+    embed = not args.no_embed and cfg.embedding.provider != "none"
+    con = db.connect(cfg.db_path, vectors=embed)
+    report = run_index(con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed,
+                       notify=lambda line: sys.stderr.write(f"recall: {line}\n"))
     if getattr(args, "json", False):
         _json(report.__dict__)
         return 0
@@ -191,19 +214,23 @@ def cmd_index(args) -> int:
         sys.stderr.write(f"recall: skipped {path}: {why}\n")
     for path, what in report.warnings:
         sys.stderr.write(f"recall: {path}: {what}\n")
+    vectors = (f"; {report.embedded} embedded" + (f" ({report.tokens:,} tokens billed)" if report.tokens else "")
+               if embed else "")
     _out(f"indexed: {report.new} new, {report.changed} changed, {report.removed} removed, "
          f"{report.unchanged} unchanged files; {report.chunks} chunks written; "
-         f"{len(report.skipped)} skipped; {report.seconds:.2f}s")
+         f"{len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s")
     return 0
 
 
 def cmd_search(args) -> int:
-    from .search import search
+    from . import db
+    from .search import needs_vectors, search
     cfg = _config(args)
     cfg.require_sources()
-    con = _db(cfg, readonly=True)
-    result = search(con, cfg, " ".join(args.query), n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain)
+    query = " ".join(args.query)
+    con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
+    result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
+                    explain=args.explain, remotes=not args.local)
     if getattr(args, "json", False):
         _json(result.public())
         return 0
@@ -390,6 +417,22 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_remote_install(args) -> int:
+    from .remote import install
+    cfg = _config(args)
+    from .remote import _prerequisites
+    from .config import Remote
+    _prerequisites(cfg, Remote(name=args.host, host=args.host))
+    rep = install(args.host, args.path, ssh_config=args.ssh_config)
+    if getattr(args, "json", False):
+        _json(rep.__dict__)
+    else:
+        _out(f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at {rep.path}: "
+             f"{rep.files} files, Python {rep.python} — add it under 'remotes:' with "
+             f"host: {rep.host}, path: {rep.path}")
+    return 0
+
+
 def cmd_mcp(args) -> int:
     import os
     from .mcp_server import serve
@@ -419,25 +462,37 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from . import db
     from .evaluate import evaluate, load_golden
     from .search import search
     cfg = _config(args)
     cfg.require_sources()
-    con = _db(cfg, readonly=True)
+    provider = cfg.embedding.provider != "none"
+    con = db.connect(cfg.db_path, readonly=True, vectors=provider)
     golden = load_golden(args.golden)
 
     def run_query(q, mode):
-        return [h.relpath for h in search(con, cfg, q, n=10, mode=mode).hits]
+        plain = mode.replace("+rerank", "")
+        return [h.relpath for h in search(con, cfg, q, n=10, mode=plain, rerank=plain != mode,
+                                          remotes=False).hits]
 
-    rows = [r for mode in (args.mode or ["auto"]) for r in evaluate(golden, run_query, mode)]
+    modes = args.mode or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
+    rows = [r for mode in modes for r in evaluate(golden, run_query, mode)]
     if getattr(args, "json", False):
         _json([r.__dict__ for r in rows])
         return 0
-    _out(f"{'mode':<9} {'type':<11} {'queries':>7} {'recall@5':>9} {'MRR@10':>7} {'nDCG@10':>8}")
-    for r in rows:
-        _out(f"{r.mode:<9} {r.qtype:<11} {r.queries:>7} {r.recall5:>9.3f} {r.mrr10:>7.3f} {r.ndcg10:>8.3f}")
-        if args.verbose and r.misses:
-            _out("   missed: " + "; ".join(r.misses))
+    cells = {(r.qtype, r.mode): r for r in rows}
+    width = max(9, *(len(m) for m in modes))
+    _out(f"{'type':<11} {'queries':>7} {'metric':<9} " + " ".join(f"{m:>{width}}" for m in modes))
+    for qtype in dict.fromkeys(r.qtype for r in rows):
+        count = cells[(qtype, modes[0])].queries
+        for metric, attr in (("recall@5", "recall5"), ("MRR@10", "mrr10"), ("nDCG@10", "ndcg10")):
+            _out(f"{qtype:<11} {count:>7} {metric:<9} "
+                 + " ".join(f"{getattr(cells[(qtype, m)], attr):>{width}.3f}" for m in modes))
+    if args.verbose:
+        for r in rows:
+            if r.misses:
+                _out(f"missed ({r.mode}, {r.qtype}): " + "; ".join(r.misses))
     return 0
 
 

