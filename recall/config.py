@@ -130,10 +130,8 @@ def _expect(value, kind, path, line, what):
 
 
 def _keys(mapping, allowed, path, what):
-    for key in mapping:
-        if key not in allowed:
-            raise InputError(path, _line(mapping, key), f"unknown key '{key}' in {what}",
-                             hint="expected one of: " + ", ".join(sorted(allowed)))
+    from .yamlish import check_keys
+    check_keys(mapping, allowed, path, what)
 
 
 def _resolve(base: Path, text: str) -> Path:

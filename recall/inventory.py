@@ -54,10 +54,8 @@ def _entry(item, path: str, line) -> Entry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    for key in item:
-        if key not in FIELDS:
-            raise InputError(path, _line(item, key, line), f"unknown field '{key}'",
-                             hint="known fields: " + ", ".join(sorted(FIELDS)))
+    from .yamlish import check_keys
+    check_keys(item, FIELDS, path, "an inventory entry", line)
     entry = Entry(id="", file=path, line=line)
     for key, value in item.items():
         kline = _line(item, key, line)

@@ -83,10 +83,8 @@ def _entry(item, path: str, line) -> SecretEntry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each secret is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    for key in item:
-        if key not in ALLOWED:
-            raise InputError(path, _line(item, key, line), f"unknown field '{key}'",
-                             hint="known fields: " + ", ".join(sorted(ALLOWED)))
+    from .yamlish import check_keys
+    check_keys(item, ALLOWED, path, "a secret", line)
     sid = _str(item, "id", path, line)
     if not sid:
         raise InputError(path, line, "a secret needs an 'id'")

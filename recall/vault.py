@@ -218,7 +218,7 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
 
 def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1) -> str:
     """The value, only when both stdin and stdout are a real terminal (a person, not a pipe)."""
-    row = _row(con, secret_id)
+    _row(con, secret_id)                    # NotFound before anything else
     keyfile.require_crypto()
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")

@@ -68,6 +68,15 @@ def line_of(container: Any, key_or_index: Any, default: Optional[int] = None) ->
     return default
 
 
+def check_keys(mapping: Any, allowed, path: str, what: str, default: Optional[int] = None) -> None:
+    """An unknown key in a mapping is an InputError at its line, listing the keys allowed."""
+    for key in mapping:
+        if key not in allowed:
+            raise InputError(path, line_of(mapping, key, getattr(mapping, "line", default)),
+                             f"unknown field '{key}' in {what}",
+                             hint="known fields: " + ", ".join(sorted(map(str, allowed))))
+
+
 def parse(text: str, path: str = "<string>") -> Any:
     """Parse one document: YMap, YList, a scalar, or None when there is no content."""
     return _Parser(text, str(path)).document()

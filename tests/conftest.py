@@ -128,3 +128,38 @@ def run_recall(*args, env=None, input=None, timeout=60, cwd=None):
     return subprocess.run([sys.executable, str(REPO / "recall.py"), *map(str, args)],
                           capture_output=True, text=True, env=full_env, input=input,
                           timeout=timeout, cwd=cwd or REPO)
+
+
+def run_in_pty(argv: list) -> tuple:
+    """Run argv with a real pseudo-terminal as its stdin/stdout/stderr: (exit code, bytes seen)."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out
+
+
+def wait_for_port(port: int, proc=None, timeout: float = 20.0) -> None:
+    """Until something accepts on 127.0.0.1:port (or the server process died)."""
+    import socket
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")

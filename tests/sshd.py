@@ -6,9 +6,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.conftest import wait_for_port
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 
@@ -75,15 +76,10 @@ Host testbox
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")],
                             stdout=subprocess.DEVNULL, stderr=open(root / "sshd.log", "wb"))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("sshd exited: " + (root / "sshd.log").read_text())
-            time.sleep(0.05)
+    try:
+        wait_for_port(port, proc, timeout=10)
+    except RuntimeError:
+        raise RuntimeError("sshd did not start: " + (root / "sshd.log").read_text()) from None
     return Sshd(port=port, dir=root, key=root / "client", client_config=client, pid=proc.pid)
 
 

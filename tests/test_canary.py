@@ -1,7 +1,6 @@
 """Secrets are sacred: one canary value, every verb, every output, file, log, argv and error."""
 import base64
 import glob
-import json
 import os
 import sys
 from pathlib import Path

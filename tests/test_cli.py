@@ -1,10 +1,8 @@
 """The CLI as a user meets it: help, exit codes, text and --json output, no tracebacks."""
 import json
 import os
-import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 

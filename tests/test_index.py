@@ -1,6 +1,5 @@
 """Indexing: sources, globs, incremental updates, skips and bad input."""
 import os
-import sqlite3
 
 import pytest
 
@@ -104,25 +103,12 @@ def test_broken_link_and_fifo_are_reported_not_fatal(config, notes):
 
 
 def test_progress_bar_on_a_terminal_only(config, tmp_path):
-    import pty
     import subprocess
     import sys
-    from tests.conftest import REPO
+    from tests.conftest import REPO, run_in_pty
     r = subprocess.run([sys.executable, str(REPO / "recall.py"), "index"], capture_output=True, text=True)
     assert r.returncode == 0 and "[" not in r.stderr and r.stdout.startswith("indexed: 4 new")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "index", "--full"])
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.waitpid(pid, 0)
+    code, out = run_in_pty([sys.executable, str(REPO / "recall.py"), "index", "--full"])
     assert b"[##############################] 4/4" in out and b"indexed: 0 new, 4 changed" in out
 
 

@@ -9,8 +9,6 @@ import pytest
 from recall import db, inventory
 from recall.config import load_config
 from recall.errors import PrerequisiteDown, RecallError
-from recall.index import run_index
-from recall.search import search
 from tests.conftest import run_recall
 
 

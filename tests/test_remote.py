@@ -1,15 +1,11 @@
 """Remote notes over a real sshd on 127.0.0.1: install, index there, federated search, read, down."""
 import json
-import os
-import socket
-import sys
-from pathlib import Path
 
 import pytest
 
 from recall.remote import federate
 from recall.search import Hit, SearchResult
-from tests.conftest import NOTES, REPO, run_recall, write_tree
+from tests.conftest import run_recall, write_tree
 from tests.test_inventory import free_port
 
 REMOTE_NOTES = {

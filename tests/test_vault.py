@@ -1,9 +1,6 @@
 """The vault: files → encrypted rows; find/show/command/exec/get/log; never the value."""
 import json
-import os
-import pty
 import shlex
-import subprocess
 import sys
 import textwrap
 
@@ -15,7 +12,7 @@ pytestmark = pytest.mark.extras
 from recall import db, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
-from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
+from tests.conftest import CANARY, REPO, run_in_pty, run_recall  # noqa: E402
 
 SECRETS = f"""\
 - id: jira-api-token
@@ -220,20 +217,8 @@ def test_get_through_a_real_terminal_and_refused_on_a_pipe(vault_cfg):
     cfg, _, _ = vault_cfg
     r = run_recall("secret", "get", "jira-api-token")
     assert r.returncode == 1 and CANARY not in r.stdout + r.stderr and "real terminal" in r.stderr
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"])
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    code, out = run_in_pty([sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"])
+    assert code == 0
     assert CANARY.encode() in out
 
 

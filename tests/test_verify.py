@@ -2,10 +2,8 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from recall import db, inventory
 from recall.classify import classify
 from recall.config import load_config
 from recall.verify import run_verify
-from tests.conftest import CANARY, run_recall
+from tests.conftest import CANARY, run_recall, wait_for_port
 from tests.test_inventory import free_port
 
 TOOLS = ["kubectl", "aws", "curl", "ssh", "az", "sudo"]
@@ -161,13 +159,7 @@ def moto():
     proc = subprocess.Popen(["moto_server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port, proc)
         yield port
     finally:
         proc.terminate()
