@@ -318,3 +318,28 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
         assert CANARY not in r.stdout + r.stderr
     finally:
         srv.shutdown()
+
+
+def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkeypatch):
+    """az keeps one global 'current subscription': its proofs never overlap; kubectl's may."""
+    bindir, log = tmp_path / "bin", tmp_path / "spans"
+    bindir.mkdir()
+    for tool in ("az", "kubectl"):
+        p = bindir / tool
+        p.write_text(f"#!/bin/sh\nstart=$(date +%s.%N)\nsleep 0.4\necho {tool} $start $(date +%s.%N) >> {log}\n")
+        p.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    entries = "".join(f"- id: sub{i}\n  verify: az account show --subscription s{i}\n" for i in range(3))
+    entries += "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n" for i in range(3))
+    write_inventory(tmp_path, config, entries)
+    cfg = load_config()
+    report = run_verify(db.connect(cfg.db_path), cfg)
+    assert {p.status for p in report.probes} == {"ok"}
+    spans = {"az": [], "kubectl": []}
+    for line in log.read_text().splitlines():
+        tool, start, end = line.split()
+        spans[tool].append((float(start), float(end)))
+    az = sorted(spans["az"])
+    assert all(a[1] <= b[0] for a, b in zip(az, az[1:])), az          # no two az runs overlap
+    kube = sorted(spans["kubectl"])
+    assert any(b[0] < a[1] for a, b in zip(kube, kube[1:])), kube     # kubectl ran side by side
