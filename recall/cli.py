@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .errors import RecallError
@@ -155,6 +154,7 @@ def _out(text: str = "") -> None:
 
 
 def _json(obj) -> None:
+    import json
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
@@ -244,6 +244,7 @@ def cmd_search(args) -> int:
         lines.append(f"   {h.breadcrumb}")
         lines.append(f"   {h.snippet}")
         if h.explain:
+            import json
             lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))
     _out("\n".join(lines))
     return 0

@@ -13,7 +13,9 @@ import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Tuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 MAX_COMMAND_CHARS = 4096

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, List, Optional, Tuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
+    from typing import Any, List, Optional, Tuple
 
 from recall.errors import InputError, NotFound
 
