@@ -23,7 +23,7 @@ VOYAGE_MODELS = {"voyage-4": (1024, 320_000), "voyage-4-lite": (1024, 1_000_000)
 LOCAL_DIMENSIONS = {LOCAL_DEFAULT_MODEL: 384}
 MAX_BATCH_ITEMS = 1000                # Voyage's limit on texts per request
 MAX_TEXT_CHARS = 24_000               # explicit client-side truncation (~6k tokens; chunks are ~2k chars)
-REQUEST_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 30.0
 STALE_RESERVATION_S = 3600.0
 
 
@@ -142,6 +142,7 @@ class Retry:
 
 
 DEFAULT_RETRY = Retry()
+QUERY_RETRY = Retry(attempts=3, base=0.3, cap=2.0, budget=8.0)     # a search waits seconds, not minutes
 
 
 # -- Voyage: two transports, one behaviour --------------------------------------------------------
@@ -300,7 +301,8 @@ class VoyageProvider:
     def embed(self, texts: list, input_type: str):
         def call():
             return self.transport.embed(texts, self.model, input_type, self.dimension)
-        vectors, tokens = self.retry.run(call, f"{len(texts)} texts")
+        retry = self.retry if input_type == "document" else QUERY_RETRY
+        vectors, tokens = retry.run(call, f"{len(texts)} texts" if len(texts) > 1 else f"the {input_type}")
         if len(vectors) != len(texts):
             raise ProviderError(f"Voyage returned {len(vectors)} vectors for {len(texts)} texts",
                                 "nothing was stored for that batch; run 'recall index' again", billed=tokens)
@@ -311,8 +313,8 @@ class VoyageProvider:
         return vectors, tokens
 
     def rerank(self, query: str, documents: list, top_k: int):
-        return self.retry.run(lambda: self.transport.rerank(query, documents, self.rerank_model, top_k),
-                              "the rerank request")
+        return QUERY_RETRY.run(lambda: self.transport.rerank(query, documents, self.rerank_model, top_k),
+                               "the rerank request")
 
 
 # -- local: sentence-transformers --------------------------------------------------------------------

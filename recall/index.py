@@ -82,14 +82,44 @@ def walk_source(source, *, skip_paths=frozenset()):
                 yield rel, full
 
 
-def date_for(relpath: str, meta: dict, mtime_ns: int) -> str:
-    """Front matter date, else a date in the path, else the file's mtime."""
+def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
+    """Front matter date, else a date in the path, else the last git commit touching the file,
+    else the file's mtime (the recency prior's input). `git_dates()` returns {relpath: date}."""
     if meta.get("date"):
         return str(meta["date"])[:10]
     m = _PATH_DATE.search(relpath)
     if m:
         return f"{m.group(1)}-{m.group(2)}-{m.group(3)}"
+    committed = git_dates().get(relpath) if git_dates is not None else None
+    if committed:
+        return committed
     return datetime.fromtimestamp(mtime_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+class GitDates:
+    """{relpath: YYYY-MM-DD of its last commit} for a source folder inside a git work tree,
+    read with one `git log` the first time a file needs it; {} without git or a repository."""
+
+    def __init__(self, root):
+        self.root, self.dates = str(root), None
+
+    def __call__(self) -> dict:
+        if self.dates is None:
+            self.dates = {}
+            import subprocess
+            try:
+                out = subprocess.run(["git", "-C", self.root, "log", "--relative", "--format=%x00%cs",
+                                      "--name-only", "--no-renames", "--", "."], capture_output=True,
+                                     text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                return self.dates
+            date = None
+            for line in out.splitlines():
+                if line.startswith("\0"):
+                    date = line[1:].strip()
+                elif line.strip() and date:
+                    self.dates.setdefault(line.strip(), date)      # newest first
+        return self.dates
 
 
 def _chunk(relpath: str, text: str):
@@ -179,9 +209,10 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             existing = {r["relpath"]: r for r in con.execute(
                 "SELECT id, relpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
             seen = set()
+            git_dates = GitDates(source.path)
             for rel, full_path in files:
                 seen.add(rel)
-                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report)
+                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report, git_dates)
                 done += 1
                 if progress:
                     progress(done, total, rel)
@@ -206,7 +237,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     return report
 
 
-def _index_one(con, cfg, source, rel, full_path, old, full, report) -> None:
+def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None) -> None:
     try:
         st = os.stat(full_path)
     except OSError as exc:
@@ -234,7 +265,7 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report) -> None:
     if warning:
         report.warnings.append((full_path, warning))
     doc = _chunk(rel, text)
-    date = date_for(rel, doc.meta, st.st_mtime_ns)
+    date = date_for(rel, doc.meta, st.st_mtime_ns, git_dates)
     report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None)
     if old is None:
         report.new += 1

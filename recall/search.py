@@ -314,14 +314,17 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
             exhausted = len(kw) < pool
         else:
             try:
-                vec = vector_search(query, pool)
+                if route == "hybrid" and getattr(vector_search, "own_connection", False):
+                    vec, kw = _side_by_side(con, query, pool, vector_search)
+                else:
+                    vec = vector_search(query, pool)
+                    kw = keyword_ranked(con, query, pool) if route == "hybrid" else []
             except RecallError as exc:
                 if not auto:
                     raise
                 notices.append(f"keyword results only: {exc}")
-                route = "keyword (no vectors)"
+                route = "keyword (vector search unavailable)"
                 continue
-            kw = keyword_ranked(con, query, pool) if route == "hybrid" else []
             scored = fuse(kw, vec)
             exhausted = len(vec) < pool and len(kw) < pool
         hits = shape(con, cfg, query, scored, want, explain)
@@ -337,24 +340,60 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
     return route, hits, scored
 
 
+def _side_by_side(con, query: str, pool: int, vector_search):
+    """The vector list in a thread (on its own connection: SQLite and numpy release the GIL)
+    while this thread runs the keyword list — the two costs overlap instead of adding up."""
+    import threading
+    box: dict = {}
+
+    def work():
+        try:
+            box["vec"] = vector_search(query, pool)
+        except BaseException as exc:        # noqa: BLE001 — re-raised in the caller's thread
+            box["err"] = exc
+    worker = threading.Thread(target=work, name="recall-vectors", daemon=True)
+    worker.start()
+    kw = keyword_ranked(con, query, pool)
+    worker.join()
+    if "err" in box:
+        raise box["err"]
+    return box["vec"], kw
+
+
+def _own_connection(con):
+    """A second connection to the same DB file, through the same SQLite library; None for :memory:."""
+    from . import db
+    from .vectors import has_vec
+    path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
+    if not path:
+        return None
+    side = db.connect(path, readonly=True, vectors=has_vec(con))
+    side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
+    return side
+
+
 def vector_searcher(con, cfg, notices=None):
     """`(query, limit) -> [(chunk id, similarity)]` over the configured model's vectors; the query
-    is embedded (or read from the cache) only once vectors are known to exist."""
+    is embedded (or read from the cache) only once vectors are known to exist. It works on its
+    own connection, so it can run beside the keyword list."""
     memo: dict = {}
+    side = _own_connection(con)
+    con_ = side or con
 
     def run(query: str, limit: int) -> list:
         from . import embed
         from .vectors import VectorStore
         fp = embed.fingerprint(cfg.embedding, "document")
-        mid = embed.model_id(con, fp, create=False)
-        row = con.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
+        mid = embed.model_id(con_, fp, create=False)
+        row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
             if mid is not None else None
         if row is None:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
         if query not in memo:
-            memo[query] = query_vector(con, cfg, query, notices)
-        store = VectorStore(con, mid, row[0])
+            memo[query] = query_vector(con_, cfg, query, notices)
+        store = VectorStore(con_, mid, row[0])
         return store.chunks_for(store.knn(memo[query], limit))
+    run.own_connection = side is not None
     return run
 
 
@@ -397,11 +436,23 @@ def rerank_hits(con, cfg, query: str, hits: list, explain: bool) -> list:
     order, _ = embed.paid_call(con, cfg, provider, "rerank", [query] * len(docs) + docs,
                                lambda: provider.rerank(query, docs, len(docs)), model=provider.rerank_model)
     scores = dict(order)
+    exact = _holding_identifiers(con, query, [h.chunk_id for h in hits])
     for i, h in enumerate(hits):
         h.score = scores.get(i, 0.0)
         if explain:
             h.explain["rerank"] = {"score": round(h.score, 4), "before": i + 1}
-    return [hits[i] for i in sorted(range(len(hits)), key=lambda i: (-scores.get(i, -1.0), i))]
+    # as in fusion: the notes naming the query's identifiers stay first, reranked among themselves
+    return [hits[i] for i in sorted(range(len(hits)),
+                                    key=lambda i: (hits[i].chunk_id not in exact, -scores.get(i, -1.0), i))]
+
+
+def _holding_identifiers(con, query: str, chunk_ids: list) -> set:
+    idents = list(dict.fromkeys(t.lower() for t in terms.query_tokens(query) if terms.is_identifier(t)))
+    if not idents or not chunk_ids:
+        return set()
+    rows = con.execute(f"SELECT DISTINCT chunk_id FROM idents WHERE term IN ({','.join('?' * len(idents))}) "
+                       f"AND chunk_id IN ({','.join('?' * len(chunk_ids))})", idents + list(chunk_ids))
+    return {r[0] for r in rows}
 
 
 def needs_vectors(cfg, query: str, mode: str) -> bool:

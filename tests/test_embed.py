@@ -208,6 +208,25 @@ def test_a_malformed_answer_stores_nothing_for_its_batch_and_the_next_run_resume
     assert not set(sent_again) & set(sent_first)      # the stored batch was not sent again
 
 
+def test_a_429_storm_during_indexing_keeps_finished_batches_and_resumes(voyage, fake, cli):
+    voyage("  batch_size: 2\n")
+    fake.script("ok")
+    fake.default = "429"
+    code, _, err = cli("index")
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert "rate-limiting (HTTP 429)" in line and "run 'recall index' again" in line
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 2
+    assert embed.ledger_totals(con) == (fake.billed, 0)          # a 429 is not billed, nothing held
+    assert con.execute("SELECT count(*) FROM embed_claims").fetchone()[0] == 0
+    fake.default = "ok"
+    before = fake.count
+    code, out, _ = cli("index")
+    assert code == 0 and "4 embedded" in out and fake.count == before + 2
+
+
 def test_not_json_is_an_error_not_a_crash(fake):
     fake.script("not_json")
     with pytest.raises(ProviderError, match="not JSON"):

@@ -125,7 +125,7 @@ def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config,
     con = db.connect(cfg.db_path, vectors=True)
     run_index(con, cfg, embed=False)
     res = search(con, cfg, "wildcard certificate renewal", remotes=False)
-    assert res.route == "keyword (no vectors)" and res.hits
+    assert res.route == "keyword (vector search unavailable)" and res.hits
     assert any("run 'recall index'" in n for n in res.notices)
     with pytest.raises(RecallError, match="no vectors"):
         search(con, cfg, "wildcard certificate renewal", mode="hybrid", remotes=False)
@@ -156,6 +156,20 @@ def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
     rels = _rels(res)
     assert len(rels) == 10 and rels.count("kafka.md") == 2
     assert asked[0] == 50 and asked[-1] > 80
+
+
+def test_a_provider_down_at_query_time_degrades_auto_to_keyword_quickly(voyage, fake, monkeypatch):
+    from recall.embed import Retry
+    monkeypatch.setattr(embed, "QUERY_RETRY", Retry(attempts=2, base=0.01, cap=0.01, budget=2))
+    cfg, con = voyage
+    fake.default = "500"
+    res = search(con, cfg, "how was the primary database failover handled", remotes=False)
+    assert res.route == "keyword (vector search unavailable)"
+    assert res.hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
+    assert any("HTTP 500" in n for n in res.notices)
+    with pytest.raises(RecallError, match="HTTP 500"):
+        search(con, cfg, "how was the primary database failover handled", mode="hybrid", remotes=False)
+    assert embed.ledger_totals(con)[1] == 0                      # failed queries hold nothing
 
 
 # -- the query-vector cache ------------------------------------------------------------------------
@@ -287,3 +301,22 @@ def test_the_voyage_path_with_the_local_models_vectors(config, monkeypatch):
         res = search(con, cfg, "the TLS certificate on the load balancer ran out", mode="semantic", remotes=False)
         assert res.hits[0].relpath == "projects/cert-rotation.md"
         assert all(len(r[2]["input"]) for r in server.embed_requests())
+
+
+def test_recency_date_falls_back_to_the_last_git_commit(config, notes):
+    import shutil
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    write_tree(notes, {"undated.md": "# Undated\n\nno date in front matter or path\n"})
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com", GIT_AUTHOR_DATE="2021-03-04T05:06:07Z",
+               GIT_COMMITTER_DATE="2021-03-04T05:06:07Z")
+    for cmd in (["init", "-q"], ["add", "undated.md"], ["commit", "-q", "-m", "x"]):
+        subprocess.run(["git", "-C", str(notes), *cmd], check=True, env=env, capture_output=True)
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    dates = dict(con.execute("SELECT relpath, date FROM files"))
+    assert dates["undated.md"] == "2021-03-04"                              # the commit, not the mtime
+    assert dates["projects/cert-rotation.md"] == "2025-06-01"               # front matter still wins
+    assert dates["meetings/2024-01-15-standup.md"] == "2024-01-15"          # then the path

@@ -203,3 +203,23 @@ except Exception as exc:
     assert lines[1] == "1"
     assert lines[2] == "UrllibTransport"
     assert "pip install 'recall[local]'" in lines[3]
+
+
+def test_a_process_that_searches_again_keeps_a_numpy_matrix(tmp_path, monkeypatch):
+    pytest.importorskip("numpy")
+    con = _db(tmp_path)
+    if not vectors.has_vec(con):
+        pytest.skip("sqlite-vec not loadable here")
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+    monkeypatch.setattr(vectors, "_SEARCHED", {})
+    mid = _model(con, 8)
+    with db.transaction(con):
+        VectorStore(con, mid, 8).put_many(_random_vectors(300, 8))
+    store = VectorStore(con, mid, 8)
+    first = store.knn([1] * 8, 10)
+    assert not vectors._MATRICES                       # a one-shot search never loads the table
+    second = store.knn([1] * 8, 10)
+    assert vectors._MATRICES and [i for i, _ in first] == [i for i, _ in second]
+    monkeypatch.setattr(vectors, "WARM_MATRIX_MAX_BYTES", 0)
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+    assert [i for i, _ in store.knn([1] * 8, 10)] == [i for i, _ in first] and not vectors._MATRICES
