@@ -142,7 +142,7 @@ def golden_eval(work):
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db, embed
     from recall.config import load_config
-    from recall.index import run_index
+    from recall.index import embed_pending, run_index
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
     run_index(con, cfg, embed=False)
@@ -151,7 +151,7 @@ def golden_eval(work):
     provider._model()
     load_s = time.perf_counter() - t
     t = time.perf_counter()
-    rep = embed.embed_pending(con, cfg, provider=provider)
+    rep = embed_pending(con, cfg, provider=provider)
     embed_s = time.perf_counter() - t
     avg_chars = con.execute("SELECT AVG(length(breadcrumb) + length(body)) FROM chunks").fetchone()[0]
     con.close()

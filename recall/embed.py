@@ -1,5 +1,5 @@
 """Embedding providers (voyage over its SDK or urllib, local sentence-transformers, none),
-batching, retries, the token-cap ledger, and the pass that embeds what has no vector yet."""
+retries, and the token-cap ledger; index.embed_pending drives them batch by batch."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import MissingExtra, RecallError
 
@@ -502,130 +502,3 @@ def paid_call(con, cfg, provider, kind: str, texts: list, call, model=None):
     with transaction(con):
         settle(con, lid, result[1])
     return result
-
-
-# -- the indexing pass ----------------------------------------------------------------------------
-
-@dataclass
-class EmbedReport:
-    pending: int = 0
-    embedded: int = 0
-    tokens: int = 0
-    estimate: int = 0
-    removed: int = 0
-    notes: list = field(default_factory=list)
-
-
-def vault_redactor(con, cfg):
-    """A function that replaces every vault value in a text with [recall:ID] before it is embedded."""
-    if not con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone():
-        return lambda text: text
-    from .vault import load_values
-    try:
-        values = load_values(con, cfg)
-    except RecallError as exc:
-        raise RecallError(f"cannot check the notes for vault values before embedding them: {exc.message}",
-                          exc.hint or "fix the vault key, or run 'recall index --no-embed'") from None
-    pairs = sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values() if len(str(v)) >= 4),
-                   key=lambda p: -len(p[0]))
-
-    def redact(text: str) -> str:
-        for value, sid in pairs:
-            if value in text:
-                text = text.replace(value, f"[recall:{sid}]")
-        return text
-    return redact
-
-
-def _pending(con, mid: int) -> list:
-    return con.execute(
-        "SELECT c.hash, MIN(length(c.breadcrumb) + length(c.body)) + 2 FROM chunks c WHERE NOT EXISTS "
-        "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=c.hash) GROUP BY c.hash ORDER BY MIN(c.id)",
-        (mid,)).fetchall()
-
-
-def _batches(pending: list, items: int, tokens: int):
-    batch, size = [], 0
-    for digest, chars in pending:
-        est = min(chars, MAX_TEXT_CHARS) // 3 + 1
-        if batch and (len(batch) >= items or size + est > tokens):
-            yield batch
-            batch, size = [], 0
-        batch.append(digest)
-        size += est
-    if batch:
-        yield batch
-
-
-def _texts(con, hashes: list) -> dict:
-    out = {}
-    for i in range(0, len(hashes), 500):
-        part = hashes[i:i + 500]
-        for h, crumb, body in con.execute(
-                f"SELECT hash, breadcrumb, body FROM chunks WHERE hash IN ({','.join('?' * len(part))})", part):
-            out.setdefault(h, document_text(crumb, body))
-    return out
-
-
-def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None) -> EmbedReport:
-    """Embed every chunk text that has no vector for the configured model, one committed batch
-    at a time (vectors and ledger together); drops vectors no chunk uses any more."""
-    from .db import transaction
-    from .vectors import VectorStore
-    report = EmbedReport()
-    fp = fingerprint(cfg.embedding, "document")
-    with transaction(con):
-        mid = model_id(con, fp)
-        dim_row = con.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone()
-        store = VectorStore(con, mid, fp.dimension or (dim_row[0] if dim_row else 0), backend)
-        report.removed = store.delete_orphans()
-    pending = _pending(con, mid)
-    report.pending = len(pending)
-    if not pending:
-        return report
-    provider = provider or provider_for(cfg, con)
-    report.estimate = sum(min(c, MAX_TEXT_CHARS) // 3 + 1 for _, c in pending)
-    others = con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e ON e.model_id = m.id "
-                         "WHERE m.id != ? LIMIT 3", (mid,)).fetchall()
-    what = f"embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}"
-    if others:
-        what = (f"the embedding model changed (vectors exist for {', '.join(r[0] for r in others)}): "
-                f"re-embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}")
-    if provider.paid:
-        billed, held = ledger_totals(con)
-        what += (f", about {report.estimate:,} tokens (estimated; billed so far {billed + held:,} "
-                 f"of the {cfg.embedding.token_cap:,} cap)")
-    if notify:
-        notify(what)
-    redact = vault_redactor(con, cfg)
-    if store.dim:
-        store.ensure_index()
-    limit = int(provider.request_tokens * 0.8)
-    for batch in _batches(pending, provider.batch_items, limit):
-        lid, texts = None, _texts(con, batch)
-        inputs = {h: redact(texts[h]) for h in batch}
-        if provider.paid:
-            est = sum(estimate_tokens(t) for t in inputs.values())
-            lid, batch = reserve(con, cfg, provider, "document", est, len(batch), claims=(mid, batch))
-            if lid is None:
-                continue          # another run embedded or claimed all of it
-        inputs = [inputs[h] for h in batch]
-        try:
-            vectors, tokens = provider.embed(inputs, "document")
-        except BaseException as exc:
-            if lid is not None:
-                release(con, lid, exc if isinstance(exc, ProviderError) else ProviderError("", uncertain=True))
-            raise
-        with transaction(con):
-            if not store.dim:
-                store.dim = len(vectors[0])
-            store.put_many(zip(batch, vectors))
-            if lid is not None:
-                settle(con, lid, tokens)
-        if not report.embedded and store.dim:
-            store.ensure_index()
-        report.embedded += len(batch)
-        report.tokens += tokens
-        if progress:
-            progress(report.embedded, len(pending), "embedding")
-    return report

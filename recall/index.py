@@ -230,7 +230,6 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         con.execute("ROLLBACK")
         raise
     if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
-        from .embed import embed_pending
         done = embed_pending(con, cfg, notify=notify, progress=progress)
         report.embedded, report.tokens = done.embedded, done.tokens
     report.seconds = time.monotonic() - started
@@ -271,3 +270,141 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=No
         report.new += 1
     else:
         report.changed += 1
+
+
+# -- vectors: embed the chunk texts that have none for the configured model ----------------------
+
+@dataclass
+class EmbedReport:
+    pending: int = 0           # distinct chunk texts without a vector when the pass began
+    embedded: int = 0
+    tokens: int = 0            # billed
+    estimate: int = 0          # what was announced before sending
+    removed: int = 0           # vectors no chunk uses any more
+
+
+def vault_redactor(con, cfg):
+    """A function that replaces every vault value in a text with [recall:ID] before it is embedded."""
+    if not con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone():
+        return lambda text: text
+    from .vault import load_values
+    try:
+        values = load_values(con, cfg)
+    except RecallError as exc:
+        raise RecallError(f"cannot check the notes for vault values before embedding them: {exc.message}",
+                          exc.hint or "fix the vault key, or run 'recall index --no-embed'") from None
+    pairs = sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values() if len(str(v)) >= 4),
+                   key=lambda p: -len(p[0]))
+
+    def redact(text: str) -> str:
+        for value, sid in pairs:
+            if value in text:
+                text = text.replace(value, f"[recall:{sid}]")
+        return text
+    return redact
+
+
+def _estimate(chars: int) -> int:
+    from .embed import MAX_TEXT_CHARS
+    return min(chars, MAX_TEXT_CHARS) // 3 + 1
+
+
+def embed_batches(pending: list, items: int, tokens: int):
+    """[(hash, characters)] → lists of hashes, each ≤ `items` long and ≤ `tokens` estimated."""
+    batch, size = [], 0
+    for digest, chars in pending:
+        est = _estimate(chars)
+        if batch and (len(batch) >= items or size + est > tokens):
+            yield batch
+            batch, size = [], 0
+        batch.append(digest)
+        size += est
+    if batch:
+        yield batch
+
+
+def _texts(con, hashes: list) -> dict:
+    from .embed import document_text
+    out = {}
+    for i in range(0, len(hashes), 500):
+        part = hashes[i:i + 500]
+        for h, crumb, body in con.execute(
+                f"SELECT hash, breadcrumb, body FROM chunks WHERE hash IN ({','.join('?' * len(part))})", part):
+            out.setdefault(h, document_text(crumb, body))
+    return out
+
+
+def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
+    from .embed import ledger_totals
+    what = f"embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}"
+    others = con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e ON e.model_id = m.id "
+                         "WHERE m.id != ? LIMIT 3", (mid,)).fetchall()
+    if others:
+        what = (f"the embedding model changed (vectors exist for {', '.join(r[0] for r in others)}): "
+                f"re-embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}")
+    if provider.paid:
+        billed, held = ledger_totals(con)
+        what += (f", about {estimate:,} tokens (estimated; billed so far {billed + held:,} "
+                 f"of the {cfg.embedding.token_cap:,} cap)")
+    return what
+
+
+def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tuple:
+    """Reserve (paid providers), send, then store the vectors and settle the ledger in one
+    transaction: a kill loses at most this batch, and counts it at most as 'unconfirmed'."""
+    from . import embed
+    lid, texts = None, _texts(con, batch)
+    inputs = {h: redact(texts[h]) for h in batch}
+    if provider.paid:
+        est = sum(embed.estimate_tokens(t) for t in inputs.values())
+        lid, batch = embed.reserve(con, cfg, provider, "document", est, len(batch), claims=(mid, batch))
+        if lid is None:
+            return 0, 0            # another run embedded or claimed all of it
+    try:
+        vectors, tokens = provider.embed([inputs[h] for h in batch], "document")
+    except BaseException as exc:
+        if lid is not None:
+            embed.release(con, lid, exc if isinstance(exc, embed.ProviderError)
+                          else embed.ProviderError("interrupted", uncertain=True))
+        raise
+    with db.transaction(con):
+        store.dim = store.dim or len(vectors[0])
+        store.put_many(zip(batch, vectors))
+        if lid is not None:
+            embed.settle(con, lid, tokens)
+    return len(batch), tokens
+
+
+def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None) -> EmbedReport:
+    """Embed every chunk text that has no vector for the configured model, one committed batch
+    at a time; say first how many texts and (paid) tokens; drop vectors no chunk uses any more."""
+    from . import embed
+    from .vectors import VectorStore
+    report = EmbedReport()
+    fp = embed.fingerprint(cfg.embedding, "document")
+    with db.transaction(con):
+        mid = embed.model_id(con, fp)
+        dim_row = con.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone()
+        store = VectorStore(con, mid, fp.dimension or (dim_row[0] if dim_row else 0), backend)
+        report.removed = store.delete_orphans()
+    pending = con.execute(
+        "SELECT c.hash, MIN(length(c.breadcrumb) + length(c.body)) + 2 FROM chunks c WHERE NOT EXISTS "
+        "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=c.hash) GROUP BY c.hash ORDER BY MIN(c.id)",
+        (mid,)).fetchall()
+    report.pending = len(pending)
+    if not pending:
+        return report
+    provider = provider or embed.provider_for(cfg, con)
+    report.estimate = sum(_estimate(c) for _, c in pending)
+    if notify:
+        notify(_announcement(con, cfg, fp, mid, provider, pending, report.estimate))
+    redact = vault_redactor(con, cfg)
+    for batch in embed_batches(pending, provider.batch_items, int(provider.request_tokens * 0.8)):
+        if store.dim:
+            store.ensure_index()        # before the first write, so vec0 stays current batch by batch
+        done, tokens = _embed_batch(con, cfg, provider, store, mid, batch, redact)
+        report.embedded += done
+        report.tokens += tokens
+        if progress:
+            progress(report.embedded, len(pending), "embedding")
+    return report

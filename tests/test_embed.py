@@ -15,7 +15,7 @@ from recall import db, embed
 from recall.config import Embedding, load_config
 from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
 from recall.errors import RecallError
-from recall.index import run_index
+from recall.index import embed_batches, run_index
 from tests.conftest import CANARY, REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage, tokens_of
 
@@ -98,10 +98,10 @@ def test_query_input_type_and_explicit_truncation(fake):
 
 def test_batches_bounded_by_count_and_estimated_tokens():
     pending = [(f"h{i}", 3000) for i in range(10)]
-    assert [len(b) for b in embed._batches(pending, 4, 10 ** 9)] == [4, 4, 2]
-    assert [len(b) for b in embed._batches(pending, 1000, 2500)] == [2] * 5     # 1001 tokens each
+    assert [len(b) for b in embed_batches(pending, 4, 10 ** 9)] == [4, 4, 2]
+    assert [len(b) for b in embed_batches(pending, 1000, 2500)] == [2] * 5     # 1001 tokens each
     huge = [(f"h{i}", 10) for i in range(2500)]
-    assert max(len(b) for b in embed._batches(huge, embed.MAX_BATCH_ITEMS, 10 ** 9)) == 1000
+    assert max(len(b) for b in embed_batches(huge, embed.MAX_BATCH_ITEMS, 10 ** 9)) == 1000
 
 
 def test_batch_size_from_config(voyage, fake, notes):
