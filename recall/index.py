@@ -364,7 +364,7 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
         vectors, tokens = provider.embed([inputs[h] for h in batch], "document")
     except BaseException as exc:
         if lid is not None:
-            embed.release(con, lid, exc if isinstance(exc, embed.ProviderError)
+            embed.release(con, lid, exc if isinstance(exc, RecallError)
                           else embed.ProviderError("interrupted", uncertain=True))
         raise
     with db.transaction(con):

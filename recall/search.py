@@ -367,7 +367,8 @@ def _own_connection(con):
     path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
     if not path:
         return None
-    side = db.connect(path, readonly=True, vectors=has_vec(con))
+    # the same SQLite library as `con`: two libraries on one file in one process break its locks
+    side = db.connect(path, readonly=True, vectors=has_vec(con) or type(con).__module__.startswith("sqlean"))
     side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
     return side
 

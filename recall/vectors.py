@@ -257,14 +257,14 @@ class VectorStore:
         """A process searching a second time (the MCP server, eval) keeps the vectors in a numpy
         matrix: one load, then each scan is a matrix product, several times faster than vec0's
         scalar scan. A one-shot CLI search uses vec0 and never loads the table."""
-        if _importable("numpy") is None:
-            return False
         key = (self._path(), self.model_id)
         with _LOCK:
             _SEARCHED[key] = _SEARCHED.get(key, 0) + 1
             cached = any(x[:2] == key for x in _MATRICES)
             if cached or _SEARCHED[key] < 2:
                 return cached
+        if _importable("numpy") is None:       # imported only now: ~50 ms a one-shot search skips
+            return False
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
 
     def _knn_vec0(self, query, k: int) -> list:

@@ -227,10 +227,15 @@ def test_a_429_storm_during_indexing_keeps_finished_batches_and_resumes(voyage, 
     assert code == 0 and "4 embedded" in out and fake.count == before + 2
 
 
-def test_not_json_is_an_error_not_a_crash(fake):
+@pytest.mark.parametrize("transport", ["urllib", "sdk"])
+def test_not_json_is_an_error_not_a_crash(fake, transport):
+    if transport == "sdk":
+        pytest.importorskip("voyageai")
+    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
     fake.script("not_json")
     with pytest.raises(ProviderError, match="not JSON"):
-        _provider(fake, UrllibTransport(KEY, fake.url)).embed(["a"], "document")
+        _provider(fake, t).embed(["a"], "document")
+    assert fake.count == 1
 
 
 # -- never embed twice -----------------------------------------------------------------------------
