@@ -344,8 +344,9 @@ def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int
                 f"re-embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}")
     if provider.paid:
         billed, held = ledger_totals(con)
-        what += (f", about {estimate:,} tokens (estimated; billed so far {billed + held:,} "
-                 f"of the {cfg.embedding.token_cap:,} cap)")
+        held_text = f" + {held:,} unconfirmed" if held else ""
+        what += (f", about {estimate:,} tokens (estimated; {billed:,}{held_text} billed so far, "
+                 f"cap {cfg.embedding.token_cap:,})")
     return what
 
 

@@ -59,12 +59,13 @@ class FakeVoyage:
     """Modes: ok, 429, 500, 503, 401, wrong_count, wrong_dim, not_json, slow, drop."""
 
     def __init__(self, *, dim: int = 1024, embedder=None, key: str = KEY, retry_after: str = "0",
-                 slow_seconds: float = 0.0):
+                 slow_seconds: float = 0.0, slow_mode_seconds: float = 2.0):
         self.dim = getattr(embedder, "dimension", dim)
         self.embedder = embedder
         self.key = key
         self.retry_after = retry_after
-        self.slow_seconds = slow_seconds
+        self.slow_seconds = slow_seconds            # added to every answer
+        self.slow_mode_seconds = slow_mode_seconds  # one "slow" answer
         self.default = "ok"
         self.queue: list = []
         self.requests: list = []          # (path, headers dict, body dict, mode)
@@ -145,7 +146,7 @@ class FakeVoyage:
             h.connection.shutdown(2)
             return
         if mode == "slow":
-            time.sleep(self.slow_seconds or 2.0)
+            time.sleep(self.slow_mode_seconds)
         elif self.slow_seconds:
             time.sleep(self.slow_seconds)
         if h.headers.get("Authorization") != f"Bearer {self.key}" or mode == "401":

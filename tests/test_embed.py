@@ -134,6 +134,22 @@ def test_5xx_and_dropped_connections_are_retried(fake, transport):
 
 
 @pytest.mark.parametrize("transport", ["urllib", "sdk"])
+def test_a_slow_answer_times_out_and_is_retried_then_held_as_unconfirmed(fake, transport):
+    if transport == "sdk":
+        pytest.importorskip("voyageai")
+    t = UrllibTransport(KEY, fake.url, timeout=0.3) if transport == "urllib" else \
+        embed.SdkTransport(KEY, fake.url, timeout=0.3)
+    fake.slow_mode_seconds = 1.0
+    fake.script("slow")
+    vectors, _ = _provider(fake, t).embed(["a"], "document")
+    assert len(vectors) == 1 and fake.count == 2
+    fake.default = "slow"
+    with pytest.raises(ProviderError, match="could not be reached") as err:
+        _provider(fake, t).embed(["a"], "document")
+    assert err.value.uncertain                     # it may have been billed: the ledger holds it
+
+
+@pytest.mark.parametrize("transport", ["urllib", "sdk"])
 def test_a_429_storm_gives_up_within_bounds(fake, transport):
     if transport == "sdk":
         pytest.importorskip("voyageai")
@@ -423,6 +439,12 @@ def test_a_missing_vault_secret_for_the_key_is_clear(voyage, fake, cli, monkeypa
     code, _, err = cli("index")
     assert code == 1 and fake.count == 0
     assert "recall:" in err
+
+
+def test_one_provider_per_config_per_process(voyage, fake):
+    """The MCP server keeps a loaded model (or an open SDK client) across tool calls."""
+    cfg = load_config()
+    assert embed.provider_for(cfg) is embed.provider_for(load_config())
 
 
 # -- local -----------------------------------------------------------------------------------------
