@@ -1,5 +1,4 @@
-"""Embedding providers (voyage over its SDK or urllib, local sentence-transformers, none),
-retries, and the token-cap ledger; index.embed_pending drives them batch by batch."""
+"""Embedding providers (Voyage by SDK or urllib, local sentence-transformers), retries, the token-cap ledger."""
 from __future__ import annotations
 
 import json
