@@ -281,7 +281,8 @@ def cmd_secret_sync(args) -> int:
     if getattr(args, "json", False):
         _json(rep.__dict__)
     else:
-        _out(f"synced {rep.total} secrets: {rep.added} added, {rep.updated} updated, {rep.removed} removed")
+        _out(f"synced {rep.total} secrets: {rep.added} added, {rep.updated} updated, {rep.removed} removed"
+             + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else ""))
     return 0
 
 
@@ -300,7 +301,7 @@ def _secret_text(meta: dict) -> str:
 
 def cmd_secret_find(args) -> int:
     vault, cfg, con = _vault(args)
-    found = vault.find(con, " ".join(args.query))
+    found = vault.find(con, " ".join(args.query), cfg=cfg)
     if getattr(args, "json", False):
         _json(found)
     elif not found:

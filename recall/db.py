@@ -140,6 +140,15 @@ MIGRATIONS: list = [
         PRIMARY KEY(model_id, query)
     ) WITHOUT ROWID;
     """,
+    """
+    -- secrets' metadata (never a value) embedded, so 'find' understands paraphrases
+    CREATE TABLE secret_vectors(
+        model_id INTEGER NOT NULL REFERENCES embed_models(id),
+        hash TEXT NOT NULL,            -- of the metadata text
+        vector BLOB NOT NULL,
+        PRIMARY KEY(model_id, hash)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 

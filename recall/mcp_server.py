@@ -185,7 +185,7 @@ def recall_secret_find(query: str, limit: int = 10) -> str:
     one id, then recall_secret_command to get the command line that uses it."""
     from . import vault
     with _opened() as (cfg, con):
-        found = vault.find(con, query, limit=_limit(limit))
+        found = vault.find(con, query, limit=_limit(limit), cfg=cfg)
         text = _json(found) if found else (f"no secrets match {query!r}: try the service, kind or "
                                            "environment words, e.g. 'jira token'")
         return _page(_mask(_response_masker(con, cfg), text), 0, "recall_secret_find")

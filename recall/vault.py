@@ -22,6 +22,20 @@ class SyncReport:
     removed: int
     total: int
     warnings: list
+    embedded: int = 0
+
+
+def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
+    """What is searchable (and embedded) about a secret: its metadata, never its value."""
+    parts = [secret_id, meta.get("service", ""), meta.get("environment", ""), meta.get("kind", ""),
+             meta.get("username", ""), meta.get("url", ""), " ".join(tags), meta.get("notes", ""),
+             meta.get("use", "")]
+    return "\n".join(p for p in parts if p)
+
+
+def _metadata_hash(text: str) -> str:
+    import hashlib
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 def sync(con, cfg) -> SyncReport:
@@ -45,8 +59,68 @@ def sync(con, cfg) -> SyncReport:
                          e.meta["kind"], e.meta["username"], e.meta["url"], " ".join(e.tags),
                          e.meta["notes"], e.meta["use"]))
     new = {e.id for e in entries}
-    return SyncReport(added=len(new - old), updated=len(new & old), removed=len(old - new),
-                      total=len(new), warnings=warnings)
+    report = SyncReport(added=len(new - old), updated=len(new & old), removed=len(old - new),
+                        total=len(new), warnings=warnings)
+    if cfg.embedding.provider != "none":
+        try:
+            report.embedded = embed_metadata(con, cfg)
+        except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
+            report.warnings.append(f"secret metadata not embedded: {exc}")
+    return report
+
+
+def embed_metadata(con, cfg) -> int:
+    """Embed each secret's metadata text that has no vector for the configured model (values are
+    never part of it, and every vault value is redacted from it all the same)."""
+    from . import embed
+    from .index import vault_redactor
+    from .vectors import pack
+    fp = embed.fingerprint(cfg.embedding, "document")
+    with db.transaction(con):
+        mid = embed.model_id(con, fp)
+    texts = {}
+    for row in con.execute("SELECT id, meta, tags FROM secrets"):
+        text = metadata_text(json.loads(row["meta"]), json.loads(row["tags"]), row["id"])
+        texts[_metadata_hash(text)] = text
+    have = {r[0] for r in con.execute("SELECT hash FROM secret_vectors WHERE model_id=?", (mid,))}
+    todo = [h for h in texts if h not in have]
+    if not todo:
+        return 0
+    redact = vault_redactor(con, cfg)
+    provider = embed.provider_for(cfg, con)
+    inputs = [redact(texts[h]) for h in todo]
+    vectors, _ = embed.paid_call(con, cfg, provider, "document", inputs,
+                                 lambda: provider.embed(inputs, "document"))
+    with db.transaction(con):
+        con.executemany("INSERT OR REPLACE INTO secret_vectors VALUES (?,?,?)",
+                        [(mid, h, pack(v)) for h, v in zip(todo, vectors)])
+    return len(todo)
+
+
+def _by_meaning(con, cfg, query: str, limit: int) -> list:
+    """Secret ids ranked by cosine similarity of their metadata to the query; [] when unavailable."""
+    if cfg is None or cfg.embedding.provider == "none":
+        return []
+    from . import embed
+    from .search import query_vector
+    from .vectors import normalize, unpack
+    try:
+        mid = embed.model_id(con, embed.fingerprint(cfg.embedding, "document"), create=False)
+        if mid is None:
+            return []
+        stored = {r[0]: unpack(r[1]) for r in con.execute(
+            "SELECT hash, vector FROM secret_vectors WHERE model_id=?", (mid,))}
+        if not stored:
+            return []
+        q = normalize(query_vector(con, cfg, query))
+    except RecallError:
+        return []
+    scored = []
+    for row in con.execute("SELECT id, meta, tags FROM secrets"):
+        vec = stored.get(_metadata_hash(metadata_text(json.loads(row["meta"]), json.loads(row["tags"]), row["id"])))
+        if vec is not None:
+            scored.append((sum(a * b for a, b in zip(q, normalize(vec))), row["id"]))
+    return [sid for _, sid in sorted(scored, reverse=True)[:limit]]
 
 
 def rotate_key(con, cfg) -> int:
@@ -88,8 +162,9 @@ def _public(row, status=None) -> dict:
     return out
 
 
-def find(con, query: str, *, limit: int = 10) -> list:
-    """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata."""
+def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
+    """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata, fused
+    with similarity of the embedded metadata when a provider is configured (cfg given)."""
     query = (query or "").strip()
     if not query:
         raise RecallError("empty query", "e.g. recall secret find 'jira token'")
@@ -101,6 +176,12 @@ def find(con, query: str, *, limit: int = 10) -> list:
             "SELECT s.* FROM secrets_fts f JOIN secrets s ON s.id = f.sid WHERE secrets_fts MATCH ? "
             "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0) LIMIT ?",
             (fq, limit)).fetchall()
+    meaning = _by_meaning(con, cfg, query, limit)
+    if meaning:
+        from .search import rrf
+        fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
+        rows = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
+        ranked = [rows[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in rows]
     seen, out = set(), []
     for row in exact + ranked:
         if row["id"] not in seen:

