@@ -429,7 +429,10 @@ def test_key_from_a_vault_secret_and_no_vault_value_in_any_request(voyage, fake,
     assert fake.count > 0 and CANARY not in raw and "[recall:canary-token]" in raw
     assert all(r[1]["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
     assert KEY not in out + err
-    assert "secrets.yaml" not in raw and "voyage-key" not in raw.replace("[recall:voyage-key]", "")
+    assert "secrets.yaml" not in raw                          # the file is never a note
+    texts = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    assert "voyage-key\nvoyage" in texts                        # its metadata is embedded, as the vault promises
+    assert not any("voyage-key" in t.replace("[recall:voyage-key]", "") for t in texts if t != "voyage-key\nvoyage")
 
 
 def test_a_missing_vault_secret_for_the_key_is_clear(voyage, fake, cli, monkeypatch):
