@@ -163,3 +163,30 @@ def wait_for_port(port: int, proc=None, timeout: float = 20.0) -> None:
                 raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the moment of asking)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def listener():
+    """A real listening socket on 127.0.0.1: a prerequisite that is up. Yields its port."""
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def fake():
+    """The stand-in Voyage API on 127.0.0.1 (64-dimension hashed vectors)."""
+    from tests.fake_voyage import FakeVoyage
+    with FakeVoyage(dim=64) as server:
+        yield server

@@ -11,7 +11,7 @@ pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
 from tests.conftest import CANARY, NOTES, run_recall, write_tree  # noqa: E402
-from tests.test_inventory import free_port  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 
 FORMS = [CANARY, base64.b64encode(CANARY.encode()).decode(), CANARY[::-1]]
 

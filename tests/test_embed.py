@@ -1,7 +1,6 @@
 """Embedding providers against the fake Voyage server over real HTTP: request shapes, SDK/urllib
 parity, retries, bad answers, the token cap (also under kill -9 and two runs at once), never
 embedding twice, the key from the vault, and no secret value in any request."""
-import json
 import os
 import signal
 import sqlite3
@@ -17,7 +16,7 @@ from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
 from recall.errors import RecallError
 from recall.index import embed_batches, run_index
 from tests.conftest import CANARY, REPO, write_tree
-from tests.fake_voyage import KEY, FakeVoyage, tokens_of
+from tests.fake_voyage import KEY, tokens_of
 
 FAST = Retry(attempts=4, base=0.01, cap=0.05, budget=5.0)
 
@@ -27,12 +26,6 @@ def fresh_providers(monkeypatch):
     monkeypatch.setattr(embed, "_PROVIDERS", {})
     monkeypatch.setattr(embed, "DEFAULT_RETRY", FAST)
     monkeypatch.delenv("RECALL_VOYAGE_TRANSPORT", raising=False)
-
-
-@pytest.fixture
-def fake():
-    with FakeVoyage(dim=64) as server:
-        yield server
 
 
 @pytest.fixture

@@ -46,12 +46,6 @@ def fresh_providers(monkeypatch):
 
 
 @pytest.fixture
-def fake():
-    with FakeVoyage(dim=64) as server:
-        yield server
-
-
-@pytest.fixture
 def voyage(config, fake, monkeypatch):
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
     config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")

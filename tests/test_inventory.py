@@ -9,22 +9,7 @@ import pytest
 from recall import db, inventory
 from recall.config import load_config
 from recall.errors import PrerequisiteDown, RecallError
-from tests.conftest import run_recall
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def listener():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield sock.getsockname()[1]
-    sock.close()
+from tests.conftest import free_port, run_recall
 
 
 def inventory_text(vpn_port, script=""):

@@ -22,7 +22,7 @@ from recall import audit, db, inventory, mcp_server, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.index import run_index  # noqa: E402
 from recall.search import search  # noqa: E402
-from tests.conftest import CANARY, REPO, write_tree  # noqa: E402
+from tests.conftest import CANARY, REPO, free_port, write_tree  # noqa: E402
 
 TOOLS = {"recall_search", "recall_read", "recall_secret_find", "recall_secret_show", "recall_secret_command",
          "recall_access_find", "recall_access_show", "recall_access_exec", "recall_verify"}
@@ -54,12 +54,6 @@ def secrets_text(jira_port: int) -> str:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def inventory_text(vpn_port: int) -> str:
     return f"""\
 - id: vpn
@@ -77,15 +71,6 @@ def inventory_text(vpn_port: int) -> str:
   notes: the Jira REST API
   verify: {PRINT_TOKEN}
 """
-
-
-@pytest.fixture
-def listener():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield sock.getsockname()[1]
-    sock.close()
 
 
 @pytest.fixture

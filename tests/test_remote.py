@@ -6,7 +6,7 @@ import pytest
 from recall.remote import federate
 from recall.search import Hit, SearchResult
 from tests.conftest import run_recall, write_tree
-from tests.test_inventory import free_port
+from tests.conftest import free_port
 
 REMOTE_NOTES = {
     "boxnotes/kafka-rebalance.md": """\

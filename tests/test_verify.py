@@ -13,7 +13,7 @@ from recall.classify import classify
 from recall.config import load_config
 from recall.verify import run_verify
 from tests.conftest import CANARY, run_recall, wait_for_port
-from tests.test_inventory import free_port
+from tests.conftest import free_port
 
 TOOLS = ["kubectl", "aws", "curl", "ssh", "az", "sudo"]
 
