@@ -11,6 +11,7 @@ demo:            ## index the sample notes in golden/notes and search them (no i
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search "disk filled up on the build server"
 
 test:            ## the whole suite on this Python
+	@$(PYTHON) -c "import pytest" 2>/dev/null || { echo "make test needs pytest: 'bash .ci/install' installs everything the tests use"; exit 1; }
 	$(PYTEST) -q
 
 test-core:       ## core tests in bare venvs (no extras) for every Python 3.9–3.13 found
