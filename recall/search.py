@@ -148,7 +148,7 @@ def snippet(text: str, query: str, width: int = 220) -> str:
     flat = " ".join(text.split())
     if not words:
         return flat[:width]
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(set(words), key=len, reverse=True)) + r")",
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(set(words), key=len, reverse=True)) + r")(?!\w)",
                          re.IGNORECASE)
     m = pattern.search(flat)
     start = 0 if m is None else max(0, m.start() - width // 3)

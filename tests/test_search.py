@@ -50,6 +50,13 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
     assert "**wildcard**" in res.hits[0].snippet
 
 
+def test_snippet_marks_whole_terms_only():
+    from recall.search import snippet
+    out = snippet("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963")
+    assert "**INC-10963**" in out and "**inc** **10963**" in out
+    assert "Incident " in out and "incidents" in out and "**Inc**" not in out
+
+
 def test_breadcrumb_carries_headings(indexed):
     cfg, con = indexed
     res = search(con, cfg, "fenced until the WAL was archived")
