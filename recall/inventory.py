@@ -149,15 +149,8 @@ def load_inventory(cfg, con=None) -> list:
     entries, seen_ids, seen_names = [], {}, {}
     for path in cfg.inventory:
         path = str(path)
-        if not os.path.exists(path):
-            raise InputError(path, None, "inventory file does not exist", hint="fix 'inventory:' in the config")
-        doc = yamlish.load(path)
-        if doc is None:
-            continue
-        if not isinstance(doc, list):
-            raise InputError(path, getattr(doc, "line", 1), "an inventory file is a list of entries ('- id: …')")
-        for i, item in enumerate(doc):
-            e = _entry(item, path, doc.item_lines[i] if hasattr(doc, "item_lines") else None)
+        for item, line in yamlish.load_entries(path, "inventory", "inventory"):
+            e = _entry(item, path, line)
             if e.id in seen_ids:
                 raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")
             seen_ids[e.id] = f"{path}:{e.line}"
@@ -225,8 +218,8 @@ def describe(con, e: Entry) -> dict:
 
 
 def block_text(e: Entry, last_verified: str) -> str:
-    head = ", ".join(x for x in (e.kind, e.environment) if x)
-    lines = [f"Access: {e.id}" + (f" ({' · '.join(x for x in (e.kind, e.environment) if x)})" if head else "")]
+    head = " · ".join(x for x in (e.kind, e.environment) if x)
+    lines = [f"Access: {e.id}" + (f" ({head})" if head else "")]
     if e.name:
         lines.append(f"  name: {e.name}")
     if e.account:

@@ -44,18 +44,11 @@ def load_secret_files(paths: list) -> tuple:
     entries, warnings, seen = [], [], {}
     for path in paths:
         path = str(path)
-        if not os.path.exists(path):
-            raise InputError(path, None, "secrets file does not exist", hint="fix 'secrets:' in the config")
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-        if mode & 0o077:
-            warnings.append(f"{path} is readable by group or others ({oct(mode)}); chmod 600 {path}")
-        doc = yamlish.load(path)
-        if doc is None:
-            continue
-        if not isinstance(doc, list):
-            raise InputError(path, getattr(doc, "line", 1), "a secrets file is a list of entries ('- id: …')")
-        for i, item in enumerate(doc):
-            line = doc.item_lines[i] if hasattr(doc, "item_lines") else None
+        if os.path.exists(path):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode & 0o077:
+                warnings.append(f"{path} is readable by group or others ({oct(mode)}); chmod 600 {path}")
+        for item, line in yamlish.load_entries(path, "secrets", "secrets"):
             entry = _entry(item, path, line)
             if entry.id in seen:
                 raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",

@@ -78,7 +78,6 @@ def describe_backend(con=None) -> str:
     """One line for `recall doctor`: the live backend and what would improve it."""
     mod = sqlite_module()
     if con is None:
-        import sqlite3
         con = mod.connect(":memory:") if vec_extension_path() else None
         if con is not None:
             load_vec(con)

@@ -79,6 +79,21 @@ def check_keys(mapping: Any, allowed, path: str, what: str, default: Optional[in
                              hint="known fields: " + ", ".join(sorted(map(str, allowed))))
 
 
+def load_entries(path, what: str, config_key: str) -> list:
+    """A file that is a list of mappings ('- id: …') → [(item, line)]; an absent file, or a
+    document that is not a list, is an InputError naming the file."""
+    import os
+    path = str(path)
+    if not os.path.exists(path):
+        raise InputError(path, None, f"{what} file does not exist", hint=f"fix '{config_key}:' in the config")
+    doc = load(path)
+    if doc is None:
+        return []
+    if not isinstance(doc, list):
+        raise InputError(path, getattr(doc, "line", 1), f"a {what} file is a list of entries ('- id: …')")
+    return [(item, line_of(doc, i)) for i, item in enumerate(doc)]
+
+
 def parse(text: str, path: str = "<string>") -> Any:
     """Parse one document: YMap, YList, a scalar, or None when there is no content."""
     return _Parser(text, str(path)).document()
