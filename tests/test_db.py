@@ -1,0 +1,69 @@
+"""The database: WAL, busy timeout, private file, migrations recorded once, a clear error when broken."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from recall import db
+from recall.errors import RecallError
+from tests.conftest import REPO
+
+
+def test_new_db_is_private_wal_and_migrated(tmp_path):
+    path = tmp_path / "state" / "recall.db"
+    con = db.connect(path)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(path.parent).st_mode & 0o777) == "0o700"
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_MS
+    versions = [r[0] for r in con.execute("SELECT version FROM migrations ORDER BY version")]
+    assert versions == list(range(1, len(db.MIGRATIONS) + 1))
+    con.close()
+    con = db.connect(path)                       # a second open applies nothing again
+    assert con.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(db.MIGRATIONS)
+
+
+def test_loose_db_file_is_tightened(tmp_path):
+    path = tmp_path / "recall.db"
+    db.connect(path).close()
+    path.chmod(0o644)
+    db.connect(path).close()
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+
+
+def test_only_new_migrations_run_on_an_old_db(tmp_path, monkeypatch):
+    path = tmp_path / "recall.db"
+    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS[:1])
+    db.connect(path).close()
+    monkeypatch.undo()
+    con = db.connect(path)
+    assert con.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(db.MIGRATIONS)
+    assert con.execute("SELECT count(*) FROM secrets").fetchone()[0] == 0     # a later migration's table
+
+
+def test_processes_migrating_at_once_agree(tmp_path):
+    path = tmp_path / "recall.db"
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from recall import db; db.connect({str(path)!r})"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE) for _ in range(4)]
+    errors = [p.communicate()[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    con = db.connect(path)
+    assert con.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(db.MIGRATIONS)
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "recall.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    path.chmod(0o600)
+    with pytest.raises(RecallError, match="recall index --full"):
+        db.connect(path)
+
+
+def test_transaction_rolls_back_on_error(tmp_path):
+    con = db.connect(tmp_path / "recall.db")
+    with pytest.raises(ZeroDivisionError):
+        with db.transaction(con):
+            db.set_meta(con, "k", "v")
+            1 / 0
+    assert db.get_meta(con, "k") is None
