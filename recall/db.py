@@ -183,6 +183,7 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
             _vectors.load_vec(con)
         con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA foreign_keys=ON")
+        con.execute("PRAGMA secure_delete=ON")      # deleted text is zeroed, not left in free pages
         con.execute("PRAGMA synchronous=NORMAL")
         if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             con.execute("PRAGMA journal_mode=WAL")

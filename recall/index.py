@@ -133,7 +133,7 @@ def chunk_hash(breadcrumb: str, body: str) -> str:
     return hashlib.blake2b(f"{breadcrumb}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
 
 
-def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id) -> int:
+def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None) -> int:
     title = str(doc.meta.get("title") or "")
     if file_id is None:
         file_id = con.execute(
@@ -144,15 +144,54 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
         con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=? WHERE id=?",
                     (st.st_size, st.st_mtime_ns, digest, date, title, file_id))
     for ord_, ch in enumerate(doc.chunks):
-        chunk_id = con.execute(
-            "INSERT INTO chunks(file_id, ord, start_line, end_line, breadcrumb, body, hash) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (file_id, ord_, ch.start_line, ch.end_line, ch.breadcrumb, ch.text,
-             chunk_hash(ch.breadcrumb, ch.text))).lastrowid
-        idents = terms.identifiers(ch.breadcrumb + "\n" + ch.text)
-        con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
-                        [(t, chunk_id, n) for t, n in idents.items()])
+        crumb, body = (redact(ch.breadcrumb), redact(ch.text)) if redact else (ch.breadcrumb, ch.text)
+        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body)
     return len(doc.chunks)
+
+
+def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str) -> None:
+    """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
+    chunk_id = con.execute(
+        "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash) "
+        "VALUES (?,?,?,?,?,?,?,?)",
+        (chunk_id, file_id, ord_, start, end, crumb, body, chunk_hash(crumb, body))).lastrowid
+    idents = terms.identifiers(crumb + "\n" + body)
+    con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
+                    [(t, chunk_id, n) for t, n in idents.items()])
+
+
+def redact_indexed(con, values: dict) -> int:
+    """Rewrite the indexed chunks that hold a vault value (a token pasted into a note), so that
+    no table of the DB keeps it; the note on disk is the user's and stays as it is."""
+    pairs = _value_pairs(values)
+    hit = set()
+    for value, _ in pairs:
+        hit.update(r[0] for r in con.execute(
+            "SELECT id FROM chunks WHERE instr(body, ?) > 0 OR instr(breadcrumb, ?) > 0", (value, value)))
+    if not hit:
+        return 0
+    redact = _replacer(pairs)
+    with db.transaction(con):
+        for cid in sorted(hit):
+            row = con.execute("SELECT * FROM chunks WHERE id=?", (cid,)).fetchone()
+            con.execute("DELETE FROM chunks WHERE id=?", (cid,))
+            write_chunk(con, cid, row["file_id"], row["ord"], row["start_line"], row["end_line"],
+                        redact(row["breadcrumb"]), redact(row["body"]))
+    return len(hit)
+
+
+def _value_pairs(values: dict) -> list:
+    return sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values() if len(str(v)) >= 4),
+                  key=lambda p: -len(p[0]))
+
+
+def _replacer(pairs: list):
+    def redact(text: str) -> str:
+        for value, sid in pairs:
+            if value in text:
+                text = text.replace(value, f"[recall:{sid}]")
+        return text
+    return redact
 
 
 def _read(full: str, st, limit: int):
@@ -196,6 +235,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         plan.append((source, list(walk_source(source, skip_paths=skip))))   # every path checked first
     total = sum(len(files) for _, files in plan)
     done, last_commit = 0, time.monotonic()
+    redact = note_redactor(con, cfg, report)
     con.execute("BEGIN IMMEDIATE")
     try:
         if only is None:
@@ -212,7 +252,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             git_dates = GitDates(source.path)
             for rel, full_path in files:
                 seen.add(rel)
-                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report, git_dates)
+                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report, git_dates,
+                           redact)
                 done += 1
                 if progress:
                     progress(done, total, rel)
@@ -236,7 +277,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     return report
 
 
-def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None) -> None:
+def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None, redact=None) -> None:
     try:
         st = os.stat(full_path)
     except OSError as exc:
@@ -265,7 +306,7 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=No
         report.warnings.append((full_path, warning))
     doc = _chunk(rel, text)
     date = date_for(rel, doc.meta, st.st_mtime_ns, git_dates)
-    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None)
+    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None, redact)
     if old is None:
         report.new += 1
     else:
@@ -293,15 +334,19 @@ def vault_redactor(con, cfg):
     except RecallError as exc:
         raise RecallError(f"cannot check the notes for vault values before embedding them: {exc.message}",
                           exc.hint or "fix the vault key, or run 'recall index --no-embed'") from None
-    pairs = sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values() if len(str(v)) >= 4),
-                   key=lambda p: -len(p[0]))
+    return _replacer(_value_pairs(values))
 
-    def redact(text: str) -> str:
-        for value, sid in pairs:
-            if value in text:
-                text = text.replace(value, f"[recall:{sid}]")
-        return text
-    return redact
+
+def note_redactor(con, cfg, report):
+    """vault_redactor for the keyword index (None: nothing to redact); a vault that cannot be read
+    here is a warning, not a failed index."""
+    if not con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone():
+        return None
+    try:
+        return vault_redactor(con, cfg)
+    except RecallError as exc:
+        report.warnings.append((str(cfg.db_path), f"vault values not redacted from the index: {exc.message}"))
+        return None
 
 
 def _estimate(chars: int) -> int:

@@ -121,4 +121,14 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
         shown_end = n
     next_offset = shown_end - start + 1 if shown_end < end else None
     return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
-                      end_line=shown_end, range_end=end, text="".join(out), next_offset=next_offset)
+                      end_line=shown_end, range_end=end, text=_redacted(con, cfg, "".join(out)),
+                      next_offset=next_offset)
+
+
+def _redacted(con, cfg, text: str) -> str:
+    """A vault value pasted into a note reads as [recall:ID], as it is in the index."""
+    from .index import vault_redactor
+    try:
+        return vault_redactor(con, cfg)(text)
+    except RecallError:
+        return text

@@ -58,6 +58,9 @@ def sync(con, cfg) -> SyncReport:
                         (e.id, e.id, e.meta["service"], e.meta["environment"],
                          e.meta["kind"], e.meta["username"], e.meta["url"], " ".join(e.tags),
                          e.meta["notes"], e.meta["use"]))
+    from .index import redact_indexed
+    redact_indexed(con, {e.id: e.values for e in entries})      # a value pasted into a note leaves the index
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
     new = {e.id for e in entries}
     report = SyncReport(added=len(new - old), updated=len(new & old), removed=len(old - new),
                         total=len(new), warnings=warnings)

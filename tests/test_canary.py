@@ -24,7 +24,7 @@ CHILD = ("import os, sys; v = os.environ['CANARY_TOKEN']; "
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    notes = write_tree(tmp_path / "notes", NOTES)
+    notes = write_tree(tmp_path / "notes", {**NOTES, "jira/pasted.md": f"# Jira\n\nThe old token was {CANARY}.\n"})
     secrets = notes / "secrets.yaml"          # inside the notes tree, as people keep it
     secrets.write_text(f"""\
 - id: canary-token
@@ -62,7 +62,8 @@ def world(tmp_path, monkeypatch):
 
 
 COMMANDS = [
-    ["index"], ["index", "--full"], ["search", "canary"], ["search", "token"], ["--json", "search", "canary-host"],
+    ["secret", "sync"], ["index"], ["index", "--full"], ["search", "canary"], ["search", "old", "token"],
+    ["read", "jira/pasted.md"], ["search", "canary"], ["search", "token"], ["--json", "search", "canary-host"],
     ["read", "incidents/2023/INC-10963-db-failover.md"], ["read", "secrets.yaml"], ["doctor"],
     ["secret", "sync"], ["secret", "find", "canary"], ["--json", "secret", "find", "token"],
     ["secret", "show", "canary-token"], ["--json", "secret", "show", "canary-token"],
@@ -96,9 +97,11 @@ def test_the_canary_never_leaves(world):
         _assert_clean(f"`recall {' '.join(map(str, args))}` output", r.stdout + r.stderr)
         outputs.append((args, r))
     by = {tuple(a): r for a, r in outputs}
-    child = by[tuple(COMMANDS[15])]
+    child = by[tuple(next(c for c in COMMANDS if c[:2] == ["secret", "exec"] and c[-1] == CHILD))]
     assert child.stdout.splitlines() == ["argv-clean", "[recall:canary-token]"]
     assert by[("secret", "get", "canary-token")].returncode == 1
+    assert "[recall:canary-token]" in by[("read", "jira/pasted.md")].stdout
+    assert "jira/pasted.md" in by[("search", "old", "token")].stdout
     assert by[("access", "exec", "behind-vpn")].returncode == 69
     state = Path(os.environ["RECALL_HOME"])
     files = [p for p in state.rglob("*") if p.is_file() and p.name != "vault.key"]
@@ -108,6 +111,19 @@ def test_the_canary_never_leaves(world):
     for path in glob.glob(str(tmp_path / "home" / "**"), recursive=True):
         if os.path.isfile(path):
             _assert_clean(path, open(path, "rb").read())
+
+
+def test_a_value_indexed_before_the_vault_knew_it_leaves_the_db_at_sync(world):
+    """Index first (the note's token is just text then), sync after: no DB byte keeps it."""
+    r = run_recall("index")
+    assert r.returncode == 0, r.stderr
+    db_file = Path(os.environ["RECALL_HOME"]) / "recall.db"
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0, r.stderr
+    for path in db_file.parent.glob("recall.db*"):
+        _assert_clean(str(path), path.read_bytes())
+    r = run_recall("search", "old", "token")
+    assert "[recall:canary-token]" in r.stdout
 
 
 @pytest.mark.parametrize("broken", [
