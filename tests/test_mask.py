@@ -239,7 +239,9 @@ def test_ten_megabytes_random_binary_with_secrets(count):
     ids = list(secrets)
     parts, expected, size = [], [], 0
     while size < 10_000_000:
-        filler = _random_bytes(rng, rng.randrange(1000, 400_000))
+        # a filler ending in a backslash before a value starting with '/' really holds the value's
+        # JSON form '\/…' — masked one byte wider than this test's expectation
+        filler = _random_bytes(rng, rng.randrange(1000, 400_000)).rstrip(b"\\")
         sid = rng.choice(ids)
         value = secrets[sid][0].encode()
         form = rng.choice([value, base64.b64encode(value), quote(value, safe="").encode(),
