@@ -421,11 +421,7 @@ def cmd_verify(args) -> int:
 
 def cmd_remote_install(args) -> int:
     from .remote import install
-    cfg = _config(args)
-    from .remote import _prerequisites
-    from .config import Remote
-    _prerequisites(cfg, Remote(name=args.host, host=args.host))
-    rep = install(args.host, args.path, ssh_config=args.ssh_config)
+    rep = install(args.host, args.path, ssh_config=args.ssh_config, cfg=_config(args))
     if getattr(args, "json", False):
         _json(rep.__dict__)
     else:

@@ -75,8 +75,13 @@ def _bundle() -> tuple:
     return buf.getvalue(), count
 
 
-def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0) -> InstallReport:
-    """Copy the core to HOST:PATH (replacing an older copy) and check `recall.py doctor` there."""
+def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0,
+            cfg=None) -> InstallReport:
+    """Copy the core to HOST:PATH (replacing an older copy) and check `recall.py doctor` there;
+    a host that is an inventory entry goes through its prerequisites first."""
+    if cfg is not None:
+        from .config import Remote
+        _prerequisites(cfg, Remote(name=host, host=host))
     data, count = _bundle()
     base = ssh_argv(host, ssh_config, timeout)
     probe = _run(base + [f"test -f {shlex.quote(path)}/recall.py && echo yes || echo no"], timeout=timeout)
