@@ -24,13 +24,50 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+VERBS = ("index", "search", "read", "secret", "access", "verify", "remote", "mcp", "instructions",
+         "doctor", "eval")
+
+
+class _Skipped:
+    """Stands in for the parser of a verb this run does not use: building all of them costs more
+    than the rest of a `recall search` (argparse looks up translations for every help string)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self
+
+
+class _OnlyVerb:
+    def __init__(self, sub, only):
+        self.sub, self.only = sub, only
+
+    def add_parser(self, name, **kwargs):
+        return self.sub.add_parser(name, **kwargs) if self.only in (None, name) else _Skipped()
+
+
+def _verb_of(argv: list):
+    """The verb argv names (None: unknown, or help asked of the top level)."""
+    after_config = False
+    for arg in argv:
+        if after_config:
+            after_config = False
+        elif arg == "--config":
+            after_config = True
+        elif not arg.startswith("-"):
+            return arg if arg in VERBS else None
+        elif arg in ("-h", "--help"):
+            return None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (`only`) the top level plus that one verb."""
     common = _common()
     parser = _Parser(prog="recall", parents=[common],
                      description="Notes search, a vault that never shows values, and how to reach "
                                  "each system — for you and your agent.")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    sub.required = True
+    real_sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    real_sub.required = True
+    sub = _OnlyVerb(real_sub, only)
 
     p = sub.add_parser("index", parents=[common], help="index the configured sources (incremental)")
     p.add_argument("--full", action="store_true", help="re-read every file")
@@ -495,8 +532,8 @@ def cmd_eval(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_verb_of(argv)).parse_args(argv)
     try:
         return args.func(args)
     except RecallError as exc:

@@ -24,6 +24,13 @@ def test_every_verb_has_help_text_and_help_works(cli):
         assert exit_.value.code == 0
 
 
+def test_every_verb_is_known_to_the_one_verb_parser():
+    from recall.cli import VERBS, _verb_of
+    assert tuple(_verbs()) == VERBS
+    assert _verb_of(["--config", "search", "secret", "find", "x"]) == "secret"
+    assert _verb_of(["--json", "search", "x"]) == "search" and _verb_of(["--help"]) is None
+
+
 def test_usage_error_exits_2(cli):
     with pytest.raises(SystemExit) as exit_:
         cli("search")
