@@ -6,10 +6,10 @@ import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, field
 
 from . import status
 from .errors import InputError, NotFound, PrerequisiteDown, RecallError
+from .records import Record
 
 FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
           "secrets", "check", "hint", "tags", "notes", "url", "timeout"}
@@ -19,26 +19,10 @@ _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-@dataclass
-class Entry:
-    id: str
-    kind: str = ""
-    name: str = ""
-    aliases: list = field(default_factory=list)
-    environment: str = ""
-    account: str = ""
-    requires: list = field(default_factory=list)
-    access: list = field(default_factory=list)
-    verify: str = ""
-    secrets: list = field(default_factory=list)
-    check: str = ""
-    hint: str = ""
-    tags: list = field(default_factory=list)
-    notes: str = ""
-    url: str = ""
-    timeout: float = 0.0
-    file: str = ""
-    line: int = 0
+class Entry(Record):
+    FIELDS = {"id": "", "kind": "", "name": "", "aliases": [], "environment": "", "account": "",
+              "requires": [], "access": [], "verify": "", "secrets": [], "check": "", "hint": "",
+              "tags": [], "notes": "", "url": "", "timeout": 0.0, "file": "", "line": 0}
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
@@ -165,7 +149,7 @@ def load_inventory(cfg, con=None) -> list:
     if con is not None:
         from .db import set_meta
         try:
-            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
+            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [e.as_dict() for e in entries]}))
         except Exception:   # a read-only moment (another writer) only costs the cache
             pass
     return entries
@@ -211,7 +195,7 @@ def mentioned(entries: list, query: str) -> list:
 
 def describe(con, e: Entry) -> dict:
     """The access block as data (what `access show` prints and search pins)."""
-    d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
+    d = {k: v for k, v in e.as_dict().items() if v not in ("", [], 0.0)}
     d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d

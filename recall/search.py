@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import date as _date
 from pathlib import Path
 
 from . import terms
 from .errors import RecallError
+from .records import Record
 
 MAX_QUERY_CHARS = 2000
 PER_FILE = 2
@@ -18,20 +18,9 @@ RECENCY_HALF_LIFE_DAYS = 730
 MODES = ("auto", "keyword", "semantic", "hybrid")
 
 
-@dataclass
-class Hit:
-    source: str
-    relpath: str
-    path: str
-    line: int
-    end_line: int
-    breadcrumb: str
-    snippet: str
-    score: float
-    date: str
-    chunk_id: int = 0
-    file_id: int = 0
-    explain: dict = field(default_factory=dict)
+class Hit(Record):
+    FIELDS = {"source": "", "relpath": "", "path": "", "line": 0, "end_line": 0, "breadcrumb": "",
+              "snippet": "", "score": 0.0, "date": "", "chunk_id": 0, "file_id": 0, "explain": {}}
 
     def public(self) -> dict:
         keys = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "score", "date")
@@ -42,14 +31,9 @@ class Hit:
         return out
 
 
-@dataclass
-class SearchResult:
-    query: str
-    mode: str
-    route: str
-    hits: list
-    access: list = field(default_factory=list)
-    notices: list = field(default_factory=list)   # one-line remarks: a remote down, no provider …
+class SearchResult(Record):
+    FIELDS = {"query": "", "mode": "", "route": "", "hits": [], "access": [],
+              "notices": []}          # notices: one-line remarks — a remote down, no provider …
 
     def public(self) -> dict:
         return {"query": self.query, "mode": self.mode, "route": self.route,
