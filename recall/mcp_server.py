@@ -264,7 +264,7 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     with _opened() as (cfg, con):
         result = exec_entry(con, cfg, id, argv, timeout=EXEC_TIMEOUT)
         lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
-        lines += [f"left out: {step} ({why})" for step, why in getattr(result, "left_out", [])]
+        lines += [f"left out: {step} ({why})" for step, why in result.left_out]
         lines += ["--- stdout ---", result.stdout.decode("utf-8", "replace").rstrip("\n"),
                   "--- stderr ---", result.stderr.decode("utf-8", "replace").rstrip("\n")]
         text = _mask(_response_masker(con, cfg), "\n".join(lines) + "\n")
@@ -280,11 +280,7 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     key = ("recall_verify", id)
     if offset:
         return _page(_held(key, "recall_verify"), offset, "recall_verify", key)
-    try:
-        from .verify import run_verify
-    except ImportError:
-        raise RecallError("recall_verify is not available in this version of recall",
-                          "update recall; meanwhile use recall_access_exec with an empty command") from None
+    from .verify import run_verify
     ids = id.replace(",", " ").split() or None
     with _opened() as (cfg, con):
         report = run_verify(con, cfg, ids=ids)
@@ -292,8 +288,6 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
         return _page(text, 0, "recall_verify", key)
 
 
-READ_ONLY = ("recall_search", "recall_read", "recall_secret_find", "recall_secret_show",
-             "recall_secret_command", "recall_access_find", "recall_access_show", "recall_verify")
 TOOLS = [recall_search, recall_read, recall_secret_find, recall_secret_show, recall_secret_command,
          recall_access_find, recall_access_show, recall_access_exec, recall_verify]
 TITLES = {"recall_search": "Search my notes", "recall_read": "Read a note section",

@@ -6,7 +6,7 @@ import selectors
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import RecallError
 from .mask import Masker, MaskStream
@@ -25,6 +25,7 @@ class RunResult:
     stdout: bytes   # masked; empty when streamed
     stderr: bytes   # masked; empty when streamed
     timed_out: bool = False
+    left_out: list = field(default_factory=list)   # access exec: setup steps not run, (step, why)
 
 
 class _Sink:

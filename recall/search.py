@@ -227,11 +227,11 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     """Search the notes. `vector_search(query, limit) -> [(chunk_id, similarity)]` is supplied by
     the caller when a provider is configured, so keyword-only searches never load it."""
     query = check_query(query)
-    remote_job = _ask_remotes(cfg, query, n, mode) if remotes else None
     if n < 1:
         raise RecallError("-n must be at least 1")
     provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
     route = route_for(mode, query, provider)
+    remote_job = _ask_remotes(cfg, query, n, mode) if remotes else None   # bad input asks nobody
     started = time.perf_counter()
     notices: list = []
     route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,

@@ -36,11 +36,7 @@ class Probe:
     requires: list = field(default_factory=list)
     variables: dict = field(default_factory=dict)   # variable -> (secret id, field) the command names
     serial: bool = False        # shares global state (az): one at a time
-
-    def public(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("variables", "serial")}
-        out["verdict_rule"] = self.rule
-        return out
+    argv: tuple = ()            # as the guard parsed it (secret variables as placeholders)
 
 
 @dataclass
@@ -102,7 +98,7 @@ def plan(con, cfg, ids=None) -> list:
 
 def _judge(p: Probe, url_hosts: tuple, credential: bool) -> Probe:
     v = verdict_for(_placeholder(p.command, p.variables), url_hosts=url_hosts, credential=credential)
-    p.verdict, p.rule, p.reason = v.verdict, v.rule, v.reason
+    p.verdict, p.rule, p.reason, p.argv = v.verdict, v.rule, v.reason, v.argv
     if v.allow and any(f"RECALLVAR{name}" in a for a in v.argv[1:] for name in p.variables):
         if v.argv[0] != "curl" or not all(_header_only(v.argv, name) for name in p.variables):
             p.verdict, p.rule = "deny", "verify.variable"
@@ -154,7 +150,7 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
     started = time.monotonic()
     con = db.connect(cfg.db_path)
     try:
-        argv = list(verdict_for(_placeholder(p.command, p.variables)).argv)
+        argv = list(p.argv)
         if argv[0] == "tcp":
             up, detail = inventory.tcp_check("tcp " + argv[1], min(timeout, inventory.DEFAULT_TCP_TIMEOUT))
             p.status, p.detail = ("ok", "") if up else ("unreachable", detail)
