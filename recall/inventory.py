@@ -204,20 +204,12 @@ def describe(con, e: Entry) -> dict:
 def block_text(e: Entry, last_verified: str) -> str:
     head = " · ".join(x for x in (e.kind, e.environment) if x)
     lines = [f"Access: {e.id}" + (f" ({head})" if head else "")]
-    if e.name:
-        lines.append(f"  name: {e.name}")
-    if e.account:
-        lines.append(f"  account: {e.account}")
-    if e.requires:
-        lines.append(f"  requires: {', '.join(e.requires)}")
+    lines += [f"  {label}: {value}" for label, value in
+              (("name", e.name), ("account", e.account), ("requires", ", ".join(e.requires))) if value]
     lines += [f"  {i}. {step}" for i, step in enumerate(e.access, start=1)]
-    if e.check:
-        lines.append(f"  check: {e.check}")
-    if e.verify:
-        lines.append(f"  verify: {e.verify}")
-    if e.secrets:
-        lines.append(f"  secrets: {', '.join(e.secrets)}")
-    lines.append(f"  last verified: {last_verified}")
+    lines += [f"  {label}: {value}" for label, value in
+              (("check", e.check), ("verify", e.verify), ("secrets", ", ".join(e.secrets)),
+               ("last verified", last_verified)) if value]
     return "\n".join(lines)
 
 
