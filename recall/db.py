@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from .errors import RecallError
@@ -185,13 +186,26 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA secure_delete=ON")      # deleted text is zeroed, not left in free pages
         con.execute("PRAGMA synchronous=NORMAL")
-        if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            con.execute("PRAGMA journal_mode=WAL")
+        _use_wal(con, module)
         migrate(con)
     except (sqlite3.DatabaseError, module.DatabaseError) as exc:
         raise RecallError(f"cannot open the database {path}: {exc}",
                           "it is a cache: move it away and run 'recall index --full'") from None
     return con
+
+
+def _use_wal(con, module) -> None:
+    """Switch a new file to WAL. When several processes open a new file at once, SQLite can
+    answer the switch with "database is locked" without waiting, so wait here instead."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            con.execute("PRAGMA journal_mode=WAL").fetchone()
+            return              # switched, or a file system without WAL keeps the old journal
+        except (sqlite3.OperationalError, module.OperationalError) as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def migrate(con: sqlite3.Connection) -> int:
