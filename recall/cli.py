@@ -146,12 +146,12 @@ def _secret_parsers(sub, common) -> None:
     p = verbs.add_parser("command", parents=[common], help="print the one line that runs CMD with the secret")
     p.add_argument("id")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_secret_command)
+    p.set_defaults(func=cmd_secret_command, options=p)
     p = verbs.add_parser("exec", parents=[common], help="run CMD with the secret in its env (or stdin)")
     p.add_argument("id")
     p.add_argument("--stdin", action="store_true", help="write the value and a newline to CMD's stdin")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_secret_exec)
+    p.set_defaults(func=cmd_secret_exec, options=p)
     p = verbs.add_parser("get", parents=[common], help="print the value — only to a real terminal")
     p.add_argument("id")
     p.set_defaults(func=cmd_secret_get)
@@ -177,10 +177,21 @@ def _access_parsers(sub, common) -> None:
                          help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask")
     p.add_argument("id")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_access_exec)
+    p.set_defaults(func=cmd_access_exec, options=p)
 
 
-def _after_dashes(cmd: list) -> list:
+def _command(args) -> list:
+    """CMD after the id. argparse's REMAINDER also swallows this verb's own options written after
+    the id (`exec ID --stdin -- CMD`), so those leading options are parsed here; `--` ends them."""
+    cmd, head = list(args.cmd), []
+    known = args.options._option_string_actions
+    while cmd and cmd[0] in known:
+        word = cmd.pop(0)
+        head.append(word)
+        if known[word].nargs != 0 and cmd:
+            head.append(cmd.pop(0))
+    if head:
+        args.options.parse_args([*head, args.id], namespace=args)
     return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
@@ -356,17 +367,18 @@ def cmd_secret_show(args) -> int:
 
 
 def cmd_secret_command(args) -> int:
+    cmd = _command(args)
     vault, cfg, con = _vault(args)
-    cmd = _after_dashes(args.cmd)
     line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0])
     _json({"id": args.id, "command": line}) if getattr(args, "json", False) else _out(line)
     return 0
 
 
 def cmd_secret_exec(args) -> int:
+    cmd = _command(args)
     vault, cfg, con = _vault(args)
     sys.stdout.flush()
-    result = vault.exec_with(con, cfg, args.id, _after_dashes(args.cmd), stdin=args.stdin,
+    result = vault.exec_with(con, cfg, args.id, cmd, stdin=args.stdin,
                              out=sys.stdout.buffer, err=sys.stderr.buffer)
     return result.code
 
@@ -426,11 +438,13 @@ def cmd_access_show(args) -> int:
 
 def cmd_access_exec(args) -> int:
     from .access import exec_entry
+    cmd = _command(args)
     cfg = _config(args)
     con = _db(cfg)
     sys.stdout.flush()
-    result = exec_entry(con, cfg, args.id, _after_dashes(args.cmd), out=sys.stdout.buffer,
-                        err=sys.stderr.buffer)
+    result = exec_entry(con, cfg, args.id, cmd, out=sys.stdout.buffer, err=sys.stderr.buffer)
+    for step, why in result.left_out:
+        sys.stderr.write(f"recall: left out '{step}': {why}\n")
     return result.code
 
 

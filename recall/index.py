@@ -135,6 +135,8 @@ def chunk_hash(breadcrumb: str, body: str) -> str:
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None) -> int:
     title = str(doc.meta.get("title") or "")
+    if redact:
+        title = redact(title)
     if file_id is None:
         file_id = con.execute(
             "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title) VALUES (?,?,?,?,?,?,?)",
@@ -161,36 +163,41 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str)
 
 
 def redact_indexed(con, values: dict) -> int:
-    """Rewrite the indexed chunks that hold a vault value (a token pasted into a note), so that
-    no table of the DB keeps it; the note on disk is the user's and stays as it is."""
-    pairs = _value_pairs(values)
-    hit = set()
-    for value, _ in pairs:
-        hit.update(r[0] for r in con.execute(
-            "SELECT id FROM chunks WHERE instr(body, ?) > 0 OR instr(breadcrumb, ?) > 0", (value, value)))
-    if not hit:
+    """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
+    pasted into a note), so that no table of the DB keeps it; the note on disk is the user's."""
+    redact = _redactor(values)
+    hit = [r for r in con.execute("SELECT * FROM chunks")
+           if redact(r["breadcrumb"]) != r["breadcrumb"] or redact(r["body"]) != r["body"]]
+    titles = [(redact(t), i) for i, t in con.execute("SELECT id, title FROM files WHERE title != ''")
+              if redact(t) != t]
+    if not hit and not titles:
         return 0
-    redact = _replacer(pairs)
     with db.transaction(con):
-        for cid in sorted(hit):
-            row = con.execute("SELECT * FROM chunks WHERE id=?", (cid,)).fetchone()
-            con.execute("DELETE FROM chunks WHERE id=?", (cid,))
-            write_chunk(con, cid, row["file_id"], row["ord"], row["start_line"], row["end_line"],
+        for row in hit:
+            con.execute("DELETE FROM chunks WHERE id=?", (row["id"],))
+            write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
                         redact(row["breadcrumb"]), redact(row["body"]))
-    return len(hit)
+        con.executemany("UPDATE files SET title=? WHERE id=?", titles)
+        # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
+        con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    return len(hit) + len(titles)
 
 
-def _value_pairs(values: dict) -> list:
-    return sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values() if len(str(v)) >= 4),
-                  key=lambda p: -len(p[0]))
+def _redactor(values: dict):
+    """text -> text with every vault value, and every encoded form the masker knows (base64,
+    URL, JSON, …), replaced by [recall:ID]; values too short to mask are replaced as written."""
+    from .mask import MIN_SECRET_LEN, Masker
+    masker = Masker({sid: [str(v) for v in vals.values()] for sid, vals in values.items()})
+    short = sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values()
+                    if 4 <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
 
-
-def _replacer(pairs: list):
     def redact(text: str) -> str:
-        for value, sid in pairs:
+        for value, sid in short:
             if value in text:
                 text = text.replace(value, f"[recall:{sid}]")
-        return text
+        data = text.encode("utf-8", "surrogatepass")
+        masked = masker.mask(data)
+        return text if masked == data else masked.decode("utf-8", "replace")
     return redact
 
 
@@ -334,7 +341,7 @@ def vault_redactor(con, cfg):
     except RecallError as exc:
         raise RecallError(f"cannot check the notes for vault values before embedding them: {exc.message}",
                           exc.hint or "fix the vault key, or run 'recall index --no-embed'") from None
-    return _replacer(_value_pairs(values))
+    return _redactor(values)
 
 
 def note_redactor(con, cfg, report):

@@ -2,7 +2,10 @@
 import base64
 import glob
 import os
+import re
+import sqlite3
 import sys
+from urllib.parse import quote
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,12 @@ pytestmark = pytest.mark.extras
 from tests.conftest import CANARY, NOTES, run_recall, write_tree  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
-FORMS = [CANARY, base64.b64encode(CANARY.encode()).decode(), CANARY[::-1]]
+B64 = base64.b64encode(CANARY.encode()).decode()
+FORMS = [CANARY, B64, CANARY[::-1]]
+# The full-text index keeps terms lower-cased and split at punctuation: in DB bytes, look for those.
+PIECES = [p.lower() for p in re.split(r"[^0-9A-Za-z]+", CANARY) if p]
+PASTED = (f"# Jira\n\nThe old token was {CANARY}.\n\n## Encoded\n\n"
+          f"base64 {B64} and in a URL ?token={quote(CANARY + '/x')}\n")
 
 CHILD = ("import os, sys; v = os.environ['CANARY_TOKEN']; "
          "argv = open('/proc/self/cmdline', 'rb').read(); "
@@ -24,7 +32,7 @@ CHILD = ("import os, sys; v = os.environ['CANARY_TOKEN']; "
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    notes = write_tree(tmp_path / "notes", {**NOTES, "jira/pasted.md": f"# Jira\n\nThe old token was {CANARY}.\n"})
+    notes = write_tree(tmp_path / "notes", {**NOTES, "jira/pasted.md": PASTED})
     secrets = notes / "secrets.yaml"          # inside the notes tree, as people keep it
     secrets.write_text(f"""\
 - id: canary-token
@@ -88,6 +96,21 @@ def _assert_clean(where: str, data) -> None:
         assert form not in text, f"the canary leaked into {where}"
 
 
+def _assert_db_clean(db_file: Path) -> None:
+    """No form of the canary in the DB, its WAL, or the full-text index's own term list."""
+    for path in db_file.parent.glob(db_file.name + "*"):
+        data = path.read_bytes()
+        _assert_clean(str(path), data)
+        low = data.lower()
+        for piece in PIECES:
+            assert piece.encode() not in low, f"a piece of the canary ({piece}) is in {path}"
+    con = sqlite3.connect(db_file)
+    con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, chunks_fts, 'row')")
+    terms = {t for (t,) in con.execute("SELECT term FROM temp.vocab")}
+    con.close()
+    assert not terms & set(PIECES), terms & set(PIECES)
+
+
 def test_the_canary_never_leaves(world):
     tmp_path, secrets = world
     outputs = []
@@ -103,11 +126,14 @@ def test_the_canary_never_leaves(world):
     assert "[recall:canary-token]" in by[("read", "jira/pasted.md")].stdout
     assert "jira/pasted.md" in by[("search", "old", "token")].stdout
     assert by[("access", "exec", "behind-vpn")].returncode == 69
+    by_stdin = by[tuple(next(c for c in COMMANDS if "--stdin" in c))]
+    assert (by_stdin.returncode, by_stdin.stdout) == (0, "[recall:canary-token]\n\n"), by_stdin.stderr
     state = Path(os.environ["RECALL_HOME"])
     files = [p for p in state.rglob("*") if p.is_file() and p.name != "vault.key"]
     assert any(p.name == "recall.db" for p in files)
     for path in files:
         _assert_clean(str(path), path.read_bytes())
+    _assert_db_clean(state / "recall.db")
     for path in glob.glob(str(tmp_path / "home" / "**"), recursive=True):
         if os.path.isfile(path):
             _assert_clean(path, open(path, "rb").read())
@@ -120,10 +146,11 @@ def test_a_value_indexed_before_the_vault_knew_it_leaves_the_db_at_sync(world):
     db_file = Path(os.environ["RECALL_HOME"]) / "recall.db"
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
-    for path in db_file.parent.glob("recall.db*"):
-        _assert_clean(str(path), path.read_bytes())
+    _assert_db_clean(db_file)
     r = run_recall("search", "old", "token")
     assert "[recall:canary-token]" in r.stdout
+    r = run_recall("read", "jira/pasted.md")
+    assert r.stdout.count("[recall:canary-token]") == 3, r.stdout       # raw, base64, URL-encoded
 
 
 @pytest.mark.parametrize("broken", [

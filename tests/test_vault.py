@@ -205,6 +205,25 @@ def test_stdin_injection_like_sudo_S(vault_cfg):
     assert res.code == 1
 
 
+LINE_LENGTH = "import sys; line = sys.stdin.readline(); print(len(line.rstrip(chr(10))), line.endswith(chr(10)))"
+
+
+@pytest.mark.parametrize("order", ["flag-after-id", "flag-before-id"])
+def test_stdin_flag_through_the_cli_in_either_position(vault_cfg, order):
+    words = ["jira-api-token", "--stdin"] if order == "flag-after-id" else ["--stdin", "jira-api-token"]
+    r = run_recall("secret", "exec", *words, "--", sys.executable, "-c", LINE_LENGTH)
+    assert (r.returncode, r.stdout) == (0, f"{len(CANARY)} True\n"), r.stderr
+    assert CANARY not in r.stdout + r.stderr
+    r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", LINE_LENGTH)
+    assert r.stdout == "0 False\n"                   # without the flag, an env secret leaves stdin empty
+
+
+def test_a_command_whose_own_arguments_hold_dashes_is_left_alone(vault_cfg):
+    r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c",
+                   "import sys; print(sys.argv[1:])", "--stdin", "--", "-x")
+    assert (r.returncode, r.stdout) == (0, "['--stdin', '--', '-x']\n"), r.stderr
+
+
 def test_too_short_value_is_refused_for_exec(vault_cfg):
     cfg, con, secrets = vault_cfg
     secrets.write_text("- id: pin\n  value: '1234'\n")
