@@ -29,12 +29,16 @@ def require_crypto() -> None:
     _aesgcm(bytes(KEY_BYTES))
 
 
+def _check_folder(folder: Path) -> None:
+    folder_mode = stat.S_IMODE(os.stat(folder).st_mode)
+    if folder_mode & 0o077:
+        raise RecallError(f"the key folder {folder} is open to group or others ({oct(folder_mode)})",
+                          f"chmod 700 {folder}")
+
+
 def _check_private(path: Path) -> None:
     """Refuse a key file or folder that group or others can reach, as ssh refuses loose keys."""
-    folder_mode = stat.S_IMODE(os.stat(path.parent).st_mode)
-    if folder_mode & 0o077:
-        raise RecallError(f"the key folder {path.parent} is open to group or others ({oct(folder_mode)})",
-                          f"chmod 700 {path.parent}")
+    _check_folder(path.parent)
     file_mode = stat.S_IMODE(os.stat(path).st_mode)
     if file_mode & 0o077:
         raise RecallError(f"the key file {path} is open to group or others ({oct(file_mode)})",
@@ -54,20 +58,48 @@ def write_key(path: Path, key: bytes) -> None:
     os.replace(tmp, path)
 
 
-def load_key(home: Path, *, create: bool) -> bytes:
+def next_path(path: Path) -> Path:
+    return path.with_name(path.name + ".next")
+
+
+def load_key(home: Path, *, create: bool, probe=None) -> bytes:
+    """The vault key. `probe` is one stored (id, nonce, ciphertext) row: when a `rotate-key` stopped
+    between committing the DB and renaming the new key into place, the row opens only with
+    `vault.key.next`, and the rename is finished here."""
     path = key_path(home)
     if not path.exists():
         if not create:
             raise RecallError(f"no vault key at {path}", "run 'recall secret sync' first")
         require_crypto()                   # fail on a missing extra before making a key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_folder(path.parent)         # never write a key into a folder others can read
         write_key(path, secrets.token_bytes(KEY_BYTES))
     _check_private(path)
+    key = _read_key(path)
+    pending = next_path(path)
+    if probe is not None and pending.exists() and not _opens(key, probe):
+        _check_private(pending)
+        new = _read_key(pending)
+        if _opens(new, probe):
+            os.replace(pending, path)
+            return new
+    return key
+
+
+def _read_key(path: Path) -> bytes:
     key = path.read_bytes()
     if len(key) != KEY_BYTES:
         raise RecallError(f"the key file {path} is {len(key)} bytes, not {KEY_BYTES}",
                           "restore it, or remove it and run 'recall secret sync' again")
     return key
+
+
+def _opens(key: bytes, probe) -> bool:
+    try:
+        decrypt(key, *probe)
+        return True
+    except RecallError:
+        return False
 
 
 def encrypt(key: bytes, secret_id: str, plaintext: bytes) -> tuple:

@@ -42,7 +42,7 @@ def sync(con, cfg) -> SyncReport:
     """Read every secrets file, then replace the vault rows in one transaction."""
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
-    key = keyfile.load_key(cfg.home, create=True)
+    key = keyfile.load_key(cfg.home, create=True, probe=_probe(con))
     old = {r[0] for r in con.execute("SELECT id FROM secrets")}
     now = time.time()
     with db.transaction(con):
@@ -129,18 +129,30 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
 def rotate_key(con, cfg) -> int:
     """Re-encrypt every row under a new key in one transaction; the key file is replaced atomically."""
     import secrets as _random
-    old_key = keyfile.load_key(cfg.home, create=False)
+    old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
     new_key = _random.token_bytes(keyfile.KEY_BYTES)
     path = keyfile.key_path(cfg.home)
+    pending = keyfile.next_path(path)
     with db.transaction(con):
         rows = con.execute("SELECT id, nonce, ciphertext FROM secrets").fetchall()
         for sid, nonce, blob in rows:
             plain = keyfile.decrypt(old_key, sid, nonce, blob)
             n2, b2 = keyfile.encrypt(new_key, sid, plain)
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
-        keyfile.write_key(path.with_name(path.name + ".next"), new_key)
-    os.replace(path.with_name(path.name + ".next"), path)     # after COMMIT: the DB already needs it
+        keyfile.write_key(pending, new_key)
+    # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
+    # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
+    try:
+        os.replace(pending, path)
+    except FileNotFoundError:
+        pass
     return len(rows)
+
+
+def _probe(con):
+    """One stored row, for load_key to tell which key the DB is under."""
+    row = con.execute("SELECT id, nonce, ciphertext FROM secrets LIMIT 1").fetchone()
+    return tuple(row) if row else None
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
@@ -242,7 +254,7 @@ def command_line(con, secret_id: str, command) -> str:
 
 def load_values(con, cfg, ids=None) -> dict:
     """{secret id: {field: value}} decrypted — for injection and masking only, never for output."""
-    key = keyfile.load_key(cfg.home, create=False)
+    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
     sql = "SELECT id, nonce, ciphertext FROM secrets"
     rows = con.execute(sql).fetchall() if ids is None else [
         r for r in con.execute(sql).fetchall() if r[0] in set(ids)]

@@ -1,5 +1,6 @@
 """The vault: files → encrypted rows; find/show/command/exec/get/log; never the value."""
 import json
+import os
 import shlex
 import sys
 import textwrap
@@ -9,7 +10,7 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from recall import db, vault  # noqa: E402
+from recall import db, keyfile, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
 from tests.conftest import CANARY, REPO, run_in_pty, run_recall  # noqa: E402
@@ -263,6 +264,65 @@ def test_rotate_key_keeps_values_usable(vault_cfg):
     assert key.read_bytes() != old and oct(key.stat().st_mode & 0o777) == "0o600"
     res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
     assert res.stdout == f"{len(CANARY)}\n".encode()
+
+
+def test_rotate_key_stopped_after_commit_is_finished_by_the_next_use(vault_cfg, monkeypatch):
+    """The DB commits under the new key, then the key file is renamed: a stop in between must
+    not leave every secret undecryptable."""
+    cfg, con, _ = vault_cfg
+    key = cfg.home / "vault.key"
+    old = key.read_bytes()
+    real_replace = os.replace
+
+    def stop_before_rename(src, dst):
+        if str(src).endswith(".next"):
+            raise KeyboardInterrupt("stopped between COMMIT and the rename")
+        return real_replace(src, dst)
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(os, "replace", stop_before_rename)
+        vault.rotate_key(con, cfg)
+    assert key.read_bytes() == old and (cfg.home / "vault.key.next").exists()
+    r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c",
+                   "import os; print(len(os.environ['JIRA_API_TOKEN']))")
+    assert (r.returncode, r.stdout) == (0, f"{len(CANARY)}\n"), r.stderr
+    assert key.read_bytes() != old and not (cfg.home / "vault.key.next").exists()
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+
+
+def test_rotate_key_failing_part_way_changes_nothing(vault_cfg, monkeypatch):
+    cfg, con, _ = vault_cfg
+    key = cfg.home / "vault.key"
+    old = key.read_bytes()
+    before = con.execute("SELECT id, nonce, ciphertext FROM secrets ORDER BY id").fetchall()
+    calls = []
+    real_encrypt = keyfile.encrypt
+
+    def fail_on_second(*a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real_encrypt(*a)
+    with monkeypatch.context() as m, pytest.raises(OSError):
+        m.setattr(keyfile, "encrypt", fail_on_second)
+        vault.rotate_key(con, cfg)
+    assert key.read_bytes() == old and not (cfg.home / "vault.key.next").exists()
+    assert con.execute("SELECT id, nonce, ciphertext FROM secrets ORDER BY id").fetchall() == before
+    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
+    assert res.stdout == f"{len(CANARY)}\n".encode()
+
+
+def test_no_key_is_written_into_a_folder_others_can_read(tmp_path, config, monkeypatch):
+    home = tmp_path / "loose-home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    monkeypatch.setenv("RECALL_KEY_FILE", str(home / "vault.key"))
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and f"chmod 700 {home}" in r.stderr
+    assert list(home.iterdir()) == []
 
 
 def test_cli_exec_streams_and_returns_child_code(vault_cfg):
