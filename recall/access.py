@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import audit, inventory
 from .errors import RecallError
+from .mask import MIN_SECRET_LEN
 
 # Steps that switch state for every other shell on the machine: left out, --context/--subscription instead.
 GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-context|use)\b",
@@ -16,9 +17,8 @@ GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-c
                                         r"^kubectx\b", r"^aws\s+configure\s+set\b",
                                         r"^aws\s+eks\s+update-kubeconfig\b")]
 SETUP = re.compile(r"^(source|\.|export|unset)\s")
-SENSITIVE = re.compile(r"(_TOKEN|PASSWORD|PASSWD|_SECRET|SECRET_|_API_KEY|APIKEY|_PRIVATE_KEY|CREDENTIAL)",
-                       re.IGNORECASE)
 SETUP_TIMEOUT = 30
+_RC_VARIABLES = ("BASH_ENV", "ENV")
 
 
 @dataclass
@@ -41,13 +41,19 @@ def plan_steps(entry) -> Plan:
 
 
 def setup_env(plan: Plan, base: dict, err=None) -> tuple:
-    """Run the setup steps in `bash --noprofile --norc` and return (environment, stderr bytes)."""
+    """Run the setup steps in `bash --noprofile --norc` and return (environment, stderr bytes).
+
+    The script goes in on bash's stdin, not as `-c SCRIPT`: an inline `export X_TOKEN=…` would
+    otherwise sit in /proc/<pid>/cmdline for every local user to read while the steps run.
+    """
     if not plan.run:
         return dict(base), b""
     script = "set -e\n{\n" + "\n".join(plan.run) + "\n} >&2 </dev/null\nenv -0\n"
+    # BASH_ENV / ENV would run a file before the script: an rc file by another name.
+    shell_env = {k: v for k, v in base.items() if k not in _RC_VARIABLES}
     try:
-        proc = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], env=base,
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=SETUP_TIMEOUT,
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-s"], env=shell_env,
+                              input=script.encode(), capture_output=True, timeout=SETUP_TIMEOUT,
                               cwd=os.path.expanduser("~"))
     except FileNotFoundError:
         raise RecallError("bash is needed to run an entry's setup steps") from None
@@ -60,7 +66,7 @@ def setup_env(plan: Plan, base: dict, err=None) -> tuple:
         if b"=" in item:
             k, _, v = item.partition(b"=")
             env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    for k in ("PWD", "OLDPWD", "SHLVL", "_"):
+    for k in ("PWD", "OLDPWD", "SHLVL", "_", *_RC_VARIABLES):
         env.pop(k, None)
         if k in base:
             env[k] = base[k]
@@ -69,7 +75,26 @@ def setup_env(plan: Plan, base: dict, err=None) -> tuple:
 
 def sensitive_values(env: dict, base: dict) -> dict:
     """Values of sensitive-looking variables the setup exported (the vault never saw them)."""
-    return {k: v for k, v in env.items() if SENSITIVE.search(k) and base.get(k) != v and len(v) >= 6}
+    return {k: v for k, v in env.items()
+            if inventory.sensitive_name(k) and base.get(k) != v and len(v) >= MIN_SECRET_LEN}
+
+
+def _secret_injection(con, entry, values: dict, stdin) -> tuple:
+    """(extra env, stdin bytes or None) for the entry's linked secrets; `inject: stdin` ones are
+    written to the command's stdin, in the order the entry lists them."""
+    from . import vault
+    env, data = {}, b""
+    for sid in entry.secrets:
+        row = con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone()
+        extra, piece = vault.injection(row, values[sid], False)
+        env.update(extra)
+        if piece is not None:
+            if stdin is not None:
+                raise RecallError(f"secret '{sid}' of '{entry.id}' is injected on stdin, and this command "
+                                  "already has its own stdin",
+                                  "run the command without its own input, or link the secret with inject: env")
+            data += piece
+    return env, stdin if stdin is not None else (data or None)
 
 
 def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None, stdin=None):
@@ -89,6 +114,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     missing = [s for s in entry.secrets if s not in values]
     if missing:
         raise RecallError(f"linked secret(s) {', '.join(missing)} are not in the vault", "run 'recall secret sync'")
+    extra, stdin = _secret_injection(con, entry, values, stdin)      # refuses before anything runs
     base = vault.child_env()
     plan = plan_steps(entry)
     env, setup_err = setup_env(plan, base)
@@ -104,10 +130,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
                           "run 'recall access show " + entry.id + "' and check the steps")
     if setup_err and err is not None:
         err.write(masker.mask(setup_err))
-    for sid in entry.secrets:
-        row = con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone()
-        extra, _ = vault.injection(row, values[sid], False)
-        env.update(extra)
+    env.update(extra)
     masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
     try:
         result = run_masked(argv, env=env, masker=masker, out=out, err=err, timeout=timeout, stdin=stdin)
@@ -115,7 +138,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
         audit.log(con, "access.exec", entry.id, argv=masked_argv, verdict="not run")
         raise
     audit.log(con, "access.exec", entry.id, argv=masked_argv, verdict="ran", exit_code=result.code)
-    result.left_out = plan.left_out
+    result.left_out = [(inventory.hide_values(step), why) for step, why in plan.left_out]
     return result
 
 

@@ -15,8 +15,16 @@ FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires",
           "secrets", "check", "hint", "tags", "notes", "url", "timeout"}
 LIST_FIELDS = ("aliases", "requires", "access", "secrets", "tags")
 DEFAULT_TCP_TIMEOUT = 3.0
+DEFAULT_COMMAND_TIMEOUT = 20.0
 _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Variable names that hold a secret: whole words between underscores, so PATH, PWD, AUTHOR stay clear.
+_SECRET_WORDS = {"TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PAT", "APIKEY", "AUTH",
+                 "CREDENTIAL", "CREDENTIALS"}
+_SECRET_PAIRS = {("API", "KEY"), ("API", "KEYS"), ("ACCESS", "KEY"), ("ACCESS", "KEYS"),
+                 ("PRIVATE", "KEY"), ("PRIVATE", "KEYS")}
+_SECRET_NAMES = {"SSHPASS", "MYSQL_PWD"}     # well-known names the word rule cannot see
+_ASSIGNMENT = re.compile(r"""(?<![\w$])([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|\$\([^)]*\)|[^\s;&|]+)""")
 
 
 class Entry(Record):
@@ -26,6 +34,26 @@ class Entry(Record):
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
+
+
+def sensitive_name(name: str) -> bool:
+    """Does a variable name look like it holds a secret (`GITHUB_TOKEN`, `API_KEY`, `X_SECRET_V2` …)?"""
+    upper = name.upper()
+    if "SECRET" in upper or upper in _SECRET_NAMES:
+        return True
+    words = [w for w in upper.split("_") if w]
+    return (any(w in _SECRET_WORDS or w.endswith(("TOKEN", "PASSWORD", "APIKEY")) for w in words)
+            or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:])))
+
+
+def hide_values(step: str) -> str:
+    """A step as shown to people and agents: `export GITHUB_TOKEN=[hidden]`; `$VAR` / `$(cmd)` stay."""
+    def hide(m):
+        name, value = m.group(1), m.group(2)
+        if not sensitive_name(name) or (value[0] != "'" and value.strip('"').startswith("$")):
+            return m.group(0)
+        return f"{name}=[hidden]"
+    return _ASSIGNMENT.sub(hide, step)
 
 
 # -- loading and validation ------------------------------------------------------------------------
@@ -196,6 +224,8 @@ def mentioned(entries: list, query: str) -> list:
 def describe(con, e: Entry) -> dict:
     """The access block as data (what `access show` prints and search pins)."""
     d = {k: v for k, v in e.as_dict().items() if v not in ("", [], 0.0)}
+    if e.access:
+        d["access"] = [hide_values(step) for step in e.access]
     d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
@@ -206,7 +236,7 @@ def block_text(e: Entry, last_verified: str) -> str:
     lines = [f"Access: {e.id}" + (f" ({head})" if head else "")]
     lines += [f"  {label}: {value}" for label, value in
               (("name", e.name), ("account", e.account), ("requires", ", ".join(e.requires))) if value]
-    lines += [f"  {i}. {step}" for i, step in enumerate(e.access, start=1)]
+    lines += [f"  {i}. {hide_values(step)}" for i, step in enumerate(e.access, start=1)]
     lines += [f"  {label}: {value}" for label, value in
               (("check", e.check), ("verify", e.verify), ("secrets", ", ".join(e.secrets)),
                ("last verified", last_verified)) if value]
@@ -224,18 +254,75 @@ def forget_checks() -> None:
 
 
 def tcp_check(target: str, timeout: float) -> tuple:
+    """(up, detail): resolve and connect to HOST:PORT, the whole of it within `timeout` seconds."""
     m = _TCP.match(target.strip())
     if not m:
         return False, f"'{target}' is not 'tcp HOST:PORT'"
     host, port = m.group(1).strip("[]"), int(m.group(2))
     started = time.monotonic()
+    deadline = started + timeout
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True, f"{host}:{port} answered in {(time.monotonic() - started) * 1000:.0f} ms"
+        addresses = _resolve(host, port, timeout)
+        if addresses is None:
+            return False, f"{host} did not resolve within {timeout:g}s"
+        _connect_any(addresses, deadline)
+        return True, f"{host}:{port} answered in {(time.monotonic() - started) * 1000:.0f} ms"
     except socket.timeout:
         return False, f"{host}:{port} did not answer within {timeout:g}s"
     except OSError as exc:
         return False, f"{host}:{port}: {exc.strerror or exc}"
+
+
+def _connect_any(addresses: list, deadline: float) -> None:
+    """Connect to the first address that accepts before the deadline (as create_connection does)."""
+    error: OSError = OSError("no address")
+    for family, kind, proto, _, address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(left)
+            try:
+                sock.connect(address)
+                return
+            except socket.timeout:
+                raise
+            except OSError as exc:
+                error = exc
+    raise error
+
+
+def _resolve(host: str, port: int, timeout: float):
+    """getaddrinfo bounded by `timeout` (it has none of its own: an unreachable DNS server blocks it
+    for the resolver's retries); None when it did not finish in time."""
+    try:   # an address literal needs no DNS
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass
+    import threading
+    outcome: list = []
+
+    def resolve():
+        try:
+            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=resolve, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return None
+    if isinstance(outcome[0], OSError):
+        raise outcome[0]
+    return outcome[0]
+
+
+def check_timeout(e: Entry) -> float:
+    """Seconds a prerequisite's check may take: its `timeout`, else 3 (tcp) or 20 (a command)."""
+    if e.timeout:
+        return e.timeout
+    return DEFAULT_TCP_TIMEOUT if _TCP.match(e.check.strip()) else DEFAULT_COMMAND_TIMEOUT
 
 
 def check_one(e: Entry) -> tuple:
@@ -244,13 +331,13 @@ def check_one(e: Entry) -> tuple:
     if not e.check:
         result = (True, "no check")
     elif _TCP.match(e.check.strip()):
-        result = tcp_check(e.check, e.timeout or DEFAULT_TCP_TIMEOUT)
+        result = tcp_check(e.check, check_timeout(e))
     else:
         import shlex
         import subprocess
         try:
             proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=e.timeout or 20)
+                                  timeout=check_timeout(e))
             result = (proc.returncode == 0, f"exit {proc.returncode}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             result = (False, str(exc))

@@ -1,6 +1,8 @@
 """Inventory and access: validation, find/show, pins in search, prerequisites, access exec."""
 import json
+import os
 import socket
+import threading
 import sys
 import time
 
@@ -165,6 +167,61 @@ def test_silent_prerequisite_fails_within_its_timeout_plus_half_a_second(tmp_pat
     assert "did not answer within 1s" in str(err.value)
 
 
+def test_a_tcp_check_without_timeout_gets_three_seconds(tmp_path, config, listener, monkeypatch):
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n- id: h\n  requires: [vpn]\n"
+                    f"- id: cmd\n  check: kubectl get nodes\n")
+    config(f"inventory: [{path}]\n")
+    inventory.forget_checks()
+    cfg, entries = _load()
+    assert inventory.check_timeout(inventory.get_entry(entries, "vpn")) == 3.0
+    assert inventory.check_timeout(inventory.get_entry(entries, "cmd")) == 20.0
+    used = []
+    real = inventory.tcp_check
+    monkeypatch.setattr(inventory, "tcp_check", lambda target, timeout: used.append(timeout) or real(target, timeout))
+    inventory.ensure_prerequisites(entries, inventory.get_entry(entries, "h"))
+    assert used == [3.0]
+
+
+def test_a_host_name_is_resolved_and_connected(tmp_path, config, listener):
+    up, detail = inventory.tcp_check(f"tcp localhost:{listener}", 2)
+    assert up, detail
+
+
+@pytest.fixture
+def dns_unreachable(monkeypatch):
+    """Stand-in for an unreachable DNS server (none can run here): resolving *.unreachable.test
+    blocks, as glibc does through its retries, until the test ends (an address-only lookup never
+    asks DNS, so it fails at once as for real). Other names resolve for real."""
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def getaddrinfo(host, *args, flags=0, **kwargs):
+        if str(host).endswith(".unreachable.test") and not flags & socket.AI_NUMERICHOST:
+            release.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, flags=flags, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield
+    release.set()
+
+
+def test_a_hanging_name_resolution_is_bounded_by_the_timeout(tmp_path, config, dns_unreachable):
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: vpn\n  check: tcp vpn-gw.unreachable.test:443\n  timeout: 0.5\n"
+                    "  hint: connect the VPN client and retry\n- id: h\n  requires: [vpn]\n")
+    config(f"inventory: [{path}]\n")
+    inventory.forget_checks()
+    cfg, entries = _load()
+    started = time.monotonic()
+    with pytest.raises(PrerequisiteDown) as err:
+        inventory.ensure_prerequisites(entries, inventory.get_entry(entries, "h"))
+    assert time.monotonic() - started < 1.0
+    assert str(err.value) == "prerequisite 'vpn' is down: connect the VPN client and retry"
+    assert inventory.check_one(inventory.get_entry(entries, "vpn")) == (
+        False, "vpn-gw.unreachable.test did not resolve within 0.5s")
+
+
 def test_prerequisite_checked_once_per_process(inv, monkeypatch):
     cfg, entries = _load()
     calls = []
@@ -191,15 +248,24 @@ def test_exec_sets_up_env_masks_exported_tokens_and_leaves_out_global_switches(t
     config(f"inventory: [{path}]\n")
     inventory.forget_checks()
     marker = tmp_path / "kubectl-called"
+    bin_dir = tmp_path / "bin"          # a stand-in kubectl that records every call
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(f'#!/bin/sh\necho "$@" >> {marker}\n')
+    kubectl.chmod(0o755)
+    path_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     r = run_recall("access", "exec", "ops-cluster", "--", sys.executable, "-c",
                    "import os; print(os.environ['AWS_PROFILE'], os.environ['AWS_SESSION_TOKEN']);"
-                   "print(os.environ.get('RECALL_HOME'))")
+                   "print(os.environ.get('RECALL_HOME'))", env=path_env)
     assert r.returncode == 0, r.stderr
     assert token not in r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == "ops-prod [recall:ops-cluster:AWS_SESSION_TOKEN]"
     assert r.stdout.splitlines()[1] == "None"
     assert "setting up" in r.stderr
-    assert not marker.exists()
+    assert not marker.exists()                  # neither 'config use-context' nor 'get nodes' ran
+    r = run_recall("access", "exec", "ops-cluster", env=path_env)      # the verify command only
+    assert r.returncode == 0, r.stderr
+    assert marker.read_text() == "--context ops-cluster get nodes\n"
     log = run_recall("--json", "secret", "log", "ops-cluster")
     rows = json.loads(log.stdout)
     assert rows[-1]["verb"] == "access.exec" and rows[-1]["exit_code"] == 0
@@ -222,6 +288,36 @@ def test_global_state_steps_are_planned_out():
     assert plan.run == ["source a.sh", "export A=1"]
     assert [s for s, _ in plan.left_out] == ["kubectl config use-context prod", "az account set -s 1",
                                              "kubectl get nodes"]
+
+
+def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config, cli, listener):
+    token = "ghp_1nl1neT0kenValue9"
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"""\
+- id: gh-box
+  kind: host
+  access:
+    - export GITHUB_TOKEN={token}
+    - export AWS_PROFILE=ops-prod DB_PASSWORD='pw with spaces'
+    - export NPM_TOKEN=$(pass show npm)
+  verify: gh auth status
+""")
+    config(f"inventory: [{path}]\n")
+    code, out, _ = cli("access", "show", "gh-box")
+    assert code == 0 and token not in out and "pw with spaces" not in out
+    assert "  1. export GITHUB_TOKEN=[hidden]\n" in out
+    assert "  2. export AWS_PROFILE=ops-prod DB_PASSWORD=[hidden]\n" in out
+    assert "  3. export NPM_TOKEN=$(pass show npm)\n" in out       # where it comes from, not a value
+    code, out, _ = cli("--json", "access", "show", "gh-box")
+    data = json.loads(out)
+    assert token not in out and "pw with spaces" not in out
+    assert data["access"][0] == "export GITHUB_TOKEN=[hidden]"
+    assert "1. export GITHUB_TOKEN=[hidden]" in data["block"]
+    cli("index")
+    code, out, _ = cli("search", "how do I reach gh-box")
+    assert out.startswith("Access: gh-box") and token not in out
+    code, out, _ = cli("--json", "search", "gh-box")
+    assert token not in out and json.loads(out)["access"][0]["access"][0] == "export GITHUB_TOKEN=[hidden]"
 
 
 @pytest.mark.e2e
