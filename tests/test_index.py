@@ -1,5 +1,9 @@
 """Indexing: sources, globs, incremental updates, skips and bad input."""
+import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -7,6 +11,7 @@ from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import glob_to_regex, run_index
+from tests.conftest import NOTES, write_tree
 
 
 def _index(**kw):
@@ -78,18 +83,62 @@ def test_invalid_utf8_is_indexed_with_a_warning(config, notes):
     assert any("invalid UTF-8 at line 1" in w for _, w in rep.warnings)
 
 
-def test_unreadable_file_is_reported_and_kept(config, notes):
-    if os.geteuid() == 0:
-        pytest.skip("root reads everything")
-    p = notes / "runbooks/jump-hosts.md"
-    _index()
-    p.chmod(0)
+def _as_nobody(fn):
+    """fn() in a forked child that has given up root for 'nobody' (root reads every file, so an
+    unreadable file needs an ordinary user); returns what fn returned, through a pipe as JSON."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # pragma: no cover (the child)
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            reply = {"ok": fn()}
+        except BaseException as exc:
+            reply = {"error": repr(exc)}
+        os.write(w, json.dumps(reply).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        piece = os.read(r, 65536)
+        if not piece:
+            break
+        data += piece
+    os.close(r)
+    os.waitpid(pid, 0)
+    reply = json.loads(data)
+    assert "error" not in reply, reply["error"]
+    return reply["ok"]
+
+
+def test_unreadable_file_is_reported_and_kept(tmp_path, monkeypatch):
+    """A file that cannot be read for now (permissions) is reported, and its indexed text kept."""
+    base = Path(tempfile.mkdtemp(prefix="recall-unreadable-"))       # a tree 'nobody' can reach
     try:
-        _, con, rep = _index(full=True)
-        assert any("unreadable" in why for _, why in rep.skipped)
-        assert "runbooks/jump-hosts.md" in _relpaths(con)
+        os.chmod(base, 0o755)
+        notes = write_tree(base / "notes", NOTES)
+        (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
+        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        monkeypatch.setenv("RECALL_HOME", str(base / "state"))
+        _index()
+        p = notes / "runbooks/jump-hosts.md"
+        p.chmod(0)
+
+        def again():
+            _, con, rep = _index(full=True)
+            return {"skipped": rep.skipped, "relpaths": _relpaths(con)}
+        if os.geteuid() == 0:
+            for path in [base, *base.rglob("*")]:
+                os.chown(path, 65534, 65534, follow_symlinks=False)
+            seen = _as_nobody(again)
+        else:
+            seen = again()
+        assert [why for path, why in seen["skipped"] if path.endswith("jump-hosts.md")][0].startswith("unreadable")
+        assert "runbooks/jump-hosts.md" in seen["relpaths"]
     finally:
-        p.chmod(0o644)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_broken_link_and_fifo_are_reported_not_fatal(config, notes):
