@@ -15,7 +15,8 @@ from .mask import MIN_SECRET_LEN
 GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-context|use)\b",
                                         r"^az\s+account\s+set\b", r"^gcloud\s+config\s+set\b",
                                         r"^kubectx\b", r"^aws\s+configure\s+set\b",
-                                        r"^aws\s+eks\s+update-kubeconfig\b")]
+                                        r"^aws\s+eks\s+update-kubeconfig\b", r"^az\s+aks\s+get-credentials\b",
+                                        r"^gcloud\s+container\s+clusters\s+get-credentials\b")]
 SETUP = re.compile(r"^(source|\.|export|unset)\s")
 SETUP_TIMEOUT = 30
 _RC_VARIABLES = ("BASH_ENV", "ENV")

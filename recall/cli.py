@@ -13,6 +13,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"recall: {message}\n")
+        if message.startswith(("unrecognized arguments", "the following arguments are required")):
+            sys.stderr.write("recall: words that start with '-' go after '--', as in: recall search -- -x\n")
         sys.exit(EX_USAGE)
 
 

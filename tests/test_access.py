@@ -1,4 +1,5 @@
 """access exec: exported secrets masked by name, setup script off the command line, stdin secrets."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -146,3 +147,26 @@ def test_a_stdin_secret_and_the_callers_own_stdin_are_refused_before_anything_ru
     assert str(err.value).startswith("secret 'box-sudo' of 'box' is injected on stdin, "
                                      "and this command already has its own stdin")
     assert not marker.exists()
+
+
+def test_steps_that_switch_global_state_are_left_out_and_said(tmp_path, config, monkeypatch):
+    """Steps that would rewrite ~/.kube/config or the cloud CLI's default for every other shell
+    never run; the user reads which, on stderr. Stand-in tools record any call."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    for tool in ("kubectl", "aws", "az", "gcloud", "kubectx"):
+        (bindir / tool).write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {calls}\n")
+        (bindir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    switching = ["kubectl config use-context prod", "aws eks update-kubeconfig --name prod",
+                 "az aks get-credentials -g rg -n prod", "az account set -s 1111",
+                 "gcloud container clusters get-credentials prod", "gcloud config set project p",
+                 "kubectx prod"]
+    _entry(tmp_path, config, ["export REGION=eu-west-1", *switching])
+    r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo region=$REGION")
+    assert (r.returncode, r.stdout) == (0, "region=eu-west-1\n"), r.stderr
+    assert not calls.exists()
+    said = [line for line in r.stderr.splitlines() if line.startswith("recall: left out")]
+    assert [line.split("'")[1] for line in said] == switching
+    assert all("global state" in line for line in said)

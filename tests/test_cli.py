@@ -116,6 +116,16 @@ def test_doctor_says_which_extras_really_import(config, tmp_path):
     assert "imports" in line and "fails" not in line
 
 
+def test_a_query_that_starts_with_a_dash_is_explained(cli, config, notes):
+    (notes / "flags.md").write_text("# Shell flags\n\nbash -x traces every command.\n")
+    cli("index")
+    for words in (["search", "-x"], ["search", "bash", "-x"]):
+        r = run_recall(*words)
+        assert r.returncode == 2 and "recall search -- -x" in r.stderr, r.stderr
+    code, out, _ = cli("search", "--", "-x")
+    assert code == 0 and "flags.md" in out
+
+
 def test_launcher_runs_from_any_cwd(tmp_path, config):
     r = run_recall("index", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
