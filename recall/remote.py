@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -44,11 +45,13 @@ class InstallReport:
     updated: bool
 
 
-def ssh_argv(host: str, ssh_config: str = "", timeout: float = 10.0) -> list:
+def ssh_argv(host: str, ssh_config: str = "", timeout: float = 10.0, options: tuple = ()) -> list:
+    if not host or host.startswith("-"):    # a leading '-' would be read by ssh as an option
+        raise RecallError(f"'{host}' is not a host ssh can connect to", "give a host name or an inventory host id")
     argv = ["ssh"]
     if ssh_config:
         argv += ["-F", ssh_config]
-    return argv + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}", host]
+    return argv + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}", *options, host]
 
 
 def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = "the host"):
@@ -75,25 +78,76 @@ def _bundle() -> tuple:
     return buf.getvalue(), count
 
 
+def shell_path(path: str) -> str:
+    """A configured path as one word for the remote shell: a leading ~ or ~user expands there, the rest is quoted."""
+    m = re.fullmatch(r"~([A-Za-z0-9._-]*)(/.*)?", path, re.S)
+    if not m:
+        return shlex.quote(path)
+    head = f"~{m.group(1)}" if m.group(1) else '"$HOME"'
+    rest = (m.group(2) or "").lstrip("/")
+    return head + ("/" + shlex.quote(rest) if rest else "")
+
+
+def ssh_target(cfg, host: str, con=None) -> tuple:
+    """(destination, ssh options) for HOST. An inventory entry goes through its prerequisites first, and
+    its `url: ssh://[user@]host[:port]` says where to connect; anything else goes to ssh as it is."""
+    if cfg is None or not cfg.inventory:
+        return host, ()
+    from . import inventory
+    entries = inventory.load_inventory(cfg, con)
+    try:
+        entry = inventory.get_entry(entries, host)
+    except NotFound:
+        return host, ()
+    inventory.ensure_prerequisites(entries, entry)
+    return _from_ssh_url(entry) if entry.url.lower().startswith("ssh://") else (host, ())
+
+
+def _from_ssh_url(entry) -> tuple:
+    from urllib.parse import unquote, urlsplit
+    url = urlsplit(entry.url)
+    try:
+        port = url.port
+    except ValueError:
+        port = -1
+    if not url.hostname or port == -1:
+        raise RecallError(f"inventory entry '{entry.id}' has url {entry.url!r}, which ssh cannot use",
+                          "write it as ssh://[user@]host[:port]")
+    dest = f"{unquote(url.username)}@{url.hostname}" if url.username else url.hostname
+    return dest, ("-p", str(port)) if port else ()
+
+
+def _python_version(output: str):
+    m = re.search(r"Python (\d+)\.(\d+)(?:\.\d+)?", output)
+    return (int(m.group(1)), int(m.group(2)), m.group(0).split()[1]) if m else None
+
+
 def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0,
             cfg=None) -> InstallReport:
     """Copy the core to HOST:PATH (replacing an older copy) and check `recall.py doctor` there;
-    a host that is an inventory entry goes through its prerequisites first."""
-    if cfg is not None:
-        from .config import Remote
-        _prerequisites(cfg, Remote(name=host, host=host))
-    data, count = _bundle()
-    base = ssh_argv(host, ssh_config, timeout)
-    probe = _run(base + [f"test -f {shlex.quote(path)}/recall.py && echo yes || echo no"], timeout=timeout)
+    a host that is an inventory entry goes through its prerequisites first and may name its ssh url."""
+    dest, options = ssh_target(cfg, host)
+    base = ssh_argv(dest, ssh_config, timeout, options)
+    where = shell_path(path)
+    probe = _run(base + [f"python3 -V 2>&1; test -f {where}/recall.py && echo present || echo absent"],
+                 timeout=timeout)
     if probe.returncode == 255:
         raise RecallError(f"cannot reach {host} over ssh: {_last(probe.stderr)}")
-    updated = probe.stdout.decode().strip() == "yes"
-    r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {shlex.quote(path)}"], data=data, timeout=timeout)
+    out = probe.stdout.decode("utf-8", "replace")
+    version = _python_version(out)
+    if version is None:
+        raise RecallError(f"{host} has no python3 on the PATH of an ssh session", "install Python ≥ 3.9 there")
+    if version[:2] < (3, 9):
+        raise RecallError(f"{host} has Python {version[2]}; recall needs Python ≥ 3.9 there",
+                          "install a newer python3 first on the PATH of an ssh session")
+    updated = out.strip().splitlines()[-1] == "present"
+    data, count = _bundle()
+    r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {where}"], data=data, timeout=timeout)
     if r.returncode != 0:
         raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
                           "the host needs python3 ≥ 3.9")
-    dest = r.stdout.decode().strip().splitlines()[-1]
-    r = _run(base + [f"python3 {shlex.quote(dest)}/recall.py --json doctor"], timeout=timeout)
+    installed = r.stdout.decode().strip().splitlines()[-1]
+    r = _run(base + [f"python3 {shlex.quote(installed)}/recall.py --json doctor"], timeout=timeout)
     try:
         checks = {c["name"]: c for c in json.loads(r.stdout.decode() or "[]")}
     except ValueError:
@@ -101,7 +155,7 @@ def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout:
     if not checks.get("python", {}).get("ok"):
         raise RecallError(f"{host} has {checks.get('python', {}).get('detail', 'no python3')}",
                           "recall needs Python ≥ 3.9 there")
-    return InstallReport(host, dest, count, checks["python"]["detail"].split()[0], updated)
+    return InstallReport(host, installed, count, checks["python"]["detail"].split()[0], updated)
 
 
 def _last(stderr: bytes) -> str:
@@ -110,12 +164,12 @@ def _last(stderr: bytes) -> str:
 
 
 def _remote_cmd(rem, *args: str) -> str:
-    argv = ["python3", f"{rem.path.rstrip('/')}/recall.py"]
+    """The remote shell's command line: only the configured recall path and config expand ~ there;
+    every other word (a query, a note path) is quoted, so the remote shell runs nothing in it."""
+    words = ["python3", shell_path(f"{rem.path.rstrip('/')}/recall.py")]
     if rem.config:
-        argv += ["--config", rem.config]
-    argv += list(args)
-    # ~ must expand on the remote: leave a leading ~/ outside the quotes
-    return " ".join(a if a.startswith("~/") and " " not in a else shlex.quote(a) for a in argv)
+        words += ["--config", shell_path(rem.config)]
+    return " ".join(words + [shlex.quote(str(a)) for a in args])
 
 
 def get_remote(cfg, name: str):
@@ -126,22 +180,9 @@ def get_remote(cfg, name: str):
                    else "add a 'remotes:' list to the config")
 
 
-def _prerequisites(cfg, rem, con=None) -> None:
-    """A remote whose host is an inventory entry goes through that entry's prerequisites first."""
-    if not cfg.inventory:
-        return
-    from . import inventory
-    entries = inventory.load_inventory(cfg, con)
-    try:
-        entry = inventory.get_entry(entries, rem.host)
-    except NotFound:
-        return
-    inventory.ensure_prerequisites(entries, entry)
-
-
 def run_json(cfg, rem, args: list, con=None, timeout: float | None = None):
-    _prerequisites(cfg, rem, con)
-    r = _run(ssh_argv(rem.host, rem.ssh_config, rem.timeout) + [_remote_cmd(rem, "--json", *args)],
+    dest, options = ssh_target(cfg, rem.host, con)
+    r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
              timeout=timeout or rem.timeout, label=f"remote '{rem.name}'")
     if r.returncode != 0:
         msg = _last(r.stderr)

@@ -32,7 +32,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_sshd(root: Path, *, accept_env: str = "") -> Sshd:
+def start_sshd(root: Path, *, accept_env: str = "", env: dict | None = None) -> Sshd:
+    """sshd for the current user; its sessions get HOME = this test's sandboxed $HOME (never the real
+    home from the password database) plus any `env` (e.g. a PATH with a stand-in python3 first)."""
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
     for name in ("host", "client"):
@@ -41,6 +43,7 @@ def start_sshd(root: Path, *, accept_env: str = "") -> Sshd:
     shutil.copy(root / "client.pub", auth)
     os.chmod(auth, 0o600)
     port = _free_port()
+    session_env = {"HOME": os.environ["HOME"], **(env or {})}
     user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
     (root / "sshd_config").write_text(f"""\
 Port {port}
@@ -56,6 +59,7 @@ StrictModes no
 UsePAM no
 AllowUsers {user}
 {f'AcceptEnv {accept_env}' if accept_env else ''}
+SetEnv {' '.join(f'"{k}={v}"' for k, v in session_env.items())}
 """)
     known = root / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} " + (root / "host.pub").read_text().split(" ", 2)[0] + " "

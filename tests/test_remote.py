@@ -1,12 +1,15 @@
 """Remote notes over a real sshd on 127.0.0.1: install, index there, federated search, read, down."""
 import json
+import os
+import pwd
+import socket
+import time
 
 import pytest
 
 from recall.remote import federate
 from recall.search import Hit, SearchResult
-from tests.conftest import run_recall, write_tree
-from tests.conftest import free_port
+from tests.conftest import free_port, run_recall, write_tree
 
 REMOTE_NOTES = {
     "boxnotes/kafka-rebalance.md": """\
@@ -115,3 +118,163 @@ def test_remote_behind_a_prerequisite_is_checked_first(tmp_path, config, box):
     assert r.returncode == 0 and "prerequisite 'vpn' is down: connect the VPN client and retry" in r.stderr
     r = run_recall("read", "box:kafka-rebalance.md")
     assert r.returncode == 69
+
+
+def _install(server, path, host="testbox", ssh_config=None):
+    r = run_recall("remote", "install", host, "--path", str(path), "--ssh-config", ssh_config or server.client_config)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _url_only_ssh_config(tmp_path, server):
+    """An ssh -F file with the key and known host but no HostName, Port or User: the url must say them."""
+    path = tmp_path / "url_ssh_config"
+    path.write_text("Host *\n" + "".join(line + "\n" for line in server.client_config.read_text().splitlines()
+                                          if line.strip().split(" ")[0] in
+                                          ("IdentityFile", "IdentitiesOnly", "UserKnownHostsFile",
+                                           "StrictHostKeyChecking", "BatchMode")))
+    return path
+
+
+@pytest.mark.e2e
+def test_queries_and_read_paths_reach_the_remote_as_plain_text(tmp_path, config, box, isolated_home):
+    server, remote_root = box
+    odd = "odd $(cd;touch owned-a) `cd;touch owned-b`; cd; touch owned-c.md"
+    (remote_root / "boxnotes" / odd).write_text("# Odd name\n\nThe zanzibar runbook.\n")
+    _install(server, remote_root / "recall")
+    _local_config(tmp_path, config, server, remote_root)
+    assert run_recall("index", "--remote", "box").returncode == 0
+    assert run_recall("index").returncode == 0
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    for query in (f"~/$(touch${{IFS}}{marks}/q1)", f"`touch {marks}/q2`", f"analytics; touch {marks}/q3",
+                  f"analytics $(touch {marks}/q4)", f"analytics && touch {marks}/q5 #"):
+        r = run_recall("--json", "search", query)
+        assert r.returncode == 0, r.stderr
+        data = json.loads(r.stdout)
+        assert data["notices"] == [], query
+        if "analytics" in query:    # the words around the shell syntax were searched on the remote
+            assert any(h["relpath"].startswith("box:") for h in data["hits"]), query
+    r = run_recall("read", f"box:~/$(touch${{IFS}}{marks}/r1)")
+    assert r.returncode == 1 and f"~/$(touch${{IFS}}{marks}/r1)" in r.stderr
+    r = run_recall("read", f"box:`touch {marks}/r2`.md")
+    assert r.returncode == 1 and f"`touch {marks}/r2`.md" in r.stderr
+    r = run_recall("read", f"box:{odd}:3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"box:{odd} lines 1-3") and "The zanzibar runbook." in r.stdout
+    assert list(marks.iterdir()) == []
+    assert not list(isolated_home.glob("owned-*"))
+
+
+@pytest.mark.e2e
+def test_install_at_the_default_path_then_again_updates(tmp_path, config, box, isolated_home):
+    """The sshd session's HOME is this test's sandboxed home, so ~/recall lands there."""
+    server, remote_root = box
+    for word in ("installed", "updated"):
+        r = run_recall("remote", "install", "testbox", "--ssh-config", server.client_config)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"{word} recall on testbox at {isolated_home / 'recall'}:")
+    assert (isolated_home / "recall" / "recall.py").exists()
+    (isolated_home / "box.yaml").write_text((remote_root / "config.yaml").read_text())
+    config(f"remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n    config: ~/box.yaml\n"
+           f"    ssh_config: {server.client_config}\n")
+    r = run_recall("index", "--remote", "box")
+    assert r.returncode == 0 and r.stdout.startswith("indexed on box: 2 new"), r.stderr
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-20001")
+    assert "box:INC-20001.md:1" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.e2e
+def test_install_by_inventory_id_connects_to_its_ssh_url(tmp_path, config, box, listener):
+    server, remote_root = box
+    user = pwd.getpwuid(os.getuid()).pw_name
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n"
+                   f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n"
+                   f"  url: ssh://{user}@127.0.0.1:{server.port}\n")
+    ssh_config = _url_only_ssh_config(tmp_path, server)
+    config(f"inventory: [{inv}]\n")
+    r = _install(server, remote_root / "recall", host="analytics-box", ssh_config=ssh_config)
+    assert r.stdout.startswith(f"installed recall on analytics-box at {remote_root / 'recall'}:")
+    assert (remote_root / "recall" / "recall.py").exists()
+    config(f"inventory: [{inv}]\nremotes:\n  - name: box\n    host: analytics-box\n"
+           f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
+           f"    ssh_config: {ssh_config}\n")
+    assert run_recall("index", "--remote", "box").returncode == 0
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-20001")
+    assert "box:INC-20001.md:1" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.e2e
+def test_install_behind_a_vpn_that_is_down_never_runs_ssh(tmp_path, config):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
+    (bin_dir / "ssh").chmod(0o755)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+                   f"  hint: connect the VPN client and retry\n"
+                   f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://127.0.0.1:{free_port()}\n")
+    config(f"inventory: [{inv}]\n")
+    r = run_recall("remote", "install", "analytics-box", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert r.returncode == 69
+    assert r.stderr.strip() == "recall: prerequisite 'vpn' is down: connect the VPN client and retry"
+    assert not (tmp_path / "ssh-ran").exists()
+
+
+@pytest.mark.e2e
+def test_install_rejects_a_remote_python_older_than_3_9(tmp_path, config):
+    from tests.sshd import SSHD, start_sshd, stop_sshd
+    if SSHD is None:
+        pytest.skip("openssh-server is not installed (.ci/install installs it)")
+    old = tmp_path / "oldpython"
+    old.mkdir()
+    (old / "python3").write_text("#!/bin/sh\necho 'Python 3.6.9'\n")
+    (old / "python3").chmod(0o755)
+    server = start_sshd(tmp_path / "sshd", env={"PATH": f"{old}:/usr/bin:/bin"})
+    try:
+        r = run_recall("remote", "install", "testbox", "--path", str(tmp_path / "there"),
+                       "--ssh-config", server.client_config)
+        assert r.returncode == 1
+        assert r.stderr.startswith("recall: testbox has Python 3.6.9; recall needs Python ≥ 3.9 there")
+        assert not (tmp_path / "there").exists()
+    finally:
+        stop_sshd(server)
+
+
+@pytest.mark.e2e
+def test_hanging_remotes_are_asked_in_parallel_and_each_named_once(tmp_path, config, box):
+    """Two listeners that accept and never speak ssh, and a real sshd whose recall never answers."""
+    server, remote_root = box
+    slow = remote_root / "slow"
+    slow.mkdir()
+    (slow / "recall.py").write_text("import time\ntime.sleep(10)\n")
+    mutes, text = [], ""
+    try:
+        for name in ("mute1", "mute2"):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(4)
+            mutes.append(sock)
+            cfg = tmp_path / f"{name}_ssh_config"
+            cfg.write_text(server.client_config.read_text().replace(f"Port {server.port}",
+                                                                    f"Port {sock.getsockname()[1]}"))
+            text += f"  - name: {name}\n    host: testbox\n    ssh_config: {cfg}\n    timeout: 2\n"
+        text += f"  - name: sleepy\n    host: testbox\n    path: {slow}\n    ssh_config: {server.client_config}\n" \
+                f"    timeout: 2\n"
+        config("remotes:\n" + text)
+        assert run_recall("index").returncode == 0
+        started = time.monotonic()
+        r = run_recall("search", "INC-10963")
+        elapsed = time.monotonic() - started
+    finally:
+        for sock in mutes:
+            sock.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+    for name in ("mute1", "mute2", "sleepy"):
+        lines = [l for l in r.stderr.splitlines() if f"'{name}'" in l]
+        assert len(lines) == 1 and lines[0].startswith(f"recall: remote '{name}'"), r.stderr
+    assert elapsed < 2 + 1.5, f"three 2 s remotes took {elapsed:.1f}s: asked one after another?"
