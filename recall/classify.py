@@ -1,11 +1,38 @@
-"""A failed proof → ok | stale | unreachable | missing | error, by exit code then message, per tool."""
+"""A finished proof → ok | stale | unreachable | missing | error: by exit code first, then message, per tool."""
 from __future__ import annotations
 
 import re
 
+# tool -> {exit code: (status, reason, read messages?)}. A code listed here decides first: either
+# outright (read messages False) or as the default when none of the tool's message rules match.
+EXIT_CODES = {
+    "curl": {6: ("unreachable", "the host name does not resolve", False),
+             7: ("unreachable", "nothing answered on that address", False),
+             28: ("unreachable", "no answer before the timeout", False),
+             35: ("unreachable", "the TLS handshake failed", False),
+             52: ("unreachable", "the server closed the connection without answering", False),
+             56: ("unreachable", "the connection broke while receiving the answer", False),
+             22: ("error", "the service answered with an HTTP error", True)},     # -f: the code is in the message
+    "aws": {252: ("error", "aws rejected the command line (exit 252): this aws may not know an option", False),
+            253: ("missing", "the AWS configuration or credentials are incomplete on this machine", True),
+            254: ("error", "the AWS service returned an error", True),
+            255: ("error", "aws failed", True)},
+    "ssh": {255: ("error", "ssh failed before running the command", True)},
+    "az": {2: ("error", "az rejected the command line (exit 2)", False),
+           3: ("missing", "the subscription is not visible to this login: check the id or the account", True)},
+}
+# A non-zero code a table above does not list: (reason, read messages?). Tools absent here read
+# their messages at any non-zero code (kubectl, az and sudo exit 1 for every failure).
+OTHER_CODES = {
+    "curl": ("curl exit code {code}", False),
+    "aws": ("aws exit code {code}", False),
+    "ssh": ("the remote command exited {code}", False),      # only 255 is ssh's own failure
+}
+
 # (tool, pattern over stderr+stdout, status, what to do). First match wins; order matters.
 RULES = [
     ("aws", r"config profile \(([^)]*)\) could not be found", "missing", "the AWS profile '{0}' is not configured on this machine"),
+    ("aws", r"You must specify a region", "missing", "no AWS region is configured for this profile on this machine"),
     ("aws", r"Unable to locate credentials", "stale", "no AWS credentials: log in (aws sso login) or source the account's setup script"),
     ("aws", r"ExpiredToken|token included in the request is expired|RequestExpired", "stale", "the AWS session expired: log in again"),
     ("aws", r"InvalidClientTokenId|SignatureDoesNotMatch|UnrecognizedClientException|AuthFailure",
@@ -33,49 +60,42 @@ RULES = [
     ("az", r"[Ss]ubscription .*(not found|doesn't exist|could not be found)", "missing",
      "the subscription is not visible to this login: check the id or the account"),
     ("sudo", r"incorrect password|Sorry, try again|[0-9]+ incorrect password attempt", "stale", "sudo refused the password: rotate it in the secrets file"),
-    ("curl", r"(returned error|HTTP/[\d.]+) (401|403)\b", "stale", "the service refused the credential (HTTP {1}): rotate it"),
+    ("curl", r"(?:returned error|HTTP/[\d.]+):? (401|403)\b", "stale", "the service refused the credential (HTTP {0}): rotate it"),
+    ("curl", r"returned error:? (\d{3})\b", "error", "the service answered HTTP {0}"),
 ]
-CURL_EXIT = {6: "the host name does not resolve", 7: "nothing answered on that address",
-             28: "no answer before the timeout", 35: "the TLS handshake failed"}
 
 
 def classify(tool: str, code: int, output: str, *, timed_out: bool = False) -> tuple:
-    """(status, reason) for one proof's exit code and (masked) output."""
+    """(status, reason) for one proof's exit code and (masked) output; `tool` is argv[0]'s basename."""
     if timed_out:
         return "unreachable", "no answer before the timeout"
     text = output or ""
-    if tool == "curl":
-        return _curl(code, text)
     if code == 0:
-        return "ok", ""
-    for rule_tool, pattern, status, reason in RULES:
-        if rule_tool != tool:
-            continue
-        m = re.search(pattern, text)
-        if m:
-            return status, reason.format(*(g or "" for g in m.groups()))
-    if tool == "aws" and code == 255 and "Could not connect" in text:
-        return "unreachable", "the AWS endpoint did not answer"
-    return "error", _last_line(text) or f"exit code {code}"
+        return _http_code(text) if tool == "curl" else ("ok", "")
+    known = EXIT_CODES.get(tool, {}).get(code)
+    if known is not None:
+        status, reason, read = known
+    else:
+        template, read = OTHER_CODES.get(tool, ("exit code {code}", True))
+        status, reason = "error", template.format(code=code)
+    if read:
+        for rule_tool, pattern, rule_status, rule_reason in RULES:
+            m = re.search(pattern, text) if rule_tool == tool else None
+            if m:
+                return rule_status, rule_reason.format(*(g or "" for g in m.groups()))
+    last = _last_line(text)
+    return status, f"{reason}: {last}" if last else reason
 
 
-def _curl(code: int, text: str) -> tuple:
-    status_code = re.fullmatch(r"\s*(\d{3})\s*", text)
-    if code == 0 and status_code:
-        http = int(status_code.group(1))
-        if http in (401, 403):
-            return "stale", f"the service refused the credential (HTTP {http}): rotate it"
-        if http >= 400:
-            return "error", f"HTTP {http}"
-        return "ok", ""
-    if code == 0:
-        return "ok", ""
-    if code in CURL_EXIT:
-        return "unreachable", CURL_EXIT[code]
-    m = re.search(r"(returned error|HTTP/[\d.]+):? (401|403)\b", text)
-    if m:
-        return "stale", f"the service refused the credential (HTTP {m.group(2)}): rotate it"
-    return "error", _last_line(text) or f"curl exit code {code}"
+def _http_code(text: str) -> tuple:
+    """curl exited 0: with -w '%{http_code}' alone, the code still decides (recall adds -f, callers may not)."""
+    m = re.fullmatch(r"\s*(\d{3})\s*", text)
+    http = int(m.group(1)) if m else 200
+    if http in (401, 403):
+        return "stale", f"the service refused the credential (HTTP {http}): rotate it"
+    if http >= 400:
+        return "error", f"the service answered HTTP {http}"
+    return "ok", ""
 
 
 def _last_line(text: str) -> str:

@@ -110,6 +110,11 @@ class Verdict:
     def verdict(self) -> str:
         return "allow" if self.allow else "deny"
 
+    @property
+    def tool(self) -> str:
+        """The allow-listed tool, however argv[0] spelled it (`/usr/bin/curl` is curl); '' if denied."""
+        return self.argv[0].rsplit("/", 1)[-1] if self.allow and self.argv else ""
+
 
 class _Deny(Exception):
     def __init__(self, rule: str, reason: str):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from .errors import RecallError
 from .guard import verdict_for
 
 DEFAULT_TIMEOUT = 20.0
-WORKERS = 16          # proofs wait on the network, not the CPU
+MAX_WORKERS = 32      # proofs wait on the network, not the CPU: one wave for a typical inventory
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -37,6 +36,7 @@ class Probe:
     variables: dict = field(default_factory=dict)   # variable -> (secret id, field) the command names
     serial: bool = False        # shares global state (az): one at a time
     argv: tuple = ()            # as the guard parsed it (secret variables as placeholders)
+    tool: str = ""              # argv[0]'s basename once the guard allowed it: what runs and classifies
 
 
 @dataclass
@@ -98,12 +98,12 @@ def plan(con, cfg, ids=None) -> list:
 
 def _judge(p: Probe, url_hosts: tuple, credential: bool) -> Probe:
     v = verdict_for(_placeholder(p.command, p.variables), url_hosts=url_hosts, credential=credential)
-    p.verdict, p.rule, p.reason, p.argv = v.verdict, v.rule, v.reason, v.argv
+    p.verdict, p.rule, p.reason, p.argv, p.tool = v.verdict, v.rule, v.reason, v.argv, v.tool
     if v.allow and any(f"RECALLVAR{name}" in a for a in v.argv[1:] for name in p.variables):
-        if v.argv[0] != "curl" or not all(_header_only(v.argv, name) for name in p.variables):
+        if p.tool != "curl" or not all(_header_only(v.argv, name) for name in p.variables):
             p.verdict, p.rule = "deny", "verify.variable"
             p.reason = "a secret's variable may appear only inside a curl -H header (sent on stdin, not argv)"
-    p.serial = bool(v.argv) and v.argv[0] == "az"
+    p.serial = p.tool == "az"
     return p
 
 
@@ -128,19 +128,13 @@ def _curl_stdin(argv: list, variables: dict, values: dict) -> tuple:
             continue
         out.append(a)
         i += 1
-    if config:
-        out[1:1] = ["-K", "-"]
-    return out, ("\n".join(config) + "\n").encode() if config else None
+    return (_curl_options(out, ["-K", "-"]), ("\n".join(config) + "\n").encode()) if config else (out, None)
 
 
-def _reports_status(argv: list) -> bool:
-    """Whether a curl argv already surfaces the HTTP status (-w …, or -f/--fail)."""
-    for a in argv[1:]:
-        if a in ("-w", "--write-out", "--fail", "--fail-with-body") or a.startswith("--write-out="):
-            return True
-        if a.startswith("-") and not a.startswith("--") and ("f" in a[1:] or "w" in a[1:]):
-            return True
-    return False
+def _curl_options(argv: list, options: list) -> list:
+    """argv with `options` first, after a leading -q/--disable (curl honours it only as argv[1])."""
+    at = 2 if argv[1:2] in (["-q"], ["--disable"]) else 1
+    return argv[:at] + options + argv[at:]
 
 
 def _run_probe(cfg, p: Probe, timeout: float) -> None:
@@ -151,13 +145,13 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
     con = db.connect(cfg.db_path)
     try:
         argv = list(p.argv)
-        if argv[0] == "tcp":
+        if p.tool == "tcp":
             up, detail = inventory.tcp_check("tcp " + argv[1], min(timeout, inventory.DEFAULT_TCP_TIMEOUT))
             p.status, p.detail = ("ok", "") if up else ("unreachable", detail)
             return
         data = None
-        if argv[0] == "curl" and not _reports_status(argv):
-            argv[1:1] = ["-f", "-S"]          # so an HTTP 401/403 fails with a message, not exit 0
+        if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
+            argv = _curl_options(argv, ["-f", "-S"])
         if p.variables and any("RECALLVAR" in a for a in argv):
             argv, data = _curl_stdin(argv, p.variables, vault.load_values(con, cfg))
         if p.kind == "entry":
@@ -170,11 +164,11 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
             audit.log(con, "verify", p.id, argv=shlex.join(argv), verdict="ran", exit_code=res.code)
         else:
             row = con.execute("SELECT inject FROM secrets WHERE id=?", (p.id,)).fetchone()
-            if argv == ["sudo", "-k", "true"] and row["inject"] == "stdin":
-                argv = ["sudo", "-S", "-k", "true"]      # the password arrives on stdin
+            if p.tool == "sudo" and row["inject"] == "stdin":
+                argv = [argv[0], "-S", "-k", "true"]      # the password arrives on stdin
             res = vault.exec_with(con, cfg, p.id, argv, timeout=timeout)
         text = (res.stdout + b"\n" + res.stderr).decode("utf-8", "replace")
-        p.status, p.detail = classify(argv[0], res.code, text, timed_out=res.timed_out)
+        p.status, p.detail = classify(p.tool, res.code, text, timed_out=res.timed_out)
     except RecallError as exc:
         p.status, p.detail = "error", str(exc)
     finally:
@@ -206,18 +200,21 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
             runnable.append(p)
             continue
         status.record(con, p.target, p.status, p.detail, p.command)
-    serial_lock = threading.Lock()
+    serial = [p for p in runnable if p.serial]       # az: one job, so its waits hold no other slot
+    jobs = ([serial] if serial else []) + [[p] for p in runnable if not p.serial]
 
-    def work(p):
-        if p.serial:
-            with serial_lock:
-                _run_probe(cfg, p, timeout)
-        else:
+    def work(batch):
+        for p in batch:
             _run_probe(cfg, p, timeout)
 
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        list(pool.map(work, runnable))
+    with ThreadPoolExecutor(max_workers=_pool_size(jobs)) as pool:
+        list(pool.map(work, jobs))
     return Report(False, probes)
+
+
+def _pool_size(jobs) -> int:
+    """One thread per job, up to MAX_WORKERS: 20 one-second proofs take one second, not two."""
+    return max(1, min(MAX_WORKERS, len(jobs)))
 
 
 def _all_requires(entries: list, p: Probe) -> list:
@@ -232,6 +229,6 @@ def _check_prerequisites(entries: list, probes: list) -> dict:
         e = next((x for x in entries if x.id == p.id), None)
         for r in inventory.prerequisites(entries, e) if e else []:
             needed[r.id] = r
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=_pool_size(needed)) as pool:
         results = dict(zip(needed, pool.map(inventory.check_one, needed.values())))
     return {i: (up, detail if up else (needed[i].hint or detail)) for i, (up, detail) in results.items()}

@@ -501,6 +501,17 @@ def test_which_failures_and_relative_results_fail_closed():
     assert verdict_for("/usr/bin/tcp h:22", which=lambda n: "/usr/bin/tcp").rule == "path"
 
 
+def test_verdict_names_the_tool_however_argv0_spelled_it():
+    """verify classifies, adds curl's -f -S and serializes az by this name, never by argv[0]."""
+    which = {"curl": "/usr/bin/curl", "az": "/opt/az/bin/az", "sudo": "/usr/bin/sudo"}.get
+    assert verdict_for("/usr/bin/curl -s https://x.example.com/", which=which).tool == "curl"
+    assert verdict_for("/opt/az/bin/az account show --subscription s", which=which).tool == "az"
+    assert verdict_for("/usr/bin/sudo -k true", which=which).tool == "sudo"
+    assert verdict_for("kubectl get nodes", which=which).tool == "kubectl"
+    assert verdict_for("/usr/local/bin/curl https://x.example.com/", which=which).tool == ""   # denied
+    assert verdict_for("kubectl delete pod x", which=which).tool == ""
+
+
 def test_default_which_is_real_path_lookup():
     v = verdict_for("/nonexistent/dir/kubectl get nodes")
     assert (v.allow, v.rule) == (False, "path")

@@ -140,6 +140,23 @@ def test_results_are_stored_and_shown(tmp_path, config, standins, cli):
     ("sudo", 1, "Sorry, try again.\nsudo: 1 incorrect password attempt", "stale"),
     ("kubectl", 0, "NAME STATUS", "ok"),
     ("kubectl", 1, "something nobody expected", "error"),
+    # exit code first: aws CLI v2's 253 is configuration or credentials, 252 a command line it rejects
+    ("aws", 253, "The config profile (ops) could not be found", "missing"),
+    ("aws", 253, "Unable to locate credentials. You can configure", "stale"),
+    ("aws", 253, "a message no rule knows", "missing"),
+    ("aws", 252, "Unable to locate credentials", "error"),
+    ("aws", 254, "An error occurred (Throttling) when calling", "error"),
+    ("aws", 255, "You must specify a region.", "missing"),
+    ("aws", 1, 'Could not connect to the endpoint URL: "http://x/"', "error"),
+    # ssh: only 255 is ssh's own failure; any other code is the remote command's
+    ("ssh", 1, "hostname: Permission denied", "error"),
+    ("ssh", 255, "kex_exchange_identification: something odd", "error"),
+    ("curl", 22, "curl: (22) The requested URL returned error: 404", "error"),
+    ("curl", 22, "curl: (22) The requested URL returned error: 403 Forbidden", "stale"),
+    ("curl", 52, "curl: (52) Empty reply from server", "unreachable"),
+    ("curl", 60, "curl: (60) SSL certificate problem", "error"),
+    ("az", 3, "", "missing"),
+    ("az", 2, "Please run 'az login'", "error"),
 ])
 def test_classification(tool, code, text, status):
     assert classify(tool, code, text)[0] == status
@@ -167,17 +184,23 @@ def moto():
 
 
 @pytest.mark.e2e
-def test_aws_against_moto(tmp_path, config, moto):
+def test_aws_against_moto(tmp_path, config, moto, monkeypatch):
     creds = tmp_path / "aws"
     creds.mkdir()
-    (creds / "config").write_text("[profile ops]\nregion = us-east-1\n")
-    (creds / "credentials").write_text("[ops]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    (creds / "config").write_text("[profile ops]\nregion = us-east-1\n[profile nocreds]\nregion = us-east-1\n"
+                                  "[profile noregion]\n")
+    (creds / "credentials").write_text("[ops]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+                                       "[noregion]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
     dead = free_port()
     script = tmp_path / "aws.sh"
     script.write_text(f"export AWS_CONFIG_FILE={creds / 'config'}\nexport AWS_SHARED_CREDENTIALS_FILE={creds / 'credentials'}\n"
-                      f"export AWS_ENDPOINT_URL=http://127.0.0.1:{moto}\nexport AWS_MAX_ATTEMPTS=1\n")
+                      f"export AWS_ENDPOINT_URL=http://127.0.0.1:{moto}\nexport AWS_MAX_ATTEMPTS=1\n"
+                      "export AWS_EC2_METADATA_DISABLED=true\n")
     dead_script = tmp_path / "dead.sh"
     dead_script.write_text(script.read_text().replace(f":{moto}", f":{dead}"))
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
     write_inventory(tmp_path, config, f"""\
 - id: ok
   access: [source {script}]
@@ -188,12 +211,20 @@ def test_aws_against_moto(tmp_path, config, moto):
 - id: down
   access: [source {dead_script}]
   verify: aws sts get-caller-identity --profile ops
+- id: nocreds
+  access: [source {script}]
+  verify: aws sts get-caller-identity --profile nocreds
+- id: noregion
+  access: [source {script}]
+  verify: aws sts get-caller-identity --profile noregion
 """)
     cfg = load_config()
     by = {p.id: p for p in run_verify(db.connect(cfg.db_path), cfg, timeout=60).probes}
     assert by["ok"].status == "ok", by["ok"].detail
     assert by["noprofile"].status == "missing" and "absent" in by["noprofile"].detail
     assert by["down"].status == "unreachable", by["down"].detail
+    assert by["nocreds"].status == "stale" and "no AWS credentials" in by["nocreds"].detail
+    assert by["noregion"].status == "missing" and "region" in by["noregion"].detail
 
 
 @pytest.mark.e2e
@@ -207,9 +238,11 @@ def test_kubectl_against_a_tls_api_server(tmp_path, config):
                                                   "dead": (free_port(), good.cert)})
         script = tmp_path / "kube.sh"
         script.write_text(f"export KUBECONFIG={kc}\n")
-        entries = "".join(f"- id: {n}\n  access: [source {script}]\n  verify: kubectl --context {c} "
+        kubectl = shutil.which("kubectl")       # a full path is allowed when it is the kubectl on PATH
+        names = ("good", "bad", "dead", "absent")
+        entries = "".join(f"- id: {n}{suffix}\n  access: [source {script}]\n  verify: {tool} --context {n} "
                           f"--request-timeout 5s get nodes\n"
-                          for n, c in (("good", "good"), ("bad", "bad"), ("dead", "dead"), ("absent", "absent")))
+                          for n in names for suffix, tool in (("", "kubectl"), ("-path", kubectl)))
         write_inventory(tmp_path, config, entries)
         cfg = load_config()
         by = {p.id: p for p in run_verify(db.connect(cfg.db_path), cfg).probes}
@@ -217,6 +250,8 @@ def test_kubectl_against_a_tls_api_server(tmp_path, config):
         assert by["bad"].status == "stale"
         assert by["dead"].status == "unreachable"
         assert by["absent"].status == "missing"
+        for n in names:      # /usr/bin/kubectl is classified as kubectl
+            assert (by[n + "-path"].status, by[n + "-path"].detail) == (by[n].status, by[n].detail), n
     finally:
         good.stop()
         bad.stop()
@@ -246,6 +281,8 @@ def test_ssh_against_a_real_sshd(tmp_path, config):
   verify: ssh -p {server.port} -i {wrong} 127.0.0.1 hostname
 - id: closed
   verify: ssh -p {closed} -i {server.key} 127.0.0.1 true
+- id: hostkey
+  verify: ssh -4 -p {server.port} -i {server.key} localhost hostname
 """)
         home = Path(os.path.expanduser("~" + __import__("pwd").getpwuid(os.getuid()).pw_name))
         upper, work = tmp_path / "upper", tmp_path / "work"
@@ -262,16 +299,17 @@ def test_ssh_against_a_real_sshd(tmp_path, config):
         assert by["good"]["status"] == "ok", by["good"]
         assert by["wrongkey"]["status"] == "stale", by["wrongkey"]
         assert by["closed"]["status"] == "unreachable", by["closed"]
+        assert by["hostkey"]["status"] == "missing", by["hostkey"]     # known_hosts names 127.0.0.1 only
     finally:
         stop_sshd(server)
 
 
-@pytest.mark.e2e
-def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
-    """A real curl against a local HTTP server: the header arrives; 401 → stale; argv never holds it."""
-    pytest.importorskip("cryptography")
+@pytest.fixture
+def http_server():
+    """A local HTTP API: /me answers 200 to 'Bearer CANARY' and 401 (with a JSON body) to anything
+    else, /open always 200, anything else 404. Yields (base URL, Authorization headers seen)."""
     import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     seen = []
 
     class H(BaseHTTPRequestHandler):
@@ -279,16 +317,41 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
             pass
 
         def do_GET(self):
-            seen.append(self.headers.get("Authorization"))
-            self.send_response(200 if self.headers.get("Authorization") == f"Bearer {CANARY}" else 401)
+            auth = self.headers.get("Authorization")
+            seen.append(auth)
+            path = self.path.split("?")[0]
+            code = {"/me": 200 if auth == f"Bearer {CANARY}" else 401, "/open": 200}.get(path, 404)
+            body = json.dumps({"code": code}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
-    srv = HTTPServer(("127.0.0.1", 0), H)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/me"
-        check = f"curl -s -o /dev/null -w \\\"%{{http_code}}\\\" -H \\\"Authorization: Bearer $TOK\\\" {url}"
-        write_inventory(tmp_path, config, "", secrets=f"""\
+        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def sweep(*ids, timeout=None):
+    """`recall --json verify` as a real process: {id: its first command's result}."""
+    args = ["--json", "verify", *ids] + (["--timeout", timeout] if timeout else [])
+    r = run_recall(*args)
+    assert r.returncode == 0, r.stderr
+    return {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
+
+
+@pytest.mark.e2e
+def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, http_server):
+    """A real curl against a local HTTP server: the header arrives; 401 → stale; argv never holds it."""
+    pytest.importorskip("cryptography")
+    base, seen = http_server
+    url = f"{base}/me"
+    check = f"curl -s -o /dev/null -w \\\"%{{http_code}}\\\" -H \\\"Authorization: Bearer $TOK\\\" {url}"
+    write_inventory(tmp_path, config, "", secrets=f"""\
 - id: good
   url: {url}
   env: TOK
@@ -305,19 +368,17 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config):
   check: "curl -s -H \\"Authorization: Bearer $TOK\\" {url}"
   value: "plain-{CANARY}"
 """)
-        (tmp_path / "inventory.yaml").write_text("")
-        r = run_recall("secret", "sync")
-        assert r.returncode == 0, r.stderr
-        r = run_recall("--json", "verify")
-        assert r.returncode == 0, r.stderr
-        by = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
-        assert by["good"]["status"] == "ok", by["good"]
-        assert by["revoked"]["status"] == "stale", by["revoked"]
-        assert by["plain"]["status"] == "stale", by["plain"]     # no -w: recall adds -f -S
-        assert f"Bearer {CANARY}" in seen
-        assert CANARY not in r.stdout + r.stderr
-    finally:
-        srv.shutdown()
+    (tmp_path / "inventory.yaml").write_text("")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0, r.stderr
+    r = run_recall("--json", "verify")
+    assert r.returncode == 0, r.stderr
+    by = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
+    assert by["good"]["status"] == "ok", by["good"]
+    assert by["revoked"]["status"] == "stale", by["revoked"]
+    assert by["plain"]["status"] == "stale", by["plain"]     # no -w: recall adds -f -S
+    assert f"Bearer {CANARY}" in seen
+    assert CANARY not in r.stdout + r.stderr
 
 
 def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkeypatch):
@@ -329,7 +390,8 @@ def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkey
         p.write_text(f"#!/bin/sh\nstart=$(date +%s.%N)\nsleep 0.4\necho {tool} $start $(date +%s.%N) >> {log}\n")
         p.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    entries = "".join(f"- id: sub{i}\n  verify: az account show --subscription s{i}\n" for i in range(3))
+    entries = "".join(f"- id: sub{i}\n  verify: az account show --subscription s{i}\n" for i in range(2))
+    entries += f"- id: sub2\n  verify: {bindir / 'az'} account show --subscription s2\n"   # still az
     entries += "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n" for i in range(3))
     write_inventory(tmp_path, config, entries)
     cfg = load_config()
@@ -343,3 +405,143 @@ def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkey
     assert all(a[1] <= b[0] for a, b in zip(az, az[1:])), az          # no two az runs overlap
     kube = sorted(spans["kubectl"])
     assert any(b[0] < a[1] for a, b in zip(kube, kube[1:])), kube     # kubectl ran side by side
+
+
+# -- what a user sees: full paths, -w, exit codes, hangs, the pool, secret show ----------------------
+
+@pytest.mark.e2e
+def test_a_tool_given_by_full_path_is_that_tool(tmp_path, config, http_server):
+    """`/usr/bin/curl` is curl: recall adds -f -S and reads the 401 exactly as for the bare name."""
+    base, _ = http_server
+    write_inventory(tmp_path, config, f"""\
+- id: bare
+  verify: curl -s {base}/me
+- id: path
+  verify: {shutil.which("curl")} -s {base}/me
+""")
+    by = sweep()
+    assert by["bare"]["status"] == "stale", by["bare"]
+    assert by["path"]["status"] == "stale", by["path"]
+    assert by["path"]["detail"] == "the service refused the credential (HTTP 401): rotate it"
+
+
+@pytest.mark.e2e
+def test_curl_write_out_never_hides_an_http_error(tmp_path, config, http_server):
+    """-w '%{http_code}' with or without the body: a 401 is stale, a 404 an error, a 200 ok."""
+    base, _ = http_server
+    write_inventory(tmp_path, config, f"""\
+- id: code-alone
+  verify: curl -s -o /dev/null -w '%{{http_code}}' {base}/me
+- id: body-and-code
+  verify: curl -s -w '%{{http_code}}' {base}/me
+- id: bundled
+  verify: curl -sw '%{{http_code}}' {base}/me
+- id: quiet-first
+  verify: curl -q -s -w '%{{http_code}}' {base}/me
+- id: open
+  verify: curl -s -w '%{{http_code}}' {base}/open
+- id: gone
+  verify: curl -s -w '%{{http_code}}' {base}/gone
+""")
+    by = sweep()
+    for name in ("code-alone", "body-and-code", "bundled", "quiet-first"):
+        assert by[name]["status"] == "stale", (name, by[name])
+    assert by["open"]["status"] == "ok", by["open"]
+    assert by["gone"]["status"] == "error" and "HTTP 404" in by["gone"]["detail"], by["gone"]
+
+
+def test_exit_codes_decide_before_messages(tmp_path, config, monkeypatch):
+    """aws CLI v2 exits 253 for configuration or credentials (the aws here is v1, so a stand-in
+    speaks v2); ssh exits 255 for its own failures, any other code is the remote command's."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "aws").write_text(
+        '#!/bin/sh\ncase "$4" in\n'
+        ' v2absent) echo "The config profile (v2absent) could not be found" >&2; exit 253;;\n'
+        ' v2new) echo "aws: a message this recall has never seen" >&2; exit 253;;\n'
+        ' throttled) echo "An error occurred (Throttling): Rate exceeded" >&2; exit 254;;\nesac\n')
+    (bindir / "ssh").write_text(
+        '#!/bin/sh\ncase "$1" in\n'
+        ' remote-fails) echo "hostname: Permission denied" >&2; exit 1;;\n'
+        ' refused) echo "me@refused: Permission denied (publickey)." >&2; exit 255;;\n'
+        ' odd) echo "ssh: something odd" >&2; exit 255;;\nesac\n')
+    for tool in ("aws", "ssh"):
+        (bindir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    write_inventory(tmp_path, config, "".join(
+        f"- id: {p}\n  verify: aws sts get-caller-identity --profile {p}\n" for p in ("v2absent", "v2new", "throttled"))
+        + "".join(f"- id: {h}\n  verify: ssh {h} hostname\n" for h in ("remote-fails", "refused", "odd")))
+    by = sweep()
+    assert (by["v2absent"]["status"], by["v2absent"]["detail"]) == (
+        "missing", "the AWS profile 'v2absent' is not configured on this machine")
+    assert by["v2new"]["status"] == "missing" and "incomplete on this machine" in by["v2new"]["detail"]
+    assert by["throttled"]["status"] == "error" and "Throttling" in by["throttled"]["detail"]
+    assert by["remote-fails"]["status"] == "error" and "remote command exited 1" in by["remote-fails"]["detail"]
+    assert by["refused"]["status"] == "stale", by["refused"]
+    assert by["odd"]["status"] == "error" and "something odd" in by["odd"]["detail"]
+
+
+def _alive(pid: int) -> bool:
+    """A process that still runs (a zombie waiting for init to reap it has stopped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_hanging_proof_is_unreachable_and_leaves_no_process(tmp_path, config, monkeypatch):
+    """A proof that never answers: `--timeout 2` ends it and everything it started, even what ignores SIGTERM."""
+    import time
+    bindir, pids = tmp_path / "bin", tmp_path / "pids"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text(f"#!/bin/sh\ntrap '' TERM\necho $$ >> {pids}\nsleep 300 &\n"
+                                    f"echo $! >> {pids}\nwait\n")
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    write_inventory(tmp_path, config, "- id: hangs\n  verify: kubectl --context c get nodes\n")
+    started = time.monotonic()
+    by = sweep(timeout=2)
+    assert time.monotonic() - started < 15
+    assert (by["hangs"]["status"], by["hangs"]["detail"]) == ("unreachable", "no answer before the timeout")
+    started_pids = [int(x) for x in pids.read_text().split()]
+    assert len(started_pids) == 2
+    assert not [p for p in started_pids if _alive(p)]
+
+
+def test_a_sweep_starts_every_proof_at_once_up_to_the_pool_size(tmp_path, config, monkeypatch):
+    """24 two-second proofs run in one wave: each had started before the first one ended."""
+    bindir, log = tmp_path / "bin", tmp_path / "spans"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text(f"#!/bin/sh\nstart=$(date +%s.%N)\nsleep 2\necho $start $(date +%s.%N) >> {log}\n")
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    write_inventory(tmp_path, config, "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n"
+                                              for i in range(24)))
+    cfg = load_config()
+    report = run_verify(db.connect(cfg.db_path), cfg)
+    assert {p.status for p in report.probes} == {"ok"}
+    spans = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    assert len(spans) == 24
+    assert max(s for s, _ in spans) < min(e for _, e in spans)
+
+
+@pytest.mark.e2e
+def test_secret_show_says_when_it_was_last_verified(tmp_path, config, http_server):
+    """After a sweep, `recall secret show` says how the last check went and when."""
+    pytest.importorskip("cryptography")
+    base, _ = http_server
+    check = f"curl -s -o /dev/null -H \\\"Authorization: Bearer $TOK\\\" {base}/me"
+    write_inventory(tmp_path, config, "", secrets="".join(f"""\
+- id: {name}
+  url: {base}/me
+  env: TOK
+  check: "{check}"
+  value: "{value}"
+""" for name, value in (("good", CANARY), ("revoked", "revoked-" + CANARY))))
+    (tmp_path / "inventory.yaml").write_text("")
+    assert run_recall("secret", "sync").returncode == 0
+    assert "  last verified: never" in run_recall("secret", "show", "revoked").stdout.splitlines()
+    sweep()
+    lines = run_recall("secret", "show", "revoked").stdout.splitlines()
+    assert "  last verified: stale just now: the service refused the credential (HTTP 401): rotate it" in lines
+    assert "  last verified: ok just now" in run_recall("secret", "show", "good").stdout.splitlines()
