@@ -110,25 +110,50 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
     start, end = _section(text, rel, line, total) if line else (1, total)
     end = min(end, total)
     first = start + offset
+    if offset and first > end:
+        where = f"{rel} has {total} lines" if not line else \
+            f"the section at {rel}:{line} has {end - start + 1} lines ({start}-{end})"
+        below = f"use an --offset below {end - start + 1}, or " if end >= start else ""
+        raise RecallError(f"{where}; --offset {offset} is past its end",
+                          below + "leave it out to start at the top")
+    shown, shown_end = _numbered(lines, first, end, max_chars, _redactor(con, cfg))
+    next_offset = shown_end - start + 1 if shown_end < end else None
+    return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
+                      end_line=shown_end, range_end=end, text=shown, next_offset=next_offset)
+
+
+def _numbered(lines: list, first: int, end: int, max_chars: int, redact) -> tuple:
+    """(numbered text of at most max_chars, last line shown). Whole lines while they fit; a first
+    line longer than the budget is cut, with a marker saying how much and how to see it whole,
+    so the next --offset always moves on."""
     width = len(str(end))
     out, used, shown_end = [], 0, first - 1
     for n in range(first, end + 1):
-        text = f"{n:>{width}}│ {lines[n - 1]}\n"
-        if used + len(text) > max_chars and out:
+        text = f"{n:>{width}}│ {redact(lines[n - 1])}\n"
+        if used + len(text) > max_chars:
+            if not out:
+                out.append(_cut(text, n, width, max_chars))
+                shown_end = n
             break
         out.append(text)
         used += len(text)
         shown_end = n
-    next_offset = shown_end - start + 1 if shown_end < end else None
-    return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
-                      end_line=shown_end, range_end=end, text=_redacted(con, cfg, "".join(out)),
-                      next_offset=next_offset)
+    return "".join(out), shown_end
 
 
-def _redacted(con, cfg, text: str) -> str:
-    """A vault value pasted into a note reads as [recall:ID], as it is in the index."""
+def _cut(text: str, n: int, width: int, max_chars: int) -> str:
+    """One numbered line cut to max_chars, the cut named inside the budget."""
+    body = len(text) - width - 3                         # the line's own characters (no "N│ " or newline)
+    marker = f"… [line {n} cut: {{}} of {body} characters shown; --max-chars {len(text)} shows it whole]\n"
+    keep = max_chars - len(marker.format(body))          # the shown count has at most as many digits
+    return text[:keep] + marker.format(keep - width - 2)
+
+
+def _redactor(con, cfg):
+    """A vault value pasted into a note reads as [recall:ID], as it is in the index — redacted per
+    line before any cut, so a cut never leaves half a value unrecognised."""
     from .index import vault_redactor
     try:
-        return vault_redactor(con, cfg)(text)
+        return vault_redactor(con, cfg)
     except RecallError:
-        return text
+        return lambda text: text

@@ -13,7 +13,9 @@ from .records import Record
 MAX_QUERY_CHARS = 2000
 PER_FILE = 2
 RRF_K = 60
-RECENCY_FLOOR = 0.85          # the oldest note keeps 85% of its score
+# Recency multiplies relevance (BM25, or the RRF score), never the identifier tier: at a 0.95 floor
+# it can lift a newer note only over one less than ~5% more relevant — it breaks near-ties.
+RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
 MODES = ("auto", "keyword", "semantic", "hybrid")
 
@@ -64,8 +66,9 @@ def recency_factor(date: str, today: _date | None = None) -> float:
 # -- the keyword list -----------------------------------------------------------------------------
 
 def keyword_ranked(con, query: str, limit: int) -> list:
-    """[(chunk_id, score, info)] best first: chunks holding the query's identifiers exactly come
-    first (so INC-10963 beats a note saying "INC 10963"), then BM25 with the breadcrumb weighted."""
+    """[(chunk_id, bm25, info)] best first: chunks holding the query's identifiers exactly come
+    first (so INC-10963 beats a note saying "INC 10963"), then BM25 with the breadcrumb weighted.
+    The score is BM25 itself (≥ 0), unsquashed, so the recency prior keeps its proportions."""
     idents = [t.lower() for t in terms.query_tokens(query) if terms.is_identifier(t)]
     exact: dict = {}
     for term in dict.fromkeys(idents):
@@ -90,12 +93,10 @@ def keyword_ranked(con, query: str, limit: int) -> list:
                 f"SELECT rowid, bm25(chunks_fts, 3.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
                 f"AND rowid IN ({','.join('?' * len(part))})", [fq] + part)
             bm25.update({cid: -r for cid, r in rows})
-    ranked = []
-    for cid in set(bm25) | set(exact):
-        s = max(bm25.get(cid, 0.0), 0.0)
-        ranked.append((cid, exact.get(cid, 0) + s / (1.0 + s),
-                       {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4)}))
-    ranked.sort(key=lambda x: -x[1])
+    ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
+               {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4)})
+              for cid in set(bm25) | set(exact)]
+    ranked.sort(key=lambda x: (-x[2]["exact_identifiers"], -x[1], x[0]))
     return ranked[:max(limit, len(exact))]
 
 
@@ -148,8 +149,21 @@ def _source_roots(cfg) -> dict:
     return {s.name: Path(s.path) for s in getattr(cfg, "sources", [])}
 
 
+def tier_of(info: dict) -> int:
+    """How many of the query's identifiers a candidate holds exactly: the first sort key."""
+    return info.get("lists", {}).get("keyword", {}).get("exact_identifiers", 0)
+
+
+def final_score(tier: int, relevance: float, factor: float) -> float:
+    """The identifier tier, then relevance × recency squashed into [0, 1): one float that sorts
+    as (tier, relevance × recency) — recency never lifts a note over one naming the identifier."""
+    r = max(relevance, 0.0) * factor
+    return tier + r / (1.0 + r)
+
+
 def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
-    """Apply recency, sort, keep at most PER_FILE chunks per file, build Hits."""
+    """Apply recency to each candidate's relevance, sort, keep at most PER_FILE chunks per file,
+    build Hits. `scored` is [(chunk_id, relevance, info)]; the tier comes from info."""
     rows = _load_chunks(con, [cid for cid, _, _ in scored])
     roots = _source_roots(cfg)
     today = _date.today()
@@ -159,7 +173,7 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
         if row is None:
             continue
         factor = recency_factor(row["date"], today)
-        final.append((score * factor, factor, cid, info, row))
+        final.append((final_score(tier_of(info), score, factor), factor, cid, info, row))
     final.sort(key=lambda x: -x[0])
     per_file: dict = {}
     hits = []
@@ -257,10 +271,11 @@ VEC_K_MAX = 4096              # sqlite-vec's largest k
 
 
 def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
-    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → RRF-scored candidates,
-    each with its rank and score in every list it came from. A chunk holding the query's
-    identifiers exactly stays above the rest, ordered as in the keyword list (its keyword score
-    is added): a neighbour in meaning must not outrank the note that names INC-10963."""
+    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]
+    candidates, each with its rank and score in every list it came from. Relevance is the RRF
+    score, except that a chunk holding the query's identifiers exactly stays above the rest,
+    ordered as in the keyword list (its keyword score is its relevance): a neighbour in meaning
+    must not outrank the note that names INC-10963."""
     lists = {"vector": [c for c, _ in vec]}
     if kw:
         lists["keyword"] = [c for c, _, _ in kw]
@@ -275,9 +290,9 @@ def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
         if cid in vec_at:
             rank, sim = vec_at[cid]
             per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
-        boost = kw_at[cid][1] if cid in kw_at and kw_at[cid][2].get("exact_identifiers") else 0.0
-        scored.append((cid, score + boost, {"lists": per_list, "rrf": round(score, 6)}))
-    scored.sort(key=lambda x: (-x[1], x[0]))
+        info = {"lists": per_list, "rrf": round(score, 6)}
+        scored.append((cid, kw_at[cid][1] if tier_of(info) else score, info))
+    scored.sort(key=lambda x: (-tier_of(x[2]), -x[1], x[0]))
     return scored
 
 

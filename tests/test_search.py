@@ -105,7 +105,71 @@ def test_recency_prior_is_small_and_monotonic():
     from datetime import date
     today = date(2026, 1, 1)
     new, old, ancient = (recency_factor(d, today) for d in ("2025-12-31", "2022-01-01", "1990-01-01"))
-    assert 1.0 >= new > old > ancient >= 0.85
+    assert 1.0 >= new > old > ancient >= 0.95
+
+
+def _dated(day: str, body: str) -> str:
+    return f"---\ndate: {day}\n---\n# Notes\n\n{body}\n"
+
+
+def test_recency_breaks_a_tie_but_never_outranks_clearly_better_matches(config, notes):
+    same = "the haproxy backend drained during the keepalived failover"
+    write_tree(notes, {"old.md": _dated("2019-03-01", same), "new.md": _dated("2026-01-10", same),
+                       "older-but-better.md": _dated("2018-05-05", "haproxy keepalived failover: " + same),
+                       "newest-passing-mention.md": _dated("2026-02-01", "the failover of something else "
+                                                           + "unrelated filler words " * 20)})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    rels = _rels(search(con, cfg, "haproxy keepalived failover"))
+    assert rels.index("older-but-better.md") < rels.index("new.md") < rels.index("old.md")
+    assert rels[-1] == "newest-passing-mention.md"
+
+
+def test_recency_never_lifts_a_note_over_one_naming_the_identifier():
+    from recall.search import final_score
+    assert final_score(1, 0.01, 0.95) > final_score(0, 1e9, 1.0)
+    assert final_score(0, 10.0, 0.95) > final_score(0, 9.0, 1.0)     # 10% more relevant wins
+    assert final_score(0, 10.0, 0.95) < final_score(0, 9.8, 1.0)     # a near-tie goes to the newer
+
+
+# -- recall read ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def long_note(cli, config, notes):
+    write_tree(notes, {"long.md": "# Long\n\nshort line\n" + "x" * 50_000 + "\nafter\n"})
+    assert cli("index")[0] == 0
+    return cli
+
+
+def test_read_cuts_a_long_line_at_max_chars_and_says_how_to_see_it(long_note):
+    code, out, err = long_note("read", "long.md", "--offset", "3", "--max-chars", "500")
+    assert code == 0, err
+    head, body, more = out.splitlines()
+    assert head == "notes:long.md lines 4-4 of 5"
+    assert len(body) + 1 <= 500 and body.startswith("4│ xxx")
+    assert body.endswith("… [line 4 cut: 415 of 50000 characters shown; --max-chars 50004 shows it whole]")
+    assert more == "… more: recall read long.md --offset 4"          # moves on: never the same page twice
+    code, out, _ = long_note("read", "long.md", "--offset", "3", "--max-chars", "50004")
+    assert out.splitlines()[1] == "4│ " + "x" * 50_000
+    code, out, _ = long_note("read", "long.md", "--offset", "4", "--max-chars", "500")
+    assert out.splitlines()[1:] == ["5│ after"]
+
+
+def test_read_stops_before_a_long_line_that_does_not_fit_whole(long_note):
+    code, out, _ = long_note("read", "long.md", "--offset", "2", "--max-chars", "500")
+    assert out.splitlines() == ["notes:long.md lines 3-3 of 5", "3│ short line",
+                                "… more: recall read long.md --offset 3"]
+
+
+def test_read_offset_past_the_end_is_an_error_naming_the_line_count(long_note):
+    code, out, err = long_note("read", "long.md", "--offset", "999999")
+    assert code == 1 and out == ""
+    assert err.startswith("recall: long.md has 5 lines; --offset 999999 is past its end")
+    assert "below 5" in err
+    code, out, err = long_note("read", "long.md:1", "--offset", "5")
+    assert code == 1 and "the section at long.md:1 has 5 lines (1-5)" in err
+    assert long_note("read", "long.md", "--offset", "4")[0] == 0      # the last line is still readable
 
 
 def test_rrf_fuses_ranks():
