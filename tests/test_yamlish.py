@@ -590,7 +590,8 @@ class _Emitter:
         else:
             text, body = self.inline(v, 1, -1)
             body = ([text.lstrip(" ")] if text.strip() else []) + body
-        tail = self.pick([[], ["..."], ["# end"]] if body else [[], ["# end"]])   # PyYAML refuses a lone '...'
+        content = any(line.strip() and not line.lstrip().startswith("#") for line in body)
+        tail = self.pick([[], ["..."], ["# end"]] if content else [[], ["# end"]])   # PyYAML refuses a lone '...'
         return "\n".join(head + body + tail) + "\n"
 
 
