@@ -138,23 +138,26 @@ def test_launcher_runs_from_any_cwd(tmp_path, config):
 
 def test_search_while_index_runs_in_another_process(tmp_path, config, notes):
     """WAL + busy timeout: readers never see 'database is locked' while a writer indexes."""
-    for i in range(400):
+    for i in range(1000):        # enough that several searches fall inside the writer's run
         (notes / "bulk" / f"n{i:03}.md").parent.mkdir(exist_ok=True)
         (notes / "bulk" / f"n{i:03}.md").write_text(f"# note {i}\n\nhost web{i:03}.example.com " * 30)
     r = run_recall("index")
     assert r.returncode == 0, r.stderr
     writer = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index", "--full"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    failures = []
+    failures, overlapped = [], 0
     try:
         while writer.poll() is None:
             r = run_recall("--json", "search", "web123")
             if r.returncode != 0:
                 failures.append(r.stderr)
+            elif writer.poll() is None:       # began and ended while the writer was indexing
+                overlapped += 1
+                assert json.loads(r.stdout)["hits"][0]["relpath"] == "bulk/n123.md"
     finally:
         out, err = writer.communicate(timeout=120)
     assert writer.returncode == 0, err
-    assert failures == []
+    assert failures == [] and overlapped >= 1
 
 
 def test_no_traceback_on_bad_config(cli, tmp_path, monkeypatch):
