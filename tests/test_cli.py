@@ -105,15 +105,17 @@ def test_doctor_reports_versions_and_paths(cli, config):
 
 
 def test_doctor_says_which_extras_really_import(config, tmp_path):
-    broken = tmp_path / "shadow" / "cryptography"
-    broken.mkdir(parents=True)
-    (broken / "__init__.py").write_text("raise ImportError('libssl.so.3: cannot open shared object file')\n")
-    r = run_recall("doctor", env={"PYTHONPATH": str(tmp_path / "shadow")})
-    line = next(x for x in r.stdout.splitlines() if "extra cryptography" in x)
-    assert "fails to import: ImportError: libssl.so.3" in line and "recall[crypto]" in line
-    r = run_recall("doctor")
-    line = next(x for x in r.stdout.splitlines() if "extra cryptography" in x)
-    assert "imports" in line and "fails" not in line
+    """Stand-in packages first on the path: one that fails to import, one that imports."""
+    shadow = tmp_path / "shadow"
+    for name, body in (("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n"),
+                       ("mcp", "__version__ = '9.9.9'\n")):
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(body)
+    r = run_recall("doctor", env={"PYTHONPATH": str(shadow)})
+    lines = {line.split()[2]: line for line in r.stdout.splitlines() if line.split()[1:2] == ["extra"]}
+    assert "fails to import: ImportError: libssl.so.3" in lines["cryptography"]
+    assert "recall[crypto]" in lines["cryptography"]
+    assert "imports (9.9.9)" in lines["mcp"]
 
 
 def test_a_query_that_starts_with_a_dash_is_explained(cli, config, notes):
