@@ -1,0 +1,177 @@
+"""Quoted and block scalars of the YAML subset (`yamlish.py`): escapes, folding over lines, and
+`|` / `>` with their chomping — a mixin of the parser, which keeps the lines and the errors."""
+from __future__ import annotations
+
+import re
+TYPE_CHECKING = False
+if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
+    from typing import List, Optional, Tuple
+
+_SEP = (" ", "\t")             # separation whitespace inside a line
+_END = ("", " ", "\t")         # what may follow an indicator such as ':' or '-'
+_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
+            "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\",
+            "N": "\x85", "_": "\xa0", "L": "\u2028", "P": "\u2029"}
+_HEX_LEN = {"x": 2, "u": 4, "U": 8}
+
+
+def _is_marker(line: str) -> bool:
+    """A '---' or '...' document marker, which is only one at column 1."""
+    return line[:3] in ("---", "...") and line[3:4] in _END
+
+
+def _rest_ok(line: str, i: int) -> bool:
+    """Nothing but blanks or a comment after a finished token; '#' needs a blank before it."""
+    rest = line[i:]
+    return not rest.strip(" \t") or (rest[0] in _SEP and rest.lstrip(" \t")[0] == "#")
+
+
+class _Scalars:
+    """The parser's scalar readers; `yamlish._Parser` supplies lines, indent_of and error."""
+
+    def quoted(self, row: int, col: int, parent: int) -> Tuple[str, int, int]:
+        """A quoted scalar from (row, col), folded over lines: text and the (row, col) after the quote."""
+        q = self.lines[row][col]
+        parts: List[str] = []
+        r, i = row, col + 1
+        while True:
+            line = self.lines[r]
+            buf: List[str] = []
+            kept = 0                       # escapes and '' are never trimmed as trailing blanks
+            escaped_break = False
+            while i < len(line):
+                ch = line[i]
+                if ch == q and q == "'" and line[i + 1:i + 2] == "'":
+                    buf.append("'")
+                    i += 2
+                    kept = len(buf)
+                elif ch == q:
+                    parts.append("".join(buf))
+                    return "".join(parts), r, i + 1
+                elif ch == "\\" and q == '"' and i + 1 == len(line):
+                    escaped_break = True
+                    break
+                elif ch == "\\" and q == '"':
+                    text, i = self.escape(r, i)
+                    buf.append(text)
+                    kept = len(buf)
+                else:
+                    buf.append(ch)
+                    i += 1
+            while not escaped_break and len(buf) > kept and buf[-1] in _SEP:
+                buf.pop()
+            parts.append("".join(buf))
+            r, empties = self.next_quoted_line(r, row, col, parent)
+            parts.append("\n" * empties or ("" if escaped_break else " "))
+            i = len(self.lines[r]) - len(self.lines[r].lstrip(" \t"))
+
+    def next_quoted_line(self, r: int, row: int, col: int, parent: int) -> Tuple[int, int]:
+        """The next non-blank line of a quoted scalar opened at (row, col), and the blank lines skipped."""
+        kind = "single" if self.lines[row][col] == "'" else "double"
+        r, empties = r + 1, 0
+        while r < len(self.lines) and not self.lines[r].strip(" \t"):
+            r, empties = r + 1, empties + 1
+        if r == len(self.lines):
+            raise self.error(row, col, f"unterminated {kind}-quoted string",
+                             hint=f"close it with {self.lines[row][col]}")
+        line = self.lines[r]
+        if _is_marker(line) or len(line) - len(line.lstrip(" \t")) <= parent:
+            raise self.error(row, col, f"unterminated {kind}-quoted string",
+                             hint=f"close it with {self.lines[row][col]} before line {r + 1}, "
+                                  "or indent its continuation lines")
+        return r, empties
+
+    def escape(self, r: int, i: int) -> Tuple[str, int]:
+        """The character a backslash escape at (r, i) stands for, and the column after it."""
+        line = self.lines[r]
+        code = line[i + 1]
+        if code in _ESCAPES:
+            return _ESCAPES[code], i + 2
+        if code in _HEX_LEN:
+            n = _HEX_LEN[code]
+            digits = line[i + 2:i + 2 + n]
+            if re.fullmatch("[0-9a-fA-F]{%d}" % n, digits) and int(digits, 16) <= 0x10FFFF:
+                return chr(int(digits, 16)), i + 2 + n
+            raise self.error(r, i, f"bad escape '\\{code}{digits}': expected {n} hex digits",
+                             hint="use single quotes for text with backslashes")
+        raise self.error(r, i, f"unknown escape '\\{code}'",
+                         hint="write '\\\\' for a backslash, or use single quotes")
+
+    def block_scalar(self, row: int, col: int, parent: int) -> str:
+        """A '|' or '>' scalar whose header is at (row, col); its text is on the lines below."""
+        line = self.lines[row]
+        chomp, step, i = "", 0, col + 1
+        while i < len(line) and line[i] not in _SEP:
+            if line[i] in "+-" and not chomp:
+                chomp = line[i]
+            elif line[i] in "123456789" and not step:
+                step = int(line[i])
+            else:
+                raise self.error(row, i, f"unexpected {line[i]!r} after {line[col]!r}",
+                                 hint="only '+' or '-' and one digit 1-9 may follow '|' or '>'")
+            i += 1
+        if not _rest_ok(line, i):
+            raise self.error(row, i, f"unexpected text after {line[col]!r}",
+                             hint="the text of a block scalar goes on the lines below, indented")
+        indent = max(parent, 0) + step if step else self.detect_indent(row + 1, parent)
+        content: List[Optional[str]] = []    # None marks an empty line
+        r = row + 1
+        while r < len(self.lines):
+            cur = self.lines[r]
+            if len(cur) - len(cur.lstrip(" ")) >= indent and len(cur) > indent:
+                content.append(cur[indent:])
+            elif not cur.strip(" "):
+                content.append(None)
+            else:
+                break
+            r += 1
+        self.row = r
+        return self.join_block(content, row + 1, line[col] == ">", chomp)
+
+    def detect_indent(self, start: int, parent: int) -> int:
+        """The indentation of a block scalar's first non-empty line (YAML's auto-detection)."""
+        widest, widest_row = 0, start
+        for r in range(start, len(self.lines)):
+            cur = self.lines[r]
+            if cur.strip(" "):
+                indent = len(cur) - len(cur.lstrip(" "))
+                if indent <= parent or indent == 0:
+                    break                  # not indented under the header: the scalar is empty
+                if widest > indent:
+                    raise self.error(widest_row, 0, "a leading blank line has more spaces than the first text line",
+                                     hint="remove the spaces, or add an indentation digit after '|' or '>'")
+                return indent
+            if len(cur) > widest:
+                widest, widest_row = len(cur), r
+        # an empty scalar: every blank line below the header is an empty line, whatever its spaces
+        return max(parent + 1, 1, widest + 1)
+
+    def has_break(self, r: int) -> bool:
+        """Whether line r ends with a line break (the file's last line may not)."""
+        return r < len(self.lines) - 1 or self.final_newline
+
+    def join_block(self, content: List[Optional[str]], start: int, folded: bool, chomp: str) -> str:
+        """Join block scalar lines: '|' keeps breaks, '>' folds them between unindented lines."""
+        out: List[str] = []
+        prev = None
+        for k, text in enumerate(content):
+            if text is None:
+                continue
+            if prev is None:
+                out.append("\n" * k)       # leading empty lines are kept
+            else:
+                gap = k - prev - 1
+                if folded and content[prev][0] not in _SEP and text[0] not in _SEP:
+                    out.append("\n" * gap or " ")
+                else:
+                    out.append("\n" * (gap + 1))
+            out.append(text)
+            prev = k
+        if chomp == "-":
+            return "".join(out)
+        last = start - 1 if prev is None else start + prev    # the last text line (or the header)
+        if prev is not None and self.has_break(last):
+            out.append("\n")
+        if chomp == "+":                   # keep the trailing empty lines too
+            out += ["\n" for r in range(last + 1, start + len(content)) if self.has_break(r)]
+        return "".join(out)
