@@ -146,14 +146,10 @@ def _secret_parsers(sub, common) -> None:
     p.add_argument("id")
     p.set_defaults(func=cmd_secret_show)
     p = verbs.add_parser("command", parents=[common], help="print the one line that runs CMD with the secret")
-    p.add_argument("id")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_secret_command, options=p)
+    _id_then_command(p, cmd_secret_command)
     p = verbs.add_parser("exec", parents=[common], help="run CMD with the secret in its env (or stdin)")
-    p.add_argument("id")
     p.add_argument("--stdin", action="store_true", help="write the value and a newline to CMD's stdin")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_secret_exec, options=p)
+    _id_then_command(p, cmd_secret_exec)
     p = verbs.add_parser("get", parents=[common], help="print the value — only to a real terminal")
     p.add_argument("id")
     p.set_defaults(func=cmd_secret_get)
@@ -177,9 +173,14 @@ def _access_parsers(sub, common) -> None:
     p.set_defaults(func=cmd_access_show)
     p = verbs.add_parser("exec", parents=[common],
                          help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask")
+    _id_then_command(p, cmd_access_exec)
+
+
+def _id_then_command(p, func) -> None:
+    """ID, then CMD after `--`; `_command` reads CMD and any of p's options written after the id."""
     p.add_argument("id")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
-    p.set_defaults(func=cmd_access_exec, options=p)
+    p.set_defaults(func=func, options=p)
 
 
 def _command(args) -> list:

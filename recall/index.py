@@ -174,17 +174,20 @@ def redact_indexed(con, values: dict) -> int:
     """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
     pasted into a note), so that no table of the DB keeps it; the note on disk is the user's."""
     redact = _redactor(values)
-    hit = [r for r in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")
-           if redact(r["breadcrumb"]) != r["breadcrumb"] or redact(r["body"]) != r["body"]]
-    titles = [(redact(t), i) for i, t in con.execute("SELECT id, title FROM files WHERE title != ''")
-              if redact(t) != t]
+    hit = []           # (row, redacted breadcrumb, redacted body): each text redacted once
+    for row in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id"):
+        crumb, body = redact(row["breadcrumb"]), redact(row["body"])
+        if crumb != row["breadcrumb"] or body != row["body"]:
+            hit.append((row, crumb, body))
+    titles = [(new, i) for i, t in con.execute("SELECT id, title FROM files WHERE title != ''")
+              for new in [redact(t)] if new != t]
     if not hit and not titles:
         return 0
     with db.transaction(con):
-        for row in hit:
+        for row, crumb, body in hit:
             con.execute("DELETE FROM chunks WHERE id=?", (row["id"],))
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
-                        redact(row["breadcrumb"]), redact(row["body"]), row["relpath"])
+                        crumb, body, row["relpath"])
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
