@@ -45,6 +45,11 @@ def world(tmp_path, monkeypatch):
   use: 'printenv CANARY_TOKEN'
   check: 'curl -s -o /dev/null -w "%{{http_code}}" -H "X-Token: $CANARY_TOKEN" http://127.0.0.1:9/'
   value: "{CANARY}"
+- id: canary-sudo
+  service: sudo
+  kind: password
+  inject: stdin
+  value: "sudo-{CANARY}"
 """)
     secrets.chmod(0o600)
     inv = tmp_path / "inventory.yaml"
@@ -57,6 +62,9 @@ def world(tmp_path, monkeypatch):
   kind: host
   secrets: [canary-token]
   verify: {sys.executable} -c "print(1)"
+- id: canary-stdin-host
+  kind: host
+  secrets: [canary-sudo]
 - id: behind-vpn
   requires: [vpn]
   secrets: [canary-token]
@@ -84,6 +92,7 @@ COMMANDS = [
     ["access", "find", "canary"], ["access", "show", "canary-host"],
     ["access", "exec", "canary-host", "--", sys.executable, "-c", CHILD],
     ["access", "exec", "canary-host"], ["access", "exec", "behind-vpn"],
+    ["access", "exec", "canary-stdin-host", "--", sys.executable, "-c", "import sys; print(sys.stdin.read())"],
     ["verify", "--dry-run"], ["--json", "verify", "--dry-run"], ["verify"], ["--json", "verify"],
     ["access", "show", "canary-host"], ["secret", "show", "canary-token"], ["secret", "rotate-key"],
     ["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD], ["instructions"],
@@ -126,6 +135,9 @@ def test_the_canary_never_leaves(world):
     assert "[recall:canary-token]" in by[("read", "jira/pasted.md")].stdout
     assert "jira/pasted.md" in by[("search", "old", "token")].stdout
     assert by[("access", "exec", "behind-vpn")].returncode == 69
+    by_access_stdin = by[tuple(next(c for c in COMMANDS if "canary-stdin-host" in c))]
+    assert (by_access_stdin.returncode, by_access_stdin.stdout) == (0, "[recall:canary-sudo]\n\n"), \
+        by_access_stdin.stderr
     by_stdin = by[tuple(next(c for c in COMMANDS if "--stdin" in c))]
     assert (by_stdin.returncode, by_stdin.stdout) == (0, "[recall:canary-token]\n\n"), by_stdin.stderr
     state = Path(os.environ["RECALL_HOME"])
