@@ -111,8 +111,8 @@ def _from_ssh_url(entry) -> tuple:
     except ValueError:
         port = -1
     if not url.hostname or port == -1:
-        raise RecallError(f"inventory entry '{entry.id}' has url {entry.url!r}, which ssh cannot use",
-                          "write it as ssh://[user@]host[:port]")
+        raise RecallError(f"{entry.file}:{entry.line}: inventory entry '{entry.id}' has url {entry.url!r}, "
+                          "which ssh cannot use", "write it as ssh://[user@]host[:port]")
     dest = f"{unquote(url.username)}@{url.hostname}" if url.username else url.hostname
     return dest, ("-p", str(port)) if port else ()
 

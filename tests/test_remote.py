@@ -224,6 +224,17 @@ def test_install_behind_a_vpn_that_is_down_never_runs_ssh(tmp_path, config):
     assert not (tmp_path / "ssh-ran").exists()
 
 
+@pytest.mark.parametrize("url", ["ssh://127.0.0.1:notaport", "ssh://:22", "ssh://127.0.0.1:99999"])
+def test_an_ssh_url_ssh_cannot_use_is_named_at_its_line(tmp_path, config, url):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"- id: other\n  kind: host\n- id: analytics-box\n  kind: host\n  url: {url}\n")
+    config(f"inventory: [{inv}]\n")
+    r = run_recall("remote", "install", "analytics-box")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"recall: {inv}:3: inventory entry 'analytics-box' has url"), r.stderr
+    assert "ssh://[user@]host[:port]" in r.stderr and "Traceback" not in r.stderr
+
+
 @pytest.mark.e2e
 def test_install_rejects_a_remote_python_older_than_3_9(tmp_path, config):
     from tests.sshd import SSHD, start_sshd, stop_sshd
