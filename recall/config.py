@@ -126,6 +126,13 @@ def _expect(value, kind, path, line, what):
     return value
 
 
+def _at_least(value, minimum, path, line, what):
+    """A number below `minimum` (a negative size, a zero timeout) is refused at its line."""
+    if not value >= minimum:          # NaN too
+        raise InputError(path, line, f"'{what}' must be at least {minimum:g}, not {value:g}")
+    return value
+
+
 def _keys(mapping, allowed, path, what):
     from .yamlish import check_keys
     check_keys(mapping, allowed, path, what)
@@ -171,8 +178,9 @@ def _apply(cfg: Config, doc, path: str) -> None:
     if "remotes" in doc:
         cfg.remotes = _remotes(doc["remotes"], path, _line(doc, "remotes"))
     if "max_file_bytes" in doc:
-        cfg.max_file_bytes = _expect(doc["max_file_bytes"], int, path, _line(doc, "max_file_bytes"),
-                                     "max_file_bytes")
+        line = _line(doc, "max_file_bytes")
+        cfg.max_file_bytes = _at_least(_expect(doc["max_file_bytes"], int, path, line, "max_file_bytes"),
+                                       1, path, line, "max_file_bytes")
 
 
 def _sources(value, path, line, base):
@@ -211,8 +219,9 @@ def _embedding(value, path, line):
     if emb.provider not in ("voyage", "local", "none"):
         raise InputError(path, _line(value, "provider"),
                          f"unknown embedding provider '{emb.provider}'", hint="use voyage, local or none")
-    if emb.token_cap < 0 or emb.batch_size < 1:
-        raise InputError(path, line, "token_cap must be ≥ 0 and batch_size ≥ 1")
+    for key, minimum in (("token_cap", 0), ("batch_size", 1), ("dimension", 0)):
+        if key in value:
+            _at_least(getattr(emb, key), minimum, path, _line(value, key), f"embedding.{key}")
     return emb
 
 
@@ -236,7 +245,8 @@ def _remotes(value, path, line):
             rem.ssh_config = os.path.expanduser(
                 _expect(item["ssh_config"], str, path, _line(item, "ssh_config"), "ssh_config"))
         if "timeout" in item:
-            rem.timeout = float(_expect(item["timeout"], float, path, _line(item, "timeout"), "timeout"))
+            rem.timeout = float(_at_least(_expect(item["timeout"], float, path, _line(item, "timeout"), "timeout"),
+                                          0.1, path, _line(item, "timeout"), "timeout"))
         if any(r.name == rem.name for r in out):
             raise InputError(path, _line(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)

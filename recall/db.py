@@ -150,6 +150,10 @@ MIGRATIONS: list = [
         PRIMARY KEY(model_id, hash)
     ) WITHOUT ROWID;
     """,
+    """
+    -- the bytes of a file name that is not UTF-8 (relpath then shows them as U+FFFD), else NULL
+    ALTER TABLE files ADD COLUMN rawpath BLOB;
+    """,
 ]
 
 

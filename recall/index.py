@@ -60,18 +60,25 @@ def _matcher(patterns):
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
-def walk_source(source, *, skip_paths=frozenset()):
-    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select."""
+def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
+    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select; a
+    folder that cannot be listed is appended to `unreadable` as (relpath + '/', reason)."""
     root = Path(source.path)
     if not root.is_dir():
         raise InputError(getattr(source, "config_path", "config"), source.line or None,
                          f"source '{source.name}': {root} is not a folder",
                          hint="fix the path or remove the source; nothing was changed")
     included, excluded = _matcher(source.include), _matcher(source.exclude)
-    for dirpath, dirnames, filenames in os.walk(root, onerror=None, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+
+    def cannot_list(exc):
+        if unreadable is not None:
+            rel = os.path.relpath(exc.filename or str(root), root).replace(os.sep, "/")
+            unreadable.append(("" if rel == "." else rel + "/", exc.strerror or str(exc)))
+    for dirpath, dirnames, filenames in os.walk(root, onerror=cannot_list, followlinks=False):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                             and not excluded(rel_dir + d + "/"))
         if rel_dir and excluded(rel_dir):
             dirnames[:] = []
             continue
@@ -80,6 +87,20 @@ def walk_source(source, *, skip_paths=frozenset()):
             full = os.path.join(dirpath, name)
             if included(rel) and not excluded(rel) and full not in skip_paths:
                 yield rel, full
+
+
+def shown(path: str) -> str:
+    """A path as text: bytes of a name that is not UTF-8 (kept by os as surrogates) become U+FFFD."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def raw_name(rel: str):
+    """The bytes of a relpath that is not UTF-8 (stored beside its shown form), else None."""
+    return None if shown(rel) == rel else rel.encode("utf-8", "surrogateescape")
 
 
 def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
@@ -140,18 +161,19 @@ def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     return breadcrumb if relpath.lower().endswith(MARKDOWN) else ""
 
 
-def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None) -> int:
+def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None,
+                raw=None) -> int:
     title = str(doc.meta.get("title") or "")
     if redact:
         title = redact(title)
     if file_id is None:
         file_id = con.execute(
-            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title) VALUES (?,?,?,?,?,?,?)",
-            (source, rel, st.st_size, st.st_mtime_ns, digest, date, title)).lastrowid
+            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath) "
+            "VALUES (?,?,?,?,?,?,?,?)", (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw)).lastrowid
     else:
         con.execute("DELETE FROM chunks WHERE file_id=?", (file_id,))
-        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=? WHERE id=?",
-                    (st.st_size, st.st_mtime_ns, digest, date, title, file_id))
+        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=? WHERE id=?",
+                    (st.st_size, st.st_mtime_ns, digest, date, title, raw, file_id))
     for ord_, ch in enumerate(doc.chunks):
         crumb, body = (redact(ch.breadcrumb), redact(ch.text)) if redact else (ch.breadcrumb, ch.text)
         write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body, rel)
@@ -250,8 +272,13 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     plan = []
     for source in sources:
         source.config_path = str(cfg.path)
-        plan.append((source, list(walk_source(source, skip_paths=skip))))   # every path checked first
-    total = sum(len(files) for _, files in plan)
+        unreadable = []
+        files = list(walk_source(source, skip_paths=skip, unreadable=unreadable))  # every path checked first
+        for rel_dir, why in unreadable:
+            where = shown(os.path.join(str(source.path), rel_dir))
+            report.skipped.append((where, f"unreadable folder: {why}"))
+        plan.append((source, files, tuple(rel_dir for rel_dir, _ in unreadable)))
+    total = sum(len(files) for _, files, _ in plan)
     done, last_commit = 0, time.monotonic()
     redact = note_redactor(con, cfg, report)
     con.execute("BEGIN IMMEDIATE")
@@ -263,24 +290,29 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             for row in gone:
                 con.execute("DELETE FROM files WHERE id=?", (row[0],))
             report.removed += len(gone)
-        for source, files in plan:
+        for source, files, unlisted in plan:
             existing = {r["relpath"]: r for r in con.execute(
-                "SELECT id, relpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
+                "SELECT id, relpath, rawpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
             seen = set()
             git_dates = GitDates(source.path)
             for rel, full_path in files:
-                seen.add(rel)
-                _index_one(con, cfg, source.name, rel, full_path, existing.get(rel), full, report, git_dates,
+                name, done = shown(rel), done + 1
+                if name in seen:           # two names that differ only in bytes that are not UTF-8
+                    report.skipped.append((shown(full_path), "its name shows the same as another "
+                                           "file's (bytes that are not UTF-8); rename one"))
+                    continue
+                seen.add(name)
+                _index_one(con, cfg, source.name, rel, full_path, existing.get(name), full, report, git_dates,
                            redact)
-                done += 1
                 if progress:
-                    progress(done, total, rel)
+                    progress(done, total, name)
                 if time.monotonic() - last_commit > COMMIT_EVERY_S:
                     con.execute("COMMIT")
                     con.execute("BEGIN IMMEDIATE")
                     last_commit = time.monotonic()
             for rel, row in existing.items():
-                if rel not in seen:
+                # a file under a folder that could not be listed is kept: unreadable is not deleted
+                if rel not in seen and not any(rel.startswith(d) for d in unlisted):
                     con.execute("DELETE FROM files WHERE id=?", (row["id"],))
                     report.removed += 1
         db.set_meta(con, "indexed_at", time.time())
@@ -296,35 +328,44 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
 
 
 def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None, redact=None) -> None:
+    """Index one file; `rel` as the walk found it (a name that is not UTF-8 is stored under its
+    shown form, with its bytes in files.rawpath)."""
+    raw, rel, path_text = raw_name(rel), shown(rel), shown(full_path)
     try:
         st = os.stat(full_path)
     except OSError as exc:
-        report.skipped.append((full_path, f"unreadable: {exc.strerror or exc}"))
+        report.skipped.append((path_text, f"unreadable: {exc.strerror or exc}"))
         return
     if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
-        report.skipped.append((full_path, "not a regular file"))
+        report.skipped.append((path_text, "not a regular file"))
         return
-    if old is not None and not full and old["size"] == st.st_size and old["mtime_ns"] == st.st_mtime_ns:
+    same_name = old is None or old["rawpath"] == raw
+    if old is not None and not full and same_name and old["size"] == st.st_size \
+            and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1
         return
     data, why = _read(full_path, st, cfg.max_file_bytes)
     if data is None:
-        report.skipped.append((full_path, why))
+        report.skipped.append((path_text, why))
         if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had
             con.execute("DELETE FROM files WHERE id=?", (old["id"],))
             report.removed += 1
         return
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if old is not None and not full and old["hash"] == digest:
-        con.execute("UPDATE files SET size=?, mtime_ns=? WHERE id=?", (st.st_size, st.st_mtime_ns, old["id"]))
+        con.execute("UPDATE files SET size=?, mtime_ns=?, rawpath=? WHERE id=?",
+                    (st.st_size, st.st_mtime_ns, raw, old["id"]))
         report.unchanged += 1
         return
     text, warning = _decode(data)
     if warning:
-        report.warnings.append((full_path, warning))
+        report.warnings.append((path_text, warning))
+    if raw is not None:
+        report.warnings.append((path_text, "the name is not valid UTF-8: indexed, shown with U+FFFD"))
     doc = _chunk(rel, text)
     date = date_for(rel, doc.meta, st.st_mtime_ns, git_dates)
-    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None, redact)
+    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None, redact,
+                                 raw)
     if old is None:
         report.new += 1
     else:

@@ -61,7 +61,8 @@ def _locate(con, cfg, source: str | None, path: str):
             raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
                               f"name one, e.g. {matches[0]}:{rel}")
         source = matches[0]
-    real = (roots[source] / rel).resolve()
+    raw = con.execute("SELECT rawpath FROM files WHERE source=? AND relpath=?", (source, rel)).fetchone()
+    real = (roots[source] / (os.fsdecode(raw[0]) if raw and raw[0] else rel)).resolve()  # a name not UTF-8
     if not (real == roots[source] or roots[source] in real.parents):
         raise RecallError(f"{rel} is outside source '{source}'")
     return source, rel, real

@@ -22,6 +22,7 @@ _UNSUPPORTED = {
     "`": "a plain value cannot start with '`' (reserved in YAML)",
 }
 _QUOTE_HINT = "quote the value if it is meant as text"
+MAX_DEPTH = 100                    # nesting levels; deeper is refused at its line, not a RecursionError
 
 # YAML 1.2 core schema (not 1.1: yes/no/on/off, 012 octal, 1_000 and 12:30 are not special here)
 _CONSTANTS = {"": None, "~": None, "null": None, "Null": None, "NULL": None, "true": True,
@@ -156,6 +157,7 @@ class _Parser(_Scalars):
         self.row = 0                   # next line the block parser looks at
         self.fr = self.fc = 0          # the flow cursor (row, col)
         self.fparent = -1              # indentation the current flow collection must stay inside
+        self.depth = 0
 
     def error(self, row: int, col: int, message: str, hint: Optional[str] = None) -> InputError:
         return InputError(self.path, row + 1, message, col=col + 1, hint=hint)
@@ -227,8 +229,22 @@ class _Parser(_Scalars):
 
     # ---- block structure
 
+    def nested(self, row: int, col: int, parse, *args) -> Any:
+        """parse(*args) one nesting level deeper; past MAX_DEPTH an error at (row, col)."""
+        if self.depth >= MAX_DEPTH:
+            raise self.error(row, col, f"nested more than {MAX_DEPTH} levels deep",
+                             hint="flatten the document")
+        self.depth += 1
+        try:
+            return parse(*args)
+        finally:
+            self.depth -= 1
+
     def node(self, row: int, col: int, parent: int, compact: bool) -> Any:
         """The value starting at (row, col); `compact`: a block mapping or list may start here."""
+        return self.nested(row, col, self.block_node, row, col, parent, compact)
+
+    def block_node(self, row: int, col: int, parent: int, compact: bool) -> Any:
         line = self.lines[row]
         ch = line[col]
         if self.is_item(row, col):
@@ -450,7 +466,7 @@ class _Parser(_Scalars):
     def flow_node(self) -> Any:
         row, col = self.fr, self.fc
         if self.lines[row][col] in "[{":
-            return self.flow_collection()
+            return self.nested(row, col, self.flow_collection)
         if self.lines[row][col] in "'\"":
             text, self.fr, self.fc = self.quoted(row, col, self.fparent)
             return text

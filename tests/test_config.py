@@ -52,6 +52,12 @@ def test_tilde_is_expanded(tmp_path, isolated_home):
     ("sources: []\nembedding:\n  token_cap: lots\n", 3, "token_cap"),
     ("sources: []\nembedding:\n  token_cap: true\n", 3, "token_cap"),
     ("sources:\n  - {name: a, path: /x}\n  - {name: a, path: /y}\n", 3, "duplicate"),
+    ("sources: []\nmax_file_bytes: -5\n", 2, "max_file_bytes' must be at least 1, not -5"),
+    ("sources: []\nembedding:\n  provider: none\n  batch_size: 0\n", 4, "batch_size' must be at least 1"),
+    ("sources: []\nembedding:\n  token_cap: -1\n", 3, "token_cap' must be at least 0"),
+    ("sources: []\nembedding:\n  dimension: -256\n", 3, "dimension' must be at least 0"),
+    ("remotes:\n  - {name: a, host: b}\n  - name: c\n    host: d\n    timeout: -1\n", 5, "timeout"),
+    ("remotes:\n  - name: c\n    host: d\n    timeout: .nan\n", 4, "timeout' must be at least"),
 ])
 def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     with pytest.raises(RecallError) as err:

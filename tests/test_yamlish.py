@@ -380,6 +380,24 @@ def test_load_errors_name_the_file(tmp_path):
         yamlish.load(tmp_path / "missing.yaml")
 
 
+@pytest.mark.parametrize("text, where", [
+    ("".join("  " * i + f"k{i}:\n" for i in range(400)) + "  " * 400 + "leaf\n", "101:201"),
+    ("".join("  " * i + "-\n" for i in range(400)), "101:201"),
+    ("deep: " + "[" * 600 + "]" * 600 + "\n", "1:105"),
+    ("{a: " * 300 + "1" + "}" * 300 + "\n", "1:397"),
+])
+def test_deep_nesting_is_an_error_at_its_line_not_a_recursion_error(text, where):
+    fails(text, where, "nested more than 100 levels")
+
+
+def test_nesting_up_to_the_limit_parses():
+    text = "".join("  " * i + f"k{i}:\n" for i in range(yamlish.MAX_DEPTH - 1)) + "  " * 99 + "leaf\n"
+    value = parse(text)
+    for i in range(yamlish.MAX_DEPTH - 1):
+        value = value[f"k{i}"]
+    assert value == "leaf"
+
+
 # ---- property: documents inside the subset parse as PyYAML parses them
 
 def _plain_safe(s, flow, yaml):

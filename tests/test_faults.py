@@ -1,0 +1,77 @@
+"""Faults: odd file names, unreadable folders, racing runs, broken storage — one line, never a loss."""
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from recall import db
+from recall.config import load_config
+from recall.index import run_index
+from tests.conftest import NOTES, run_recall, write_tree
+from tests.test_index import _as_nobody
+
+LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
+
+
+def _relpaths(con):
+    return sorted(r[0] for r in con.execute("SELECT relpath FROM files"))
+
+
+def test_a_name_that_is_not_utf8_is_indexed_shown_with_a_replacement_char(config, notes):
+    with open(os.path.join(os.fsencode(notes), LATIN1), "wb") as fh:
+        fh.write(b"# Caf\xc3\xa9 menu\n\nThe espresso machine is in room 4711.\n")
+    r = run_recall("index")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout.startswith("indexed: 5 new")
+    assert "latin1-\ufffd.md: the name is not valid UTF-8" in r.stderr
+    r = run_recall("search", "espresso")
+    assert r.returncode == 0 and "latin1-\ufffd.md:1" in r.stdout
+    r = run_recall("read", "latin1-\ufffd.md")                        # the shown name reads the file
+    assert r.returncode == 0 and "room 4711" in r.stdout
+    con = db.connect(load_config().db_path)
+    assert con.execute("SELECT rawpath FROM files WHERE relpath LIKE 'latin1-%'").fetchone()[0] == LATIN1
+    r = run_recall("--json", "index")                                 # nothing to do the second time
+    assert r.returncode == 0 and json.loads(r.stdout)["unchanged"] == 5
+
+
+def test_two_names_that_show_the_same_are_one_indexed_one_skipped(config, notes):
+    for tail in (b"\xe8", b"\xe9"):
+        with open(os.path.join(os.fsencode(notes), os.fsencode("x-") + tail + b".md"), "wb") as fh:
+            fh.write(b"# twin " + tail.hex().encode() + b"\n")
+    r = run_recall("index")
+    assert r.returncode == 0 and "5 new" in r.stdout and "1 skipped" in r.stdout, r.stderr
+    assert "its name shows the same as another file's" in r.stderr
+    r = run_recall("index")
+    assert r.returncode == 0 and "0 new, 0 changed, 0 removed, 5 unchanged" in r.stdout
+
+
+def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatch):
+    base = Path(tempfile.mkdtemp(prefix="recall-unreadable-"))       # a tree 'nobody' can reach
+    try:
+        os.chmod(base, 0o755)
+        notes = write_tree(base / "notes", NOTES)
+        (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
+        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        monkeypatch.setenv("RECALL_HOME", str(base / "state"))
+        cfg = load_config()
+        run_index(db.connect(cfg.db_path), cfg)
+        (notes / "incidents").chmod(0)
+        (notes / "meetings/2024-01-15-standup.md").unlink()           # a real removal still counts
+
+        def again():
+            con = db.connect(cfg.db_path)
+            rep = run_index(con, cfg)
+            return {"skipped": rep.skipped, "removed": rep.removed, "relpaths": _relpaths(con)}
+        if os.geteuid() == 0:                        # root lists every folder: run as 'nobody'
+            for path in [base, *base.rglob("*")]:
+                os.chown(path, 65534, 65534, follow_symlinks=False)
+            seen = _as_nobody(again)
+        else:
+            seen = again()
+        assert seen["skipped"] == [[str(notes / "incidents") + "/", "unreadable folder: Permission denied"]]
+        assert "incidents/2023/INC-10963-db-failover.md" in seen["relpaths"]
+        assert seen["removed"] == 1 and "meetings/2024-01-15-standup.md" not in seen["relpaths"]
+    finally:
+        (base / "notes" / "incidents").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
