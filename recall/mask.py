@@ -13,7 +13,6 @@ MIN_SECRET_LEN = 6
 _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own from this length
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
-_SHORT_PREFIX_MAX = 2 * _GRAM  # proper prefixes up to this length live in a set; longer ones contain a gram
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
 # Measured on CPython 3.11 over log-like text (bench/bench_mask.py): a set lookup per gram of a
 # memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
@@ -33,15 +32,12 @@ def check_maskable(secret_id: str, value: str) -> None:
 
 
 def encodings(value: bytes) -> set[bytes]:
-    """Every form of `value` that must be masked; forms shorter than MIN_SECRET_LEN are left out."""
+    """Every form of `value` that must be masked (the FORMS table over each base of the value);
+    forms shorter than MIN_SECRET_LEN are left out."""
     forms: set[bytes] = set()
     for base in _bases(value):
-        forms.add(base)
-        forms |= _base64_forms(base)
-        forms |= _url_forms(base)
-        forms |= _json_forms(base)
-        forms.add(base.hex().encode())
-        forms.add(base.hex().upper().encode())
+        for _name, make, _who in FORMS:
+            forms |= make(base)
     forms |= _line_forms(value)
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
 
@@ -102,12 +98,140 @@ def _json_forms(v: bytes) -> set[bytes]:
     return {f.encode("utf-8") for f in forms}
 
 
+def _text(v: bytes):
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _as_bytes(forms) -> set[bytes]:
+    return {f.encode("utf-8", "surrogatepass") for f in forms if f is not None}
+
+
+def _case_forms(v: bytes) -> set[bytes]:
+    """Upper and lower case beyond ASCII (`É` for `é`); the Masker ignores ASCII case anyway."""
+    text = _text(v)
+    return _as_bytes({text.upper(), text.lower()}) if text and not text.isascii() else set()
+
+
+_SQ_SHELL = set(" !\"$&'()*,;<>?[\\]^`{|}")     # what bash `printf %q` puts a backslash before
+_C_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f",
+            "\r": "\\r", "\x1b": "\\E"}
+
+
+def _ansi_c(text: str, octal_non_ascii: bool) -> str:
+    """The inside of bash's $'…' (declare -p, set, printf %q of a value holding a control character)."""
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch in _C_NAMED:
+            out.append(_C_NAMED[ch])
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append("\\%03o" % ord(ch))
+        elif ord(ch) > 127 and octal_non_ascii:
+            out.append("".join("\\%03o" % b for b in ch.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _shell_forms(v: bytes) -> set[bytes]:
+    """As bash `declare -p`/`export -p` ("…"), `set` ('…'), `printf %q`, $'…', and shlex.quote print it."""
+    text = _text(v)
+    if text is None:
+        return set()
+    forms = {
+        "".join("\\" + c if c in '\\"$`' else c for c in text),          # declare -p, export -p
+        text.replace("'", "'\\''"),                                       # set
+        text.replace("'", "'\"'\"'"),                                     # shlex.quote
+        "".join("\\" + c if c in _SQ_SHELL else c for c in text),          # printf %q
+        _ansi_c(text, False), _ansi_c(text, True),                       # $'…' (UTF-8 and C locale)
+    }
+    return _as_bytes(forms)
+
+
+def _python_forms(v: bytes) -> set[bytes]:
+    """The inside of Python's repr() of the str and of the bytes, and ascii() (print(os.environ))."""
+    text = _text(v)
+    forms = {repr(v)[2:-1]}
+    if text is not None:
+        forms |= {repr(text)[1:-1], ascii(text)[1:-1]}
+    return _as_bytes(forms)
+
+
+def _c_forms(v: bytes) -> set[bytes]:
+    """C-style string escapes (strace, Go %q, printf '%b' input): \\" \\\\ \\n, non-ASCII as is, \\ooo or \\xNN."""
+    text = _text(v)
+    if text is None:
+        return set()
+    named = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    forms = set()
+    for non_ascii in ("keep", "octal", "hex"):
+        out = []
+        for ch in text:
+            if ch in named:
+                out.append(named[ch])
+            elif ord(ch) < 32 or ord(ch) == 127:
+                out.append("\\%03o" % ord(ch))
+            elif ord(ch) > 127 and non_ascii != "keep":
+                fmt = "\\%03o" if non_ascii == "octal" else "\\x%02x"
+                out.append("".join(fmt % b for b in ch.encode("utf-8", "surrogatepass")))
+            else:
+                out.append(ch)
+        forms.add("".join(out))
+    forms.add("".join("\\x%02x" % b for b in v))                       # strace -xx: every byte
+    return _as_bytes(forms)
+
+
+_HTML = (("&amp;", "&lt;", "&gt;", "&quot;", "&#x27;"),     # Python html.escape
+         ("&amp;", "&lt;", "&gt;", "&#34;", "&#39;"),       # Go html/template, markupsafe
+         ("&amp;", "&lt;", "&gt;", "&quot;", "&apos;"),     # XML
+         ("&amp;", "&lt;", "&gt;", '"', "'"))               # html.escape(quote=False)
+
+
+def _html_forms(v: bytes) -> set[bytes]:
+    """HTML/XML entity escapes as common escapers write them."""
+    text = _text(v)
+    if text is None or not any(c in text for c in "&<>\"'"):
+        return set()
+    forms = set()
+    for amp, lt, gt, dq, sq in _HTML:
+        forms.add("".join({"&": amp, "<": lt, ">": gt, '"': dq, "'": sq}.get(c, c) for c in text))
+    return _as_bytes(forms)
+
+
+def _raw_forms(v: bytes) -> set[bytes]:
+    return {v}
+
+
+def _hex_forms(v: bytes) -> set[bytes]:
+    return {v.hex().encode(), v.hex().upper().encode()}
+
+
 def _line_forms(value: bytes) -> set[bytes]:
     """Each long line of a multi-line value, so a reformatted print (indented, prefixed) still masks."""
     lines = value.replace(b"\r\n", b"\n").split(b"\n")
     if len(lines) < 2:
         return set()
     return {part for line in lines for part in (line, line.strip()) if len(part) >= _MIN_LINE_LEN}
+
+
+# The one table of forms: (name, bytes -> set of forms, a program that prints it). Tests check
+# each form against that program's real output.
+FORMS = (
+    ("raw", _raw_forms, "cat"),
+    ("case", _case_forms, "tr a-z A-Z"),
+    ("base64", _base64_forms, "base64, python base64"),
+    ("url", _url_forms, "python urllib.parse.quote, curl --data-urlencode"),
+    ("json", _json_forms, "python json.dumps, jq"),
+    ("hex", _hex_forms, "xxd -p, python bytes.hex"),
+    ("shell", _shell_forms, "bash declare -p / export -p / set / printf %q, python shlex.quote"),
+    ("python", _python_forms, "python repr, print(os.environ)"),
+    ("c", _c_forms, "strace, go %q"),
+    ("html", _html_forms, "python html.escape, go html/template"),
+)
 
 
 class Masker:
@@ -120,12 +244,10 @@ class Masker:
             self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
             for value in values:
                 for form in encodings(value.encode("utf-8")):
-                    owner.setdefault(form, index)
+                    owner.setdefault(form.lower(), index)   # matched without ASCII case
         self._forms = sorted(owner, key=lambda f: (-len(f), f))
         self._owner = [owner[f] for f in self._forms]
         self._maxlen = len(self._forms[0]) if self._forms else 0
-        self._short_prefixes = {f[:k] for f in self._forms
-                                for k in range(1, min(len(f), _SHORT_PREFIX_MAX + 1))}
         self._gram_map: dict[int, list[tuple[int, int]]] = {}
         for fi, form in enumerate(self._forms):
             if len(form) >= 2 * _GRAM - 1:
@@ -154,6 +276,11 @@ class Masker:
         """Mask a whole buffer."""
         stream = self.stream()
         return stream.feed(data) + stream.flush()
+
+    @property
+    def hold(self) -> int:
+        """How many bytes a stream holds back at most (the longest form's length - 1)."""
+        return max(0, self._maxlen - 1)
 
     def stream(self) -> MaskStream:
         """A masker for one output stream fed in pieces."""
@@ -205,26 +332,6 @@ class Masker:
         return sorted(((p, p + len(forms[fi]), self._owner[fi]) for p, fi in found),
                       key=lambda o: (o[0], -o[1]))
 
-    def _hold_point(self, buf: bytes) -> int:
-        """Start of the longest suffix of buf that is a proper prefix of some form (len(buf) if none)."""
-        n = len(buf)
-        best = n
-        # A long suffix covers a whole gram of its form, so only gram hits can start one.
-        gram_map = self._gram_map
-        hits = self._gram_hits(buf, max(0, n - self._maxlen + 1), 1)
-        for p, fi in sorted({(g - off, fi) for g, key in hits for fi, off in gram_map[key]}):
-            form = self._forms[fi]
-            if 0 <= p and n - p < len(form) and form.startswith(buf[p:]):
-                best = p
-                break
-        for k in range(min(n, _SHORT_PREFIX_MAX), 0, -1):
-            if n - k >= best:
-                break
-            if buf[n - k:] in self._short_prefixes:
-                best = n - k
-                break
-        return best
-
 
 class MaskStream:
     """Masks one stream fed in arbitrary pieces; the output equals Masker.mask of the whole stream."""
@@ -236,7 +343,9 @@ class MaskStream:
         self._carry_ids: list[int] = []
 
     def feed(self, data: bytes) -> bytes:
-        """Mask what is safe to emit now; hold back only a suffix that could begin a secret form."""
+        """Mask what is safe to emit now. The last (longest form - 1) bytes are always held back,
+        whatever they are, so how long a byte is held never depends on the secrets (a child
+        watching its own output learns nothing); `flush` releases them (at EOF, or when idle)."""
         if not self._masker._forms:
             return bytes(data)
         if not data:
@@ -244,8 +353,12 @@ class MaskStream:
         buf = self._held + bytes(data) if self._held else bytes(data)
         return self._scan(buf, final=False)
 
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
     def flush(self) -> bytes:
-        """Mask and return everything still held, at end of stream."""
+        """Mask and return everything still held: at end of stream, or when the stream is idle."""
         buf, self._held = self._held, b""
         out = self._scan(buf, final=True) if buf or self._carry_end else b""
         self._carry_end, self._carry_ids = 0, []
@@ -254,10 +367,12 @@ class MaskStream:
     def _scan(self, buf: bytes, final: bool) -> bytes:
         masker = self._masker
         labels = masker._labels
-        limit = len(buf) if final else masker._hold_point(buf)
+        limit = len(buf) if final else max(0, len(buf) - masker._maxlen + 1)
         out: list[bytes] = []
         run_end, run_ids, emitted = self._carry_end, list(self._carry_ids), len(self._carry_ids)
-        for start, end, owner in masker._occurrences(buf, limit):
+        # Forms are matched on the ASCII-lower-cased stream: `tr a-z A-Z` of a value, upper-case
+        # hex or %-escapes all match one form (same length, same offsets).
+        for start, end, owner in masker._occurrences(buf.lower(), limit):
             if start < run_end:  # overlaps the open run: the run grows
                 if end > run_end:
                     run_end = end

@@ -17,6 +17,7 @@ _TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL of the process grou
 _DRAIN_GRACE = 1.0     # after the child exits (or is killed), pipes idle this long are abandoned
 _DRAIN_MAX = 10.0      # ... and pipes a grandchild keeps writing to are abandoned after this long
 _POLL = 0.1            # select wake-up to notice the child's exit while a grandchild holds the pipes
+RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and released (a prompt shows)
 
 
 @dataclass
@@ -35,6 +36,7 @@ class _Sink:
         self.stream: MaskStream = masker.stream()
         self.target = target
         self.captured = bytearray()
+        self.fed_at = 0.0
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -127,6 +129,13 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
             wait = _POLL
             if deadline is not None and not timed_out:
                 wait = max(0.0, min(_POLL, deadline - now))
+            for sink in sinks.values():
+                if sink.stream.holding:
+                    idle = now - sink.fed_at
+                    if idle >= RELEASE:       # by time alone, whatever is held: no timing signal
+                        sink.write(sink.stream.flush())
+                    else:
+                        wait = min(wait, RELEASE - idle)
             for key, _ in selector.select(wait):
                 pipe = key.fileobj
                 if pipe is proc.stdin:
@@ -136,7 +145,7 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
                 sink = sinks[pipe]
                 if chunk:
                     sink.write(sink.stream.feed(chunk))
-                    last_data = time.monotonic()
+                    last_data = sink.fed_at = time.monotonic()
                 else:
                     selector.unregister(pipe)
                     pipe.close()

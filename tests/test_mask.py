@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import base64
+import os
+import shutil
+import sys
 import json
 import random
 from urllib.parse import quote, quote_plus
@@ -78,12 +81,21 @@ def test_byte_by_byte_delivery(masker):
     assert out == b"a[recall:api-token]b\"[recall:db-password]\"\n[recall:api-token]"
 
 
-def test_feed_holds_back_only_a_possible_prefix(masker):
+def test_feed_holds_back_a_fixed_tail_whatever_it_holds(masker):
+    """How much is held never depends on whether the tail begins a secret: a child that watches
+    its own output cannot test guesses byte by byte (issue 11 point 2)."""
+    hold = masker.hold
+    assert hold == max(len(f) for f in masker._forms) - 1
+    filler = b"x" * (3 * hold)
+    for tail in (b"plain text!", TOKEN[:5].encode(), TOKEN[:-1].encode(), b"\0" * 5):
+        stream = masker.stream()
+        out = stream.feed(filler + tail)
+        assert len(out) == len(filler) + len(tail) - hold, tail
+        assert out + stream.flush() == filler + tail
     stream = masker.stream()
-    assert stream.feed(b"plain text!") == b"plain text!"
-    assert stream.feed(b"key " + TOKEN[:5].encode()) == b"key "
-    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b"[recall:api-token] ok!"
-    assert stream.flush() == b""
+    assert stream.feed(b"key " + TOKEN[:5].encode()) == b""
+    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b""
+    assert stream.flush() == b"key [recall:api-token] ok!"
 
 
 @pytest.mark.parametrize("prefix_len", range(6))
@@ -208,8 +220,8 @@ def test_degenerate_run_is_not_held_forever():
     stream = masker.stream()
     emitted = b"".join(stream.feed(b"z" * 4096) for _ in range(64))
     assert emitted == b"[recall:z]"
-    assert stream.feed(b"!") == b"!"
-    assert stream.flush() == b""
+    assert stream.feed(b"!") == b""            # the fixed tail is held until flush
+    assert stream.flush() == b"!"
     assert masker.mask(b"z" * 5000 + b"!") == b"[recall:z]!"
 
 
@@ -278,3 +290,66 @@ def test_no_form_survives_in_text(masker):
     out = masker.mask(text)
     assert_no_form(SECRETS, out)
     assert out.count(b"[recall:") == 4
+
+
+# -- every row of mask.FORMS against the real program that prints it ---------------------------
+
+CORE = "Zq8mK3"        # an alphanumeric stretch of each tricky value: it must not survive masking
+TRICKY = [
+    "p'a\"s\\s$w `o r-d!é&<>" + CORE,    # quotes, backslash, $, backtick, space, non-ASCII, HTML
+    "tab\there-" + CORE + "'é",          # a control character: bash switches to $'…'
+    "plain" + CORE + "token",
+]
+PY = [sys.executable, "-c"]
+PROGRAMS = {   # FORMS row -> commands printing $V in that form, and what must not survive
+    "raw": [["printenv", "V"]],
+    "case": [["sh", "-c", 'printf %s "$V" | tr a-z A-Z'], ["sh", "-c", 'printf %s "$V" | tr A-Z a-z'],
+             PY + ["import os; print(os.environ['V'].upper())"]],
+    "base64": [["sh", "-c", 'printf %s "$V" | base64'], ["sh", "-c", 'printf %s "$V" | base64 -w0']],
+    "url": [PY + ["import os, urllib.parse as u; print(u.quote(os.environ['V'], safe=''), "
+                  "u.quote_plus(os.environ['V']))"]],
+    "json": [["sh", "-c", 'printf %s "$V" | jq -Rs .'], PY + ["import os, json; print(json.dumps(os.environ['V']))"]],
+    "hex": [["sh", "-c", 'printf %s "$V" | xxd -p -c 256']],
+    "shell": [["bash", "-c", "declare -p V"], ["bash", "-c", "export -p | grep ' V='"],
+              ["bash", "-c", "set | grep '^V='"], ["bash", "-c", 'printf "%q\\n" "$V"'],
+              ["env", "LC_ALL=C", "bash", "-c", "declare -p V"],
+              ["env", "LC_ALL=C", "bash", "-c", 'printf "%q\\n" "$V"'],
+              PY + ["import os, shlex; print(shlex.quote(os.environ['V']))"]],
+    "python": [PY + ["import os; print(repr(os.environ['V']))"], PY + ["import os; print(os.environ)"],
+               PY + ["import os; print(os.environb)"], PY + ["import os; print(ascii(os.environ['V']))"]],
+    "c": [["strace", "-qq", "-e", "trace=write", "-s", "500", "sh", "-c", 'printf %s "$V" >/dev/null'],
+          ["strace", "-qq", "-xx", "-e", "trace=execve", "-s", "500", "printf", "%s", "-"]],
+    "html": [PY + ["import os, html; print(html.escape(os.environ['V']), html.escape(os.environ['V'], False))"]],
+}
+
+
+def test_every_form_row_has_a_real_program():
+    from recall.mask import FORMS
+    assert {name for name, _make, _who in FORMS} == set(PROGRAMS)
+
+
+def _run(cmd, value):
+    import subprocess
+    env = {**os.environ, "V": value, "LC_ALL": os.environ.get("LC_ALL", "C.UTF-8")}
+    if cmd[0] == "strace" and cmd[-1] == "-":
+        cmd = cmd[:-1] + [value]              # strace -xx shows the argv of an exec
+    if cmd[0] == "env":
+        env.pop("LC_ALL")
+    r = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+    return r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("value", TRICKY, ids=["quotes", "control", "plain"])
+@pytest.mark.parametrize("row,cmd", [(row, cmd) for row, cmds in PROGRAMS.items() for cmd in cmds],
+                         ids=lambda x: x if isinstance(x, str) else " ".join(x)[-40:])
+def test_form_printed_by_the_real_program_is_masked(row, cmd, value):
+    if cmd[0] == "strace" and not shutil.which("strace"):
+        pytest.skip("strace not installed")
+    out = _run(cmd, value)
+    encoded = {"base64": base64.b64encode(value.encode())[8:20], "hex": value.encode().hex()[8:20].encode(),
+               "c": b"\\x5a\\x71\\x38" if "-xx" in cmd else CORE.encode()}
+    probe = encoded.get(row, CORE.encode())
+    assert probe.lower() in out.lower().replace(b"\n", b""), out          # the program printed it
+    masked = Masker({"v": [value], "other": ["unrelated-value-123"]}).mask(out)
+    assert b"[recall:v]" in masked, (out, masked)
+    assert probe.lower() not in masked.lower().replace(b"\n", b""), (out, masked)

@@ -138,6 +138,32 @@ def test_secret_split_across_writes_is_masked_when_streaming():
     assert all(TOKEN[:7].encode() not in w for w in out.writes)
 
 
+@pytest.mark.parametrize("tail", ["Password: ", TOKEN[:-1]])
+def test_a_held_tail_is_released_by_time_whatever_it_is(tmp_path, tail):
+    """A prompt without a newline shows while the child waits; a tail that begins a secret is
+    released after the same idle time (never held longer: no signal to the child)."""
+    marker = tmp_path / "seen"
+    child = ("import os, sys, time\n"
+             f"sys.stdout.write({tail!r}); sys.stdout.flush()\n"
+             "for _ in range(100):\n"
+             f"    if os.path.exists({str(marker)!r}): break\n"
+             "    time.sleep(0.05)\n"
+             f"print(' seen' if os.path.exists({str(marker)!r}) else ' never')\n")
+    started = []
+
+    def on_write(data: bytes) -> None:
+        if tail.encode() in data:
+            started.append(time.monotonic())
+            marker.touch()
+
+    out = Recorder(on_write)
+    begin = time.monotonic()
+    result = run_masked(py(child), env=base_env(), masker=MASKER, out=out)
+    assert result.code == 0
+    assert out.data == tail.encode() + b" seen\n"
+    assert started and started[0] - begin < 4
+
+
 @pytest.mark.parametrize("code", [0, 1, 3, 42, 255])
 def test_exit_code_propagates(code):
     assert run_masked(py(f"import sys; sys.exit({code})"), env=base_env(), masker=MASKER).code == code
