@@ -138,6 +138,8 @@ def _secret_parsers(sub, common) -> None:
     verbs = sp.add_subparsers(dest="secret_verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
     p = verbs.add_parser("sync", parents=[common], help="encrypt the secrets files into the vault")
+    p.add_argument("--prune", action="store_true",
+                   help="allow removing more than half the stored secrets, or all of one file's")
     p.set_defaults(func=cmd_secret_sync)
     p = verbs.add_parser("find", parents=[common], help="find secrets by their metadata")
     p.add_argument("query", nargs="+")
@@ -326,7 +328,7 @@ def cmd_secret_sync(args) -> int:
     vault, cfg, con = _vault(args)
     if not cfg.secrets:
         raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
-    rep = vault.sync(con, cfg)
+    rep = vault.sync(con, cfg, prune=args.prune)
     for w in rep.warnings:
         sys.stderr.write(f"recall: warning: {w}\n")
     if getattr(args, "json", False):

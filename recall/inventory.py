@@ -100,9 +100,9 @@ def _secret_ids(cfg) -> set:
     from . import yamlish
     ids = set()
     for path in cfg.secrets:
-        if os.path.exists(path):
-            doc = yamlish.load(str(path)) or []
-            ids.update(str(item.get("id")) for item in doc if isinstance(item, dict))
+        if os.path.exists(path):         # a top level that is not a list is an error at file:1
+            entries = yamlish.load_entries(path, "secrets", "secrets")
+            ids.update(str(item.get("id")) for item, _ in entries if isinstance(item, dict))
     return ids
 
 

@@ -38,10 +38,13 @@ def _metadata_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-def sync(con, cfg) -> SyncReport:
-    """Read every secrets file, then replace the vault rows in one transaction."""
+def sync(con, cfg, *, prune: bool = False) -> SyncReport:
+    """Read every secrets file, then replace the vault rows in one transaction; a sync that would
+    remove most of the vault, or all of one file's secrets, stops unless `prune`."""
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
+    if not prune:
+        _refuse_mass_removal(con, {e.id for e in entries})
     key = keyfile.load_key(cfg.home, create=True, probe=_probe(con))
     old = {r[0] for r in con.execute("SELECT id FROM secrets")}
     now = time.time()
@@ -70,6 +73,19 @@ def sync(con, cfg) -> SyncReport:
         except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
             report.warnings.append(f"secret metadata not embedded: {exc}")
     return report
+
+
+def _refuse_mass_removal(con, new_ids: set) -> None:
+    """An emptied or truncated secrets file (an editor crash, a bad merge) must not empty the vault."""
+    stored = con.execute("SELECT id, file FROM secrets").fetchall()
+    gone = [(sid, file) for sid, file in stored if sid not in new_ids]
+    emptied = sorted({file for _, file in gone} - {file for sid, file in stored if sid in new_ids})
+    if gone and (2 * len(gone) > len(stored) or emptied):
+        what = f"all the secrets of {', '.join(emptied)}" if emptied else "more than half the vault"
+        raise RecallError(f"secret sync would remove {len(gone)} of {len(stored)} stored secrets "
+                          f"({what}); nothing was changed",
+                          "check the secrets files (an empty or cut-short file?), or run "
+                          "'recall secret sync --prune' if they are meant to go")
 
 
 def embed_metadata(con, cfg) -> int:

@@ -86,7 +86,7 @@ def load_entries(path, what: str, config_key: str) -> list:
     if doc is None:
         return []
     if not isinstance(doc, list):
-        raise InputError(path, getattr(doc, "line", 1), f"a {what} file is a list of entries ('- id: …')")
+        raise InputError(path, getattr(doc, "line", 1), f"{'an' if what[:1] in 'aeiou' else 'a'} {what} file is a list of entries ('- id: …')")
     return [(item, line_of(doc, i)) for i, item in enumerate(doc)]
 
 

@@ -5,6 +5,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from recall import db
 from recall.config import load_config
 from recall.index import run_index
@@ -75,3 +77,70 @@ def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatc
     finally:
         (base / "notes" / "incidents").chmod(0o755)
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- the vault is never emptied by accident ----------------------------------------------------
+
+def _secrets(n, prefix="svc"):
+    return "".join(f"- id: {prefix}-{i}\n  service: s{i}\n  value: 'value-{prefix}-{i}-0123456789'\n"
+                   for i in range(n))
+
+
+def _vault_ids(con):
+    return sorted(r[0] for r in con.execute("SELECT id FROM secrets"))
+
+
+def test_an_emptied_or_cut_short_secrets_file_does_not_empty_the_vault(config, tmp_path, cli):
+    pytest.importorskip("cryptography")
+    main, extra = tmp_path / "secrets.yaml", tmp_path / "more.yaml"
+    main.write_text(_secrets(6))
+    extra.write_text(_secrets(2, "ci"))
+    for f in (main, extra):
+        f.chmod(0o600)
+    config(f"secrets: [{main}, {extra}]\n")
+    assert cli("secret", "sync")[0] == 0
+    con = db.connect(load_config().db_path)
+    stored = _vault_ids(con)
+    assert len(stored) == 8
+    main.write_text("")                                    # an editor crash left it empty
+    code, out, err = cli("secret", "sync")
+    assert code == 1 and out == ""
+    assert err == (f"recall: secret sync would remove 6 of 8 stored secrets (all the secrets of {main}); "
+                   "nothing was changed — check the secrets files (an empty or cut-short file?), or run "
+                   "'recall secret sync --prune' if they are meant to go\n")
+    assert _vault_ids(con) == stored
+    main.write_text(_secrets(6))
+    extra.write_text("")                                   # 2 of 8, but every one of that file's
+    code, _, err = cli("secret", "sync")
+    assert code == 1 and f"all the secrets of {extra}" in err and _vault_ids(con) == stored
+    extra.write_text(_secrets(2, "ci"))
+    main.write_text(_secrets(2))                           # cut short: 4 of 8 would go, half is allowed
+    assert cli("secret", "sync")[0] == 0 and len(_vault_ids(con)) == 4
+    main.write_text(_secrets(6))
+    assert cli("secret", "sync")[0] == 0
+    main.write_text(_secrets(1))                           # 5 of 8: more than half
+    code, _, err = cli("secret", "sync")
+    assert code == 1 and "would remove 5 of 8 stored secrets (more than half the vault)" in err
+    code, out, _ = cli("secret", "sync", "--prune")        # meant: say so, and it goes
+    assert code == 0 and "5 removed" in out and len(_vault_ids(con)) == 3
+
+
+@pytest.mark.parametrize("broken", ["secrets", "inventory"])
+@pytest.mark.parametrize("text", ["42\n", "id: x\nvalue: y\n", "just a sentence\n"])
+def test_a_secrets_or_inventory_file_that_is_not_a_list_is_a_file_1_error_in_every_verb(
+        config, tmp_path, cli, broken, text):
+    files = {"secrets": tmp_path / "secrets.yaml", "inventory": tmp_path / "inventory.yaml"}
+    files["secrets"].write_text(_secrets(1))
+    files["inventory"].write_text("- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
+    files["secrets"].chmod(0o600)
+    config(f"secrets: [{files['secrets']}]\ninventory: [{files['inventory']}]\n")
+    files[broken].write_text(text)
+    verbs = [("access", "find", "bastion"), ("access", "show", "bastion"), ("verify", "--dry-run"),
+             ("access", "exec", "bastion", "--", "true")]
+    if broken == "secrets":
+        verbs.append(("secret", "sync"))
+    for verb in verbs:
+        code, out, err = cli(*verb)
+        assert code == 1 and err.startswith(f"recall: {files[broken]}:1: ") and "list of entries" in err, (verb, err)
+    code, out, err = cli("search", "bastion")                # search says so, and still searches
+    assert code == 0 and f"{files['inventory'] if broken == 'inventory' else files['secrets']}:1:" in err
