@@ -256,6 +256,37 @@ class transaction:
         return False
 
 
+class index_lock:
+    """`with index_lock(db_path, notify):` one index run at a time per DB (an flock beside it,
+    released by the kernel if the holder dies); the next run says whom it waits for, then waits."""
+
+    def __init__(self, db_path, notify=None):
+        self.path, self.notify, self.fd = Path(db_path).with_name("index.lock"), notify, None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:            # no flock here (Windows): each write is still a transaction
+            return self
+        self.fd = os.open(str(self.path), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 20, 0) or (time.sleep(0.05) or os.pread(self.fd, 20, 0))
+            holder = holder.decode("ascii", "replace").strip() or "unknown"    # the holder writes it
+            if self.notify:
+                self.notify(f"waiting for another index run (pid {holder})")
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)          # closing releases the lock
+        return False
+
+
 def get_meta(con, key: str, default=None):
     row = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
     return row[0] if row else default

@@ -8,12 +8,11 @@ import stat as _stat
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from . import db, terms
-from .errors import InputError, RecallError
+from .errors import RecallError
+from .walk import SKIP_DIRS, glob_to_regex, raw_name, shown, walk_source  # noqa: F401 (re-exported)
 
-SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
 MARKDOWN = (".md", ".markdown", ".mdx")
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
@@ -31,76 +30,6 @@ class IndexReport:
     seconds: float = 0.0
     embedded: int = 0
     tokens: int = 0
-
-
-def glob_to_regex(pattern: str) -> re.Pattern:
-    """gitignore-like: a pattern without '/' matches the file name at any depth; `**` spans folders."""
-    if "/" not in pattern.rstrip("/"):
-        pattern = "**/" + pattern
-    out, i = "", 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out += "(?:.*/)?"
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-            continue
-        out += {"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c))
-        i += 1
-    if pattern.endswith("/"):
-        out += ".*"
-    return re.compile(out + r"\Z")
-
-
-def _matcher(patterns):
-    regexes = [glob_to_regex(p) for p in patterns]
-    return lambda rel: any(r.match(rel) for r in regexes)
-
-
-def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
-    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select; a
-    folder that cannot be listed is appended to `unreadable` as (relpath + '/', reason)."""
-    root = Path(source.path)
-    if not root.is_dir():
-        raise InputError(getattr(source, "config_path", "config"), source.line or None,
-                         f"source '{source.name}': {root} is not a folder",
-                         hint="fix the path or remove the source; nothing was changed")
-    included, excluded = _matcher(source.include), _matcher(source.exclude)
-
-    def cannot_list(exc):
-        if unreadable is not None:
-            rel = os.path.relpath(exc.filename or str(root), root).replace(os.sep, "/")
-            unreadable.append(("" if rel == "." else rel + "/", exc.strerror or str(exc)))
-    for dirpath, dirnames, filenames in os.walk(root, onerror=cannot_list, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
-                             and not excluded(rel_dir + d + "/"))
-        if rel_dir and excluded(rel_dir):
-            dirnames[:] = []
-            continue
-        for name in sorted(filenames):
-            rel = rel_dir + name
-            full = os.path.join(dirpath, name)
-            if included(rel) and not excluded(rel) and full not in skip_paths:
-                yield rel, full
-
-
-def shown(path: str) -> str:
-    """A path as text: bytes of a name that is not UTF-8 (kept by os as surrogates) become U+FFFD."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def raw_name(rel: str):
-    """The bytes of a relpath that is not UTF-8 (stored beside its shown form), else None."""
-    return None if shown(rel) == rel else rel.encode("utf-8", "surrogateescape")
 
 
 def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
@@ -279,8 +208,19 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             report.skipped.append((where, f"unreadable folder: {why}"))
         plan.append((source, files, tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)
-    done, last_commit = 0, time.monotonic()
     redact = note_redactor(con, cfg, report)
+    with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
+        _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
+    if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
+        done = embed_pending(con, cfg, notify=notify, progress=progress)
+        report.embedded, report.tokens = done.embedded, done.tokens
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) -> None:
+    """The walked files into the index, committing every COMMIT_EVERY_S; files gone are removed."""
+    done, last_commit = 0, time.monotonic()
     con.execute("BEGIN IMMEDIATE")
     try:
         if only is None:
@@ -320,11 +260,6 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
-        done = embed_pending(con, cfg, notify=notify, progress=progress)
-        report.embedded, report.tokens = done.embedded, done.tokens
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None, redact=None) -> None:

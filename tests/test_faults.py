@@ -144,3 +144,27 @@ def test_a_secrets_or_inventory_file_that_is_not_a_list_is_a_file_1_error_in_eve
         assert code == 1 and err.startswith(f"recall: {files[broken]}:1: ") and "list of entries" in err, (verb, err)
     code, out, err = cli("search", "bastion")                # search says so, and still searches
     assert code == 0 and f"{files['inventory'] if broken == 'inventory' else files['secrets']}:1:" in err
+
+
+# -- two index runs at once ---------------------------------------------------------------------
+
+def test_two_index_runs_at_once_both_finish(config, notes):
+    """A cron job beside a manual run, both finding new files: the second waits for the first."""
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    for i in range(4000):                                   # long enough to commit several times
+        (notes / f"bulk/{i // 100}").mkdir(parents=True, exist_ok=True)
+        (notes / f"bulk/{i // 100}/note-{i}.md").write_text(f"# Note {i}\n\nhost-{i}.example.com is rack {i}.\n")
+    runs = [subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [r.communicate(timeout=120) for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], outs
+    assert not any("Traceback" in err for _, err in outs), outs
+    waited = [i for i, (_, err) in enumerate(outs) if "waiting for another index run" in err]
+    assert len(waited) == 1, outs                             # they really overlapped
+    other = runs[1 - waited[0]].pid
+    assert f"recall: waiting for another index run (pid {other})\n" in outs[waited[0]][1]
+    assert "4004 new" in outs[1 - waited[0]][0] and "0 new" in outs[waited[0]][0]
+    con = db.connect(load_config().db_path)
+    assert con.execute("SELECT count(*), count(DISTINCT relpath) FROM files").fetchone()[:] == (4004, 4004)

@@ -1,0 +1,80 @@
+"""Which files a source holds: include/exclude globs, skipped and unreadable folders, names not UTF-8."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import InputError
+
+SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
+
+
+def glob_to_regex(pattern: str) -> re.Pattern:
+    """gitignore-like: a pattern without '/' matches the file name at any depth; `**` spans folders."""
+    if "/" not in pattern.rstrip("/"):
+        pattern = "**/" + pattern
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+            continue
+        out += {"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c))
+        i += 1
+    if pattern.endswith("/"):
+        out += ".*"
+    return re.compile(out + r"\Z")
+
+
+def _matcher(patterns):
+    regexes = [glob_to_regex(p) for p in patterns]
+    return lambda rel: any(r.match(rel) for r in regexes)
+
+
+def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
+    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select; a
+    folder that cannot be listed is appended to `unreadable` as (relpath + '/', reason)."""
+    root = Path(source.path)
+    if not root.is_dir():
+        raise InputError(getattr(source, "config_path", "config"), source.line or None,
+                         f"source '{source.name}': {root} is not a folder",
+                         hint="fix the path or remove the source; nothing was changed")
+    included, excluded = _matcher(source.include), _matcher(source.exclude)
+
+    def cannot_list(exc):
+        if unreadable is not None:
+            rel = os.path.relpath(exc.filename or str(root), root).replace(os.sep, "/")
+            unreadable.append(("" if rel == "." else rel + "/", exc.strerror or str(exc)))
+    for dirpath, dirnames, filenames in os.walk(root, onerror=cannot_list, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                             and not excluded(rel_dir + d + "/"))
+        if rel_dir and excluded(rel_dir):
+            dirnames[:] = []
+            continue
+        for name in sorted(filenames):
+            rel = rel_dir + name
+            full = os.path.join(dirpath, name)
+            if included(rel) and not excluded(rel) and full not in skip_paths:
+                yield rel, full
+
+
+def shown(path: str) -> str:
+    """A path as text: bytes of a name that is not UTF-8 (kept by os as surrogates) become U+FFFD."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def raw_name(rel: str):
+    """The bytes of a relpath that is not UTF-8 (stored beside its shown form), else None."""
+    return None if shown(rel) == rel else rel.encode("utf-8", "surrogateescape")
