@@ -1,4 +1,5 @@
-"""`access exec`: prerequisites, an entry's setup steps in a clean bash, linked secrets, masked run."""
+"""`access exec`: prerequisites, then one clean bash running the setup steps and the command; what
+the setup sets is masked unless plainly harmless; linked secrets injected."""
 from __future__ import annotations
 
 import os
@@ -41,44 +42,162 @@ def plan_steps(entry) -> Plan:
     return Plan(run, left)
 
 
-def setup_env(plan: Plan, base: dict, err=None) -> tuple:
-    """Run the setup steps in `bash --noprofile --norc` and return (environment, stderr bytes).
+# -- what the setup steps set, and which of it is masked -------------------------------------------
 
-    The script goes in on bash's stdin, not as `-c SCRIPT`: an inline `export X_TOKEN=…` would
-    otherwise sit in /proc/<pid>/cmdline for every local user to read while the steps run.
-    """
-    if not plan.run:
-        return dict(base), b""
-    script = "set -e\n{\n" + "\n".join(plan.run) + "\n} >&2 </dev/null\nenv -0\n"
-    # BASH_ENV / ENV would run a file before the script: an rc file by another name.
-    shell_env = {k: v for k, v in base.items() if k not in _RC_VARIABLES}
-    try:
-        proc = subprocess.run(["bash", "--noprofile", "--norc", "-s"], env=shell_env,
-                              input=script.encode(), capture_output=True, timeout=SETUP_TIMEOUT,
-                              cwd=os.path.expanduser("~"))
-    except FileNotFoundError:
-        raise RecallError("bash is needed to run an entry's setup steps") from None
-    except subprocess.TimeoutExpired:
-        raise RecallError(f"the setup steps did not finish within {SETUP_TIMEOUT}s") from None
-    if proc.returncode != 0:
-        return None, proc.stderr
-    env = {}
-    for item in proc.stdout.split(b"\0"):
-        if b"=" in item:
+# Names whose values are not secrets (issue: a short list; everything else the setup sets is masked
+# unless its value is a path, a number or too short to mask).
+CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+               "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+               "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
+               "GOOGLE_CLOUD_PROJECT", "AZURE_DEFAULTS_GROUP", "AZURE_DEFAULTS_LOCATION", "REGION"}
+CLEAR_SUFFIXES = ("_CONTEXT", "_REGION", "_ZONE", "_NAMESPACE")
+# Variables bash changes by itself, and the script's own.
+_SHELL_VARS = {"_", "PWD", "OLDPWD", "SHLVL", "PIPESTATUS", "LINENO", "SECONDS", "RANDOM", "SRANDOM",
+               "EPOCHSECONDS", "EPOCHREALTIME", "BASHPID", "FUNCNAME", "HISTCMD", "OPTIND", "OPTARG",
+               "OPTERR", "COLUMNS", "LINES", "GROUPS", "DIRSTACK", *_RC_VARIABLES}
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+_END = b"\x01end"
+
+
+def clear_value(name: str, value: str) -> bool:
+    """May this variable's value be shown? Known non-secret names, paths, numbers, short values."""
+    if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
+        return True
+    return len(value) < MIN_SECRET_LEN or bool(_NUMBER.fullmatch(value)) or _is_path(value)
+
+
+def _is_path(value: str) -> bool:
+    """'/opt/x', '~/.kube/ops', '/a:/b' — each part under a top folder that exists here (so a base64
+    token that happens to start with '/' is not taken for a path)."""
+    parts = value.split(":")
+    for part in parts:
+        if not re.fullmatch(r"~?/[\w.@+/-]*", part) or "//" in part:
+            return False
+        if not part.startswith("~") and not os.path.isdir("/" + part[1:].split("/", 1)[0]):
+            return False
+    return True
+
+
+def set_by_setup(before: dict, after: dict) -> dict:
+    """Every variable the setup steps added or changed, and its value."""
+    return {k: v for k, v in after.items()
+            if k not in _SHELL_VARS and not k.startswith(("BASH", "__recall")) and before.get(k) != v}
+
+
+def masked_exports(before: dict, after: dict) -> dict:
+    """What the setup set that is masked in every output: all of it but the clear values."""
+    return {k: v for k, v in set_by_setup(before, after).items() if not clear_value(k, v)}
+
+
+def kube_context(entry) -> str:
+    """The kube context an entry names (`kubectl config use-context X`, `kubectx X`, `--context X`)."""
+    pattern = re.compile(r"(?:--context[= ]\s*|kubectl\s+config\s+use-context\s+|^kubectx\s+)"
+                         r"""(['"]?)([\w.:@/-]+)\1""")
+    for text in [*entry.access, entry.verify, entry.check]:
+        m = pattern.search(text.strip())
+        if m:
+            return m.group(2)
+    return ""
+
+
+def _context_note(context: str, command: str) -> str:
+    if context and re.search(r"(?<![\w-])kubectl(?![\w-])", command) and "--context" not in command:
+        return f"kubectl runs with --context {context} (this entry's kube context)"
+    return ""
+
+
+# -- one bash: setup steps, then the command --------------------------------------------------------
+
+def _script(plan: Plan, command: str, base: dict, context: str, script_fd: int, vars_fd: int) -> str:
+    """Setup steps (output on stderr, no stdin, `set -e`), every shell variable before and after them
+    on `vars_fd` (after a failure too), then the command in the same shell."""
+    restore = "".join(f"export {k}={shlex.quote(base[k])}\n" for k in _RC_VARIABLES if k in base)
+    kubectl = ("kubectl() { case \" $* \" in *' --context '*|*' --context='*) command kubectl \"$@\";; "
+               f"*) command kubectl --context {shlex.quote(context)} \"$@\";; esac; }}\n") if context else ""
+    return (
+        f"exec {script_fd}<&-\n"
+        "__recall_vars() { local __recall_v; for __recall_v in $(compgen -v); do\n"
+        "  printf '%s=%s\\0' \"$__recall_v\" \"${!__recall_v}\"; done; }\n"
+        f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"
+        f"printf '\\1before\\0' >&{vars_fd}; __recall_vars >&{vars_fd}\n"
+        f"trap 'printf \"\\1failed\\0\" >&{vars_fd}; __recall_vars >&{vars_fd}; printf \"\\1end\\0\" >&{vars_fd}' EXIT\n"
+        "set -e\n{\n:\n" + "\n".join(plan.run) + "\n} </dev/null >&2\nset +e\ntrap - EXIT\n"
+        f"printf '\\1ok\\0' >&{vars_fd}; __recall_vars >&{vars_fd}; printf '\\1end\\0' >&{vars_fd}\n"
+        f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v\n"
+        "builtin cd -- \"$__recall_cwd\"; unset __recall_cwd\n" + restore + kubectl + command + "\n")
+
+
+def _parse_vars(data: bytes) -> tuple:
+    """(before, after, status) from the records the script wrote; status ok | failed | '' (cut off)."""
+    sections: dict = {}
+    current = None
+    for item in data.split(b"\0"):
+        if item.startswith(b"\x01"):
+            current = item[1:].decode()
+            sections.setdefault(current, {})
+        elif current and b"=" in item:
             k, _, v = item.partition(b"=")
-            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    for k in ("PWD", "OLDPWD", "SHLVL", "_", *_RC_VARIABLES):
-        env.pop(k, None)
-        if k in base:
-            env[k] = base[k]
-    return env, proc.stderr
+            sections[current][k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    status = "ok" if "ok" in sections else "failed" if "failed" in sections else ""
+    return sections.get("before", {}), sections.get("ok", sections.get("failed", {})), status
 
 
-def sensitive_values(env: dict, base: dict) -> dict:
-    """Values of sensitive-looking variables the setup exported (the vault never saw them)."""
-    return {k: v for k, v in env.items()
-            if inventory.sensitive_name(k) and base.get(k) != v and len(v) >= MIN_SECRET_LEN}
+def _start(build, env: dict, with_stdin: bool) -> tuple:
+    """bash reading the script `build(script_fd, vars_fd)` makes from a pipe (never argv: an inline `export X_TOKEN=…` would sit in
+    /proc/PID/cmdline); returns (process, read end of the variables pipe)."""
+    import threading
+    script_r, script_w = os.pipe()
+    vars_r, vars_w = os.pipe()
+    text = build(script_r, vars_w).encode("utf-8", "surrogateescape")
+    try:
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env=env,
+                                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(script_r, vars_w), start_new_session=True)
+    except FileNotFoundError:
+        for fd in (script_r, script_w, vars_r, vars_w):
+            os.close(fd)
+        raise RecallError("bash is needed to run an entry's command and its setup steps") from None
+    os.close(script_r)
+    os.close(vars_w)
 
+    def feed():
+        try:
+            with open(script_w, "wb") as pipe:
+                pipe.write(text)
+        except OSError:          # bash stopped reading (it failed early): its exit code says why
+            pass
+    threading.Thread(target=feed, name="setup script", daemon=True).start()
+    return proc, vars_r
+
+
+def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
+    """Read the variables pipe to its end record while keeping stderr drained (the setup's output,
+    held unmasked in memory until the masker knows what the setup set). (records, stderr, timed out)"""
+    import selectors
+    import time
+    data, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(vars_r, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        exited = None
+        while _END + b"\0" not in data:
+            now = time.monotonic()
+            if now >= deadline:
+                return bytes(data), bytes(err), True
+            if proc.poll() is not None:
+                exited = exited or now
+                if now - exited > 1.0 or not sel.get_map():
+                    break
+            for key, _ in sel.select(min(0.1, deadline - now)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif key.fd == vars_r:
+                    data += chunk
+                else:
+                    err += chunk
+    return bytes(data), bytes(err), False
 
 def _secret_injection(con, entry, values: dict, stdin) -> tuple:
     """(extra env, stdin bytes or None) for the entry's linked secrets; `inject: stdin` ones are
@@ -99,16 +218,17 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
 
 
 def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None, stdin=None):
-    """Check prerequisites, set up, inject linked secrets, run `command` (default: verify), mask."""
+    """Check prerequisites, then in one bash: the setup steps, then `command` (a shell line, or an
+    argv list joined with shell quoting; default: the entry's verify command), its output masked."""
+    import time
     from . import vault
     from .mask import Masker
-    from .runner import run_masked
     entries = inventory.load_inventory(cfg, con)
     entry = inventory.get_entry(entries, entry_id)
-    if isinstance(command, str):
-        command = shlex.split(command)
-    argv = list(command or []) or (shlex.split(entry.verify) if entry.verify else [])
-    if not argv:
+    if isinstance(command, (list, tuple)):
+        command = shlex.join(command)
+    line = (command or "").strip() or entry.verify.strip()
+    if not line:
         raise RecallError(f"entry '{entry.id}' has no verify command", f"recall access exec {entry.id} -- CMD …")
     inventory.ensure_prerequisites(entries, entry)
     values = vault.load_values(con, cfg) if entry.secrets or _has_vault(con, cfg) else {}
@@ -118,30 +238,77 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     extra, stdin = _secret_injection(con, entry, values, stdin)      # refuses before anything runs
     base = vault.child_env()
     plan = plan_steps(entry)
-    env, setup_err = setup_env(plan, base)
-    exported = sensitive_values(env or {}, base)
+    context = kube_context(entry)
+    shell_env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
     mask_map = {sid: list(v.values()) for sid, v in values.items()}
+    proc, vars_r = _start(lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
+                          shell_env, stdin is not None)
+    try:
+        data, setup_err, late = _wait_setup(proc, vars_r, time.monotonic() + SETUP_TIMEOUT)
+    finally:
+        os.close(vars_r)
+    before, after, status = _parse_vars(data)
+    exported = masked_exports(before, after)
     mask_map.update({f"{entry.id}:{k}": [v] for k, v in exported.items()})
     masker = Masker(mask_map)
-    if env is None:
-        detail = masker.mask(setup_err).decode("utf-8", "replace").strip().splitlines()
-        audit.log(con, "access.exec", entry.id, argv=masker.mask(shlex.join(argv).encode()).decode(),
-                  verdict="setup failed")
-        raise RecallError(f"the setup steps of '{entry.id}' failed: {detail[-1] if detail else 'no message'}",
-                          "run 'recall access show " + entry.id + "' and check the steps")
-    if setup_err and err is not None:
-        err.write(masker.mask(setup_err))
-    env.update(extra)
-    masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
-    try:
-        result = run_masked(argv, env=env, masker=masker, out=out, err=err, timeout=timeout, stdin=stdin)
-    except RecallError:
-        audit.log(con, "access.exec", entry.id, argv=masked_argv, verdict="not run")
-        raise
-    audit.log(con, "access.exec", entry.id, argv=masked_argv, verdict="ran", exit_code=result.code)
+    masked_line = masker.mask(line.encode()).decode("utf-8", "replace")
+    if status != "ok":
+        _setup_failed(con, entry, proc, masker, setup_err, masked_line, late)
+    result = _finish(proc, masker, setup_err, out, err, stdin, timeout)
+    audit.log(con, "access.exec", entry.id, argv=masked_line, verdict="ran", exit_code=result.code)
     result.left_out = [(inventory.hide_values(step), why) for step, why in plan.left_out]
+    note = _context_note(context, line)
+    result.notes = [note] if note else []
     return result
 
+
+def _setup_failed(con, entry, proc, masker, setup_err: bytes, masked_line: str, late: bool):
+    """The setup stopped (or hung): its output masked with what it had set so far, in one line."""
+    from .runner import _kill_group
+    if proc.poll() is None:
+        _kill_group(proc)
+    rest = b""
+    try:
+        rest = proc.stderr.read() or b""
+    except (OSError, ValueError):
+        pass
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    audit.log(con, "access.exec", entry.id, argv=masked_line, verdict="setup failed")
+    if late:
+        raise RecallError(f"the setup steps of '{entry.id}' did not finish within {SETUP_TIMEOUT}s",
+                          f"run 'recall access show {entry.id}' and check the steps")
+    detail = masker.mask(setup_err + rest).decode("utf-8", "replace").strip().splitlines()
+    raise RecallError(f"the setup steps of '{entry.id}' failed: {detail[-1] if detail else 'no message'}",
+                      f"run 'recall access show {entry.id}' and check the steps")
+
+
+def _finish(proc, masker, setup_err: bytes, out, err, stdin, timeout):
+    """Stream the command's output through the masker (the setup's held output first), as
+    runner.run_masked does for a child it started itself."""
+    import time
+    from .runner import TIMEOUT_CODE, RunResult, _kill_group, _pump, _Sink
+    sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
+    held = sinks[proc.stderr]
+    held.write(held.stream.feed(setup_err))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        timed_out = _pump(proc, sinks, stdin or b"", deadline)
+        try:
+            code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+    code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
+    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured), timed_out)
 
 def _has_vault(con, cfg) -> bool:
     """Mask every vault value too, when the vault is usable here (defence in depth)."""

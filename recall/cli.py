@@ -141,8 +141,8 @@ def _secret_parsers(sub, common) -> None:
     p.add_argument("--prune", action="store_true",
                    help="allow removing more than half the stored secrets, or all of one file's")
     p.set_defaults(func=cmd_secret_sync)
-    p = verbs.add_parser("find", parents=[common], help="find secrets by their metadata")
-    p.add_argument("query", nargs="+")
+    p = verbs.add_parser("find", parents=[common], help="find secrets by their metadata (none: list all)")
+    p.add_argument("query", nargs="*")
     p.set_defaults(func=cmd_secret_find)
     p = verbs.add_parser("show", parents=[common], help="metadata, use line and variables (never the value)")
     p.add_argument("id")
@@ -167,8 +167,8 @@ def _access_parsers(sub, common) -> None:
     ap = sub.add_parser("access", parents=[common], help="how to reach clusters, hosts and accounts")
     verbs = ap.add_subparsers(dest="access_verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
-    p = verbs.add_parser("find", parents=[common], help="find inventory entries")
-    p.add_argument("query", nargs="+")
+    p = verbs.add_parser("find", parents=[common], help="find inventory entries (none: list all)")
+    p.add_argument("query", nargs="*")
     p.set_defaults(func=cmd_access_find)
     p = verbs.add_parser("show", parents=[common], help="the access block of one entry")
     p.add_argument("id")
@@ -354,13 +354,17 @@ def _secret_text(meta: dict) -> str:
 
 def cmd_secret_find(args) -> int:
     vault, cfg, con = _vault(args)
-    found = vault.find(con, " ".join(args.query), cfg=cfg)
+    query = " ".join(args.query)
+    found = vault.find(con, query, cfg=cfg, limit=10 if query.strip() else 50)
     if getattr(args, "json", False):
         _json(found)
     elif not found:
         _out("no secrets match")
     else:
         _out("\n".join(_secret_text(m) for m in found))
+        if not query.strip():          # the whole list, bounded: say how many there are
+            total = con.execute("SELECT count(*) FROM secrets").fetchone()[0]
+            _out(f"({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found) else ")"))
     return 0
 
 
@@ -374,7 +378,7 @@ def cmd_secret_show(args) -> int:
 def cmd_secret_command(args) -> int:
     cmd = _command(args)
     vault, cfg, con = _vault(args)
-    line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0])
+    line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0], cfg)
     _json({"id": args.id, "command": line}) if getattr(args, "json", False) else _out(line)
     return 0
 
@@ -447,9 +451,12 @@ def cmd_access_exec(args) -> int:
     cfg = _config(args)
     con = _db(cfg)
     sys.stdout.flush()
-    result = exec_entry(con, cfg, args.id, cmd, out=sys.stdout.buffer, err=sys.stderr.buffer)
+    line = cmd[0] if len(cmd) == 1 else cmd       # one word: a shell line ('a | b'); more: quoted words
+    result = exec_entry(con, cfg, args.id, line, out=sys.stdout.buffer, err=sys.stderr.buffer)
     for step, why in result.left_out:
         sys.stderr.write(f"recall: left out '{step}': {why}\n")
+    for note in result.notes:
+        sys.stderr.write(f"recall: {note}\n")
     return result.code
 
 

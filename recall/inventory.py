@@ -184,19 +184,24 @@ def load_inventory(cfg, con=None) -> list:
 
 
 def get_entry(entries: list, entry_id: str) -> Entry:
+    """The entry an id, name or alias names, in any case; else NotFound with the closest names."""
+    from .names import resolve
+    by_id = {e.id: e for e in entries}
+    names = {e.id: e.id for e in entries}
     for e in entries:
-        if e.id == entry_id or entry_id.lower() in (n.lower() for n in e.names()):
-            return e
-    raise NotFound(f"no inventory entry '{entry_id}'", "see 'recall access find QUERY'")
+        for n in e.names():
+            names.setdefault(n, e.id)
+    return by_id[resolve(entry_id, names, "inventory entry", "see 'recall access find QUERY'")]
 
 
 # -- find, show, pins ------------------------------------------------------------------------------
 
 def find(entries: list, query: str) -> list:
-    """Exact id / name / alias first, then entries whose words (tags, notes, kind …) match."""
+    """Exact id / name / alias first, then entries whose words (tags, notes, kind …) match; an
+    empty query lists every entry."""
     q = (query or "").strip().lower()
     if not q:
-        raise RecallError("empty query", "e.g. recall access find 'ops cluster'")
+        return list(entries)
     exact = [e for e in entries if q in (n.lower() for n in e.names())]
     words = [w for w in re.findall(r"[\w.-]+", q) if len(w) > 1]
     scored = []

@@ -5,39 +5,40 @@ import collections
 import contextlib
 import inspect
 import json
-import shlex
+import re
 import threading
 from typing import Literal
 
 from . import audit
 from .errors import MissingExtra, RecallError
 
-MAX_CHARS = 32_000          # ≈ 8k tokens: the most one response carries
-READ_CHARS = 16_000         # one recall_read page; its own `offset` continues it
+MAX_CHARS = 15_000          # ≈ 4k tokens: the most one response carries (< 16,000 with its footer)
+READ_CHARS = 12_000         # one recall_read page; its own `offset` continues it
 MAX_LIMIT = 50
 EXEC_TIMEOUT = 300.0        # seconds; then the child's process group is killed (exit 124)
 KEEP_OUTPUTS = 8            # long exec/verify outputs held so `offset` continues without re-running
 
 ARG_DOCS = {
     "query": "What to look for: words, an identifier (INC-10963, a hostname), or a question.",
-    "id": "The exact id from a find result (or an alias for an inventory entry).",
-    "command": "One command line, split like a shell but not run by one: no pipes, redirects or "
-               "$VARS unless you wrap it in sh -c '…'.",
+    "id": "An id or alias from a find result (any case).",
+    "command": "A bash command line.",
     "path": "A note path from recall_search: 'source:relpath', 'relpath', or 'relpath:LINE' for the "
             "section around that line.",
     "offset": "0 for the start; to continue a long response pass the offset it ends with.",
-    "limit": f"How many results (1–{MAX_LIMIT}).",
+    "limit": f"How many results (1–{MAX_LIMIT}; more is cut to {MAX_LIMIT}).",
     "mode": "auto (default): identifiers by keyword, the rest hybrid when embeddings exist; "
             "keyword, semantic or hybrid force one route.",
 }
 TOOL_ARG_DOCS = {
-    ("recall_secret_command", "command"): "The command that needs the credential, as one string "
-        "(it may name the secret's variables, e.g. $JIRA_API_TOKEN). Empty: the secret's own 'use' line.",
-    ("recall_access_exec", "command"): "One command line, split like a shell but not run by one (no "
-        "pipes, redirects or $VARS unless wrapped in sh -c '…'). Empty: the entry's verify command.",
+    ("recall_secret_command", "command"): "The command that needs the credential, naming its variables "
+        "(e.g. curl -H \"Authorization: Bearer $JIRA_API_TOKEN\" URL). Empty: the secret's own 'use' line.",
+    ("recall_access_exec", "command"): "A bash command line, run in the same shell as the entry's setup "
+        "steps: pipes, &&, redirects and $VARS work. Empty: the entry's verify command.",
     ("recall_access_exec", "offset"): "0 runs the command. A larger value returns the rest of the "
         "previous output of the same id and command, without running it again.",
-    ("recall_verify", "id"): "One id, or several separated by spaces; empty checks every entry and secret.",
+    ("recall_secret_find", "query"): "What the credential is for (service, kind, environment). Empty lists all.",
+    ("recall_access_find", "query"): "A system's name, alias or words about it. Empty lists all.",
+    ("recall_verify", "id"): "Ids or aliases separated by spaces; empty checks every entry and secret.",
     ("recall_verify", "offset"): "0 runs the sweep; a larger value continues the previous report "
         "without running it again.",
 }
@@ -65,7 +66,8 @@ def _opened(readonly=False, notes=False):
         masker = _response_masker(con, cfg)
         if masker is None:
             raise
-        raise RecallError(_mask(masker, str(exc))) from None
+        err = RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint))
+        raise err from None
     finally:
         con.close()
 
@@ -133,42 +135,80 @@ def _json(obj):
     return json.dumps(obj, indent=1, ensure_ascii=False, default=str)
 
 
-def _limit(limit):
-    if not 1 <= limit <= MAX_LIMIT:
-        raise RecallError(f"limit must be between 1 and {MAX_LIMIT}")
-    return limit
+def _limit(limit, notices):
+    """`limit` within 1..MAX_LIMIT; a value outside is brought in and said, not refused."""
+    if 1 <= limit <= MAX_LIMIT:
+        return limit
+    near = min(max(limit, 1), MAX_LIMIT)
+    notices.append(f"limit {limit} is outside 1–{MAX_LIMIT}: showing up to {near}")
+    return near
 
 
-def _argv(command):
-    try:
-        return shlex.split(command)
-    except ValueError as exc:
-        raise RecallError(f"cannot split the command: {exc}", "check its quotes") from None
+# CLI verbs in core errors, said as the MCP tool to call (or what to ask the user to run).
+_FOR_AGENT = [
+    (re.compile(r"'?recall secret exec (\S+) -- CMD( …)?'?"), r"recall_secret_command with id='\1'"),
+    (re.compile(r"'?recall access exec (\S+) -- CMD( …)?'?"), r"recall_access_exec with id='\1' and a command"),
+    (re.compile(r"'recall access show ([^']+)'"), r"recall_access_show with id='\1'"),
+    (re.compile(r"'recall (access|secret) find( QUERY)?'"), r"recall_\1_find (an empty query lists all)"),
+    (re.compile(r"'recall (search|read|verify)'"), r"recall_\1"),
+    (re.compile(r"e\.g\. recall (access|secret) find '([^']*)'"), r"e.g. recall_\1_find with query='\2'"),
+    (re.compile(r"e\.g\. recall search '([^']*)'"), r"e.g. query='\1'"),
+    (re.compile(r"(?:\brun |\buse )?'recall (index|secret sync|secret rotate-key|doctor|remote install)([^']*)'"),
+     r"ask the user to run 'recall \1\2'"),
+    (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
+]
+
+
+def for_agent(text: str) -> str:
+    """An error as an MCP client's agent should read it: MCP tool names, not CLI verbs."""
+    for pattern, repl in _FOR_AGENT:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _invalid(tool: str, exc) -> str:
+    """A pydantic validation error as one sentence (no URL, no dump of the input)."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "the arguments"
+    kind = first.get("type", "")
+    if kind == "missing":
+        doc = ARG_DOCS.get(field, "").rstrip(".")
+        what = f"needs '{field}'" + (f" ({doc})" if doc else "")
+    elif kind.startswith("int"):
+        what = f"takes '{field}' as a whole number"
+    elif kind.startswith("string"):
+        what = f"takes '{field}' as a string"
+    elif kind == "literal_error":
+        what = f"takes '{field}' as one of {first.get('ctx', {}).get('expected', '')}"
+    else:
+        what = f"cannot use '{field}': {first.get('msg', 'invalid value')}"
+    return f"{tool} {what}."
 
 
 # -- the tools: each opens, makes one core call, formats, bounds ---------------------------------
 
 def recall_search(query: str, limit: int = 10, mode: Literal["auto", "keyword", "semantic", "hybrid"] = "auto",
                   offset: int = 0) -> str:
-    """Search my notes (runbooks, incidents, decisions, code docs). Use it FIRST for any question
-    about my systems, past incidents or how something is done here, and instead of grep/cat/find
-    over the notes folders. Identifiers (INC-10963, hostnames, error codes) match exactly and rank
-    first. Returns JSON: `access` (the access block of any cluster/host/account the query names —
-    use it with recall_access_exec) and `hits` (relpath, line, breadcrumb, snippet, date). Next:
-    recall_read with path='source:relpath:line' for the full section."""
+    """Search my notes (runbooks, incidents, decisions). Use it FIRST for any question about my
+    systems, past incidents or how something is done here, instead of grep over the notes.
+    Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `access` (the access block of any
+    system the query names) and `hits` (relpath, line, breadcrumb, snippet, date). Next: recall_read
+    with path='source:relpath:line'."""
     from .search import search
+    notices: list = []
+    n = _limit(limit, notices)
     with _opened(readonly=True, notes=True) as (cfg, con):
-        result = search(con, cfg, query, n=_limit(limit), mode=mode)
-        text = _json(result.public())
-        return _page(_mask(_response_masker(con, cfg), text), offset, "recall_search")
+        result = search(con, cfg, query, n=n, mode=mode)
+        data = result.public()
+        data["notices"] = notices + list(data.get("notices", []))
+        return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")
 
 
 def recall_read(path: str, offset: int = 0) -> str:
-    """Read a note, or with 'relpath:LINE' just the heading section around that line, with line
-    numbers. Use it after recall_search to see a hit in full. A page holds about 16k characters;
-    when there is more, the response ends with the offset that continues it. Secrets files
-    cannot be read. Next: act on what the note says — for a system it names, recall_access_find;
-    for a credential, recall_secret_find."""
+    """Read a note, or with 'relpath:LINE' the heading section around that line, with line numbers.
+    Use it after recall_search to see a hit in full; long notes page by `offset`. Secrets files
+    cannot be read. Next: for a system it names, recall_access_find; for a credential,
+    recall_secret_find."""
     from .read import read_note
     with _opened(readonly=True, notes=True) as (cfg, con):
         res = read_note(con, cfg, path, max_chars=READ_CHARS, offset=offset)
@@ -178,69 +218,80 @@ def recall_read(path: str, offset: int = 0) -> str:
         return _page(_mask(_response_masker(con, cfg), head + res.text + tail), 0, "recall_read")
 
 
-def recall_secret_find(query: str, limit: int = 10) -> str:
-    """Find credentials by what they are for (service, environment, kind, username, url, tags,
-    notes) — never by value: values are never shown. Use it when a task needs a token, password
-    or key. Returns JSON metadata with each id and its `use` line. Next: recall_secret_show for
-    one id, then recall_secret_command to get the command line that uses it."""
+def _listing(key: str, found: list, total: int, shown: int, notices: list, none: str) -> dict:
+    out = {"count": total, key: found}
+    if total > shown:
+        notices.append(f"{total - shown} more: narrow the query, or raise limit (up to {MAX_LIMIT})")
+    if not total:
+        notices.append(none)
+    if notices:
+        out["notices"] = notices
+    return out
+
+
+def recall_secret_find(query: str = "", limit: int = 10) -> str:
+    """Find credentials by what they are for (service, environment, kind, username, tags, notes);
+    values are never shown. Use it when a task needs a token, password or key; an empty query
+    lists them all. Returns JSON: `count` and `secrets` (id, variables, `use` line). Next:
+    recall_secret_show, then recall_secret_command."""
     from . import vault
+    notices: list = []
+    n = _limit(limit, notices)
     with _opened() as (cfg, con):
-        found = vault.find(con, query, limit=_limit(limit), cfg=cfg)
-        text = _json(found) if found else (f"no secrets match {query!r}: try the service, kind or "
-                                           "environment words, e.g. 'jira token'")
-        return _page(_mask(_response_masker(con, cfg), text), 0, "recall_secret_find")
+        found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
+        total = (con.execute("SELECT count(*) FROM secrets").fetchone()[0] if not query.strip()
+                 else len(found))
+        data = _listing("secrets", found[:n], total, min(n, total), notices,
+                        f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
+        return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_secret_find")
 
 
 def recall_secret_show(id: str) -> str:
     """One credential's metadata: service, environment, username, url, notes, its `use` line,
-    the environment variables it is injected as, and when it was last verified. Never the value.
-    Use it to learn which variable a command should name. Next: recall_secret_command with this
-    id (and your command) to get the line to run."""
+    the variables it is injected as, when it was last verified. Never the value. Use it to learn
+    which variable a command should name. Next: recall_secret_command."""
     from . import vault
     with _opened() as (cfg, con):
         return _page(_mask(_response_masker(con, cfg), _json(vault.show(con, id))), 0, "recall_secret_show")
 
 
 def recall_secret_command(id: str, command: str = "") -> str:
-    """The one shell line that runs your command with this credential injected into its
-    environment (or stdin), and its output masked. Use it whenever a command needs a secret:
-    write the command naming the variable (e.g. curl -H "Authorization: Bearer $JIRA_API_TOKEN" …;
-    recall_secret_show lists the variables). Never put a value in a command yourself. Empty
-    command: the secret's own `use` line. Next: run the returned line exactly as given in your
-    shell."""
+    """Returns one shell line, nothing else: it runs your command with the credential injected
+    (env or stdin) and its output masked, from any shell. Use it whenever a command needs a secret;
+    name the variable in the command (recall_secret_show lists them), never a value. Empty command:
+    the secret's `use` line. Next: run the line exactly as returned in your shell."""
     from . import vault
     with _opened() as (cfg, con):
-        line = vault.command_line(con, id, command or None)
-        text = f"{line}\n\nRun exactly this line in a shell; the value is injected and masked in its output.\n"
-        return _mask(_response_masker(con, cfg), text)
+        return _mask(_response_masker(con, cfg), vault.command_line(con, id, command or None, cfg))
 
 
 def _entries(cfg, con):
     from . import inventory
     if not cfg.inventory:
         raise RecallError("no inventory files configured",
-                          "add 'inventory: [~/notes/inventory.yaml]' to the config")
+                          "ask the user to add 'inventory: [~/notes/inventory.yaml]' to the config")
     return inventory.load_inventory(cfg, con)
 
 
-def recall_access_find(query: str, limit: int = 10) -> str:
-    """Find how to reach a cluster, host, account, VPN or service: exact id, name or alias first,
-    then entries whose tags, notes or environment match. Use it before touching any remote system.
-    Returns JSON entries, each with its access `block` (setup steps, prerequisites, verify command,
-    last verified). Next: recall_access_show for one entry, or recall_access_exec to run a command."""
+def recall_access_find(query: str = "", limit: int = 10) -> str:
+    """Find how to reach a cluster, host, account, VPN or service: id, name or alias first, then
+    entries whose tags or notes match; an empty query lists them all. Use it before touching any
+    remote system. Returns JSON: `count` and `entries`, each with its access `block`. Next:
+    recall_access_exec with the entry's id."""
     from . import inventory
+    notices: list = []
+    n = _limit(limit, notices)
     with _opened() as (cfg, con):
-        found = inventory.find(_entries(cfg, con), query)[:_limit(limit)]
-        text = (_json([inventory.describe(con, e) for e in found]) if found
-                else f"no inventory entries match {query!r}")
-        return _page(_mask(_response_masker(con, cfg), text), 0, "recall_access_find")
+        found = inventory.find(_entries(cfg, con), query)
+        data = _listing("entries", [inventory.describe(con, e) for e in found[:n]], len(found),
+                        min(n, len(found)), notices, f"no inventory entries match {query!r}: try an empty query")
+        return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:
-    """One inventory entry as JSON: kind, environment, account, prerequisites (requires), setup
-    steps (access), linked secrets, verify command, notes, and when it was last verified. Use it
-    to see how a system is reached before running anything there. Next:
-    recall_access_exec with this id to run a command there."""
+    """One inventory entry as JSON: kind, environment, prerequisites (requires), setup steps,
+    linked secrets, verify command, notes, last verified. Use it to see how a system is reached.
+    Next: recall_access_exec with this id."""
     from . import inventory
     with _opened() as (cfg, con):
         entry = inventory.get_entry(_entries(cfg, con), id)
@@ -249,34 +300,48 @@ def recall_access_show(id: str) -> str:
 
 
 def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
-    """Run one command against an inventory entry: recall checks its prerequisites (e.g. the VPN),
-    runs its setup steps in a clean shell, injects its linked secrets, runs the command and masks
-    the output. Use it for every command against a cluster, host or account — it is the only way
-    to reach them. Empty command: the entry's verify command. Returns the exit code, stdout and
-    stderr (masked; long output pages by offset, without re-running). Runs up to 5 minutes, then
-    is killed (exit 124). Next: on 'prerequisite … is down', ask the user to connect it (do not
-    debug credentials); after an auth error (401, 403, expired), run recall_verify."""
+    """Run a bash command line against an inventory entry: prerequisites checked (e.g. the VPN),
+    then one clean bash runs the entry's setup steps and your command (pipes, &&, $VARS from the
+    setup work), linked secrets injected, output masked. Use it for every command on a cluster,
+    host or account. Returns the exit code, stdout, stderr. Killed after 5 minutes (exit 124).
+    Next: on 'prerequisite … is down', ask the user to connect it; after 401/403/expired,
+    recall_verify."""
     from .access import exec_entry
     key = ("recall_access_exec", id, command)
     if offset:
         return _page(_held(key, "recall_access_exec"), offset, "recall_access_exec", key)
-    argv = _argv(command) if command.strip() else None
     with _opened() as (cfg, con):
-        result = exec_entry(con, cfg, id, argv, timeout=EXEC_TIMEOUT)
+        result = exec_entry(con, cfg, id, command.strip() or None, timeout=EXEC_TIMEOUT)
         lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
         lines += [f"left out: {step} ({why})" for step, why in result.left_out]
+        lines += [f"note: {note}" for note in result.notes]
         lines += ["--- stdout ---", result.stdout.decode("utf-8", "replace").rstrip("\n"),
                   "--- stderr ---", result.stderr.decode("utf-8", "replace").rstrip("\n")]
         text = _mask(_response_masker(con, cfg), "\n".join(lines) + "\n")
         return _page(text, 0, "recall_access_exec", key)
 
 
+def _verify_data(con, cfg, report) -> dict:
+    """One row per entry or secret: its real kind, status and reason; a one-line summary first."""
+    from . import inventory
+    kinds = {e.id: e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
+    for row in con.execute("SELECT id, meta FROM secrets"):
+        kinds[f"secret:{row[0]}"] = "secret" + (f" ({json.loads(row[1]).get('kind')})"
+                                                 if json.loads(row[1]).get("kind") else "")
+    rows = [{"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
+             "status": p.status, "reason": p.detail, "command": p.command} for p in report.probes]
+    counts = collections.Counter(r["status"] for r in rows)
+    summary = f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    bad = [f"{r['id']} {r['status']}" for r in rows if r["status"] != "ok"]
+    return {"summary": summary + (f" — not ok: {', '.join(bad)}" if bad else ""), "entries": rows}
+
+
 def recall_verify(id: str = "", offset: int = 0) -> str:
     """Check that credentials and access entries still work, by running each one's read-only
-    proof (only commands recall's guard allows). Use it before a task that spans several systems
-    and after any authentication error (401, 403, expired token). Returns JSON per entry: status
-    (ok, stale, unreachable, missing, skipped, error) and the reason. Next: act on each reason
-    (ask the user to log in, renew or connect) rather than retrying or debugging credentials."""
+    proof (only what recall's guard allows). Use it before a task spanning several systems and
+    after any 401, 403 or expired token. Returns JSON: a one-line `summary`, then per entry its
+    kind, status (ok, stale, unreachable, missing, skipped, error) and reason. Next: act on the
+    reason (ask the user to log in, renew or connect); do not retry blindly."""
     key = ("recall_verify", id)
     if offset:
         return _page(_held(key, "recall_verify"), offset, "recall_verify", key)
@@ -284,7 +349,7 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     ids = id.replace(",", " ").split() or None
     with _opened() as (cfg, con):
         report = run_verify(con, cfg, ids=ids)
-        text = _mask(_response_masker(con, cfg), _json(report.public()))
+        text = _mask(_response_masker(con, cfg), _json(_verify_data(con, cfg, report)))
         return _page(text, 0, "recall_verify", key)
 
 
@@ -319,7 +384,7 @@ def _as_tool(fn):
         try:
             return fn(**kwargs)
         except RecallError as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(for_agent(str(exc))) from None
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(
@@ -335,7 +400,19 @@ def build_server():
     from . import __version__
     from .instructions import RULES
     audit.CALLER["name"] = "mcp"
-    server = MCPServer(name="recall", version=__version__, instructions=RULES, log_level="WARNING")
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    class Server(MCPServer):
+        async def call_tool(self, name, arguments, context=None):
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:          # the SDK's text is a pydantic dump with a URL
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(_invalid(name, exc.__cause__)) from exc.__cause__
+                raise
+
+    server = Server(name="recall", version=__version__, instructions=RULES, log_level="WARNING")
     for fn in TOOLS:
         server.add_tool(_as_tool(fn), name=fn.__name__, title=TITLES[fn.__name__],
                         description=" ".join(fn.__doc__.split()), annotations=_annotations(fn.__name__),

@@ -174,12 +174,13 @@ def _probe(con):
 # -- reading metadata (works without the crypto extra) -------------------------------------------
 
 def _row(con, secret_id: str):
+    """The row an id names, in any case; else NotFound with the closest ids."""
     row = con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
     if row is None:
-        close = [r[0] for r in con.execute("SELECT id FROM secrets WHERE id LIKE ? LIMIT 3",
-                                           (f"%{secret_id[:4]}%",))]
-        hint = f"did you mean: {', '.join(close)}" if close else "see 'recall secret find QUERY'"
-        raise NotFound(f"no secret '{secret_id}'", hint)
+        from .names import resolve
+        ids = {r[0]: r[0] for r in con.execute("SELECT id FROM secrets ORDER BY id")}
+        real = resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'")
+        row = con.execute("SELECT * FROM secrets WHERE id=?", (real,)).fetchone()
     return row
 
 
@@ -197,8 +198,10 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata, fused
     with similarity of the embedded metadata when a provider is configured (cfg given)."""
     query = (query or "").strip()
-    if not query:
-        raise RecallError("empty query", "e.g. recall secret find 'jira token'")
+    if not query:          # everything, bounded: the caller says how many there are in all
+        rows = con.execute("SELECT * FROM secrets ORDER BY id LIMIT ?", (limit,)).fetchall()
+        audit.log(con, "secret.find", "", argv="", verdict=f"{len(rows)} listed")
+        return [_public(r) for r in rows]
     exact = con.execute("SELECT * FROM secrets WHERE id=?", (query,)).fetchall()
     ranked = []
     fq = terms.fts_query(query)
@@ -224,6 +227,7 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
 
 def show(con, secret_id: str) -> dict:
     row = _row(con, secret_id)
+    secret_id = row["id"]
     out = _public(row, status.describe(con, f"secret:{secret_id}"))
     audit.log(con, "secret.show", secret_id, argv="", verdict="shown")
     return out
@@ -232,20 +236,37 @@ def show(con, secret_id: str) -> dict:
 # -- using a value ---------------------------------------------------------------------------------
 
 def launcher() -> list:
-    """How the agent should call recall: the installed command, else this Python (the one that has
-    recall's extras) and this checkout's launcher."""
-    installed = shutil.which("recall")
-    if installed:
-        return ["recall"]
+    """How a shell calls this recall: from a checkout, this Python (the one with recall's extras)
+    and the checkout's launcher — the same code that gave the line; else the installed command."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return [sys.executable or "python3", os.path.join(here, "recall.py")]
+    if os.path.isfile(os.path.join(here, "recall.py")):
+        return [sys.executable or "python3", os.path.join(here, "recall.py")]
+    return ["recall"] if shutil.which("recall") else [sys.executable or "python3", "-m", "recall"]
 
 
-def command_line(con, secret_id: str, command) -> str:
+def invocation(cfg=None) -> str:
+    """The start of a line that reaches this vault from a shell holding none of this process's
+    environment: RECALL_HOME=… when the state is not in the default place, then the launcher,
+    then --config FILE when the config is not the default file."""
+    from pathlib import Path
+    words = [shlex.quote(w) for w in launcher()]
+    if cfg is None:
+        return " ".join(words)
+    home = Path.home()
+    if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
+        words += ["--config", shlex.quote(str(cfg.path))]
+    if Path(cfg.home).expanduser().resolve() != (home / ".local/share/recall").resolve():
+        words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
+    return " ".join(words)
+
+
+def command_line(con, secret_id: str, command, cfg=None) -> str:
     """One shell-quoted line that runs `command` with the secret injected. `command` is an argv
     list, or one string (split like a shell; if it names the secret's variables it runs under
-    `sh -c` so they expand in the child). Empty → the secret's `use` line."""
+    `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
+    names the config and state folder it came from (see `invocation`)."""
     row = _row(con, secret_id)
+    secret_id = row["id"]
     variables = json.loads(row["variables"])
     if not command:
         command = json.loads(row["meta"]).get("use") or ""
@@ -263,7 +284,7 @@ def command_line(con, secret_id: str, command) -> str:
         argv = list(command)
     if not argv:
         raise RecallError("no command given")
-    line = shlex.join(launcher() + ["secret", "exec", secret_id, "--"] + argv)
+    line = invocation(cfg) + " " + shlex.join(["secret", "exec", secret_id, "--"] + argv)
     audit.log(con, "secret.command", secret_id, argv=line, verdict="given")
     return line
 
@@ -314,6 +335,7 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
     if not argv:
         raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
     row = _row(con, secret_id)
+    secret_id = row["id"]
     all_values = load_values(con, cfg)
     masker = masker_for(all_values)
     extra, data = injection(row, all_values[secret_id], stdin)
@@ -330,7 +352,7 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
 
 def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1) -> str:
     """The value, only when both stdin and stdout are a real terminal (a person, not a pipe)."""
-    _row(con, secret_id)                    # NotFound before anything else
+    secret_id = _row(con, secret_id)["id"]          # NotFound before anything else
     keyfile.require_crypto()
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")

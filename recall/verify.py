@@ -68,10 +68,14 @@ def plan(con, cfg, ids=None) -> list:
     entries = inventory.load_inventory(cfg, con)
     secrets = con.execute("SELECT id, meta, variables, check_cmd FROM secrets ORDER BY id").fetchall()
     known = {e.id for e in entries} | {s["id"] for s in secrets}
-    unknown = [i for i in (ids or []) if i not in known]
-    if unknown:
-        raise RecallError(f"no inventory entry or secret named {', '.join(unknown)}",
-                          "see 'recall access find' and 'recall secret find'")
+    if ids:                  # an id or an alias, in any case, as every other verb takes them
+        from .names import resolve
+        table = {i: i for i in sorted(known)}
+        for e in entries:
+            for n in e.names():
+                table.setdefault(n, e.id)
+        ids = [resolve(i, table, "inventory entry or secret", "see 'recall access find' and 'recall secret find'")
+               for i in ids]
     wanted = set(ids or known)
     secret_vars = {s["id"]: {v: (s["id"], f) for v, f in json.loads(s["variables"]).items()} for s in secrets}
     probes = []

@@ -1,4 +1,5 @@
 """access exec: exported secrets masked by name, setup script off the command line, stdin secrets."""
+import json
 import os
 import subprocess
 import sys
@@ -13,19 +14,24 @@ from recall.config import load_config
 from recall.errors import RecallError
 from tests.conftest import REPO, run_recall
 
-# Names a setup step may export whose values must never print in clear ...
+# Whatever a setup step sets is masked (issue 11.3): secret-looking names, and every other name
+# whose value could be a credential (DATABASE_URL with a password, KUBE_CREDS, SENTRY_DSN, a plain
+# AUTHOR) ...
 SENSITIVE = ["API_KEY", "TOKEN", "GITHUB_PAT", "X_TOKEN", "AWS_SESSION_TOKEN", "AWS_SECRET_ACCESS_KEY",
              "AWS_ACCESS_KEY_ID", "MY_SECRETS_V2", "CLIENTSECRET", "DB_PASSWORD", "PGPASSWORD",
              "LDAP_PASSWD", "RCLONE_PASS", "OPENAI_APIKEY", "SSH_PRIVATE_KEY", "AZURE_CREDENTIALS",
-             "GCP_CREDENTIAL", "AUTH_HEADER", "NPM_AUTH", "SSHPASS", "MYSQL_PWD"]
-# ... and ordinary names that must stay readable.
-CLEAR = ["PATTERN", "AUTHOR", "PASSENGER_COUNT", "TOKENIZER_MODEL", "API_URL", "ACCESS_LOG",
-         "PRIVATE_NET", "KUBE_CONTEXT"]
+             "GCP_CREDENTIAL", "AUTH_HEADER", "NPM_AUTH", "SSHPASS", "MYSQL_PWD", "KUBE_CREDS",
+             "SENTRY_DSN", "AUTHOR", "PATTERN", "TOKENIZER_MODEL", "API_URL"]
+# ... but a short list of known non-secret names stays readable whatever the value ...
+CLEAR = ["KUBE_CONTEXT", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "OPS_CONTEXT"]
+# ... and so do values that are paths, numbers or too short to be a credential.
+HARMLESS = {"KUBECONFIG_DIR": "/tmp/kube/ops", "CACHE_HOME": "~/cache", "PASSENGER_COUNT": "4242424242",
+            "TIMEOUT_SECONDS": "30.5", "MODE": "ro", "SEARCH_PATH": "/usr/local/bin:/opt/tools"}
 
 
 def _entry(tmp_path, config, steps, secrets_text=None, **fields):
     path = tmp_path / "inv.yaml"
-    lines = ["- id: box", "  kind: host", "  access:"] + [f"    - {s}" for s in steps]
+    lines = ["- id: box", f"  kind: {fields.pop('kind', 'host')}", "  access:"] + [f"    - {s}" for s in steps]
     lines += [f"  {k}: {v}" for k, v in fields.items()]
     extra = f"inventory: [{path}]\n"
     if secrets_text:
@@ -39,20 +45,74 @@ def _entry(tmp_path, config, steps, secrets_text=None, **fields):
     return path
 
 
-def test_every_sensitive_exported_name_is_masked_and_ordinary_ones_are_not(tmp_path, config):
+def test_what_setup_sets_is_masked_unless_its_name_or_value_is_plainly_harmless(tmp_path, config):
     values = {name: f"{i:02d}-v4lue-of-{name.lower()}" for i, name in enumerate(SENSITIVE + CLEAR)}
+    values["DATABASE_URL"] = "postgres://app:pg-pa55w0rd-x1@db.internal:5432/app"
     script = tmp_path / "setup.sh"
-    script.write_text("".join(f"export {k}={v}\n" for k, v in values.items())
-                      + 'export PATH="$PATH:/opt/visible-tools"\n')
+    script.write_text("".join(f"export {k}='{v}'\n" for k, v in {**values, **HARMLESS}.items())
+                      + 'export PATH="$PATH:/opt/visible-tools"\nNOT_EXPORTED=pl4in-shell-v4riable\n')
     _entry(tmp_path, config, [f"source {script}"])
-    r = run_recall("access", "exec", "box", "--", "sh", "-c", "env")
+    r = run_recall("access", "exec", "box", "--", "env; echo plain=$NOT_EXPORTED")
     assert r.returncode == 0, r.stderr
     env = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
-    leaked = [k for k in SENSITIVE if values[k] in r.stdout + r.stderr]
-    assert leaked == []
-    assert {k: env[k] for k in SENSITIVE} == {k: f"[recall:box:{k}]" for k in SENSITIVE}
+    masked = SENSITIVE + ["DATABASE_URL"]
+    leaked = [k for k in masked if values[k] in r.stdout + r.stderr]
+    assert leaked == [] and "pg-pa55w0rd-x1" not in r.stdout
+    assert {k: env[k] for k in masked} == {k: f"[recall:box:{k}]" for k in masked}
     assert {k: env[k] for k in CLEAR} == {k: values[k] for k in CLEAR}
+    assert {k: env[k] for k in HARMLESS} == HARMLESS
     assert env["PATH"].endswith(":/opt/visible-tools")
+    assert env["plain"] == "[recall:box:NOT_EXPORTED]"        # the same shell: plain variables too
+
+
+def test_a_failing_setup_step_is_masked_with_what_it_had_set(tmp_path, config):
+    """The setup's own error output quotes the token it exported just before failing."""
+    from tests.conftest import CANARY
+    script = tmp_path / "login.sh"
+    script.write_text(f"export DEPLOY_SESSION={CANARY}\necho \"login as $DEPLOY_SESSION refused\" >&2\n"
+                      "false\necho never\n")
+    marker = tmp_path / "ran"
+    _entry(tmp_path, config, [f"source {script}"])
+    r = run_recall("access", "exec", "box", "--", f"touch {marker}")
+    assert r.returncode == 1
+    assert r.stderr == ("recall: the setup steps of 'box' failed: login as [recall:box:DEPLOY_SESSION] "
+                        "refused — run 'recall access show box' and check the steps\n")
+    assert r.stdout == "" and not marker.exists()
+    log = run_recall("--json", "secret", "log", "box")
+    assert CANARY not in log.stdout and json.loads(log.stdout)[-1]["verdict"] == "setup failed"
+
+
+def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, config):
+    script = tmp_path / "env.sh"
+    script.write_text("export REGION=eu-west-1\nSERVICE_NAME=billing\n"
+                      "greet() { echo \"hello from $SERVICE_NAME\"; }\n")
+    _entry(tmp_path, config, [f"source {script}"])
+    out = tmp_path / "out.txt"
+    line = (f"greet | tr a-z A-Z && echo region=$REGION > {out}; echo $((6 * 7)); "
+            "false || echo fallback; exit 7")
+    r = run_recall("access", "exec", "box", "--", line)
+    assert (r.returncode, r.stdout) == (7, "HELLO FROM BILLING\n42\nfallback\n"), r.stderr
+    assert out.read_text() == "region=eu-west-1\n"
+    r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo one word; exit 3")  # several: quoted words
+    assert (r.returncode, r.stdout) == (3, "one word\n")
+    r = run_recall("access", "exec", "box", "--", "echo", "a | b", "$REGION")
+    assert r.stdout == "a | b $REGION\n"
+
+
+def test_kubectl_without_context_gets_the_entrys_context(tmp_path, config, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text('#!/bin/sh\necho "kubectl $*"\n')
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    _entry(tmp_path, config, ["kubectl config use-context ops-prod"], kind="cluster",
+           verify="kubectl --context ops-prod get nodes")
+    r = run_recall("access", "exec", "box", "--", "kubectl get pods -n web | tr a-z A-Z")
+    assert (r.returncode, r.stdout) == (0, "KUBECTL --CONTEXT OPS-PROD GET PODS -N WEB\n"), r.stderr
+    assert "recall: kubectl runs with --context ops-prod (this entry's kube context)\n" in r.stderr
+    r = run_recall("access", "exec", "box", "--", "kubectl --context=other get ns")
+    assert r.stdout == "kubectl --context=other get ns\n"
+    assert "kube context" not in r.stderr
 
 
 def _cmdlines() -> dict:

@@ -98,6 +98,25 @@ def test_show_prints_the_access_block(inv, cli):
     assert data["id"] == "ops-cluster" and data["verify"].startswith("kubectl")
 
 
+def test_every_verb_takes_an_id_or_alias_in_any_case_and_a_typo_gets_the_closest_names(inv, cli, tmp_path):
+    for name in ("OPS-CLUSTER", "Platform Cluster", "ops"):
+        code, out, _ = cli("access", "show", name)
+        assert (code, out.splitlines()[0]) == (0, "Access: ops-cluster (cluster · prod)")
+    code, _, err = cli("access", "show", "ops-clustr")
+    assert (code, err) == (1, "recall: no inventory entry 'ops-clustr' — did you mean: ops-cluster?\n")
+    code, _, err = cli("access", "exec", "aws-ops", "--", "true")
+    assert code == 1 and err.startswith("recall: no inventory entry 'aws-ops' — did you mean: aws-ops-prod")
+    code, _, err = cli("access", "show", "qqqq")
+    assert err == "recall: no inventory entry 'qqqq' — see 'recall access find QUERY'\n"
+    code, out, _ = cli("verify", "--dry-run", "OPS")                # verify takes the alias too
+    assert code == 0 and out.startswith("entry:ops-cluster ")
+
+
+def test_an_empty_find_lists_every_entry(inv, cli):
+    code, out, _ = cli("--json", "access", "find")
+    assert code == 0 and [e["id"] for e in json.loads(out)] == ["vpn", "aws-ops-prod", "ops-cluster"]
+
+
 def test_last_verified_is_shown(inv, cli):
     from recall import status
     cfg = load_config()
