@@ -292,6 +292,7 @@ def _finish(proc, masker, setup_err: bytes, out, err, stdin, timeout):
     sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
     held = sinks[proc.stderr]
     held.write(held.stream.feed(setup_err))
+    held.fed_at = time.monotonic()
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         timed_out = _pump(proc, sinks, stdin or b"", deadline)

@@ -84,14 +84,14 @@ def test_a_failing_setup_step_is_masked_with_what_it_had_set(tmp_path, config):
 
 def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, config):
     script = tmp_path / "env.sh"
-    script.write_text("export REGION=eu-west-1\nSERVICE_NAME=billing\n"
+    script.write_text("export REGION=eu-west-1\nSERVICE_NAME=web\n"
                       "greet() { echo \"hello from $SERVICE_NAME\"; }\n")
     _entry(tmp_path, config, [f"source {script}"])
     out = tmp_path / "out.txt"
     line = (f"greet | tr a-z A-Z && echo region=$REGION > {out}; echo $((6 * 7)); "
             "false || echo fallback; exit 7")
     r = run_recall("access", "exec", "box", "--", line)
-    assert (r.returncode, r.stdout) == (7, "HELLO FROM BILLING\n42\nfallback\n"), r.stderr
+    assert (r.returncode, r.stdout) == (7, "HELLO FROM WEB\n42\nfallback\n"), r.stderr
     assert out.read_text() == "region=eu-west-1\n"
     r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo one word; exit 3")  # several: quoted words
     assert (r.returncode, r.stdout) == (3, "one word\n")
