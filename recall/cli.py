@@ -461,25 +461,35 @@ def cmd_access_exec(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .inventory import hide_values
     from .verify import run_verify
     cfg = _config(args)
     con = _db(cfg)
     report = run_verify(con, cfg, args.ids or None, dry_run=args.dry_run, timeout=args.timeout)
+    code = 0 if report.dry_run else report.exit_code()      # 1 when anything is stale, down, missing or broken
     if getattr(args, "json", False):
         _json(report.public())
-        return 0
+        return code
     if not report.probes:
         _out("nothing to verify: no inventory entries and no secrets with a check")
         return 0
     width = max(len(p.target) for p in report.probes)
     for p in report.probes:
         if report.dry_run:
+            for step, v in p.setup:
+                _out(f"{p.target:<{width}}  {v.verdict:<5}  setup: {hide_values(step)}\n{'':<{width}}  "
+                     f"rule {v.rule}: {v.reason}")
             _out(f"{p.target:<{width}}  {p.verdict:<5}  {p.command or '(none)'}\n{'':<{width}}  "
                  f"rule {p.rule}: {p.reason}")
         else:
             detail = f"  {p.detail}" if p.detail else ""
             _out(f"{p.status:<11} {p.target:<{width}}  {p.seconds:5.1f}s{detail}")
-    return 0
+    if not report.dry_run:
+        counts = report.counts()
+        note = ("  (nothing failed; skipped ones did not run: see why above)"
+                if counts["skipped"] and code == 0 else "")
+        _out(f"summary: {report.summary()}{note}")
+    return code
 
 
 def cmd_remote_install(args) -> int:

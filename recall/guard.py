@@ -2,21 +2,28 @@
 
 `verdict_for(command)` never runs anything. It lexes the raw string (quote-aware) and denies any
 shell syntax, splits it with `shlex`, denies wrappers / env prefixes / unexpected paths, then
-matches the argv against one allow-listed shape per tool (in `guard_tools.py`). Anything not
-explicitly allowed is denied; `RULES` maps every rule id a `Verdict` can carry to one line for
-`verify --dry-run`.
+matches the argv against one allow-listed shape per tool (in `guard_tools.py`, `guard_cloud.py`).
+A credential is bound to its secret's own host (`Binding`). `setup_verdict(step)` judges an
+entry's `access:` setup step the same way. Anything not explicitly allowed is denied; `RULES`
+maps every rule id a `Verdict` can carry to one line for `verify --dry-run`.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+import stat
 from dataclasses import dataclass, field
 TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Tuple
 
-from .guard_tools import TOOL_RULES, TOOLS, _curl, _Deny
+from .guard_cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
+from .guard_parse import _Deny
+from .guard_tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for
+
+TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
 
 MAX_COMMAND_CHARS = 4096
 
@@ -27,11 +34,12 @@ RULES: dict = {
     "newline": "deny: newline or carriage return anywhere (a second command)",
     "line-continuation": "deny: backslash-newline line continuation",
     "control-char": "deny: control or invisible characters",
-    "escape": "deny: backslash escapes outside single quotes (shells and shlex disagree on them)",
+    "escape": "deny: backslash escapes outside single quotes (a literal \\X in double quotes is fine "
+              "when X is not $ ` \" \\)",
     "shell-metachar": "deny: unquoted ; & | < > ( ) ^ (lists, pipes, redirection, subshells)",
     "shell-expansion": "deny: $ ` ! unquoted or in double quotes (variables, command substitution)",
-    "glob": "deny: unquoted * ? [ ] { } (globs and brace expansion)",
-    "tilde": "deny: unquoted ~ (home-directory expansion)",
+    "glob": "deny: unquoted * ? [ ] { } (globs and brace expansion; tcp [IPv6]:PORT is fine)",
+    "tilde": "deny: unquoted ~ (home-directory expansion) except ~/ as ssh -i's KEY",
     "comment": "deny: unquoted # (comment)",
     "unbalanced-quote": "deny: a quote is never closed",
     # argv
@@ -39,7 +47,18 @@ RULES: dict = {
     "wrapper": "deny: a program that runs another program (env, sh, sudo, xargs, find -exec…)",
     "path": "deny: argv[0] is a path that is not the tool found on PATH",
     "unknown-tool": "deny: tool not on the allow-list",
-    **TOOL_RULES,                  # each tool's allowed shapes and denials
+    **TOOL_RULES, **CLOUD_RULES,   # each tool's allowed shapes and denials
+    # setup steps (an inventory entry's access:), judged by setup_verdict
+    "setup.source": "allow: source FILE / . FILE of a file you own that group and others cannot write",
+    "setup.export": "allow: export NAME=literal (no $, backticks or globs; ~/ after = is fine)",
+    "setup.unset": "allow: unset NAME",
+    "setup.source-path": "deny: source of a relative path (bash would search PATH for it)",
+    "setup.source-file": "deny: source of a file that does not exist or is not a regular file",
+    "setup.source-owner": "deny: source of a file another user owns",
+    "setup.source-mode": "deny: source of a file group or others can write",
+    "setup.export-name": "deny: export of a name that makes programs load or run other code (LD_*, BASH_ENV …)",
+    "setup.args": "deny: malformed source/export/unset arguments",
+    "setup.command": "deny: a setup step other than source, ., export NAME=literal, unset",
 }
 
 
@@ -70,14 +89,25 @@ _EXPANSION = frozenset("$`!")
 _GLOB = frozenset("*?[]{}")
 
 
-def _lex(command: str) -> None:
-    """Raise _Deny for the first piece of shell syntax a shell would act on."""
-    quote = None
+def _lex(command: str) -> list:
+    """Raise _Deny for the first piece of shell syntax a shell would act on.
+
+    Returns what only the argv can decide, as (word index, rule, reason, after '='): an unquoted
+    `[` `]` (fine in `tcp [::1]:22`) and an unquoted `~/` at a word's start or after `=`."""
+    quote, word, in_word, deferred = None, -1, False, []
     for i, ch in enumerate(command):
         at = f"at column {i + 1}"
+        if quote is None and ch in " \t":
+            in_word = False
+            continue
+        if not in_word:
+            word, in_word = word + 1, True
         if ch == "\\" and quote != "'":
-            if command[i + 1:i + 2] in ("\n", "\r"):
+            nxt = command[i + 1:i + 2]
+            if nxt in ("\n", "\r"):
                 raise _Deny("line-continuation", f"backslash-newline {at} continues the line")
+            if quote == '"' and nxt and nxt not in '$`"\\':
+                continue          # shells and shlex both keep \X as two characters here (-w "%{http_code}\n")
             raise _Deny("escape", f"backslash {at} is an escape outside single quotes")
         if ch in "\r\n":
             raise _Deny("newline", f"a newline or carriage return {at} would start a new command")
@@ -96,14 +126,20 @@ def _lex(command: str) -> None:
             raise _Deny("shell-metachar", f"unquoted {ch!r} {at} is shell syntax")
         elif ch in _EXPANSION:
             raise _Deny("shell-expansion", f"unquoted {ch!r} {at} is a shell expansion")
+        elif ch in "[]":
+            deferred.append((word, "glob", f"unquoted {ch!r} {at} is a glob", False))
         elif ch in _GLOB:
             raise _Deny("glob", f"unquoted {ch!r} {at} is a glob or brace expansion")
+        elif ch == "~" and command[i + 1:i + 2] == "/" and (i == 0 or command[i - 1] in " \t="):
+            deferred.append((word, "tilde", f"unquoted '~' {at} expands to your home directory",
+                             command[i - 1:i] == "="))
         elif ch == "~":
             raise _Deny("tilde", f"unquoted '~' {at} expands to a home directory")
         elif ch == "#":
             raise _Deny("comment", f"unquoted '#' {at} can start a comment")
     if quote:
         raise _Deny("unbalanced-quote", f"the {quote} quote is never closed")
+    return deferred
 
 
 # ---------------------------------------------------------------- argv level
@@ -115,15 +151,17 @@ _WRAPPERS = frozenset(
 _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete"})
 
 
-def _check_argv(argv: List[str], which, url_hosts: tuple, credential: bool) -> Tuple[str, str]:
+def _check_argv(argv: List[str], which, bindings: tuple, credential: bool,
+                jump_hosts: frozenset) -> Tuple[str, str]:
     head = argv[0]
     if "=" in head:
         raise _Deny("env-assign", f"{head.split('=')[0]}=… sets the environment of the command")
     base = head.rsplit("/", 1)[-1]
-    if base == "sudo" and argv[1:] == ["-k", "true"]:
+    if base == "sudo" and tuple(argv[1:]) in SUDO_FORMS:
         pass
     elif base in _WRAPPERS:
-        raise _Deny("wrapper", f"{base} runs another program, which the guard cannot see")
+        raise _Deny("wrapper", f"{base} runs another program, which the guard cannot see"
+                    + (" (sudo: only `sudo -k true`, `sudo -n true`, `sudo -v`)" if base == "sudo" else ""))
     elif base == "find" and _FIND_ACTIONS.intersection(argv[1:]):
         raise _Deny("wrapper", "find -exec/-ok/-delete runs programs or deletes files")
     if "/" in head:
@@ -136,30 +174,132 @@ def _check_argv(argv: List[str], which, url_hosts: tuple, credential: bool) -> T
         if not found or found != head or not os.path.isabs(found):
             raise _Deny("path", f"{head} is not the {base or 'tool'} found on PATH ({found or 'none'})")
     if base == "curl":
-        return _curl(argv, url_hosts, credential)
+        return _curl(argv, bindings, credential)
+    if base == "ssh":
+        return _ssh(argv, bindings, credential, jump_hosts)
     if base not in TOOLS:
         raise _Deny("unknown-tool", f"{base or head!r} is not on the allow-list")
     return TOOLS[base](argv)
 
 
-def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False,
-                which=shutil.which) -> Verdict:
-    """Decide whether `command` may run in a verify sweep; never raises for bad input."""
+def _deferred(argv: List[str], deferred: list, exempt) -> None:
+    """Deny each unquoted `[ ]` / `~/` the lexer left to the argv, unless `exempt` understands it."""
+    for word, rule, reason, after_equals in deferred:
+        if not exempt(argv, word, rule, after_equals):
+            raise _Deny(rule, reason)
+
+
+def _proof_exempt(argv: List[str], word: int, rule: str, after_equals: bool) -> bool:
+    base = argv[0].rsplit("/", 1)[-1]
+    if rule == "glob":            # tcp is recall's own connect: no shell, no glob
+        return base == "tcp" and word == 1 and bool(re.fullmatch(r"\[[0-9A-Fa-f:.]+\]:[0-9]+", argv[1]))
+    # ssh itself expands ~ in -i KEY; recall runs no shell, so the word reaches ssh as written
+    return base == "ssh" and not after_equals and word >= 2 and argv[word - 1] == "-i"
+
+
+def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False, bindings: tuple = (),
+                jump_hosts=(), which=shutil.which) -> Verdict:
+    """Decide whether `command` may run in a verify sweep; never raises for bad input.
+
+    With a credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare
+    hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use."""
     argv: Tuple[str, ...] = ()
     try:
         if not isinstance(command, str) or not command.strip():
             raise _Deny("empty", "there is no command")
         if len(command) > MAX_COMMAND_CHARS:
             raise _Deny("too-long", f"the command is longer than {MAX_COMMAND_CHARS} characters")
-        _lex(command)
-        try:
-            argv = tuple(shlex.split(command, posix=True))
-        except ValueError as exc:  # the lexer should have caught it; fail closed anyway
-            raise _Deny("unbalanced-quote", f"the command does not parse: {exc}")
-        if not argv:
-            raise _Deny("empty", "there is no command")
+        deferred = _lex(command)
+        argv = _split(command)
+        _deferred(list(argv), deferred, _proof_exempt)
         hosts = (url_hosts,) if isinstance(url_hosts, str) else tuple(url_hosts or ())
-        rule, reason = _check_argv(list(argv), which, hosts, bool(credential))
+        bound = tuple(bindings) + tuple(b for b in (binding_for("", h) for h in hosts) if b)
+        rule, reason = _check_argv(list(argv), which, bound, bool(credential or bindings),
+                                   frozenset(h.lower() for h in jump_hosts))
+        return Verdict(True, rule, reason, argv)
+    except _Deny as deny:
+        return Verdict(False, deny.rule, deny.reason, argv if deny.rule not in _LEXER else ())
+
+
+_LEXER = frozenset({"glob", "tilde"})
+
+
+def _split(command: str) -> tuple:
+    try:
+        argv = tuple(shlex.split(command, posix=True))
+    except ValueError as exc:  # the lexer should have caught it; fail closed anyway
+        raise _Deny("unbalanced-quote", f"the command does not parse: {exc}")
+    if not argv:
+        raise _Deny("empty", "there is no command")
+    return argv
+
+
+# ---------------------------------------------------------------- setup steps
+
+# names that make bash or the proof's tool load or run other code: never set by an inline export
+_RUNS_CODE = frozenset({"BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
+                        "GCONV_PATH", "GLIBC_TUNABLES", "NODE_OPTIONS", "RUBYOPT", "RUBYLIB", "PERLLIB",
+                        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "CDPATH"})
+_RUNS_CODE_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL5", "BASH_FUNC_")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def setup_verdict(step: str, *, home: str = "") -> Verdict:
+    """Whether an inventory entry's setup step may run before a proof: only forms that cannot hide
+    a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
+    argv: Tuple[str, ...] = ()
+    try:
+        step = step.strip() if isinstance(step, str) else ""
+        if not step:
+            raise _Deny("empty", "there is no step")
+        if len(step) > MAX_COMMAND_CHARS:
+            raise _Deny("too-long", f"the step is longer than {MAX_COMMAND_CHARS} characters")
+        deferred = _lex(step)
+        argv = _split(step)
+        _deferred(list(argv), deferred, lambda a, w, rule, eq: rule == "tilde" and w >= 1 and (
+            (a[0] in ("source", ".") and not eq) or (a[0] == "export" and eq and a[w].split("=", 1)[1][:2] == "~/")))
+        rule, reason = _setup_argv(list(argv), home or os.path.expanduser("~"))
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
         return Verdict(False, deny.rule, deny.reason, argv)
+
+
+def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
+    head, args = argv[0], argv[1:]
+    if head in ("source", "."):
+        if len(args) != 1:
+            raise _Deny("setup.args", f"{head} takes exactly one FILE (arguments would be the script's $1 …)")
+        path = home + args[0][1:] if args[0].startswith("~/") else args[0]
+        if not os.path.isabs(path):
+            raise _Deny("setup.source-path", f"{args[0]} is relative and bash would search PATH for it: "
+                                             "write an absolute path or ~/…")
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise _Deny("setup.source-file", f"{args[0]} cannot be read ({exc.strerror})")
+        if not stat.S_ISREG(st.st_mode):
+            raise _Deny("setup.source-file", f"{args[0]} is not a regular file")
+        if st.st_uid != os.getuid():
+            raise _Deny("setup.source-owner", f"{args[0]} belongs to another user (uid {st.st_uid}): "
+                                              "source only files you own")
+        if st.st_mode & 0o022:
+            raise _Deny("setup.source-mode", f"{args[0]} is writable by group or others: chmod go-w {args[0]}")
+        return "setup.source", f"sources {args[0]}, a file you own that no one else can write"
+    if head == "export":
+        if not args:
+            raise _Deny("setup.args", "export needs NAME=literal")
+        for arg in args:
+            name, eq, _ = arg.partition("=")
+            if not eq or not _NAME.match(name):
+                raise _Deny("setup.args", f"export {name[:40]!r}… is not NAME=literal")
+            if name in _RUNS_CODE or name.startswith(_RUNS_CODE_PREFIXES):
+                raise _Deny("setup.export-name", f"{name} makes programs load or run other code; "
+                                                 "set it in a file you source, if you must")
+        return "setup.export", "exports literal values"
+    if head == "unset":
+        if not args or not all(_NAME.match(a) for a in args):
+            raise _Deny("setup.args", "unset takes variable names")
+        return "setup.unset", "unsets variables"
+    raise _Deny("setup.command", f"{head!r} is a command, and only source FILE, . FILE, export NAME=literal "
+                                 "and unset NAME run before a proof: move it into a file you own and source "
+                                 "that, or drop it (use --context/--profile in the proof instead)")

@@ -4,7 +4,6 @@ sees a clean argv whose argv[0] is the tool.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 TYPE_CHECKING = False
@@ -12,30 +11,33 @@ if TYPE_CHECKING:                  # annotations only: typing costs ms at start-
     from typing import Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from .guard_parse import (_NUMBER, _RESOURCE, _Deny, _Flags, _deny_map, _is_host, _only, _options, _parse,
+                          _port_ok, _positionals)
+
 TOOL_RULES: dict = {
     # allowed shapes
-    "aws.sts": "allow: aws sts get-caller-identity [--profile X] [--region X] [--output json|text|table]",
-    "kubectl.get": "allow: kubectl [globals] get TYPE[,TYPE] [NAME…] [-o json|yaml|wide|name] [-A] [-l SEL]",
+    "kubectl.get": "allow: kubectl [globals] get TYPE[,TYPE] [NAME…] [-o json|yaml|wide|name|jsonpath=…] [-A] "
+                   "[-l SEL] [--field-selector SEL] [--no-headers] [--show-labels]",
+    "kubectl.health": "allow: kubectl [globals] get --raw /readyz|/healthz|/livez",
+    "kubectl.top": "allow: kubectl [globals] top nodes|pods [NAME] [-A] [-l SEL] [--no-headers]",
+    "kubectl.api-resources": "allow: kubectl [globals] api-resources [-o wide|name] [--no-headers]",
     "kubectl.version": "allow: kubectl [globals] version [--client] [-o json|yaml]",
     "kubectl.cluster-info": "allow: kubectl [globals] cluster-info",
+    "kubectl.config": "allow: kubectl config current-context | get-contexts [NAME] [-o name] [--no-headers]",
+    "kubectl.auth-whoami": "allow: kubectl [globals] auth whoami [-o json|yaml]",
     "kubectl.auth-can-i": "allow: kubectl [globals] auth can-i VERB RESOURCE",
-    "curl.get": "allow: curl GET of one http(s) URL with -sSfLIkg -o /dev/null -w -H -m --connect-timeout",
-    "ssh.probe": "allow: ssh [-p PORT] [-i KEY] [-l USER] [-q] [-T] [-4|-6] HOST hostname|true",
-    "sudo.k": "allow: sudo -k true, exactly",
-    "az.account-show": "allow: az account show --subscription X [--output|-o json|tsv|table]",
-    "tcp.connect": "allow: tcp HOST:PORT (recall's builtin TCP connect)",
+    "curl.get": "allow: curl GET of one http(s) URL with -sSfLIkg46 -o /dev/null -w -H -A -m --connect-timeout "
+                "--cacert --retry --fail-with-body --compressed --http1.1 --noproxy",
+    "ssh.probe": "allow: ssh [-p PORT] [-i KEY] [-l USER] [-q] [-T] [-n] [-x] [-4|-6] [-o BatchMode=…|"
+                 "ConnectTimeout=N|StrictHostKeyChecking=…] [-J INVENTORY-HOST] HOST "
+                 "true|hostname [-f]|uptime|id|whoami",
     # per-tool denials
-    "aws.command": "deny: any aws command other than sts get-caller-identity",
-    "aws.endpoint": "deny: --endpoint-url sends the signed request elsewhere",
-    "aws.debug": "deny: --debug logs request details",
-    "aws.flag": "deny: aws option not on the allow-list",
-    "aws.value": "deny: bad aws option value",
-    "kubectl.command": "deny: kubectl subcommand other than get, version, cluster-info, auth can-i",
+    "kubectl.command": "deny: kubectl subcommand not on the allow-list (delete, exec, config view …)",
     "kubectl.args": "deny: wrong arguments for the kubectl subcommand",
     "kubectl.watch": "deny: -w/--watch/--watch-only never end",
-    "kubectl.raw": "deny: --raw reaches any API path",
+    "kubectl.raw": "deny: --raw other than /readyz, /healthz, /livez reaches any API path",
     "kubectl.identity": "deny: flags that change who or where kubectl talks to (--kubeconfig, --as, --token…)",
-    "kubectl.output": "deny: -o other than json|yaml|wide|name (jsonpath/go-template read fields)",
+    "kubectl.output": "deny: -o other than json|yaml|wide|name|jsonpath=… (go-template, custom-columns)",
     "kubectl.secret": "deny: get secrets, in any spelling",
     "kubectl.dump": "deny: cluster-info dump",
     "kubectl.flag": "deny: kubectl option not on the allow-list",
@@ -52,165 +54,21 @@ TOOL_RULES: dict = {
     "curl.redirect": "deny: -L with a credential (custom headers follow redirects to other hosts)",
     "curl.url": "deny: not exactly one plain URL (count, userinfo, fragment, curl globbing)",
     "curl.scheme": "deny: scheme other than http or https",
-    "curl.host": "deny: with a credential, the URL host is not the secret's or entry's own",
+    "curl.http": "deny: a credential over plain http (only https carries one)",
+    "curl.host": "deny: with a credential, the URL's host (or port) is not the secret's own url host",
     "curl.flag": "deny: curl option not on the allow-list (curl has no --opt=value form)",
     "curl.value": "deny: bad curl option value",
-    "ssh.option": "deny: -o/-F (ProxyCommand, LocalCommand run local commands)",
-    "ssh.forward": "deny: forwarding and jumping (-L -R -D -W -J -w -A -X -Y)",
-    "ssh.command": "deny: remote command other than exactly hostname or true (none = login shell)",
+    "ssh.option": "deny: -F, or -o other than BatchMode, ConnectTimeout, StrictHostKeyChecking "
+                  "(ProxyCommand, LocalCommand run local commands)",
+    "ssh.forward": "deny: forwarding (-L -R -D -W -w -A -X -Y)",
+    "ssh.jump": "deny: -J to a host that is not in the inventory",
+    "ssh.http": "deny: the linked secret's own url is plain http",
+    "ssh.host": "deny: with a linked credential, the ssh host is not the secret's own url host",
+    "ssh.command": "deny: remote command other than true, hostname [-f], uptime, id, whoami (none = login shell)",
     "ssh.args": "deny: no HOST, a HOST that is not [USER@]HOST, or -4 with -6",
     "ssh.flag": "deny: ssh option not on the allow-list",
     "ssh.value": "deny: bad ssh option value",
-    "az.command": "deny: any az command other than account show",
-    "az.subscription": "deny: az account show without --subscription",
-    "az.flag": "deny: az option not on the allow-list",
-    "az.value": "deny: bad az option value",
-    "tcp.args": "deny: tcp takes exactly one HOST:PORT",
-    "tcp.target": "deny: not HOST:PORT or [IPv6]:PORT",
-    "tcp.port": "deny: port outside 1-65535",
 }
-
-
-class _Deny(Exception):
-    def __init__(self, rule: str, reason: str):
-        super().__init__(reason)
-        self.rule, self.reason = rule, reason
-
-
-# ---------------------------------------------------------------- option parsing
-
-@dataclass(frozen=True)
-class _Flags:
-    """One tool's option grammar: which names take values, short letters, and named denials."""
-
-    tool: str
-    values: FrozenSet[str]
-    bools: FrozenSet[str]
-    short: Dict[str, str]                 # letter -> canonical name
-    denied: Dict[str, Tuple[str, str]]    # canonical name -> (rule, reason)
-    long_equals: bool                     # accepts --opt=value (argparse, pflag; not curl)
-    short_equals: bool                    # -o=value means "value" (argparse, pflag; not getopt)
-
-
-def _deny_map(rule: str, names: str, reason: str) -> dict:
-    return {n: (rule, reason) for n in names.split()}
-
-
-def _take_value(spec: _Flags, name: str, value: Optional[str]) -> str:
-    if not value or value.startswith("-"):
-        raise _Deny(f"{spec.tool}.value", f"{name} needs a value that does not start with '-'")
-    return value
-
-
-def _parse(spec: _Flags, args: List[str], stop_at: Optional[int] = None) -> List[Tuple[str, Optional[str]]]:
-    """Split args into ordered items: (option name, value|None) or ("", positional).
-
-    After `stop_at` positionals, everything left is positional (ssh's remote command)."""
-    items: List[Tuple[str, Optional[str]]] = []
-    unknown = f"{spec.tool}.flag"
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        i += 1
-        if stop_at is not None and len(_positionals(items)) >= stop_at and not tok.startswith("-"):
-            items.extend(("", rest) for rest in args[i - 1:])
-            break
-        if not tok.startswith("-"):
-            items.append(("", tok))
-            continue
-        if tok in ("-", "--"):
-            raise _Deny(unknown, f"{tok!r} is not accepted by the {spec.tool} allow-list")
-        if tok.startswith("--"):
-            name, eq, value = tok.partition("=")
-            if name in spec.denied:
-                raise _Deny(*spec.denied[name])
-            if name in spec.bools and not eq:
-                items.append((name, None))
-                continue
-            if name not in spec.values:
-                raise _Deny(unknown, f"{spec.tool} option {tok!r} is not on the allow-list")
-            if eq and not spec.long_equals:
-                raise _Deny(unknown, f"{spec.tool} has no --opt=value form: {tok!r}")
-            if not eq:
-                value = args[i] if i < len(args) else None
-                i += 1
-            items.append((name, _take_value(spec, name, value)))
-            continue
-        for j in range(1, len(tok)):
-            name = spec.short.get(tok[j], "")
-            if name in spec.denied:
-                raise _Deny(*spec.denied[name])
-            if name in spec.bools:
-                items.append((name, None))
-                continue
-            if name not in spec.values:
-                raise _Deny(unknown, f"{spec.tool} flag -{tok[j]} (in {tok!r}) is not on the allow-list")
-            rest = tok[j + 1:]
-            if rest:
-                value = rest[1:] if spec.short_equals and rest[0] == "=" else rest
-            else:
-                value = args[i] if i < len(args) else None
-                i += 1
-            items.append((name, _take_value(spec, name, value)))
-            break
-    return items
-
-
-def _positionals(items) -> List[str]:
-    return [v for n, v in items if not n]
-
-
-def _options(items) -> Dict[str, str]:
-    """Last value wins, as in every parser here; bools map to ''."""
-    return {n: (v or "") for n, v in items if n}
-
-
-def _only(tool: str, opts: Dict[str, str], allowed: set, where: str) -> None:
-    for name in opts:
-        if name not in allowed:
-            raise _Deny(f"{tool}.flag", f"{name} is not allowed with {where}")
-
-
-# ---------------------------------------------------------------- tools
-
-_HOST = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
-_NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
-_RESOURCE = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
-
-
-def _is_host(text: str) -> bool:
-    if _HOST.match(text):
-        return True
-    try:
-        ipaddress.IPv6Address(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _port_ok(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535
-
-
-_AWS = _Flags(
-    "aws", frozenset({"--profile", "--region", "--output"}), frozenset(), {},
-    {**_deny_map("aws.endpoint", "--endpoint-url", "--endpoint-url sends the signed request to another host"),
-     **_deny_map("aws.debug", "--debug", "--debug logs request details and is not a proof"),
-     **_deny_map("aws.flag", "--no-verify-ssl --ca-bundle --no-sign-request",
-                 "options that weaken or skip TLS or signing are not allowed")},
-    long_equals=True, short_equals=True)
-
-
-def _aws(argv: List[str]) -> Tuple[str, str]:
-    items = _parse(_AWS, argv[1:])
-    if _positionals(items) != ["sts", "get-caller-identity"]:
-        raise _Deny("aws.command", "only `aws sts get-caller-identity` is a read-only proof")
-    opts = _options(items)
-    if opts.get("--output", "json") not in ("json", "text", "table"):
-        raise _Deny("aws.value", "--output must be json, text or table")
-    if not re.match(r"^[a-z0-9-]+$", opts.get("--region", "x")):
-        raise _Deny("aws.value", "--region must look like us-east-1")
-    return "aws.sts", "aws sts get-caller-identity only reads the caller's identity"
 
 
 _KUBE_IDENTITY = ("--kubeconfig --server --token --as --as-group --as-uid --user --cluster "
@@ -218,20 +76,23 @@ _KUBE_IDENTITY = ("--kubeconfig --server --token --as --as-group --as-uid --user
                   "--client-key --username --password --tls-server-name")
 _KUBECTL = _Flags(
     "kubectl",
-    frozenset({"--context", "--request-timeout", "--namespace", "--output", "--selector"}),
-    frozenset({"--all-namespaces", "--client"}),
+    frozenset({"--context", "--request-timeout", "--namespace", "--output", "--selector", "--field-selector",
+               "--raw"}),
+    frozenset({"--all-namespaces", "--client", "--no-headers", "--show-labels"}),
     {"n": "--namespace", "o": "--output", "l": "--selector", "A": "--all-namespaces",
      "w": "--watch", "s": "--server", "v": "--v"},
     {**_deny_map("kubectl.watch", "--watch --watch-only", "kubectl --watch never ends and is not a proof"),
-     **_deny_map("kubectl.raw", "--raw", "kubectl --raw reaches any API path, secrets included"),
      **_deny_map("kubectl.identity", _KUBE_IDENTITY,
                  "flags that change who or where kubectl talks to make the proof prove something else"),
      **_deny_map("kubectl.output", "--template", "templates can read any field, secret data included"),
      **_deny_map("kubectl.flag", "--v", "verbose kubectl logging prints bearer tokens")},
     long_equals=True, short_equals=True)
 _KUBE_GLOBAL = {"--context", "--request-timeout", "--namespace"}
+_KUBE_LIST = {"--output", "--all-namespaces", "--selector", "--field-selector", "--no-headers", "--show-labels"}
 _KUBE_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection",
                "impersonate", "use", "bind", "escalate", "approve", "sign", "*"}
+_KUBE_HEALTH = ("/readyz", "/healthz", "/livez")
+_KUBE_TOP = {"node", "nodes", "no", "pod", "pods", "po"}
 
 
 def _kubectl_secret(token: str) -> bool:
@@ -240,6 +101,23 @@ def _kubectl_secret(token: str) -> bool:
         if kind in ("secret", "secrets"):
             return True
     return False
+
+
+def _kube_output(opts: Dict[str, str], allowed: tuple, where: str) -> None:
+    value = opts.get("--output", allowed[0])
+    if value in allowed or ("jsonpath" in allowed and value.startswith("jsonpath=")):
+        return
+    shown = "|".join(allowed).replace("jsonpath", "jsonpath=…")
+    raise _Deny("kubectl.output", f"kubectl {where} -o must be {shown} (go-template, custom-columns and "
+                                  "template read fields jsonpath cannot name)")
+
+
+def _kube_args(args: List[str], where: str) -> None:
+    for arg in args:
+        if not _RESOURCE.match(arg):
+            raise _Deny("kubectl.args", f"{arg!r} is not a resource type or name")
+        if _kubectl_secret(arg):
+            raise _Deny("kubectl.secret", f"kubectl {where} {arg} would print secret values")
 
 
 def _kubectl(argv: List[str]) -> Tuple[str, str]:
@@ -258,22 +136,36 @@ def _kubectl(argv: List[str]) -> Tuple[str, str]:
     if not re.match(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$", opts.get("--namespace", "default")):
         raise _Deny("kubectl.value", "--namespace must be a namespace name")
     sub, args = pos[0], pos[1:]
+    if "--raw" in opts and sub != "get":
+        raise _Deny("kubectl.raw", "--raw belongs to `kubectl get --raw /readyz|/healthz|/livez` only")
+    if sub == "get" and "--raw" in opts:
+        _only("kubectl", opts, _KUBE_GLOBAL | {"--raw"}, "get --raw")
+        if opts["--raw"] not in _KUBE_HEALTH or args:
+            raise _Deny("kubectl.raw", "--raw reaches any API path: only `kubectl get --raw /readyz` "
+                                       "(or /healthz, /livez) is a proof")
+        return "kubectl.health", f"kubectl get --raw {opts['--raw']} reads the API server's health"
     if sub == "get":
-        _only("kubectl", opts, _KUBE_GLOBAL | {"--output", "--all-namespaces", "--selector"}, "get")
-        if opts.get("--output", "json") not in ("json", "yaml", "wide", "name"):
-            raise _Deny("kubectl.output", "kubectl get -o must be json, yaml, wide or name")
+        _only("kubectl", opts, _KUBE_GLOBAL | _KUBE_LIST, "get")
+        _kube_output(opts, ("json", "yaml", "wide", "name", "jsonpath"), "get")
         if not args:
             raise _Deny("kubectl.args", "kubectl get needs a resource type")
-        for arg in args:
-            if not _RESOURCE.match(arg):
-                raise _Deny("kubectl.args", f"{arg!r} is not a resource type or name")
-            if _kubectl_secret(arg):
-                raise _Deny("kubectl.secret", f"kubectl get {arg} would print secret values")
+        _kube_args(args, "get")
         return "kubectl.get", "kubectl get reads objects and changes nothing"
+    if sub == "top":
+        _only("kubectl", opts, _KUBE_GLOBAL | {"--all-namespaces", "--selector", "--no-headers"}, "top")
+        if not args or args[0] not in _KUBE_TOP or len(args) > 2:
+            raise _Deny("kubectl.args", "kubectl top takes nodes|pods and at most one NAME")
+        _kube_args(args[1:], "top")
+        return "kubectl.top", "kubectl top reads resource usage"
+    if sub == "api-resources":
+        _only("kubectl", opts, _KUBE_GLOBAL | {"--output", "--no-headers"}, "api-resources")
+        _kube_output(opts, ("wide", "name"), "api-resources")
+        if args:
+            raise _Deny("kubectl.args", "kubectl api-resources takes no arguments")
+        return "kubectl.api-resources", "kubectl api-resources lists the API's types"
     if sub == "version":
         _only("kubectl", opts, _KUBE_GLOBAL | {"--client", "--output"}, "version")
-        if opts.get("--output", "json") not in ("json", "yaml"):
-            raise _Deny("kubectl.output", "kubectl version -o must be json or yaml")
+        _kube_output(opts, ("json", "yaml"), "version")
         if args:
             raise _Deny("kubectl.args", "kubectl version takes no arguments")
         return "kubectl.version", "kubectl version only reads versions"
@@ -284,25 +176,47 @@ def _kubectl(argv: List[str]) -> Tuple[str, str]:
         if args:
             raise _Deny("kubectl.args", "kubectl cluster-info takes no arguments")
         return "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"
+    if sub == "config" and args[:1] in (["current-context"], ["get-contexts"]):
+        if args[0] == "current-context":
+            _only("kubectl", opts, set(), "config current-context")
+            if args[1:]:
+                raise _Deny("kubectl.args", "kubectl config current-context takes no arguments")
+        else:
+            _only("kubectl", opts, {"--output", "--no-headers"}, "config get-contexts")
+            _kube_output(opts, ("name",), "config get-contexts")
+            if len(args) > 2 or not all(_RESOURCE.match(a) for a in args[1:]):
+                raise _Deny("kubectl.args", "kubectl config get-contexts takes at most one context name")
+        return "kubectl.config", f"kubectl config {args[0]} reads context names from the kubeconfig"
+    if sub == "config":
+        raise _Deny("kubectl.command", "only `kubectl config current-context` and `config get-contexts` are "
+                                       "proofs (view prints credentials; use-context/set-* change state)")
+    if sub == "auth" and args[:1] == ["whoami"]:
+        _only("kubectl", opts, _KUBE_GLOBAL | {"--output"}, "auth whoami")
+        _kube_output(opts, ("json", "yaml"), "auth whoami")
+        if args[1:]:
+            raise _Deny("kubectl.args", "kubectl auth whoami takes no arguments")
+        return "kubectl.auth-whoami", "kubectl auth whoami asks who this identity is"
     if sub == "auth" and args[:1] == ["can-i"]:
         _only("kubectl", opts, _KUBE_GLOBAL, "auth can-i")
         if len(args) != 3 or args[1] not in _KUBE_VERBS or not _RESOURCE.match(args[2]):
             raise _Deny("kubectl.args", "kubectl auth can-i takes exactly VERB RESOURCE")
         return "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"
-    raise _Deny("kubectl.command", f"kubectl {sub} is not one of get, version, cluster-info, auth can-i")
+    raise _Deny("kubectl.command", f"kubectl {sub} is not one of get, top, api-resources, version, "
+                                   "cluster-info, config current-context|get-contexts, auth whoami|can-i")
 
 
 _CURL = _Flags(
     "curl",
-    frozenset({"--output", "--write-out", "--header", "--max-time", "--request", "--connect-timeout"}),
+    frozenset({"--output", "--write-out", "--header", "--max-time", "--request", "--connect-timeout",
+               "--cacert", "--retry", "--user-agent", "--noproxy"}),
     frozenset({"--silent", "--show-error", "--fail", "--location", "--head", "--insecure",
-               "--globoff", "--disable"}),
+               "--globoff", "--disable", "--fail-with-body", "--compressed", "--ipv4", "--ipv6", "--http1.1"}),
     {"s": "--silent", "S": "--show-error", "f": "--fail", "L": "--location", "I": "--head",
      "k": "--insecure", "g": "--globoff", "q": "--disable", "o": "--output", "w": "--write-out",
      "H": "--header", "m": "--max-time", "X": "--request", "d": "--data", "F": "--form",
      "T": "--upload-file", "O": "--remote-name", "J": "--remote-header-name", "D": "--dump-header",
      "c": "--cookie-jar", "K": "--config", "x": "--proxy", "U": "--proxy-user", "u": "--user",
-     "n": "--netrc", "b": "--cookie"},
+     "n": "--netrc", "b": "--cookie", "A": "--user-agent", "4": "--ipv4", "6": "--ipv6"},
     {**_deny_map("curl.data", "--data --data-ascii --data-binary --data-raw --data-urlencode --json "
                  "--form --form-string --upload-file", "curl would send a body, which is not a GET"),
      **_deny_map("curl.output", "--remote-name --remote-name-all --remote-header-name --output-dir "
@@ -319,17 +233,35 @@ _CURL = _Flags(
 _URL = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^/?#:\[\]@]+)(?::(?P<port>[0-9]{1,5}))?"
                   r"(?P<rest>[/?][^\s\\#]*)?$")
 _OVERRIDE_HEADERS = {"x-http-method-override", "x-http-method", "x-method-override"}
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22}
 
 
-def _norm_host(host: str) -> str:
-    """A url_hosts entry as a bare lower-case host; a full URL is tolerated."""
-    if "://" in host:
-        host = urlsplit(host).hostname or ""
-    return host.strip("[]").lower()
+@dataclass(frozen=True)
+class Binding:
+    """Where one secret's credential may go: its own URL's scheme, host and (when given) port."""
+
+    secret: str
+    scheme: str            # https | http | ssh | '' (a bare host: any TLS URL on it)
+    host: str              # lower case, no brackets
+    port: Optional[int]    # None: not given, any port on the host
+    source: str = "url"    # url | use | check: which line of the secrets file named it
 
 
-def _curl_url(url: str, globoff: bool) -> str:
-    """Return the URL's host (no brackets, lower case) or raise _Deny."""
+def binding_for(secret: str, url: str, source: str = "url") -> Optional[Binding]:
+    """A Binding from a URL (or a bare host name); None when it names no host."""
+    if "://" not in url:
+        host = url.strip().strip("[]").lower()
+        return Binding(secret, "", host, None, source) if host and _is_host(host) else None
+    parts = urlsplit(url.strip())
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    return Binding(secret, parts.scheme.lower(), host.lower(), port, source) if host else None
+
+
+def _curl_url(url: str, globoff: bool) -> tuple:
+    """Return (scheme, host, port) of the URL (host without brackets, lower case) or raise _Deny."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise _Deny("curl.scheme", f"{url!r} has no scheme, and curl would guess one")
@@ -345,10 +277,47 @@ def _curl_url(url: str, globoff: bool) -> str:
         raise _Deny("curl.url", f"port {port} is outside 1-65535")
     if not globoff and any(c in path for c in "[]{}"):
         raise _Deny("curl.url", "curl would expand [] or {} in the URL into many requests")
-    return host.strip("[]").lower()
+    return scheme.lower(), host.strip("[]").lower(), int(port) if port else None
 
 
-def _curl(argv: List[str], url_hosts: tuple, credential: bool) -> Tuple[str, str]:
+def check_binding(tool: str, scheme: str, host: str, port: Optional[int], bindings: tuple) -> None:
+    """Raise _Deny unless a credential may go to scheme://host:port under every secret's binding."""
+    if scheme == "http":
+        raise _Deny(f"{tool}.http", f"http://{host} is plain HTTP: a credential goes only over https; "
+                                    "write the proof with https://")
+    for b in bindings:
+        if b.scheme == "http":
+            raise _Deny(f"{tool}.http", f"secret {b.secret}'s own url is plain http: a credential goes only "
+                                        "over https; change its url: to https://")
+        effective = port or _DEFAULT_PORTS.get(scheme)
+        if b.host != host or (b.port is not None and b.port != effective):
+            others = [o.secret for o in bindings if o.host == host and o.secret != b.secret]
+            whose = f" (that is secret {others[0]}'s host)" if others else ""
+            own = f"{b.host}:{b.port}" if b.port else b.host
+            raise _Deny(f"{tool}.host", f"{host}{f':{port}' if port else ''} is not secret {b.secret}'s own "
+                                        f"host {own} (from its {b.source}: line){whose}; point the proof at {own}")
+
+
+def curl_headers(argv: list, wanted) -> tuple:
+    """(argv without the -H headers `wanted(value)` picks, those header values): glued forms too."""
+    spans: list = []
+    items = _parse(_CURL, argv[1:], spans=spans)
+    drop, trim, picked = set(), {}, []
+    for (name, value), (first, last, letter) in zip(items, spans):
+        if name != "--header" or not wanted(value):
+            continue
+        picked.append(value)
+        first, last = first + 1, last + 1                     # args index → argv index
+        if letter == 0 or argv[first][:letter] == "-":        # -H V, --header V, -HV: the whole token(s)
+            drop.update(range(first, last + 1))
+        else:                                                 # -sH V, -sHV: keep the flags before H
+            trim[first] = argv[first][:letter]
+            drop.update(range(first + 1, last + 1))
+    out = [trim.get(k, a) for k, a in enumerate(argv) if k not in drop]
+    return out, picked
+
+
+def _curl(argv: List[str], bindings: tuple, credential: bool) -> Tuple[str, str]:
     items = _parse(_CURL, argv[1:])
     opts = _options(items)
     for name, value in items:
@@ -368,6 +337,10 @@ def _curl(argv: List[str], url_hosts: tuple, credential: bool) -> Tuple[str, str
             raise _Deny("curl.write-out", "curl -w @file or %output{} reads or writes files")
         if name in ("--max-time", "--connect-timeout") and not _NUMBER.match(value or ""):
             raise _Deny("curl.value", f"{name} must be a number of seconds")
+        if name == "--retry" and not (value.isascii() and value.isdigit() and int(value) <= 10):
+            raise _Deny("curl.value", "--retry must be a count from 0 to 10")
+        if name == "--noproxy" and not re.match(r"^[A-Za-z0-9.:*,\[\]-]+$", value):
+            raise _Deny("curl.value", "--noproxy must be a comma-separated list of hosts")
     if credential and "--insecure" in opts:
         raise _Deny("curl.insecure", "curl -k with a credential would send it over unverified TLS")
     if credential and "--location" in opts:
@@ -375,75 +348,75 @@ def _curl(argv: List[str], url_hosts: tuple, credential: bool) -> Tuple[str, str
     urls = _positionals(items)
     if len(urls) != 1:
         raise _Deny("curl.url", f"curl needs exactly one URL, got {len(urls)}")
-    host = _curl_url(urls[0], "--globoff" in opts)
-    if credential and host not in {_norm_host(h) for h in url_hosts}:
-        raise _Deny("curl.host", f"{host} is not the credential's own host")
+    scheme, host, port = _curl_url(urls[0], "--globoff" in opts)
+    if credential:
+        if not bindings:
+            raise _Deny("curl.host", f"{host} cannot receive the credential: its secret has no url: (nor a URL "
+                                     "in its own use: or check: line); add url: to the secret")
+        check_binding("curl", scheme, host, port, bindings)
     return "curl.get", "curl GET of one URL, output only to stdout or /dev/null"
 
 
 _SSH = _Flags(
-    "ssh", frozenset({"-p", "-i", "-l"}), frozenset({"-q", "-T", "-4", "-6"}),
-    {c: "-" + c for c in "pilqT46oFLRDWJwAXY"},
-    {**_deny_map("ssh.option", "-o -F", "ssh -o/-F can set ProxyCommand or LocalCommand, running local commands"),
-     **_deny_map("ssh.forward", "-L -R -D -W -J -w -A -X -Y", "ssh forwarding and jump hosts are not a proof")},
+    "ssh", frozenset({"-p", "-i", "-l", "-o", "-J"}), frozenset({"-q", "-T", "-4", "-6", "-n", "-x"}),
+    {c: "-" + c for c in "pilqT46oFLRDWJwAXYnx"},
+    {**_deny_map("ssh.option", "-F", "ssh -F reads a config that can set ProxyCommand or LocalCommand"),
+     **_deny_map("ssh.forward", "-L -R -D -W -w -A -X -Y", "ssh forwarding is not a proof")},
     long_equals=False, short_equals=False)
+_SSH_OPTIONS = {"batchmode": ("yes", "no"), "stricthostkeychecking": ("yes", "no", "accept-new", "ask", "off"),
+                "connecttimeout": None}
+_SSH_COMMANDS = ("hostname", "hostname -f", "true", "uptime", "id", "whoami")
+_USER = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
 
 
-def _ssh(argv: List[str]) -> Tuple[str, str]:
+def _ssh_option(value: str) -> None:
+    key, eq, setting = value.partition("=")
+    allowed = _SSH_OPTIONS.get(key.lower(), ())
+    ok = eq and (setting in allowed if allowed is not None else _port_ok(setting) or setting == "0")
+    if not ok:
+        raise _Deny("ssh.option", f"-o {value} is not allowed: only -o BatchMode=yes|no, ConnectTimeout=N, "
+                                  "StrictHostKeyChecking=yes|no|accept-new (others run commands or reroute)")
+
+
+def _ssh_host(text: str, what: str) -> tuple:
+    """[USER@]HOST[:PORT] (the port only for -J) → (user, host); raise ssh.args."""
+    user, _, host = text.rpartition("@")
+    if what == "-J" and re.match(r"^[^:\[\]]+:[0-9]+$", host):
+        host, port = host.rsplit(":", 1)
+        if not _port_ok(port):
+            raise _Deny("ssh.value", f"-J port {port} is outside 1-65535")
+    if not _is_host(host) or (user and not _USER.match(user)):
+        raise _Deny("ssh.args", f"{text!r} is not [USER@]HOST")
+    return user, host.lower()
+
+
+def _ssh(argv: List[str], bindings: tuple = (), credential: bool = False,
+         jump_hosts: FrozenSet[str] = frozenset()) -> Tuple[str, str]:
     # like ssh itself: options before and after HOST, and the first word after HOST starts the command
     items = _parse(_SSH, argv[1:], stop_at=1)
     pos = _positionals(items)
     if not pos:
-        raise _Deny("ssh.args", "ssh needs a HOST and a remote command, hostname or true")
-    if pos[1:] not in (["hostname"], ["true"]):
-        shown = " ".join(pos[1:]) or "(none: a login shell)"
-        raise _Deny("ssh.command", f"remote command {shown!r} is not hostname or true")
-    hosts = pos[:1]
+        raise _Deny("ssh.args", "ssh needs a HOST and a remote command: " + ", ".join(_SSH_COMMANDS))
+    remote = " ".join(pos[1:])
+    if remote not in _SSH_COMMANDS:
+        raise _Deny("ssh.command", f"remote command {remote or '(none: a login shell)'!r} is not one of "
+                                   + ", ".join(_SSH_COMMANDS))
     opts = _options(items)
     if "-4" in opts and "-6" in opts:
         raise _Deny("ssh.args", "ssh -4 and -6 together")
-    user, _, host = hosts[0].rpartition("@")
-    if not _is_host(host) or (user and not re.match(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$", user)):
-        raise _Deny("ssh.args", f"{hosts[0]!r} is not [USER@]HOST")
+    _, host = _ssh_host(pos[0], "HOST")
+    for name, value in items:
+        if name == "-o":
+            _ssh_option(value or "")
+        if name == "-J":
+            for hop in (value or "").split(","):
+                if _ssh_host(hop, "-J")[1] not in jump_hosts:
+                    raise _Deny("ssh.jump", f"-J {hop}: a jump host must be an inventory host (its id, name, "
+                                            "alias or ssh:// url host); add it to the inventory")
     if "-p" in opts and not _port_ok(opts["-p"]):
         raise _Deny("ssh.value", "ssh -p must be a port 1-65535")
-    if "-l" in opts and not re.match(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$", opts["-l"]):
+    if "-l" in opts and not _USER.match(opts["-l"]):
         raise _Deny("ssh.value", "ssh -l must be a user name")
-    return "ssh.probe", f"ssh runs only `{argv[-1]}` on the remote host"
-
-
-_AZ = _Flags(
-    "az", frozenset({"--subscription", "--output"}), frozenset(), {"o": "--output"},
-    _deny_map("az.flag", "--debug --query --verbose", "only --subscription and --output are allowed"),
-    long_equals=True, short_equals=True)
-
-
-def _az(argv: List[str]) -> Tuple[str, str]:
-    items = _parse(_AZ, argv[1:])
-    if _positionals(items) != ["account", "show"]:
-        raise _Deny("az.command", "only `az account show` is a read-only proof")
-    opts = _options(items)
-    if "--subscription" not in opts:
-        raise _Deny("az.subscription", "az account show needs --subscription to prove this entry")
-    if opts.get("--output", "json") not in ("json", "tsv", "table"):
-        raise _Deny("az.value", "--output must be json, tsv or table")
-    return "az.account-show", "az account show only reads the subscription"
-
-
-def _sudo(argv: List[str]) -> Tuple[str, str]:
-    return "sudo.k", "sudo -k true drops the cached ticket and runs true, proving the password"
-
-
-def _tcp(argv: List[str]) -> Tuple[str, str]:
-    if len(argv) != 2:
-        raise _Deny("tcp.args", "tcp takes exactly one HOST:PORT")
-    target = argv[1]
-    m = re.match(r"^\[([0-9A-Fa-f:.]+)\]:([^:]*)$", target) or re.match(r"^([^:\[\]]+):([^:]*)$", target)
-    if not m or not _is_host(m.group(1)) or (target.startswith("[") and ":" not in m.group(1)):
-        raise _Deny("tcp.target", f"{target!r} is not HOST:PORT or [IPv6]:PORT")
-    if not _port_ok(m.group(2)):
-        raise _Deny("tcp.port", f"port {m.group(2)!r} is not 1-65535")
-    return "tcp.connect", "a TCP connect sends nothing"
-
-
-TOOLS = {"aws": _aws, "kubectl": _kubectl, "ssh": _ssh, "az": _az, "sudo": _sudo, "tcp": _tcp}
+    if credential and bindings:          # the credential is in ssh's environment: the host must be its own
+        check_binding("ssh", "ssh", host, int(opts["-p"]) if "-p" in opts else None, bindings)
+    return "ssh.probe", f"ssh runs only `{remote}` on the remote host"

@@ -1,23 +1,29 @@
 """The read-only sweep: every inventory proof and secret check → ok | stale | unreachable | missing |
-skipped | error; prerequisites once, dependants skipped, every command through the guard first."""
+skipped | error; prerequisites once, dependants skipped, every command and setup step through the
+guard first, each credential bound to its secret's own host, each tool run by its absolute path."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from . import audit, db, inventory, status
 from .classify import classify
 from .errors import RecallError
-from .guard import verdict_for
+from .guard import setup_verdict, verdict_for
+from .guard_tools import binding_for, curl_headers
 
 DEFAULT_TIMEOUT = 20.0
 MAX_WORKERS = 32      # proofs wait on the network, not the CPU: one wave for a typical inventory
+STATUSES = ("ok", "stale", "unreachable", "missing", "error", "skipped")
+FAILED = frozenset({"stale", "unreachable", "missing", "error"})
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_PLACEHOLDER = re.compile(r"RECALLVAR([A-Za-z_][A-Za-z0-9_]*?)RECALLEND")
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Probe:
     serial: bool = False        # shares global state (az): one at a time
     argv: tuple = ()            # as the guard parsed it (secret variables as placeholders)
     tool: str = ""              # argv[0]'s basename once the guard allowed it: what runs and classifies
+    setup: list = field(default_factory=list)       # the entry's access: steps, each a guard Verdict
 
 
 @dataclass
@@ -47,24 +54,82 @@ class Report:
     def public(self) -> dict:
         entries: dict = {}
         for p in self.probes:
-            entries.setdefault(p.target, {"id": p.id, "kind": p.kind, "commands": []})["commands"].append(
+            entry = entries.setdefault(p.target, {"id": p.id, "kind": p.kind, "commands": []})
+            if p.setup:
+                entry["setup"] = [{"step": inventory.hide_values(step), "verdict": v.verdict, "rule": v.rule, "reason": v.reason}
+                                  for step, v in p.setup]
+            entry["commands"].append(
                 {"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason,
                  **({} if self.dry_run else {"status": p.status, "detail": p.detail,
                                               "seconds": round(p.seconds, 3)})})
-        return {"dry_run": self.dry_run, "entries": list(entries.values())}
+        out = {"dry_run": self.dry_run, "entries": list(entries.values())}
+        if not self.dry_run:
+            out["summary"] = self.counts()
+        return out
 
+    def counts(self) -> dict:
+        """{status: how many}, every status named, in a fixed order."""
+        return {s: sum(1 for p in self.probes if p.status == s) for s in STATUSES}
 
-def _host(url: str) -> tuple:
-    return (urlsplit(url).hostname,) if url else ()
+    def summary(self) -> str:
+        """'3 ok, 1 stale, 0 unreachable, 0 missing, 0 error, 2 skipped'."""
+        return ", ".join(f"{n} {s}" for s, n in self.counts().items())
+
+    def exit_code(self) -> int:
+        """1 when any proof is stale, unreachable, missing or error; 0 when all that ran are ok."""
+        return 1 if any(p.status in FAILED for p in self.probes) else 0
 
 
 def _placeholder(command: str, variables: dict) -> str:
     """The command with the secret's variables as opaque text, so the guard judges its shape."""
-    return _VAR.sub(lambda m: f"RECALLVAR{m.group(1)}" if m.group(1) in variables else m.group(0), command)
+    return _VAR.sub(lambda m: f"RECALLVAR{m.group(1)}RECALLEND" if m.group(1) in variables else m.group(0),
+                    command)
+
+
+def secret_bindings(sid: str, meta: dict, check: str) -> tuple:
+    """Where secret `sid` may be sent: its own url:, or else the URLs in its own use:/check: lines."""
+    if meta.get("url"):
+        b = binding_for(sid, meta["url"], "url")
+        return (b,) if b else ()
+    found = []
+    for source, text in (("use", meta.get("use") or ""), ("check", check or "")):
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            words = text.split()
+        for word in words:
+            b = binding_for(sid, word, source) if "://" in word else None
+            if b and (b.scheme, b.host, b.port) not in {(x.scheme, x.host, x.port) for x in found}:
+                found.append(b)
+    return tuple(found)
+
+
+def _inventory_hosts(entries: list) -> set:
+    """Names ssh -J may jump through: every entry's id, name, aliases and its url's host."""
+    hosts = set()
+    for e in entries:
+        hosts.update(n.lower() for n in e.names())
+        b = binding_for(e.id, e.url) if e.url else None
+        if b:
+            hosts.add(b.host)
+    return hosts
+
+
+def _entry_url_mismatch(e, bindings: dict) -> str:
+    """Why the entry's own url: differs from a linked secret's (an entry can never widen it), or ''."""
+    own = binding_for(e.id, e.url) if e.url else None
+    if not own:
+        return ""
+    for sid in e.secrets:
+        binds = bindings.get(sid, ())
+        if binds and not any(b.host == own.host and (b.port is None or own.port in (None, b.port)) for b in binds):
+            return (f"the entry's url host {own.host} differs from secret {sid}'s own host {binds[0].host}; "
+                    f"the credential goes only to {binds[0].host}: fix url: in the inventory or the secrets file")
+    return ""
 
 
 def plan(con, cfg, ids=None) -> list:
-    """Every probe the sweep would run, each with the guard's verdict; runs nothing."""
+    """Every probe the sweep would run, each with the guard's verdict (setup steps too); runs nothing."""
     entries = inventory.load_inventory(cfg, con)
     secrets = con.execute("SELECT id, meta, variables, check_cmd FROM secrets ORDER BY id").fetchall()
     known = {e.id for e in entries} | {s["id"] for s in secrets}
@@ -78,61 +143,81 @@ def plan(con, cfg, ids=None) -> list:
                for i in ids]
     wanted = set(ids or known)
     secret_vars = {s["id"]: {v: (s["id"], f) for v, f in json.loads(s["variables"]).items()} for s in secrets}
+    bindings = {s["id"]: secret_bindings(s["id"], json.loads(s["meta"]), s["check_cmd"]) for s in secrets}
+    jump_hosts = _inventory_hosts(entries)
     probes = []
     for e in entries:
         if e.id not in wanted:
             continue
-        command = e.verify or e.check
+        command = (e.verify or e.check).strip()       # a `verify: >` block ends in a newline
+        setup = [(step, setup_verdict(step)) for step in e.access]
         if not command:
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="no-proof",
-                                reason="the entry has no verify or check command", requires=e.requires))
+                                reason="the entry has no verify or check command", requires=e.requires,
+                                setup=setup))
             continue
         variables = {}
         for sid in e.secrets:
             variables.update(secret_vars.get(sid, {}))
-        probes.append(_judge(Probe(f"entry:{e.id}", "entry", e.id, command, requires=list(e.requires),
-                                   variables=variables), _host(e.url), bool(e.secrets)))
+        p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, requires=list(e.requires),
+                         variables=variables, setup=setup),
+                   tuple(b for sid in e.secrets for b in bindings.get(sid, ())), bool(e.secrets), jump_hosts)
+        mismatch = _entry_url_mismatch(e, bindings)
+        if mismatch and p.verdict == "allow":
+            p.verdict, p.rule, p.reason = "deny", "verify.entry-url", mismatch
+        probes.append(p)
     for s in secrets:
         if s["id"] in wanted and s["check_cmd"]:
-            url = json.loads(s["meta"]).get("url", "")
-            probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], s["check_cmd"],
-                                       variables=secret_vars[s["id"]]), _host(url), True))
+            probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], s["check_cmd"].strip(),
+                                       variables=secret_vars[s["id"]]), bindings[s["id"]], True, jump_hosts))
     return probes
 
 
-def _judge(p: Probe, url_hosts: tuple, credential: bool) -> Probe:
-    v = verdict_for(_placeholder(p.command, p.variables), url_hosts=url_hosts, credential=credential)
+def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts=()) -> Probe:
+    v = verdict_for(_placeholder(p.command, p.variables), bindings=bindings, credential=credential,
+                    jump_hosts=jump_hosts)
     p.verdict, p.rule, p.reason, p.argv, p.tool = v.verdict, v.rule, v.reason, v.argv, v.tool
-    if v.allow and any(f"RECALLVAR{name}" in a for a in v.argv[1:] for name in p.variables):
-        if p.tool != "curl" or not all(_header_only(v.argv, name) for name in p.variables):
+    if v.allow and any("RECALLVAR" in a for a in v.argv[1:]):
+        rest, headers = curl_headers(list(v.argv), lambda h: "RECALLVAR" in h) if p.tool == "curl" else (v.argv, [])
+        if any("RECALLVAR" in a for a in rest[1:]) or any("RECALLVAR" in h.split(":", 1)[0] for h in headers):
             p.verdict, p.rule = "deny", "verify.variable"
-            p.reason = "a secret's variable may appear only inside a curl -H header (sent on stdin, not argv)"
+            p.reason = ("a secret's variable may appear only in a curl -H header's value (sent on stdin, not "
+                        "argv): write -H \"Authorization: Bearer $VAR\"")
     p.serial = p.tool == "az"
     return p
 
 
-def _header_only(argv: tuple, name: str) -> bool:
-    token = f"RECALLVAR{name}"
-    return all(argv[i - 1] in ("-H", "--header") for i, a in enumerate(argv) if token in a)
+def _denied_setup(p: Probe):
+    return next(((step, v) for step, v in p.setup if not v.allow), None)
 
 
 # -- running -------------------------------------------------------------------------------------
 
+_UNSAFE_IN_CONFIG = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _config_value(text: str, sid: str) -> str:
+    """`text` as the inside of a double-quoted curl config value; a control character is refused."""
+    m = _UNSAFE_IN_CONFIG.search(text)
+    if m:
+        what = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL"}.get(m.group(0), "a control character")
+        raise RecallError(f"secret '{sid}' holds {what}, which an HTTP header cannot carry: not sent",
+                          "fix the value in the secrets file and run 'recall secret sync'")
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _curl_stdin(argv: list, variables: dict, values: dict) -> tuple:
     """Move headers naming secret variables into a curl config on stdin: the value never hits argv."""
-    out, config = [], []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("-H", "--header") and i + 1 < len(argv) and "RECALLVAR" in argv[i + 1]:
-            header = re.sub(r"RECALLVAR([A-Za-z_][A-Za-z0-9_]*)",
-                            lambda m: values[variables[m.group(1)][0]][variables[m.group(1)][1]], argv[i + 1])
-            config.append('header = "' + header.replace("\\", "\\\\").replace('"', '\\"') + '"')
-            i += 2
-            continue
-        out.append(a)
-        i += 1
-    return (_curl_options(out, ["-K", "-"]), ("\n".join(config) + "\n").encode()) if config else (out, None)
+    out, headers = curl_headers(argv, lambda h: "RECALLVAR" in h)
+    if not headers:
+        return argv, None
+    config = []
+    for header in headers:
+        def value(m):
+            sid, key = variables[m.group(1)]
+            return _config_value(values[sid][key], sid)
+        config.append('header = "' + _PLACEHOLDER.sub(value, _config_value(header, "(header)")) + '"')
+    return _curl_options(out, ["-K", "-"]), ("\n".join(config) + "\n").encode()
 
 
 def _curl_options(argv: list, options: list) -> list:
@@ -141,7 +226,21 @@ def _curl_options(argv: list, options: list) -> list:
     return argv[:at] + options + argv[at:]
 
 
-def _run_probe(cfg, p: Probe, timeout: float) -> None:
+def _resolve(p: Probe, argv: list, path: str) -> list:
+    """argv with the tool as an absolute path from recall's own PATH: a setup step cannot swap it."""
+    if "/" in argv[0]:
+        return argv                   # the guard already required it to be the tool on this PATH
+    found = shutil.which(argv[0], path=path)
+    if not found or not os.path.isabs(found):
+        raise _Missing(f"{argv[0]} is not installed here (not on PATH)")
+    return [found] + argv[1:]
+
+
+class _Missing(RecallError):
+    pass
+
+
+def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
     from . import vault
     from .access import exec_entry
     from .runner import run_masked
@@ -153,9 +252,10 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
             up, detail = inventory.tcp_check("tcp " + argv[1], min(timeout, inventory.DEFAULT_TCP_TIMEOUT))
             p.status, p.detail = ("ok", "") if up else ("unreachable", detail)
             return
+        argv = _resolve(p, argv, path)
         data = None
         if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
-            argv = _curl_options(argv, ["-f", "-S"])
+            argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
         if p.variables and any("RECALLVAR" in a for a in argv):
             argv, data = _curl_stdin(argv, p.variables, vault.load_values(con, cfg))
         if p.kind == "entry":
@@ -169,10 +269,12 @@ def _run_probe(cfg, p: Probe, timeout: float) -> None:
         else:
             row = con.execute("SELECT inject FROM secrets WHERE id=?", (p.id,)).fetchone()
             if p.tool == "sudo" and row["inject"] == "stdin":
-                argv = [argv[0], "-S", "-k", "true"]      # the password arrives on stdin
+                argv = [argv[0], "-S", *argv[1:]]      # the password arrives on stdin
             res = vault.exec_with(con, cfg, p.id, argv, timeout=timeout)
         text = (res.stdout + b"\n" + res.stderr).decode("utf-8", "replace")
         p.status, p.detail = classify(p.tool, res.code, text, timed_out=res.timed_out)
+    except _Missing as exc:
+        p.status, p.detail = "missing", exc.args[0]
     except RecallError as exc:
         p.status, p.detail = "error", str(exc)
     finally:
@@ -194,12 +296,16 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     for p in probes:
         blocker = next((d for d in _all_requires(entries, p) if d in down), None) if p.kind == "entry" else None
         own = checked.get(p.id) if p.kind == "entry" else None
-        if own is not None and p.command == next(e.check for e in entries if e.id == p.id):
+        if own is not None and p.command == next(e.check for e in entries if e.id == p.id).strip():
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
             p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"
         elif p.verdict != "allow":
             p.status, p.detail = "skipped", f"not run: the guard denied it ({p.rule}): {p.reason}"
+        elif _denied_setup(p):
+            step, v = _denied_setup(p)
+            p.status = "skipped"
+            p.detail = f"setup step not allowed ({v.rule}): {inventory.hide_values(step)!r}: {v.reason}"
         else:
             runnable.append(p)
             continue
@@ -207,9 +313,11 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     serial = [p for p in runnable if p.serial]       # az: one job, so its waits hold no other slot
     jobs = ([serial] if serial else []) + [[p] for p in runnable if not p.serial]
 
+    path = os.environ.get("PATH", os.defpath)       # the PATH recall started with, not a setup step's
+
     def work(batch):
         for p in batch:
-            _run_probe(cfg, p, timeout)
+            _run_probe(cfg, p, timeout, path)
 
     with ThreadPoolExecutor(max_workers=_pool_size(jobs)) as pool:
         list(pool.map(work, jobs))

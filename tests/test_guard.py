@@ -67,8 +67,6 @@ DENIED = [
     ("kubectl get pod?", "glob"),
     ("kubectl get [p]ods", "glob"),
     ("kubectl get {pods,secrets}", "glob"),
-    ("tcp [::1]:22", "glob"),
-    ("ssh -i ~/.ssh/id_ed25519 host true", "tilde"),
     ("ssh -i ~root/.ssh/id host true", "tilde"),
     ("kubectl get nodes # then something", "comment"),
     ("curl -s https://x.example.com/#frag", "comment"),
@@ -132,12 +130,10 @@ DENIED = [
     ("aws --debug sts get-caller-identity", "aws.debug"),
     ("aws sts get-caller-identity --no-verify-ssl", "aws.flag"),
     ("aws sts get-caller-identity --ca-bundle /tmp/ca.pem", "aws.flag"),
-    ("aws sts get-caller-identity --query Account", "aws.flag"),
     ("aws sts get-caller-identity --prof ops", "aws.flag"),          # argparse abbreviation
     ("aws sts get-caller-identity --endpoint x", "aws.flag"),        # abbreviation of --endpoint-url
     ("aws sts get-caller-identity -p ops", "aws.flag"),
     ("aws sts get-caller-identity -- --debug", "aws.flag"),
-    ("aws s3 ls", "aws.command"),
     ("aws sts assume-role --role-arn x", "aws.flag"),
     ("aws sts assume-role", "aws.command"),
     ("aws iam delete-user", "aws.command"),
@@ -165,9 +161,7 @@ DENIED = [
     ("kubectl get nodes --user admin", "kubectl.identity"),
     ("kubectl get nodes --cluster other", "kubectl.identity"),
     ("kubectl get nodes --insecure-skip-tls-verify", "kubectl.identity"),
-    ("kubectl get pods -o 'jsonpath={.items}'", "kubectl.output"),
     ("kubectl get pods -o='go-template={{.}}'", "kubectl.output"),
-    ("kubectl get pods '-ojsonpath={.items}'", "kubectl.output"),
     ("kubectl get pods --output=custom-columns=N:.metadata.name", "kubectl.output"),
     ("kubectl get pods --template x", "kubectl.output"),
     ("kubectl version -o wide", "kubectl.output"),
@@ -183,7 +177,6 @@ DENIED = [
     ("kubectl -n prod get -A secrets -o json", "kubectl.secret"),
     ("kubectl cluster-info dump", "kubectl.dump"),
     ("kubectl delete pods web", "kubectl.command"),
-    ("kubectl auth whoami", "kubectl.command"),
     ("kubectl proxy", "kubectl.command"),
     ("kubectl my-plugin", "kubectl.command"),
     ("kubectl", "kubectl.command"),
@@ -285,7 +278,7 @@ DENIED = [
     ("ssh -R 9000:localhost:22 host true", "ssh.forward"),
     ("ssh -D 1080 host true", "ssh.forward"),
     ("ssh -W db:5432 host true", "ssh.forward"),
-    ("ssh -J jump host true", "ssh.forward"),
+    ("ssh -J jump host true", "ssh.jump"),
     ("ssh -w 0:0 host true", "ssh.forward"),
     ("ssh -A host true", "ssh.forward"),
     ("ssh -qX host true", "ssh.forward"),
@@ -309,11 +302,8 @@ DENIED = [
     ("ssh -p=22 host true", "ssh.value"),
     ("ssh -l -oProxyCommand=id host true", "ssh.value"),
     # az
-    ("az account show", "az.subscription"),
-    ("az account show -o json", "az.subscription"),
     ("az account show -s ops", "az.flag"),
     ("az account show --sub ops", "az.flag"),
-    ("az account show --subscription ops --query id", "az.flag"),
     ("az account show --subscription ops --debug", "az.flag"),
     ("az account set --subscription ops", "az.command"),
     ("az vm list --subscription ops", "az.command"),
@@ -335,6 +325,93 @@ DENIED = [
     ("tcp -h:22", "tcp.target"),
     ("tcp", "tcp.args"),
     ("tcp host:22 extra", "tcp.args"),
+    # issue 14 point 5: the write/exec forms of the tools whose read-only forms are now allowed
+    ("ssh -o PermitLocalCommand=yes host true", "ssh.option"),
+    ("ssh -o BatchMode=maybe host true", "ssh.option"),
+    ("ssh -o 'BatchMode yes' host true", "ssh.option"),
+    ("ssh -o ConnectTimeout=soon host true", "ssh.option"),
+    ("ssh -o ProxyJump=evil host true", "ssh.option"),
+    ("ssh -n host uptime -a", "ssh.command"),
+    ("ssh host id; reboot", "shell-metachar"),
+    ("ssh host 'whoami && reboot'", "ssh.command"),
+    ("ssh host hostname -F /etc/x", "ssh.command"),
+    ("ssh -i ~/k host touch x", "ssh.command"),
+    ("ssh -l ~/k host true", "tilde"),
+    ("ssh host -i ~other/k true", "tilde"),
+    ("ssh -J jump01 host true", "ssh.jump"),
+    ("ssh -x -X host true", "ssh.forward"),
+    ("curl -w \"%{http_code}\\$HOME\" https://x.example.com/", "escape"),
+    ("curl -w \"a\\\"b\" https://x.example.com/", "escape"),
+    ("curl --retry many https://x.example.com/", "curl.value"),
+    ("curl --retry 99 https://x.example.com/", "curl.value"),
+    ("curl --cacert https://x.example.com/", "curl.url"),
+    ("curl --capath /etc/ssl https://x.example.com/", "curl.flag"),
+    ("curl -sHo /tmp/x https://x.example.com/", "curl.header"),
+    ("curl -A ua -T f https://x.example.com/", "curl.data"),
+    ("curl -4 -o /tmp/x https://x.example.com/", "curl.output"),
+    ("curl --noproxy 'a;b' https://x.example.com/", "curl.value"),
+    ("aws s3 cp s3://b/k /tmp/k", "aws.command"),
+    ("aws s3 rm s3://b/k", "aws.command"),
+    ("aws s3 sync /tmp s3://b", "aws.command"),
+    ("aws s3 mb s3://b", "aws.command"),
+    ("aws s3 presign s3://b/k", "aws.command"),
+    ("aws s3 ls s3://b/k extra", "aws.command"),
+    ("aws s3 ls /tmp", "aws.value"),
+    ("aws s3 ls --recursive s3://b", "aws.flag"),
+    ("aws s3api get-object --bucket b --key k out", "aws.flag"),
+    ("aws sts get-caller-identity --cli-connect-timeout soon", "aws.value"),
+    ("aws --no-cli-pager s3 ls --endpoint-url https://evil.example.net", "aws.endpoint"),
+    ("kubectl get --raw /api/v1/secrets", "kubectl.raw"),
+    ("kubectl get --raw /readyz pods", "kubectl.raw"),
+    ("kubectl get --raw=/metrics", "kubectl.raw"),
+    ("kubectl version --raw /readyz", "kubectl.raw"),
+    ("kubectl get secrets -o 'jsonpath={.items[0].data}'", "kubectl.secret"),
+    ("kubectl get pods -o 'go-template={{.}}' --no-headers", "kubectl.output"),
+    ("kubectl get pods -o custom-columns=N:.metadata.name", "kubectl.output"),
+    ("kubectl top secrets", "kubectl.args"),
+    ("kubectl top pods a b", "kubectl.args"),
+    ("kubectl api-resources -o json", "kubectl.output"),
+    ("kubectl config view", "kubectl.command"),
+    ("kubectl config view --raw", "kubectl.value"),
+    ("kubectl config view -o yaml", "kubectl.command"),
+    ("kubectl config use-context prod", "kubectl.command"),
+    ("kubectl config set-context prod --namespace x", "kubectl.command"),
+    ("kubectl config current-context extra", "kubectl.args"),
+    ("kubectl auth whoami extra", "kubectl.args"),
+    ("kubectl auth whoami --as admin", "kubectl.identity"),
+    ("kubectl top pods --containers", "kubectl.flag"),
+    ("az account get-access-token", "az.command"),
+    ("az account set --subscription ops", "az.command"),
+    ("az account show --query id -o yaml", "az.value"),
+    ("az account show --verbose", "az.flag"),
+    ("gcloud auth print-access-token", "gcloud.command"),
+    ("gcloud auth login", "gcloud.command"),
+    ("gcloud config set project p", "gcloud.command"),
+    ("gcloud compute ssh vm1", "gcloud.command"),
+    ("gcloud compute instances delete vm1", "gcloud.command"),
+    ("gcloud compute instances create vm1", "gcloud.command"),
+    ("gcloud container clusters get-credentials c", "gcloud.command"),
+    ("gcloud container clusters describe c", "gcloud.command"),
+    ("gcloud secrets versions access latest", "gcloud.command"),
+    ("gcloud secrets versions access latest --secret s", "gcloud.flag"),
+    ("gcloud projects list extra", "gcloud.command"),
+    ("gcloud projects describe", "gcloud.command"),
+    ("gcloud projects list --log-http", "gcloud.flag"),
+    ("gcloud projects list --impersonate-service-account sa@x", "gcloud.flag"),
+    ("gcloud projects list --flags-file f.yaml", "gcloud.flag"),
+    ("gcloud auth list --project p", "gcloud.flag"),
+    ("gcloud projects list --format=evil", "gcloud.value"),
+    ("gcloud", "gcloud.command"),
+    ("sudo -n rm -rf /", "wrapper"),
+    ("sudo -v true", "wrapper"),
+    ("sudo -nv", "wrapper"),
+    ("sudo -n -k true", "wrapper"),
+    ("true false", "true.args"),
+    ("/tmp/true", "path"),
+    ("tcp [::1]:22x", "glob"),
+    ("tcp [evil]:22", "glob"),
+    ("tcp ::1]:22", "glob"),
+    ("kubectl get [p]ods", "glob"),
 ]
 
 # (command, rule) — every row here must be allowed with exactly that rule
@@ -393,6 +470,67 @@ ALLOWED = [
     ("tcp 10.0.0.1:65535", "tcp.connect"),
     ("tcp '[::1]:22'", "tcp.connect"),
     ("tcp host:1", "tcp.connect"),
+    # issue 14 point 5: the ordinary read-only proofs a user writes
+    ("ssh -o BatchMode=yes host true", "ssh.probe"),
+    ("ssh -o ConnectTimeout=5 -o StrictHostKeyChecking=accept-new host hostname", "ssh.probe"),
+    ("ssh -oBatchMode=yes -o StrictHostKeyChecking=yes host true", "ssh.probe"),
+    ("ssh -n -x host uptime", "ssh.probe"),
+    ("ssh -nx -i ~/.ssh/id_ed25519 -p 2222 ops@host id", "ssh.probe"),
+    ("ssh -i ~/.ssh/id_ed25519 host true", "ssh.probe"),
+    ("ssh host hostname -f", "ssh.probe"),
+    ("ssh host whoami", "ssh.probe"),
+    ("ssh host id", "ssh.probe"),
+    ("ssh host 'hostname -f'", "ssh.probe"),
+    ("curl --cacert /etc/ssl/ca.pem https://x.example.com/", "curl.get"),
+    ("curl --retry 3 --fail-with-body --compressed https://x.example.com/", "curl.get"),
+    ("curl -A recall-verify -4 https://x.example.com/", "curl.get"),
+    ("curl -6 --http1.1 --noproxy x.example.com,localhost https://x.example.com/", "curl.get"),
+    ("curl --user-agent 'recall/1' https://x.example.com/", "curl.get"),
+    ('curl -s -o /dev/null -w "%{http_code}\\n" https://x.example.com/', "curl.get"),
+    ("curl -sH 'Accept: application/json' https://x.example.com/", "curl.get"),
+    ("curl -sSH'Accept: application/json' https://x.example.com/", "curl.get"),
+    ("aws sts get-caller-identity --query Account --output text", "aws.sts"),
+    ("aws sts get-caller-identity --no-cli-pager --cli-connect-timeout 5 --region eu-west-1", "aws.sts"),
+    ("aws s3 ls", "aws.s3-ls"),
+    ("aws s3 ls s3://my-bucket/logs/ --profile ops", "aws.s3-ls"),
+    ("kubectl get nodes --no-headers", "kubectl.get"),
+    ("kubectl get pods --field-selector status.phase=Running --show-labels", "kubectl.get"),
+    ("kubectl get pods -o 'jsonpath={.items}'", "kubectl.get"),
+    ("kubectl get pods '-ojsonpath={.items[*].metadata.name}'", "kubectl.get"),
+    ("kubectl get nodes -o wide", "kubectl.get"),
+    ("kubectl get nodes -o name", "kubectl.get"),
+    ("kubectl auth whoami", "kubectl.auth-whoami"),
+    ("kubectl --context ops auth whoami -o json", "kubectl.auth-whoami"),
+    ("kubectl auth can-i get pods", "kubectl.auth-can-i"),
+    ("kubectl top nodes", "kubectl.top"),
+    ("kubectl top pods -A --no-headers", "kubectl.top"),
+    ("kubectl api-resources", "kubectl.api-resources"),
+    ("kubectl api-resources -o name --no-headers", "kubectl.api-resources"),
+    ("kubectl --context ops version", "kubectl.version"),
+    ("kubectl cluster-info", "kubectl.cluster-info"),
+    ("kubectl config current-context", "kubectl.config"),
+    ("kubectl config get-contexts", "kubectl.config"),
+    ("kubectl config get-contexts ops -o name", "kubectl.config"),
+    ("kubectl get --raw /readyz", "kubectl.health"),
+    ("kubectl --context ops get --raw /healthz", "kubectl.health"),
+    ("kubectl get --raw=/livez", "kubectl.health"),
+    ("az account show", "az.account-show"),
+    ("az account show --query id -o tsv", "az.account-show"),
+    ("az account show -o json", "az.account-show"),
+    ("az account show --subscription ops --query id", "az.account-show"),
+    ("sudo -n true", "sudo.n"),
+    ("sudo -v", "sudo.v"),
+    ("gcloud auth list", "gcloud.list"),
+    ("gcloud config list", "gcloud.list"),
+    ("gcloud config list --format json", "gcloud.list"),
+    ("gcloud projects list --format='value(projectId)' --limit 5", "gcloud.list"),
+    ("gcloud projects describe my-project", "gcloud.list"),
+    ("gcloud compute instances list --project p --filter 'status=RUNNING'", "gcloud.list"),
+    ("gcloud compute instances describe vm1 --zone europe-west1-b", "gcloud.list"),
+    ("gcloud container clusters list --region europe-west1", "gcloud.list"),
+    ("gcloud sql instances list -q", "gcloud.list"),
+    ("true", "true.run"),
+    ("tcp [::1]:22", "tcp.connect"),
 ]
 
 # (command, url_hosts, rule, allow) — curl with a credential is bound to the secret's own host
@@ -406,7 +544,8 @@ CREDENTIAL = [
     ("curl -s https://jira.example.com/", (), "curl.host", False),
     ("curl -sk https://jira.example.com/", ("jira.example.com",), "curl.insecure", False),
     ("curl -sL https://jira.example.com/", ("jira.example.com",), "curl.redirect", False),
-    ("curl -s http://10.0.0.1/", ("10.0.0.2",), "curl.host", False),
+    ("curl -s https://10.0.0.1/", ("10.0.0.2",), "curl.host", False),
+    ("curl -s http://10.0.0.1/", ("10.0.0.1",), "curl.http", False),
 ]
 
 
@@ -578,3 +717,43 @@ def test_any_text_gets_a_documented_verdict():
             assert v.rule.split(".")[0] in {"aws", "kubectl", "curl", "ssh", "sudo", "az", "tcp"}
 
     check()
+
+
+# ---------------------------------------------------------------- issue 14: ordinary proofs
+
+def test_ssh_jump_only_through_an_inventory_host():
+    hosts = ("jump01", "bastion.example.com")
+    assert verdict_for("ssh -J jump01 db01 true", jump_hosts=hosts).allow
+    assert verdict_for("ssh -J ops@jump01:2222 -o BatchMode=yes db01 hostname", jump_hosts=hosts).allow
+    assert verdict_for("ssh -J jump01,bastion.example.com db01 true", jump_hosts=hosts).allow
+    for command in ("ssh -J evil.example.net db01 true", "ssh -J jump01,evil db01 true",
+                    "ssh -J jump011 db01 true", "ssh -J 'jump01 -oProxyCommand=id' db01 true"):
+        v = verdict_for(command, jump_hosts=hosts)
+        assert (v.allow, v.rule) == (False, "ssh.jump") or v.rule == "ssh.args", (command, v)
+        assert "inventory" in v.reason or v.rule == "ssh.args"
+
+
+def test_allowed_argv_is_what_bash_would_pass():
+    """Where the lexer lets a backslash or ~/ through, bash splits the words the way the guard did."""
+    import shutil
+    import subprocess
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    for command in ('curl -s -o /dev/null -w "%{http_code}\\n" https://x.example.com/',
+                    'curl -w "a\\tb\\n" https://x.example.com/', "tcp [::1]:22",
+                    "ssh -i ~/.ssh/id host true", "ssh host 'hostname -f'"):
+        v = verdict_for(command, which=fake_which)
+        assert v.allow, (command, v)
+        words = command.split(" ", 1)[1]
+        out = subprocess.run(["bash", "--noprofile", "--norc", "-c", f"printf '%s\\0' {words}"],
+                             capture_output=True, text=True, cwd="/", env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"})
+        got = out.stdout.split("\0")[:-1]
+        want = [w.replace("~/", "/home/u/", 1) if w.startswith("~/") else w for w in v.argv[1:]]
+        assert got == want, command
+
+
+def test_every_allowed_tool_keeps_its_write_forms_denied():
+    """For each tool the allow-list widened, its write or exec forms stay denied (see DENIED)."""
+    tools = {c.split()[0] for c, _ in ALLOWED}
+    denied_tools = {c.split()[0] for c, _ in DENIED if c.split()}
+    assert {"ssh", "curl", "aws", "kubectl", "az", "gcloud", "sudo", "true", "tcp"} <= tools & denied_tools

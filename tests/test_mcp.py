@@ -32,9 +32,10 @@ PRINT_TOKEN = f'{sys.executable} -c "import os; print(os.environ[\'JIRA_API_TOKE
 
 
 
-def secrets_text(jira_port: int) -> str:
-    """jira-api-token's check reaches a local server that echoes the Authorization header back."""
-    url = f"http://127.0.0.1:{jira_port}/rest/api/2/myself"
+def secrets_text(jira_port: int, ca: str) -> str:
+    """jira-api-token's check reaches a local HTTPS server that echoes the Authorization header back
+    (a credential goes only over https: verify denies it over http)."""
+    url = f"https://127.0.0.1:{jira_port}/rest/api/2/myself"
     return f"""\
 - id: jira-api-token
   service: jira
@@ -45,7 +46,7 @@ def secrets_text(jira_port: int) -> str:
   tags: [atlassian, jira, api]
   notes: Personal Jira bearer token.
   use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
-  check: 'curl -s -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  check: 'curl -s --cacert {ca} -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
   value: "{CANARY}"
 - id: db-admin
   service: postgres
@@ -74,8 +75,11 @@ def inventory_text(vpn_port: int) -> str:
 
 
 @pytest.fixture
-def echo_server():
-    """HTTP on 127.0.0.1 answering 401 with the request's Authorization header in the body."""
+def echo_server(tmp_path):
+    """HTTPS on 127.0.0.1 answering 401 with the request's Authorization header in the body;
+    yields (port, CA certificate path)."""
+    import ssl
+    from tests.fake_kube import make_cert
     class Echo(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = f"bad token: {self.headers.get('Authorization')}\n".encode()
@@ -88,10 +92,14 @@ def echo_server():
             pass
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    cert, key = make_cert(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     try:
-        yield srv.server_address[1]
+        yield srv.server_address[1], str(cert)
     finally:
         srv.shutdown()
         srv.server_close()
@@ -102,7 +110,7 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     """Notes (one with a pasted token), a secrets file holding CANARY, an inventory, all indexed."""
     write_tree(notes, {"jira/pasted-token.md": f"# Jira access\n\nThe old Jira token was {CANARY} — rotated.\n"})
     secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(secrets_text(echo_server))
+    secrets.write_text(secrets_text(*echo_server))
     secrets.chmod(0o600)
     inv = tmp_path / "inventory.yaml"
     inv.write_text(inventory_text(listener))
@@ -115,7 +123,8 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     monkeypatch.setattr(mcp_server, "_WARM", {})
     mcp_server._OUTPUTS.clear()
-    return {"cfg": cfg, "con": con, "inventory": inv, "tmp": tmp_path, "jira_port": echo_server}
+    return {"cfg": cfg, "con": con, "inventory": inv, "tmp": tmp_path, "jira_port": echo_server[0],
+            "jira_ca": echo_server[1]}
 
 
 async def _session(server, steps):
@@ -403,8 +412,8 @@ def test_canary_never_appears_in_any_tool_response(world):
         ("recall_access_exec", {"id": "jira-prod", "command": PRINT_TOKEN}),
         ("recall_access_exec", {"id": "jira-prod", "command": b64}),
         ("recall_access_exec", {"id": "jira-prod", "command": "sh -c 'echo $JIRA_API_TOKEN >&2; exit 4'"}),
-        ("recall_access_exec", {"id": "jira-prod", "command": "sh -c 'curl -s -H \"Authorization: Bearer "
-                                f"$JIRA_API_TOKEN\" http://127.0.0.1:{world['jira_port']}/'"}),
+        ("recall_access_exec", {"id": "jira-prod", "command": f"sh -c 'curl -s --cacert {world['jira_ca']} -H "
+                                f"\"Authorization: Bearer $JIRA_API_TOKEN\" https://127.0.0.1:{world['jira_port']}/'"}),
         ("recall_access_exec", {"id": "jira-prod"}),
         ("recall_access_exec", {"id": "jira-prod", "command": f"no-such-tool-{CANARY}"}),
         ("recall_verify", {}),

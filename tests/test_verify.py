@@ -304,53 +304,108 @@ def test_ssh_against_a_real_sshd(tmp_path, config):
         stop_sshd(server)
 
 
+class Recorder:
+    """A local HTTP(S) API on 127.0.0.1 that records every request (path, Host, Authorization).
+
+    /me answers 200 to 'Bearer CANARY' and 401 (with a JSON body) to anything else, /open always 200,
+    /echo 200 with the Authorization header as its body, anything else 404."""
+
+    def __init__(self, tmp_path=None, tls=False):
+        import ssl
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.requests, self.cert = [], None
+        requests = self.requests
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                auth = self.headers.get("Authorization")
+                requests.append({"path": self.path, "host": self.headers.get("Host"), "auth": auth,
+                                 "extra": {k: v for k, v in self.headers.items()
+                                           if k.lower() not in ("host", "authorization", "user-agent", "accept")}})
+                path = self.path.split("?")[0]
+                code = {"/me": 200 if auth == f"Bearer {CANARY}" else 401, "/open": 200, "/echo": 200}.get(path, 404)
+                body = (auth or "").encode() if path == "/echo" else json.dumps({"code": code}).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        scheme = "http"
+        if tls:
+            from tests.fake_kube import make_cert
+            self.cert, key = make_cert(tmp_path)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.cert, key)
+            self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
+            scheme = "https"
+        self.port = self.srv.server_address[1]
+        self.base = f"{scheme}://127.0.0.1:{self.port}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    @property
+    def seen(self):
+        return [r["auth"] for r in self.requests]
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
 @pytest.fixture
 def http_server():
-    """A local HTTP API: /me answers 200 to 'Bearer CANARY' and 401 (with a JSON body) to anything
-    else, /open always 200, anything else 404. Yields (base URL, Authorization headers seen)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    seen = []
-
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_GET(self):
-            auth = self.headers.get("Authorization")
-            seen.append(auth)
-            path = self.path.split("?")[0]
-            code = {"/me": 200 if auth == f"Bearer {CANARY}" else 401, "/open": 200}.get(path, 404)
-            body = json.dumps({"code": code}).encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    """Plain HTTP stand-in: yields (base URL, Authorization headers seen)."""
+    server = Recorder()
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+        yield server.base, _SeenView(server)
     finally:
-        srv.shutdown()
-        srv.server_close()
+        server.stop()
+
+
+class _SeenView:
+    """The Authorization headers a Recorder saw, read live (`in`, iteration)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __iter__(self):
+        return iter(self.server.seen)
+
+    def __contains__(self, item):
+        return item in self.server.seen
+
+
+@pytest.fixture
+def https_server(tmp_path):
+    """TLS stand-in with a self-signed certificate for 127.0.0.1 (curl --cacert server.cert)."""
+    server = Recorder(tmp_path, tls=True)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def sweep(*ids, timeout=None):
     """`recall --json verify` as a real process: {id: its first command's result}."""
     args = ["--json", "verify", *ids] + (["--timeout", timeout] if timeout else [])
     r = run_recall(*args)
-    assert r.returncode == 0, r.stderr
-    return {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    data = json.loads(r.stdout)
+    failed = any(data["summary"][s] for s in ("stale", "unreachable", "missing", "error"))
+    assert r.returncode == (1 if failed else 0), data["summary"]        # the exit code is honest
+    return {e["id"]: e["commands"][0] for e in data["entries"]}
 
 
 @pytest.mark.e2e
-def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, http_server):
-    """A real curl against a local HTTP server: the header arrives; 401 → stale; argv never holds it."""
+def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, https_server):
+    """A real curl against a local HTTPS server: the header arrives; 401 → stale; argv never holds it."""
     pytest.importorskip("cryptography")
-    base, seen = http_server
-    url = f"{base}/me"
-    check = f"curl -s -o /dev/null -w \\\"%{{http_code}}\\\" -H \\\"Authorization: Bearer $TOK\\\" {url}"
+    url, ca = f"{https_server.base}/me", https_server.cert
+    check = f"curl -s --cacert {ca} -o /dev/null -w \\\"%{{http_code}}\\\" -H \\\"Authorization: Bearer $TOK\\\" {url}"
     write_inventory(tmp_path, config, "", secrets=f"""\
 - id: good
   url: {url}
@@ -365,19 +420,25 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, h
 - id: plain
   url: {url}
   env: TOK
-  check: "curl -s -H \\"Authorization: Bearer $TOK\\" {url}"
+  check: "curl -s --cacert {ca} -H \\"Authorization: Bearer $TOK\\" {url}"
   value: "plain-{CANARY}"
+- id: glued
+  url: {url}
+  env: TOK
+  check: "curl -sSH \\"Authorization: Bearer $TOK\\" --cacert {ca} {url}"
+  value: "{CANARY}"
 """)
     (tmp_path / "inventory.yaml").write_text("")
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
     r = run_recall("--json", "verify")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr            # two are stale
     by = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
     assert by["good"]["status"] == "ok", by["good"]
+    assert by["glued"]["status"] == "ok", by["glued"]        # -sSH: the header still moves to stdin
     assert by["revoked"]["status"] == "stale", by["revoked"]
     assert by["plain"]["status"] == "stale", by["plain"]     # no -w: recall adds -f -S
-    assert f"Bearer {CANARY}" in seen
+    assert https_server.seen.count(f"Bearer {CANARY}") == 2
     assert CANARY not in r.stdout + r.stderr
 
 
@@ -526,11 +587,11 @@ def test_a_sweep_starts_every_proof_at_once_up_to_the_pool_size(tmp_path, config
 
 
 @pytest.mark.e2e
-def test_secret_show_says_when_it_was_last_verified(tmp_path, config, http_server):
+def test_secret_show_says_when_it_was_last_verified(tmp_path, config, https_server):
     """After a sweep, `recall secret show` says how the last check went and when."""
     pytest.importorskip("cryptography")
-    base, _ = http_server
-    check = f"curl -s -o /dev/null -H \\\"Authorization: Bearer $TOK\\\" {base}/me"
+    base = https_server.base
+    check = f"curl -s --cacert {https_server.cert} -o /dev/null -H \\\"Authorization: Bearer $TOK\\\" {base}/me"
     write_inventory(tmp_path, config, "", secrets="".join(f"""\
 - id: {name}
   url: {base}/me
@@ -545,3 +606,69 @@ def test_secret_show_says_when_it_was_last_verified(tmp_path, config, http_serve
     lines = run_recall("secret", "show", "revoked").stdout.splitlines()
     assert "  last verified: stale just now: the service refused the credential (HTTP 401): rotate it" in lines
     assert "  last verified: ok just now" in run_recall("secret", "show", "good").stdout.splitlines()
+
+
+# -- issue 14: ordinary proofs, honest results, setup steps judged -----------------------------------
+
+def test_a_folded_verify_over_several_lines_is_one_command(tmp_path, config, standins, cli):
+    write_inventory(tmp_path, config, """\
+- id: jump01
+  verify: >
+    ssh -o BatchMode=yes -o ConnectTimeout=5
+    -n -x jump01.example.com
+    hostname -f
+""")
+    code, out, _ = cli("--json", "verify", "--dry-run")
+    proof = json.loads(out)["entries"][0]["commands"][0]
+    assert (proof["verdict"], proof["rule"]) == ("allow", "ssh.probe"), proof
+    code, out, _ = cli("verify")
+    assert code == 0 and out.startswith("ok "), out
+    assert standins.read_text() == "ssh -o BatchMode=yes -o ConnectTimeout=5 -n -x jump01.example.com hostname -f\n"
+
+
+def _stand_in(bindir: Path, tool: str, script: str) -> None:
+    bindir.mkdir(exist_ok=True)
+    (bindir / tool).write_text("#!/bin/sh\n" + script)
+    (bindir / tool).chmod(0o755)
+
+
+def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(tmp_path, config, monkeypatch, cli):
+    bindir = tmp_path / "bin"
+    _stand_in(bindir, "kubectl", 'case "$2" in bad) echo "error: You must be logged in to the server (Unauthorized)" >&2; exit 1;; esac\n')
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    ok = "- id: good\n  verify: kubectl --context good get nodes\n- id: also\n  verify: 'true'\n"
+    denied = "- id: writer\n  verify: kubectl --context good delete pod x\n"
+    stale = "- id: stale\n  verify: kubectl --context bad get nodes\n"
+    down = f"- id: down\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+
+    write_inventory(tmp_path, config, ok)
+    code, out, _ = cli("verify")
+    assert code == 0
+    assert out.splitlines()[-1] == "summary: 2 ok, 0 stale, 0 unreachable, 0 missing, 0 error, 0 skipped"
+
+    write_inventory(tmp_path, config, ok + denied)
+    code, out, _ = cli("verify")
+    assert code == 0                                       # skipped alone is not a failure, but it is said
+    assert out.splitlines()[-1].startswith("summary: 2 ok, 0 stale, 0 unreachable, 0 missing, 0 error, 1 skipped")
+    assert "skipped ones did not run" in out
+    code, out, _ = cli("verify", "writer")
+    assert code == 0 and "0 ok" in out and "1 skipped" in out
+
+    for extra, counted in ((stale, "1 stale"), (down, "1 unreachable")):
+        write_inventory(tmp_path, config, ok + denied + extra)
+        code, out, _ = cli("verify")
+        assert code == 1, out
+        assert counted in out.splitlines()[-1] and "2 ok" in out.splitlines()[-1]
+        code, out, _ = cli("--json", "verify")
+        assert code == 1 and json.loads(out)["summary"][counted.split()[1]] == 1
+
+    code, out, _ = cli("verify", "--dry-run")                 # a dry run judges; it fails nothing
+    assert code == 0 and "summary" not in out
+
+
+def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeypatch, cli):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    write_inventory(tmp_path, config, "- id: sub\n  verify: az account show\n")
+    code, out, _ = cli("--json", "verify")
+    got = json.loads(out)["entries"][0]["commands"][0]
+    assert code == 1 and (got["status"], got["detail"]) == ("missing", "az is not installed here (not on PATH)")

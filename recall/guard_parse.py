@@ -1,0 +1,140 @@
+"""The guard's option parser: one tool's option grammar (`_Flags`) → ordered (name, value) items,
+denials raised as `_Deny(rule, reason)`; host, port and number shapes shared by every tool."""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+TYPE_CHECKING = False
+if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
+    from typing import Dict, FrozenSet, List, Optional, Tuple
+
+
+class _Deny(Exception):
+    def __init__(self, rule: str, reason: str):
+        super().__init__(reason)
+        self.rule, self.reason = rule, reason
+
+
+# ---------------------------------------------------------------- option parsing
+
+@dataclass(frozen=True)
+class _Flags:
+    """One tool's option grammar: which names take values, short letters, and named denials."""
+
+    tool: str
+    values: FrozenSet[str]
+    bools: FrozenSet[str]
+    short: Dict[str, str]                 # letter -> canonical name
+    denied: Dict[str, Tuple[str, str]]    # canonical name -> (rule, reason)
+    long_equals: bool                     # accepts --opt=value (argparse, pflag; not curl)
+    short_equals: bool                    # -o=value means "value" (argparse, pflag; not getopt)
+
+
+def _deny_map(rule: str, names: str, reason: str) -> dict:
+    return {n: (rule, reason) for n in names.split()}
+
+
+def _take_value(spec: _Flags, name: str, value: Optional[str]) -> str:
+    if not value or value.startswith("-"):
+        raise _Deny(f"{spec.tool}.value", f"{name} needs a value that does not start with '-'")
+    return value
+
+
+def _parse(spec: _Flags, args: List[str], stop_at: Optional[int] = None,
+           spans: Optional[list] = None) -> List[Tuple[str, Optional[str]]]:
+    """Split args into ordered items: (option name, value|None) or ("", positional).
+
+    After `stop_at` positionals, everything left is positional (ssh's remote command). With
+    `spans`, each item's (first arg index, last arg index, offset of its letter) is appended."""
+    items: List[Tuple[str, Optional[str]]] = []
+    spans = [] if spans is None else spans
+    unknown = f"{spec.tool}.flag"
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if stop_at is not None and len(_positionals(items)) >= stop_at and not tok.startswith("-"):
+            items.extend(("", rest) for rest in args[i - 1:])
+            spans.extend((k, k, 0) for k in range(i - 1, len(args)))
+            break
+        if not tok.startswith("-"):
+            items.append(("", tok))
+            spans.append((i - 1, i - 1, 0))
+            continue
+        if tok in ("-", "--"):
+            raise _Deny(unknown, f"{tok!r} is not accepted by the {spec.tool} allow-list")
+        if tok.startswith("--"):
+            name, eq, value = tok.partition("=")
+            if name in spec.denied:
+                raise _Deny(*spec.denied[name])
+            if name in spec.bools and not eq:
+                items.append((name, None))
+                spans.append((i - 1, i - 1, 0))
+                continue
+            if name not in spec.values:
+                raise _Deny(unknown, f"{spec.tool} option {tok!r} is not on the allow-list")
+            if eq and not spec.long_equals:
+                raise _Deny(unknown, f"{spec.tool} has no --opt=value form: {tok!r}")
+            start = i - 1
+            if not eq:
+                value = args[i] if i < len(args) else None
+                i += 1
+            items.append((name, _take_value(spec, name, value)))
+            spans.append((start, i - 1, 0))
+            continue
+        for j in range(1, len(tok)):
+            name = spec.short.get(tok[j], "")
+            if name in spec.denied:
+                raise _Deny(*spec.denied[name])
+            if name in spec.bools:
+                items.append((name, None))
+                spans.append((i - 1, i - 1, j))
+                continue
+            if name not in spec.values:
+                raise _Deny(unknown, f"{spec.tool} flag -{tok[j]} (in {tok!r}) is not on the allow-list")
+            start = i - 1
+            rest = tok[j + 1:]
+            if rest:
+                value = rest[1:] if spec.short_equals and rest[0] == "=" else rest
+            else:
+                value = args[i] if i < len(args) else None
+                i += 1
+            items.append((name, _take_value(spec, name, value)))
+            spans.append((start, i - 1, j))
+            break
+    return items
+
+
+def _positionals(items) -> List[str]:
+    return [v for n, v in items if not n]
+
+
+def _options(items) -> Dict[str, str]:
+    """Last value wins, as in every parser here; bools map to ''."""
+    return {n: (v or "") for n, v in items if n}
+
+
+def _only(tool: str, opts: Dict[str, str], allowed: set, where: str) -> None:
+    for name in opts:
+        if name not in allowed:
+            raise _Deny(f"{tool}.flag", f"{name} is not allowed with {where}")
+
+
+_HOST = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
+_NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+_RESOURCE = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
+
+
+def _is_host(text: str) -> bool:
+    if _HOST.match(text):
+        return True
+    try:
+        ipaddress.IPv6Address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _port_ok(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535
