@@ -110,6 +110,12 @@ class World:
     def __init__(self, root: Path):
         self.root = root
         self.jira = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jira)
+        import ssl
+        from tests.fake_kube import make_cert
+        cert, key = make_cert(root)               # a credential goes only over https (verify denies http)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert, key)
+        self.jira.socket = tls.wrap_socket(self.jira.socket, server_side=True)
         threading.Thread(target=self.jira.serve_forever, daemon=True).start()
         self.vpn = None
         with socket.socket() as s:
@@ -122,7 +128,7 @@ class World:
         (bindir / "kubectl").chmod(0o755)
         setup = root / "ops-login.sh"
         setup.write_text(f"export OPS_SESSION_TOKEN={SESSION_TOKEN}\nexport AWS_REGION=eu-west-1\n")
-        url = f"http://127.0.0.1:{self.jira.server_address[1]}/rest/api/2/myself"
+        url = f"https://127.0.0.1:{self.jira.server_address[1]}/rest/api/2/myself"
         self.jira_url = url
         secrets = root / "secrets.yaml"
         secrets.write_text(f"""\
@@ -133,8 +139,8 @@ class World:
   url: {url}
   tags: [atlassian, jira, api]
   notes: Personal Jira bearer token for the REST API.
-  use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
-  check: 'curl -s -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  use: 'curl -s --cacert {cert} -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  check: 'curl -s --cacert {cert} -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
   value: "{CANARY}"
 - id: ops-kube-token
   service: kubernetes
@@ -171,7 +177,7 @@ class World:
   requires: [vpn]
   secrets: [jira-api-token]
   url: {url}
-  verify: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
+  verify: 'curl -s --cacert {cert} -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
 """)
         self.config = root / "config.yaml"
         self.config.write_text(f"sources:\n  - name: notes\n    path: {notes}\n"
