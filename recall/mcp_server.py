@@ -147,7 +147,7 @@ def _limit(limit, notices):
 # CLI verbs in core errors, said as the MCP tool to call (or what to ask the user to run).
 _FOR_AGENT = [
     (re.compile(r"'?recall secret exec (\S+) -- CMD( …)?'?"), r"recall_secret_command with id='\1'"),
-    (re.compile(r"'?recall access exec (\S+) -- CMD( …)?'?"), r"recall_access_exec with id='\1' and a command"),
+    (re.compile(r"'?recall access exec (\S+) -- CMD( …)?'?"), r"call recall_access_exec with id='\1' and a command"),
     (re.compile(r"'recall access show ([^']+)'"), r"recall_access_show with id='\1'"),
     (re.compile(r"'recall (access|secret) find( QUERY)?'"), r"recall_\1_find (an empty query lists all)"),
     (re.compile(r"'recall (search|read|verify)'"), r"recall_\1"),

@@ -301,6 +301,11 @@ def test_unknown_names_get_the_closest_ids_and_the_tool_to_call(world):
     assert err and text.endswith("no secret 'db-admn' — did you mean: db-admin?")
     text, err = call("recall_secret_show", id="qqqq")
     assert err and "recall_secret_find" in text and "recall secret" not in text
+    text, err = call("recall_access_exec", id="vpn")
+    assert err and text.endswith("entry 'vpn' has no verify command — call recall_access_exec with id='vpn' "
+                                 "and a command")
+    assert mcp_server.for_agent("no index yet — run 'recall index' first") == (
+        "no index yet — ask the user to run 'recall index' first")
 
 
 def test_bad_arguments_are_one_sentence_and_a_large_limit_is_cut_and_said(world):
