@@ -18,6 +18,27 @@ _YAML_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(.*)$")
 _YAML_ITEM = re.compile(r"^-(?:[ \t]+(.*))?$")
 _FLOW_ITEM = re.compile(r"""\s*("[^"]*"|'[^']*'|[^,]*)\s*(?:,|$)""")
 _DATE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:$|[T ])")
+# ERB (Middleman, Rails) and Liquid/Jinja (Jekyll, Hugo) tags: not words of a heading
+_TEMPLATE_TAG = re.compile(r"<%.*?%>|\{\{.*?\}\}|\{%.*?%\}")
+# a `Date:` line near the top of a note (`**Date:** 2024-03-04`, `Date: 28/03/2018`, `date - 5 May 2021`)
+_DATE_LINE = re.compile(r"^[\W_]*date[\W_]*[:\-][\W_]*(.+?)[\W_]*$", re.IGNORECASE)
+_DMY = re.compile(r"^(\d{1,2})[/.\-](\d{1,2})[/.\-](\d{4})\b")
+_NAMED = re.compile(r"^(?:(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})|([A-Za-z]{3,9})\s+(\d{1,2})(?:st|nd|rd|th)?,?)"
+                    r"\s+(\d{4})\b")
+_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx", ".mkd", ".mdown")
+# a markdown file run through a template engine keeps its markdown: runbook.html.md.erb
+TEMPLATE_SUFFIXES = (".erb", ".liquid", ".njk", ".j2", ".jinja", ".hbs", ".tmpl", ".tpl")
+
+
+def is_markdown(relpath: str) -> bool:
+    """Markdown by name: .md, .markdown, .mdx, .mkd, .mdown, also under a template suffix (.md.erb)."""
+    name = relpath.lower()
+    for suffix in TEMPLATE_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+            break
+    return name.endswith(MARKDOWN_SUFFIXES)
 
 
 @dataclass
@@ -53,6 +74,10 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
         h1 = next((name for _, level, name, _ in headings if level == 1 and name), "")
         if h1:
             meta["title"] = h1
+    if "date" not in meta:
+        found = _date_line(lines, body)
+        if found:
+            meta["date"] = found
     sections = _sections(lines, body, headings, meta.get("title", ""))
     size = _sizer(lines)
     chunks = []
@@ -60,6 +85,17 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
         for first, last, piece in _split(lines, group.first, group.last, fences, size, max_chars):
             chunks.append(Chunk(group.breadcrumb, first + 1, last + 1, piece))
     return Document(meta, chunks)
+
+
+def sections_in(text: str, first: int, last: int) -> list:
+    """[(start line, end line, breadcrumb)] (1-based) of the heading sections that lines
+    first..last of a markdown file hold, before any merging: what a hit inside them points at."""
+    lines = _split_lines(text)
+    meta, body = _front_matter(lines)
+    headings, _ = _scan(lines, body)
+    title = meta.get("title") or next((name for _, level, name, _ in headings if level == 1 and name), "")
+    return [(sec.first + 1, sec.last + 1, sec.breadcrumb) for sec in _sections(lines, body, headings, title)
+            if sec.first + 1 <= last and sec.last + 1 >= first]
 
 
 def heading_lines(text: str) -> list:
@@ -164,6 +200,41 @@ def _meta(fields: dict) -> dict:
     return meta
 
 
+def _date_line(lines: list, body: int, within: int = 40) -> str:
+    """The date of a `Date:` line among the first lines of the body, as YYYY-MM-DD, else ""."""
+    for line in lines[body:body + within]:
+        match = _DATE_LINE.match(line.strip())
+        found = parse_date(match.group(1)) if match else ""
+        if found:
+            return found
+    return ""
+
+
+def parse_date(text: str) -> str:
+    """'2024-03-04', '28/03/2018' (day first, as written outside the US), '5 April 2023' or
+    'April 5, 2023' → 'YYYY-MM-DD'; "" when it is not one of those or not a real date."""
+    text = text.strip()
+    try:
+        match = _DATE.match(text + " ")
+        if match:
+            return datetime.date(*map(int, match.groups())).isoformat()
+        match = _DMY.match(text)
+        if match:
+            day, month, year = map(int, match.groups())
+            if month > 12 >= day:          # 04/28/2018 can only be month first
+                day, month = month, day
+            return datetime.date(year, month, day).isoformat()
+        match = _NAMED.match(text)
+        if match:
+            day, month = (match.group(1), match.group(2)) if match.group(1) else (match.group(4), match.group(3))
+            number = _MONTHS.get(month[:3].lower())
+            if number:
+                return datetime.date(int(match.group(5)), number, int(day)).isoformat()
+    except ValueError:                     # 2025-02-30 and friends: not a date
+        pass
+    return ""
+
+
 def _value(value: str, more: list):
     """A scalar (str) or a list (list[str]) from a key's value and its continuation lines."""
     items = [_YAML_ITEM.match(m) for m in more]
@@ -202,11 +273,15 @@ def _scan(lines: list, start: int) -> tuple:
             para = None
         elif para == "plain" and _SETEXT.match(line):
             # a setext heading owns the paragraph line above its underline
-            headings.append((i - 1, 1 if line.strip()[0] == "=" else 2, lines[i - 1].strip(), 2))
+            name = " ".join(_TEMPLATE_TAG.sub(" ", lines[i - 1]).split())
+            headings.append((i - 1, 1 if line.strip()[0] == "=" else 2, name, 2))
             para = None
+        elif ("<%" in line or "{" in line) and not _TEMPLATE_TAG.sub("", line).strip():
+            para = None  # a line of template tags only (`<% end %>`) is no paragraph text
         elif _ATX.match(line):
             match = _ATX.match(line)
             name = _ATX_CLOSE.sub("", (match.group(2) or "").strip()).strip()
+            name = " ".join(_TEMPLATE_TAG.sub(" ", name).split())   # `# <%= page.title %>`: the title
             headings.append((i, len(match.group(1)), name, 1))
             para = None
         elif _THEMATIC.match(line):

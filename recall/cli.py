@@ -295,7 +295,7 @@ def cmd_search(args) -> int:
     for i, h in enumerate(result.hits, start=1):
         lines.append(f"{i}. {h.relpath}:{h.line}  {h.date}  [{h.source}]")
         lines.append(f"   {h.breadcrumb}")
-        lines.append(f"   {h.snippet}")
+        lines.append(f"   {h.marked()}")
         if h.explain:
             import json
             lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))

@@ -7,7 +7,7 @@ from pathlib import Path
 from .errors import InputError, RecallError
 from .records import Record
 
-DEFAULT_INCLUDE = ["*.md", "*.markdown", "*.txt", "*.rst"]
+DEFAULT_INCLUDE = ["*.md", "*.markdown", "*.mdx", "*.mkd", "*.md.erb", "*.txt", "*.rst"]
 EXAMPLE = 'sources: [{name: notes, path: ~/notes}]'
 
 

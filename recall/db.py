@@ -154,6 +154,15 @@ MIGRATIONS: list = [
     -- the bytes of a file name that is not UTF-8 (relpath then shows them as U+FFFD), else NULL
     ALTER TABLE files ADD COLUMN rawpath BLOB;
     """,
+    """
+    -- words match their forms (fix/fixed, certificate/certificates): the porter stemmer over
+    -- unicode61; identifiers stay exact in idents. The triggers name the table, so they carry on.
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, content='chunks', content_rowid='id',
+        tokenize="porter unicode61 remove_diacritics 2");
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
 ]
 
 

@@ -13,7 +13,6 @@ from . import db, terms
 from .errors import RecallError
 from .walk import SKIP_DIRS, glob_to_regex, raw_name, shown, walk_source  # noqa: F401 (re-exported)
 
-MARKDOWN = (".md", ".markdown", ".mdx")
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
 
@@ -33,8 +32,9 @@ class IndexReport:
 
 
 def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
-    """Front matter date, else a date in the path, else the last git commit touching the file,
-    else the file's mtime (the recency prior's input). `git_dates()` returns {relpath: date}."""
+    """Front matter date or a `Date:` line (meta["date"]), else a date in the path, else the last
+    git commit touching the file, else its mtime (the recency prior's input). `git_dates()`
+    returns {relpath: date}."""
     if meta.get("date"):
         return str(meta["date"])[:10]
     m = _PATH_DATE.search(relpath)
@@ -73,8 +73,8 @@ class GitDates:
 
 
 def _chunk(relpath: str, text: str):
-    from .chunk import chunk_markdown, chunk_text
-    if relpath.lower().endswith(MARKDOWN):
+    from .chunk import chunk_markdown, chunk_text, is_markdown
+    if is_markdown(relpath):
         return chunk_markdown(text)
     return chunk_text(text, relpath)
 
@@ -87,7 +87,8 @@ def chunk_hash(breadcrumb: str, body: str) -> str:
 def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     """A markdown chunk's heading path is embedded with it; a plain file's breadcrumb is its path,
     which is left out (shown and keyword-searched still) so a rename costs no new embedding."""
-    return breadcrumb if relpath.lower().endswith(MARKDOWN) else ""
+    from .chunk import is_markdown
+    return breadcrumb if is_markdown(relpath) else ""
 
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None,
@@ -116,7 +117,8 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
         "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash) "
         "VALUES (?,?,?,?,?,?,?,?)",
         (chunk_id, file_id, ord_, start, end, crumb, body, digest)).lastrowid
-    idents = terms.identifiers(crumb + "\n" + body)
+    # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
+    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1])
     con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
                     [(t, chunk_id, n) for t, n in idents.items()])
 

@@ -71,9 +71,8 @@ def _locate(con, cfg, source: str | None, path: str):
 def _section(text: str, rel: str, line: int, total: int):
     """The heading section holding `line`: from its heading to the next heading of the same or a
     higher level (the whole file for non-markdown files)."""
-    from .chunk import heading_lines
-    from .index import MARKDOWN
-    if not rel.lower().endswith(MARKDOWN):
+    from .chunk import heading_lines, is_markdown
+    if not is_markdown(rel):
         return 1, total
     heads = heading_lines(text)
     above = [(at, level) for at, level in heads if at <= line]

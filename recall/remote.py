@@ -235,11 +235,13 @@ def federate(result, remote_hits: dict, n: int) -> None:
         return
     pool = {("local", i): h for i, h in enumerate(result.hits)}
     lists = {"local": [("local", i) for i in range(len(result.hits))]}
-    fields = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "score", "date")
+    fields = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score",
+              "date")
     for name, hits in remote_hits.items():
         lists[name] = []
         for i, h in enumerate(hits):
-            pool[(name, i)] = Hit(**{k: h.get(k, "" if k not in ("line", "end_line", "score") else 0) for k in fields})
+            pool[(name, i)] = Hit(**{k: h.get(k, [] if k == "highlights" else
+                                              "" if k not in ("line", "end_line", "score") else 0) for k in fields})
             lists[name].append((name, i))
     fused = rrf(lists)
     order = sorted(fused, key=lambda key: -fused[key][0])[:n]

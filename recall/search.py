@@ -18,15 +18,30 @@ RRF_K = 60
 RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
 MODES = ("auto", "keyword", "semantic", "hybrid")
+CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
+_BM25 = f"bm25(chunks_fts, {CRUMB_WEIGHT}, 1.0)"
 
 
 class Hit(Record):
     FIELDS = {"source": "", "relpath": "", "path": "", "line": 0, "end_line": 0, "breadcrumb": "",
-              "snippet": "", "score": 0.0, "date": "", "chunk_id": 0, "file_id": 0, "explain": {}}
+              "snippet": "", "highlights": [], "score": 0.0, "date": "", "chunk_id": 0, "file_id": 0,
+              "explain": {}}
+
+    @property
+    def read(self) -> str:
+        """The `recall read` target of the section this hit points at."""
+        return f"{self.source}:{self.relpath}:{self.line}"
+
+    def marked(self) -> str:
+        """The snippet with its highlights marked **like this** (the terminal view)."""
+        return mark(self.snippet, self.highlights)
 
     def public(self) -> dict:
-        keys = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "score", "date")
+        keys = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights",
+                "score", "date")
         out = {k: getattr(self, k) for k in keys}
+        out["highlights"] = [list(span) for span in self.highlights]
+        out["read"] = self.read
         out["score"] = round(self.score, 6)
         if self.explain:
             out["explain"] = self.explain
@@ -69,16 +84,24 @@ def keyword_ranked(con, query: str, limit: int) -> list:
     """[(chunk_id, bm25, info)] best first: chunks holding the query's identifiers exactly come
     first (so INC-10963 beats a note saying "INC 10963"), then BM25 with the breadcrumb weighted.
     The score is BM25 itself (≥ 0), unsquashed, so the recency prior keeps its proportions."""
-    idents = [t.lower() for t in terms.query_tokens(query) if terms.is_identifier(t)]
+    tokens = terms.query_tokens(query)
+    idents = [t.lower() for t in tokens if terms.is_identifier(t)]
     exact: dict = {}
     for term in dict.fromkeys(idents):
         for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,)):
             exact[cid] = exact.get(cid, 0) + 1
+    if idents and len(tokens) >= 3:
+        # a pasted message around an identifier ("x509: certificate signed by unknown authority"):
+        # the chunks that hold it word for word count as holding one identifier more
+        for (cid,) in con.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                  (terms.fts_phrase(query),)):
+            if cid in exact:
+                exact[cid] += 1
     bm25: dict = {}
     fq = terms.fts_query(query)
     if fq:
-        sql = ("SELECT rowid, bm25(chunks_fts, 3.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
-               "ORDER BY bm25(chunks_fts, 3.0, 1.0) LIMIT ?")
+        sql = (f"SELECT rowid, {_BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
+               f"ORDER BY {_BM25} LIMIT ?")
         # Chunks holding every term rank first under BM25 anyway; asking for them first costs a
         # fraction when the terms are common, and the OR query runs only when they are too few.
         fq_and = terms.fts_query(query, "AND")
@@ -90,7 +113,7 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         for i in range(0, len(missing), 500):
             part = missing[i:i + 500]
             rows = con.execute(
-                f"SELECT rowid, bm25(chunks_fts, 3.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                f"SELECT rowid, {_BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
                 f"AND rowid IN ({','.join('?' * len(part))})", [fq] + part)
             bm25.update({cid: -r for cid, r in rows})
     ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
@@ -125,24 +148,124 @@ def _load_chunks(con, ids: list) -> dict:
     return out
 
 
+_TEXT_TOKEN = re.compile(r"[^\W_](?:[\w.\-]*\w)?")     # a word, or an identifier with its inner . - _
+
+
+class QueryTerms:
+    """What in a text counts as a query term: an identifier exactly (or a host name by its dotted
+    prefix), a plain word by its stem — so the highlight follows the porter-stemmed index."""
+
+    def __init__(self, query: str):
+        tokens = [t.lower() for t in terms.query_tokens(query)]
+        self.exact = {t for t in tokens if terms.is_identifier(t)}
+        plain = [w for w in terms.words(query) if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
+        self.stems = {terms.stem(w) for w in plain}
+
+    def match(self, token: str):
+        """The query term `token` stands for, or None."""
+        low = token.lower()
+        if low in self.exact:
+            return low
+        if "." in low:
+            parts = low.split(".")
+            for i in range(len(parts) - 1, 0, -1):
+                if ".".join(parts[:i]) in self.exact:
+                    return ".".join(parts[:i])
+        if low.isalnum():
+            st = terms.stem(low)
+            return st if st in self.stems else None
+        return None
+
+    def find(self, text: str) -> list:
+        """[(start, end, term)] of whole tokens of `text` that are query terms; an identifier
+        such as INC-8214 is one token, never cut at its hyphen."""
+        out = []
+        for m in _TEXT_TOKEN.finditer(text):
+            term = self.match(m.group(0))
+            if term is None and ("-" in m.group(0) or "." in m.group(0)):
+                # a word inside a compound the query names as words: "jump host" in jump-host
+                words = [w for w in re.split(r"[.\-]", m.group(0)) if w]
+                if words and all(self.match(w) for w in words):
+                    term = m.group(0).lower()
+            if term is not None:
+                out.append((m.start(), m.end(), term))
+        return out
+
+
+_EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
+
+
+def snippet_spans(text: str, query: str, width: int = 220, terms_=None):
+    """(window, [(start, end)]): about `width` characters of `text` around its first query term,
+    flattened to one line without markdown emphasis, and where the query's terms are in it."""
+    flat = " ".join(_EMPHASIS.sub("", text).split())
+    qt = terms_ or QueryTerms(query)
+    found = qt.find(flat)
+    start = 0
+    if found:
+        first = found[0][0]
+        start = max(0, first - width // 3)
+        if start:
+            space = flat.find(" ", start)
+            start = space + 1 if 0 <= space < first else start
+    window = flat[start:start + width]
+    spans = [(s - start, e - start) for s, e, _ in found if s >= start and e <= start + len(window)]
+    prefix = "…" if start else ""
+    spans = [(s + len(prefix), e + len(prefix)) for s, e in spans]
+    return prefix + window + ("…" if start + width < len(flat) else ""), spans
+
+
+def mark(text: str, spans: list, left: str = "**", right: str = "**") -> str:
+    """`text` with each span wrapped in markers (the terminal view of highlights)."""
+    out, at = [], 0
+    for s, e in spans:
+        out += [text[at:s], left, text[s:e], right]
+        at = e
+    return "".join(out) + text[at:]
+
+
 def snippet(text: str, query: str, width: int = 220) -> str:
     """A window of `text` around the first query term, terms marked **like this**."""
-    words = [re.escape(t) for t in terms.query_tokens(query)
-             if t.lower() not in terms.STOPWORDS and len(t) > 1]
-    words += [re.escape(w) for w in terms.words(query) if w not in terms.STOPWORDS and len(w) > 2]
-    flat = " ".join(text.split())
-    if not words:
-        return flat[:width]
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(set(words), key=len, reverse=True)) + r")(?!\w)",
-                         re.IGNORECASE)
-    m = pattern.search(flat)
-    start = 0 if m is None else max(0, m.start() - width // 3)
-    if start:
-        space = flat.find(" ", start)
-        start = space + 1 if 0 <= space < m.start() else start
-    window = flat[start:start + width]
-    marked = pattern.sub(lambda x: f"**{x.group(1)}**", window)
-    return ("…" if start else "") + marked + ("…" if start + width < len(flat) else "")
+    return mark(*snippet_spans(text, query, width))
+
+
+def best_section(sections: list, lines: list, first: int, qt) -> tuple:
+    """The (start, end, breadcrumb) among `sections` whose text holds the most distinct query
+    terms (the first on a tie); `lines` are the file's lines, `first` the 1-based line of lines[0]."""
+    best, best_n = sections[0], 0
+    for sec in sections:
+        text = "\n".join(lines[sec[0] - first:sec[1] - first + 1])
+        n = len({term for _, _, term in qt.find(text + " " + sec[2])})
+        if n > best_n:
+            best, best_n = sec, n
+    return best
+
+
+_INNER_HEADING = re.compile(r"\n {0,3}(?:#{1,6}(?:[ \t]|$)|(?:=+|-+)[ \t]*(?:\n|$))")
+
+
+def point_at_section(hit: Hit, body: str, qt: QueryTerms) -> str:
+    """A chunk that merged several small sections (a short note is one chunk) is pointed at the
+    section holding the most query terms: its line, end line and heading path, and its text is
+    returned for the snippet. The file is read again; a file changed since indexing is left be."""
+    from .chunk import is_markdown, sections_in
+    if not _INNER_HEADING.search(body) or not is_markdown(hit.relpath):
+        return body
+    try:
+        with open(hit.path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return body
+    lines = text.split("\n")
+    if "\n".join(lines[hit.line - 1:hit.end_line]).replace("\r", "") != body.replace("\r", ""):
+        return body                         # changed on disk since it was indexed
+    sections = sections_in(text, hit.line, hit.end_line)
+    if len(sections) < 2:
+        return body
+    start, end, crumb = best_section(sections, lines[hit.line - 1:hit.end_line], hit.line, qt)
+    start, end = max(start, hit.line), min(end, hit.end_line)
+    hit.line, hit.end_line, hit.breadcrumb = start, end, crumb
+    return "\n".join(lines[start - 1:end])
 
 
 def _source_roots(cfg) -> dict:
@@ -167,6 +290,7 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
     rows = _load_chunks(con, [cid for cid, _, _ in scored])
     roots = _source_roots(cfg)
     today = _date.today()
+    qt = QueryTerms(query)
     final = []
     for cid, score, info in scored:
         row = rows.get(cid)
@@ -185,8 +309,9 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
         hit = Hit(source=row["source"], relpath=row["relpath"],
                   path=str(root / row["relpath"]) if root else row["relpath"],
                   line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
-                  snippet=snippet(row["body"], query), score=score, date=row["date"] or "",
-                  chunk_id=cid, file_id=row["file_id"])
+                  score=score, date=row["date"] or "", chunk_id=cid, file_id=row["file_id"])
+        body = point_at_section(hit, row["body"], qt)
+        hit.snippet, hit.highlights = snippet_spans(body, query, terms_=qt)
         if explain:
             hit.explain = dict(info, recency=round(factor, 4), rank=len(hits) + 1)
         hits.append(hit)

@@ -83,3 +83,24 @@ def fts_query(query: str, op: str = "OR") -> str:
             seen.add(key)
             parts.append('"' + key + '"')
     return f" {op} ".join(parts)
+
+
+def fts_phrase(query: str) -> str:
+    """The whole query as one FTS5 phrase of its words (stop words included), safely quoted."""
+    return '"' + " ".join(words(query)) + '"'
+
+
+_SUFFIXES = ("ings", "ing", "ions", "ion", "edly", "ed", "es", "s", "e")
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper for highlighting what the porter-stemmed index matched
+    (fix/fixed/fixing, certificate/certificates, rotate/rotation share a stem)."""
+    word = word.lower()
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not (suffix == "s" and word.endswith("ss")):
+            word = word[:-len(suffix)]
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+        word = word[:-1]                 # running → runn → run, stopped → stop
+    return word

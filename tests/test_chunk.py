@@ -519,3 +519,61 @@ def test_chunk_text_splits_a_single_long_line_hard():
 @pytest.mark.parametrize("text", ["", "\n\n", "  \r\n"])
 def test_chunk_text_empty(text):
     assert chunk_text(text, "empty.txt") == Document({}, [])
+
+
+# --- markdown by content: template suffixes, template tags, the note's own date ----------------
+
+@pytest.mark.parametrize("name, expected", [
+    ("runbook.md", True), ("a/b/page.html.md.erb", True), ("notes.markdown", True), ("doc.mdx", True),
+    ("old.MKD", True), ("post.md.liquid", True), ("script.erb", False), ("readme.txt", False),
+    ("config.yaml", False), ("page.html.erb", False)])
+def test_markdown_is_known_by_its_suffix_also_under_a_template_suffix(name, expected):
+    from recall.chunk import is_markdown
+    assert is_markdown(name) is expected
+
+
+def test_an_erb_or_liquid_heading_takes_the_title_and_keeps_the_structure():
+    text = md("""
+        ---
+        title: Delete a state lock
+        ---
+        # <%= current_page.data.title %>
+
+        When terraform says the state is locked by someone else.
+
+        <%= warning_text('Only do this when nobody else is applying') %>
+        ---
+
+        ## {{ page.section }} Find the lock id
+
+        Read the id from the error message.
+
+        ## Remove it
+
+        Run the force-unlock command.
+        """)
+    doc = chunk_markdown(text, min_chars=0)
+    crumbs = [c.breadcrumb for c in doc.chunks]
+    assert crumbs == ["Delete a state lock", "Delete a state lock › Find the lock id",
+                      "Delete a state lock › Remove it"]
+    assert all("<%" not in c and "{{" not in c for c in crumbs)
+    assert_exact_ranges(text, doc)
+
+
+def test_a_date_line_is_the_notes_date_when_front_matter_has_none():
+    assert chunk_markdown("# Outage\n\n**Date:** 28/03/2018\n\nThe site was down.\n").meta["date"] == "2018-03-28"
+    assert chunk_markdown("# Outage\n\nDate: 2024-11-11\n").meta["date"] == "2024-11-11"
+    assert chunk_markdown("# Outage\n\nDate: 5 April 2023\n").meta["date"] == "2023-04-05"
+    fm = "---\ndate: 2020-01-02\n---\n# Outage\n\nDate: 2024-11-11\n"
+    assert chunk_markdown(fm).meta["date"] == "2020-01-02"          # front matter first
+    assert "date" not in chunk_markdown("# Outage\n\nDate: soon, we hope\n").meta
+    assert "date" not in chunk_markdown("# Outage\n\nDate: 31/02/2020\n").meta
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2024-03-04", "2024-03-04"), ("28/03/2018", "2018-03-28"), ("04/28/2018", "2018-04-28"),
+    ("5 April 2023", "2023-04-05"), ("April 5th, 2023", "2023-04-05"), ("31/02/2020", ""),
+    ("next week", ""), ("13/13/2020", "")])
+def test_parse_date_reads_the_usual_forms(text, expected):
+    from recall.chunk import parse_date
+    assert parse_date(text) == expected

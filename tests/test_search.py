@@ -47,7 +47,10 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
     cfg, con = indexed
     res = search(con, cfg, "wildcard certificate")
     assert _rels(res)[0] == "projects/cert-rotation.md"
-    assert "**wildcard**" in res.hits[0].snippet
+    assert "**wildcard**" in res.hits[0].marked()
+    assert "**" not in res.hits[0].snippet        # JSON carries plain text and highlight spans
+    got = res.hits[0].public()
+    assert [got["snippet"][s:e].lower() for s, e in got["highlights"]][:2] == ["certificate", "wildcard"]
 
 
 def test_snippet_marks_whole_terms_only():
@@ -176,3 +179,104 @@ def test_rrf_fuses_ranks():
     fused = rrf({"a": [1, 2, 3], "b": [3, 1]})
     order = sorted(fused, key=lambda c: -fused[c][0])
     assert order[0] == 1 and fused[3][1] == {"a": 3, "b": 1}
+
+
+# --- words match their forms; markdown by content; identifiers in file names and messages -------
+
+def test_words_match_their_forms_and_identifiers_stay_exact(tmp_path, config, notes):
+    write_tree(notes, {
+        "incidents/cert-outage.md": """\
+            # Expired certificates on the ingress
+
+            ## How we fixed it
+
+            We rotated the certificates by hand and fixed the renewal job.
+            """,
+        "misc/inc.md": "# Tickets\n\nSee INC 8214 and the fixing guide.\n",
+        "misc/inc-exact.md": "# Ticket\n\nINC-8214 was the cert outage.\n",
+    })
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    hit = search(con, cfg, "how did we fix the certificate rotation", mode="keyword").hits[0]
+    assert (hit.relpath, hit.breadcrumb.split(" › ")[-1]) == ("incidents/cert-outage.md", "How we fixed it")
+    assert _rels(search(con, cfg, "INC-8214"))[0] == "misc/inc-exact.md"
+
+
+def test_template_markdown_is_chunked_by_its_headings(tmp_path, config, notes):
+    write_tree(notes, {"source/state-lock.html.md.erb": """\
+        ---
+        title: Delete a terraform state lock
+        ---
+        # <%= current_page.data.title %>
+
+        Intro text about locks that are left behind by a cancelled pipeline run.
+
+        ## Find the lock id
+
+        The ConditionalCheckFailedException message names the lock id.
+        """})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    hit = search(con, cfg, "ConditionalCheckFailedException").hits[0]
+    assert hit.relpath == "source/state-lock.html.md.erb"
+    assert hit.breadcrumb == "Delete a terraform state lock › Find the lock id"
+
+
+def test_an_identifier_only_in_the_file_name_finds_the_file(tmp_path, config, notes):
+    write_tree(notes, {"alerts/RouterErrorRatioTooHigh.html.md": "# Router errors\n\nCheck the 5xx rate.\n",
+                       "alerts/other.md": "# Router\n\nThe router error ratio is too high sometimes.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    assert _rels(search(con, cfg, "RouterErrorRatioTooHigh"))[0] == "alerts/RouterErrorRatioTooHigh.html.md"
+
+
+def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path, config, notes):
+    write_tree(notes, {
+        "tips.md": "# Tips\n\nx509 certificates: an unknown authority signed by whom? x509 x509 certificate "
+                   "signed unknown authority x509.\n",
+        "incidents/ingress.md": "# Ingress rules\n\nThe webhook failed: x509: certificate signed by unknown "
+                                "authority, so no new rules could be made.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    res = search(con, cfg, "x509: certificate signed by unknown authority", mode="keyword")
+    assert _rels(res)[0] == "incidents/ingress.md"
+
+
+def test_a_highlight_never_splits_an_identifier_and_markdown_markers_are_gone():
+    from recall.search import snippet, snippet_spans
+    out = snippet("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert")
+    assert "**INC**-8214" not in out and "INC-8214" in out and "**inc**" in out
+    assert "**jump01.example.com**" in out and "**cert**" in out
+    text, spans = snippet_spans("We **fixed** it by rotating certificates", "fix rotation certificate")
+    assert "*" not in text and [text[s:e] for s, e in spans] == ["fixed", "rotating", "certificates"]
+
+
+def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes):
+    write_tree(notes, {"runbooks/short.md": """        # Disk replacement
+
+        ## Before you start
+
+        Drain the node and tell the channel.
+
+        ## After
+
+        Check the RAID rebuild finished and undrain.
+        """, "incidents/2024-02-03-outage.md": "# Outage\n\nDate: 5 March 2019\n\nThe RAID was slow.\n",
+        "meetings/notes.md": "# Notes\n\n**Date:** 28/03/2018\n\nRAID talk.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    assert con.execute("SELECT count(*) FROM chunks c JOIN files f ON f.id = c.file_id "
+                       "WHERE f.relpath='runbooks/short.md'").fetchone()[0] == 1
+    hits = {h.relpath: h for h in search(con, cfg, "raid rebuild undrain", mode="keyword").hits}
+    hit = hits["runbooks/short.md"]
+    assert hit.breadcrumb == "Disk replacement › After" and hit.line == 7
+    assert hit.public()["read"] == "notes:runbooks/short.md:7"
+    assert "RAID" in hit.snippet and "Drain the node" not in hit.snippet
+    # the note's own date: a Date: line before the date in the file name, the file name before mtime
+    assert hits["incidents/2024-02-03-outage.md"].date == "2019-03-05"
+    assert hits["meetings/notes.md"].date == "2018-03-28"
