@@ -1,18 +1,21 @@
 # The documented way to do everything; the README quotes these targets.
 PYTHON ?= python3
-PYTEST ?= $(PYTHON) -m pytest
 DEMO_HOME ?= $(CURDIR)/.demo-home
+VENV ?= .venv
 
-.PHONY: demo test test-core bench golden lint inspect clean
+.PHONY: demo test venv test-core bench golden lint inspect clean
 
 demo:            ## index the sample notes in golden/notes and search them (no install, no extras)
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml index
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search INC-10963
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search "disk filled up on the build server"
 
-test:            ## the whole suite on this Python
-	@$(PYTHON) -c "import pytest" 2>/dev/null || { echo "make test needs pytest: 'bash .ci/install' installs everything the tests use"; exit 1; }
-	$(PYTEST) -q
+test: venv       ## the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
+	@echo "make test: running the suite in $(VENV) (a few minutes)"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q
+
+venv:            ## .venv/ with every extra the tests use, plus missing system tools (sshd, openssl); reused while pyproject.toml is unchanged
+	@VENV=$(VENV) PYTHON=$(PYTHON) bash .ci/install
 
 test-core:       ## core tests in bare venvs (no extras) for every Python 3.9–3.13 found
 	$(PYTHON) tests/run_core.py

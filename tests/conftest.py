@@ -14,6 +14,16 @@ sys.path.insert(0, str(REPO))
 
 from recall.cli import main  # noqa: E402
 
+# Property tests: a quick run by default, the full one in CI (CI=true) or with HYPOTHESIS_PROFILE=full.
+try:
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile("quick", max_examples=60, deadline=None)
+    _hypothesis_settings.register_profile("full", max_examples=500, deadline=None)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or (
+        "full" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "quick"))
+except ImportError:        # the bare core venvs have no hypothesis; their tests skip the property tests
+    pass
+
 # The one test-only secret value: it must never appear in any output, file, request or argv.
 CANARY = "rc4n4ry-7Qx9-Zt2v-K8m3"
 

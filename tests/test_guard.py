@@ -675,7 +675,7 @@ def test_unquoted_metachar_is_never_allowed():
     segment = st.one_of(st.sampled_from(WORD_LIST), single, double)
     separator = st.sampled_from(["", " ", "\t", "  "])
 
-    @hypothesis.settings(max_examples=400, deadline=None)
+    @hypothesis.settings(deadline=None)
     @hypothesis.given(st.lists(segment, max_size=8), st.sampled_from(META_PIECES), st.data())
     def check(segments, meta, data):
         at = data.draw(st.integers(0, len(segments)))
@@ -693,7 +693,7 @@ def test_metachar_inserted_into_allowed_command_is_denied():
     st = hypothesis.strategies
     unquoted = [c for c, _ in ALLOWED if "'" not in c and '"' not in c]
 
-    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.settings(deadline=None)
     @hypothesis.given(st.sampled_from(unquoted), st.sampled_from(list(";&|<>()$`*?[]{}~#!^\\\n\r")),
                       st.data())
     def check(command, meta, data):
@@ -708,7 +708,7 @@ def test_any_text_gets_a_documented_verdict():
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
 
-    @hypothesis.settings(max_examples=500, deadline=None)
+    @hypothesis.settings(deadline=None)
     @hypothesis.given(st.text(max_size=80))
     def check(text):
         v = verdict_for(text, which=fake_which)

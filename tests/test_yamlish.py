@@ -631,7 +631,7 @@ def test_agrees_with_pyyaml():
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
 
-    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.settings(deadline=None, database=None)
     @hypothesis.given(st.data())
     def check(data):
         value = data.draw(_values(st, yaml), label="value")
