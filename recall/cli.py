@@ -10,12 +10,33 @@ EX_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
+    argv: list = []          # main()'s argv, for the hint about words that start with '-'
+
+    def parse_known_args(self, args=None, namespace=None):
+        # a verb's parser says what it does not know itself, so the usage shown is the verb's
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
     def error(self, message):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"recall: {message}\n")
-        if message.startswith(("unrecognized arguments", "the following arguments are required")):
-            sys.stderr.write("recall: words that start with '-' go after '--', as in: recall search -- -x\n")
+        dashed = _dashed_words(_Parser.argv, self)
+        if dashed and message.startswith(("unrecognized arguments", "the following arguments are required")):
+            sys.stderr.write(f"recall: words that start with '-' go after '--', as in: "
+                             f"{self.prog} -- {dashed[0]}\n")
         sys.exit(EX_USAGE)
+
+
+def _dashed_words(argv: list, parser) -> list:
+    """Words before any `--` that start with '-' and are none of the options of a verb that takes
+    words (a query, an id, a path)."""
+    if " " not in parser.prog or not any(not a.option_strings for a in parser._actions):
+        return []
+    known = parser._option_string_actions
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return [w for w in words if w.startswith("-") and w != "-" and w.split("=")[0] not in known]
 
 
 def _common() -> argparse.ArgumentParser:
@@ -67,6 +88,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="recall", parents=[common],
                      description="Notes search, a vault that never shows values, and how to reach "
                                  "each system — for you and your agent.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"recall {__version__}")
     real_sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     real_sub.required = True
     sub = _OnlyVerb(real_sub, only)
@@ -78,10 +101,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--remote", metavar="NAME", help="run the indexing on that remote, over ssh")
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("search", parents=[common], help="search the notes")
+    p = sub.add_parser("search", parents=[common], help="search the notes",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
     p.add_argument("query", nargs="+", help="words, identifiers, or a question")
     p.add_argument("-n", type=int, default=10, help="number of hits (default 10)")
-    p.add_argument("--mode", default="auto", choices=["auto", "keyword", "semantic", "hybrid"])
+    p.add_argument("--mode", default="auto", choices=["auto", "keyword", "semantic", "hybrid"],
+                   help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
     p.add_argument("--explain", action="store_true", help="show ranks, scores and the route")
     p.add_argument("--local", action="store_true", help="this machine's notes only, no remotes")
@@ -119,7 +144,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--install", metavar="FILE", help="write or update the block in FILE (idempotent)")
     p.set_defaults(func=cmd_instructions)
 
-    p = sub.add_parser("doctor", parents=[common], help="what works here")
+    p = sub.add_parser("doctor", parents=[common], help="check this machine and everything the config names")
+    p.add_argument("--thorough", action="store_true",
+                   help="import every extra, even the slow ones (sentence-transformers takes seconds)")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("eval", parents=[common], help="score search against golden queries")
@@ -130,7 +157,35 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "a provider is configured, else auto); hybrid+rerank costs Voyage calls")
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")
     p.set_defaults(func=cmd_eval)
+    _describe(parser)
     return parser
+
+
+SEARCH_HELP = """\
+Search the notes: identifiers (INC-10963, pg-prod-03) match exactly and rank first; words and
+questions are ranked by BM25, and by meaning too when an embedding provider is configured.
+
+modes:
+  auto      identifiers by keyword only; other queries hybrid with a provider, else keyword (default)
+  keyword   BM25 over the words, plus exact identifiers; no model, no request
+  semantic  nearest in meaning only (needs embedding.provider: voyage or local)
+  hybrid    keyword and semantic lists fused by reciprocal rank
+
+examples:
+  recall search INC-10963
+  recall search "how did we fix the expired ingress cert" --mode hybrid --explain
+  recall search -- -x              words that start with '-' go after '--'"""
+
+
+def _describe(parser) -> None:
+    """A verb's --help starts with what its line in the verb list says, unless it has its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                if not sub.description and choice.help:
+                    sub.description = choice.help[0].upper() + choice.help[1:] + "."
+                _describe(sub)
 
 
 def _secret_parsers(sub, common) -> None:
@@ -299,6 +354,9 @@ def cmd_search(args) -> int:
         if h.explain:
             import json
             lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))
+    if result.route == "keyword (no embedding provider)":
+        lines.append("(keyword search: no embedding provider is configured, so nothing is matched by "
+                     "meaning — see 'recall doctor')")
     _out("\n".join(lines))
     return 0
 
@@ -311,7 +369,7 @@ def cmd_read(args) -> int:
     if getattr(args, "json", False):
         _json(res.public())
         return 0
-    _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}")
+    _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.total_lines or res.range_end}")
     sys.stdout.write(res.text)
     if res.next_offset is not None:
         _out(f"… more: recall read {args.target} --offset {res.next_offset}")
@@ -334,7 +392,8 @@ def cmd_secret_sync(args) -> int:
     if getattr(args, "json", False):
         _json(rep.__dict__)
     else:
-        _out(f"synced {rep.total} secrets: {rep.added} added, {rep.updated} updated, {rep.removed} removed"
+        changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
+        _out(f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
              + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else ""))
     return 0
 
@@ -523,24 +582,32 @@ def cmd_instructions(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
-    checks = run_doctor(_config(args))
+    checks = run_doctor(getattr(args, "config", None), thorough=args.thorough)
     if getattr(args, "json", False):
         _json([c.__dict__ for c in checks])
     else:
         width = max(len(c.name) for c in checks)
         _out("\n".join(f"{'ok ' if c.ok else 'NO '} {c.name:<{width}}  {c.detail}" for c in checks))
-    return 0 if all(c.ok for c in checks if c.name in ("python", "fts5")) else 1
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def cmd_eval(args) -> int:
     from . import db
-    from .evaluate import evaluate, load_golden
+    from .evaluate import evaluate, judged_not_indexed, load_golden
     from .search import search
     cfg = _config(args)
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
     con = db.connect(cfg.db_path, readonly=True, vectors=provider)
     golden = load_golden(args.golden)
+    missing, judged = judged_not_indexed(con, golden)
+    if missing and len(missing) == judged:
+        raise RecallError(f"none of the {judged} files judged in {args.golden} is in the index of {cfg.path}",
+                          "index the notes it was judged on and name their config; for the sample set: "
+                          "recall --config golden/recall.yaml index, then eval with the same --config")
+    if missing:
+        sys.stderr.write(f"recall: warning: {len(missing)} of {judged} judged files are not in the index "
+                         f"(e.g. {missing[0]}); queries that need them score lower\n")
 
     def run_query(q, mode):
         plain = mode.replace("+rerank", "")
@@ -569,11 +636,13 @@ def cmd_eval(args) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    _Parser.argv = argv
     args = build_parser(_verb_of(argv)).parse_args(argv)
     try:
         return args.func(args)
     except RecallError as exc:
-        sys.stderr.write(f"recall: {exc}\n")
+        text = str(exc)
+        sys.stderr.write(f"recall: {text[len('recall: '):] if text.startswith('recall: ') else text}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("recall: interrupted\n")

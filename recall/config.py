@@ -159,11 +159,36 @@ def _strings(value, path, line, what):
 
 
 TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file_bytes", "home"}
+SOURCE_KEYS = {"name", "path", "include", "exclude"}
+EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
+                   "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
+REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
+
+
+def _unknown_fields(doc, path: str) -> None:
+    """Every unknown key of the config in one error: at the first one in file order, naming the rest."""
+    found = []
+
+    def scan(mapping, allowed, what):
+        if isinstance(mapping, dict):
+            found.extend((_line(mapping, k) or 0, str(k), what, allowed) for k in mapping if k not in allowed)
+
+    scan(doc, TOP_KEYS, "the config")
+    for key, allowed, what in (("sources", SOURCE_KEYS, "a source"), ("remotes", REMOTE_KEYS, "a remote")):
+        for item in doc.get(key) if isinstance(doc.get(key), list) else []:
+            scan(item, allowed, what)
+    scan(doc.get("embedding"), EMBEDDING_TYPES, "embedding")
+    if found:
+        found.sort(key=lambda f: f[0])
+        line, key, what, allowed = found[0]
+        also = ", ".join(f"'{k}'{'' if w == what else ' in ' + w} at line {n}" for n, k, w, _ in found[1:])
+        raise InputError(path, line, f"unknown field '{key}' in {what}" + (f" (also {also})" if also else ""),
+                         hint="known fields: " + ", ".join(sorted(allowed)))
 
 
 def _apply(cfg: Config, doc, path: str) -> None:
     _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")
-    _keys(doc, TOP_KEYS, path, "the config")
+    _unknown_fields(doc, path)
     base = Path(path).parent
     cfg.lines = {k: _line(doc, k) for k in doc}
     if "home" in doc and not os.environ.get("RECALL_HOME"):
@@ -189,7 +214,7 @@ def _sources(value, path, line, base):
     for i, item in enumerate(value):
         iline = _item_line(value, i)
         _expect(item, dict, path, iline, "sources[]")
-        _keys(item, {"name", "path", "include", "exclude"}, path, "a source")
+        _keys(item, SOURCE_KEYS, path, "a source")
         if "path" not in item:
             raise InputError(path, iline, "a source needs a 'path'")
         src_path = _resolve(base, _expect(item["path"], str, path, _line(item, "path"), "path"))
@@ -210,8 +235,7 @@ def _sources(value, path, line, base):
 def _embedding(value, path, line):
     _expect(value, dict, path, line, "embedding")
     emb = Embedding()
-    types = {"provider": str, "model": str, "dimension": int, "token_cap": int,
-             "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
+    types = EMBEDDING_TYPES
     _keys(value, set(types), path, "embedding")
     for key, kind in types.items():
         if key in value:
@@ -231,7 +255,7 @@ def _remotes(value, path, line):
     for i, item in enumerate(value):
         iline = _item_line(value, i)
         _expect(item, dict, path, iline, "remotes[]")
-        _keys(item, {"name", "host", "path", "config", "timeout", "ssh_config"}, path, "a remote")
+        _keys(item, REMOTE_KEYS, path, "a remote")
         for req in ("name", "host"):
             if req not in item:
                 raise InputError(path, iline, f"a remote needs a '{req}'")

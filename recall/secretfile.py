@@ -109,6 +109,7 @@ def _values(item, sid, env, path, line):
         value = _str(item, "value", path, line)
         if not value:
             raise InputError(path, _line(item, "value", line), f"secret '{sid}' has an empty value")
+        _refuse_placeholder(value, sid, path, _line(item, "value", line))
         return {"": value}, {env: ""}
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
@@ -118,6 +119,15 @@ def _values(item, sid, env, path, line):
         if not isinstance(value, str) or not value:
             raise InputError(path, _line(fields, name, line), f"field '{name}' must be a non-empty string",
                              hint="quote it")
+        _refuse_placeholder(value, f"{sid}.{name}", path, _line(fields, name, line))
         values[str(name)] = value
         variables[f"{env}_{default_var(str(name))}"] = str(name)
     return values, variables
+
+
+def _refuse_placeholder(value: str, what: str, path, line) -> None:
+    """`<paste the token>` or `…` copied from an example is not a credential (never echoed back)."""
+    text = value.strip()
+    if (text.startswith("<") and text.endswith(">") and "<" not in text[1:-1]) or text in ("…", "..."):
+        raise InputError(path, line, f"secret '{what}' still has a placeholder value",
+                         hint="replace the placeholder with the real value, then run 'recall secret sync' again")

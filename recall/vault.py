@@ -23,6 +23,7 @@ class SyncReport:
     total: int
     warnings: list
     embedded: int = 0
+    unchanged: int = 0        # ids kept with the same metadata and value
 
 
 def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
@@ -38,6 +39,23 @@ def _metadata_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+def _comparable(meta, tags, env, inject, check, variables, values) -> tuple:
+    return (json.dumps(meta, sort_keys=True), json.dumps(tags), env, inject, check,
+            json.dumps(variables, sort_keys=True), json.dumps(values, sort_keys=True))
+
+
+def _stored(con, key) -> dict:
+    """{id: comparable} of the vault as it is, so sync can say what it changed (values stay in memory)."""
+    out = {}
+    for r in con.execute("SELECT id, meta, tags, env, inject, check_cmd, variables, nonce, ciphertext FROM secrets"):
+        try:
+            values = json.loads(keyfile.decrypt(key, r[0], r[7], r[8]))
+        except RecallError:         # a row this key cannot open is replaced, and counted as updated
+            values = None
+        out[r[0]] = _comparable(json.loads(r[1]), json.loads(r[2]), r[3], r[4], r[5], json.loads(r[6]), values)
+    return out
+
+
 def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     """Read every secrets file, then replace the vault rows in one transaction; a sync that would
     remove most of the vault, or all of one file's secrets, stops unless `prune`."""
@@ -46,7 +64,8 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     if not prune:
         _refuse_mass_removal(con, {e.id for e in entries})
     key = keyfile.load_key(cfg.home, create=True, probe=_probe(con))
-    old = {r[0] for r in con.execute("SELECT id FROM secrets")}
+    before = _stored(con, key)
+    old = set(before)
     now = time.time()
     with db.transaction(con):
         con.execute("DELETE FROM secrets")
@@ -65,8 +84,10 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     redact_indexed(con, {e.id: e.values for e in entries})      # a value pasted into a note leaves the index
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
     new = {e.id for e in entries}
-    report = SyncReport(added=len(new - old), updated=len(new & old), removed=len(old - new),
-                        total=len(new), warnings=warnings)
+    same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
+                                                                    e.variables, e.values))
+    report = SyncReport(added=len(new - old), updated=len(new & old) - same, removed=len(old - new),
+                        total=len(new), warnings=warnings, unchanged=same)
     if cfg.embedding.provider != "none":
         try:
             report.embedded = embed_metadata(con, cfg)
@@ -356,7 +377,7 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1) -
     keyfile.require_crypto()
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")
-        raise RecallError("recall secret get prints a value only to a real terminal",
+        raise RecallError("'secret get' prints a value only to a real terminal",
                           f"use 'recall secret exec {secret_id} -- CMD' to use it in a command")
     values = load_values(con, cfg, [secret_id])[secret_id]
     audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")

@@ -180,3 +180,7 @@ def test_errors_about_a_secrets_file_never_quote_the_value(world, broken):
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and "secrets.yaml:" in r.stderr
     _assert_clean("the error message", r.stdout + r.stderr)
+    from recall.doctor import run_doctor           # doctor parses the same file (its import probes aside)
+    checks = run_doctor(extras=False)
+    assert any(not c.ok and "secrets.yaml:" in c.detail for c in checks)
+    _assert_clean("doctor's checks", repr(checks))

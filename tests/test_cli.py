@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from recall.cli import build_parser
-from tests.conftest import REPO, run_recall
+from tests.conftest import CANARY, REPO, run_recall
 
 
 def _verbs():
@@ -16,12 +16,59 @@ def _verbs():
     return action.choices
 
 
-def test_every_verb_has_help_text_and_help_works(cli):
-    for name, sub in _verbs().items():
-        assert sub.description or any(a.help for a in sub._actions), name
+def _all_verbs(parser=None, prefix=()):
+    """(words, parser) of every verb, nested ones (secret sync, access exec …) included."""
+    import argparse
+    for action in (parser or build_parser())._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield prefix + (name,), sub
+                yield from _all_verbs(sub, prefix + (name,))
+
+
+def test_every_verb_has_a_description_and_help_works(capsys):
+    from recall.cli import main
+    verbs = list(_all_verbs())
+    assert len(verbs) >= 20
+    for words, sub in verbs:
         with pytest.raises(SystemExit) as exit_:
-            cli(name, "--help")
+            main([*words, "--help"])
         assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        description = out.split("\n\n")[1]          # usage, blank line, the description
+        assert sub.description and description.strip().startswith(sub.description.split("\n")[0]), words
+        assert description[0].isupper() and not description.lstrip().startswith(("positional", "options")), words
+
+
+def test_search_help_explains_the_modes_with_an_example(cli):
+    r = run_recall("search", "--help")
+    assert r.returncode == 0
+    for mode in ("auto", "keyword", "semantic", "hybrid"):
+        assert f"\n  {mode}  " in r.stdout, mode
+    assert "examples:\n  recall search INC-10963" in r.stdout
+
+
+def test_version(capsys):
+    r = run_recall("--version")
+    assert r.returncode == 0 and r.stdout == "recall 0.1.0\n"
+
+
+def test_an_unknown_option_shows_the_verbs_usage(cli):
+    r = run_recall("search", "--frob")
+    assert r.returncode == 2 and r.stderr.startswith("usage: recall search ")
+    r = run_recall("search", "disk", "--frob")
+    assert r.returncode == 2 and r.stderr.startswith("usage: recall search ")
+    assert "recall: unrecognized arguments: --frob" in r.stderr
+    assert "recall search -- --frob" in r.stderr            # it may be meant as a word of the query
+    r = run_recall("secret", "sync", "--frob")
+    assert r.returncode == 2 and r.stderr.startswith("usage: recall secret sync ")
+    assert "after '--'" not in r.stderr                     # sync takes no words: no hint about them
+
+
+def test_the_dash_hint_only_when_a_word_starts_with_dash():
+    for words in (["search"], ["read", "a.md", "b.md"], ["secret", "show"]):
+        r = run_recall(*words)
+        assert r.returncode == 2 and "after '--'" not in r.stderr, (words, r.stderr)
 
 
 def test_every_verb_is_known_to_the_one_verb_parser():
@@ -95,29 +142,6 @@ def test_read_refuses_paths_outside_sources(cli, config, tmp_path):
     assert code == 1
 
 
-def test_doctor_reports_versions_and_paths(cli, config):
-    code, out, _ = cli("doctor")
-    assert code == 0
-    assert "python" in out and "sqlite" in out and "fts5" in out and str(config.path) in out
-    code, out, _ = cli("--json", "doctor")
-    names = {c["name"] for c in json.loads(out)}
-    assert {"python", "sqlite", "fts5", "config", "database", "extra cryptography"} <= names
-
-
-def test_doctor_says_which_extras_really_import(config, tmp_path):
-    """Stand-in packages first on the path: one that fails to import, one that imports."""
-    shadow = tmp_path / "shadow"
-    for name, body in (("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n"),
-                       ("mcp", "__version__ = '9.9.9'\n")):
-        (shadow / name).mkdir(parents=True)
-        (shadow / name / "__init__.py").write_text(body)
-    r = run_recall("doctor", env={"PYTHONPATH": str(shadow)})
-    lines = {line.split()[2]: line for line in r.stdout.splitlines() if line.split()[1:2] == ["extra"]}
-    assert "fails to import: ImportError: libssl.so.3" in lines["cryptography"]
-    assert "recall[crypto]" in lines["cryptography"]
-    assert "imports (9.9.9)" in lines["mcp"]
-
-
 def test_a_query_that_starts_with_a_dash_is_explained(cli, config, notes):
     (notes / "flags.md").write_text("# Shell flags\n\nbash -x traces every command.\n")
     cli("index")
@@ -167,3 +191,91 @@ def test_no_traceback_on_bad_config(cli, tmp_path, monkeypatch):
     bad.write_text("sources:\n  - name: n\n    path: /tmp\n    colour: blue\n")
     code, out, err = cli("--config", bad, "index")
     assert code == 1 and "bad.yaml:4" in err and "colour" in err and "Traceback" not in err
+
+
+def test_read_says_lines_a_b_of_the_files_line_count(cli, config, notes):
+    cli("index")
+    rel = "incidents/2023/INC-10963-db-failover.md"
+    total = len((notes / rel).read_text().splitlines())
+    code, out, _ = cli("read", f"{rel}:16")
+    assert code == 0 and out.splitlines()[0] == f"notes:{rel} lines 11-17 of {total}"
+    assert total == 22 and "Rollback" not in out
+
+
+def test_keyword_only_search_says_why(cli, config):
+    cli("index")
+    code, out, _ = cli("search", "failover timeline")
+    assert out.rstrip().splitlines()[-1].startswith("(keyword search: no embedding provider is configured")
+    code, out, _ = cli("search", "INC-10963")                # an identifier is keyword by design
+    assert "no embedding provider" not in out
+    code, out, _ = cli("--json", "search", "failover timeline")
+    assert json.loads(out)["route"] == "keyword (no embedding provider)"
+
+
+def test_several_unknown_config_keys_are_each_named_first_in_file_order(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - name: n\n    path: /tmp\n    colour: blue\nsize: 3\n"
+                   "embedding:\n  provider: none\n  modle: x\n")
+    code, out, err = cli("--config", bad, "index")
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith(f"recall: {bad}:4: unknown field 'colour' in a source "
+                          "(also 'size' in the config at line 5, 'modle' in embedding at line 8)")
+
+
+def test_eval_with_no_judged_file_in_the_index_warns_and_exits_1(cli, config, tmp_path):
+    cli("index")
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text('{"query": "disk", "relevant": ["elsewhere/disk.md"]}\n')
+    code, out, err = cli("eval", golden)
+    assert code == 1 and out == ""
+    assert f"none of the 1 files judged in {golden} is in the index" in err and "--config" in err
+    golden.write_text('{"query": "disk", "relevant": ["elsewhere/disk.md"]}\n'
+                      '{"query": "INC-10963", "relevant": ["incidents/2023/INC-10963-db-failover.md"]}\n')
+    code, out, err = cli("eval", golden)
+    assert code == 0 and "warning: 1 of 2 judged files are not in the index (e.g. elsewhere/disk.md)" in err
+
+
+@pytest.fixture
+def synced(cli, config, tmp_path):
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n")
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    code, out, err = cli("secret", "sync")
+    assert (code, out) == (0, "synced 1 secrets: 1 added, 0 updated, 0 removed\n"), err
+    return secrets
+
+
+def test_secret_sync_says_unchanged_when_nothing_changed(cli, synced):
+    code, out, _ = cli("secret", "sync")
+    assert (code, out) == (0, "synced 1 secrets: unchanged\n")
+    synced.write_text(synced.read_text().replace("service: jira", "service: jira cloud"))
+    code, out, _ = cli("secret", "sync")
+    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed\n"
+    synced.write_text(synced.read_text().replace(CANARY, CANARY + "-rotated"))
+    code, out, _ = cli("secret", "sync")
+    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed\n" and CANARY not in out
+
+
+@pytest.mark.parametrize("value", ["<paste the token>", "'<your token here>'", "…", "..."])
+def test_secret_sync_refuses_a_placeholder(cli, synced, value):
+    synced.write_text(f"- id: jira-api-token\n  service: jira\n  value: {value}\n"
+                      f"- id: db\n  fields: {{user: admin, password: <the password>}}\n")
+    code, out, err = cli("secret", "sync")
+    assert code == 1 and out == ""
+    assert err == (f"recall: {synced}:3: secret 'jira-api-token' still has a placeholder value — replace the "
+                   "placeholder with the real value, then run 'recall secret sync' again\n")
+    synced.write_text(f"- id: db\n  fields: {{user: admin, password: <the password>}}\n")
+    code, out, err = cli("secret", "sync")
+    assert code == 1 and "secret 'db.password' still has a placeholder value" in err and "<the password>" not in err
+
+
+def test_no_message_says_recall_twice(cli, synced, config, tmp_path):
+    cases = [("secret", "get", "jira-api-token"), ("read", "nowhere.md"), ("access", "show", "x"),
+             ("index", "--remote", "nobox"), ("eval", tmp_path / "none.jsonl"), ("search", "--mode", "semantic", "x")]
+    cli("index")
+    for words in cases:
+        r = run_recall(*words)
+        assert r.returncode == 1 and r.stderr.startswith("recall: "), (words, r.stderr)
+        assert not r.stderr.startswith(("recall: recall", "recall: 'recall")), (words, r.stderr)

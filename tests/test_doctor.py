@@ -1,0 +1,177 @@
+"""`recall doctor` as a user reads it: what the config names, each check saying what it checked,
+exit 1 when any says no, every check run even when the config is wrong."""
+import json
+import os
+import time
+
+import pytest
+
+from tests.conftest import CANARY, free_port, run_recall
+
+SECRETS = f"""\
+- id: jira-api-token
+  service: jira
+  value: {CANARY}
+"""
+INVENTORY = """\
+- id: vpn
+  check: tcp 127.0.0.1:1
+- id: jump01
+  kind: host
+  requires: [vpn]
+  secrets: [jira-api-token]
+"""
+
+
+def _lines(stdout: str) -> dict:
+    """{check name: (ok, detail)} from the text output."""
+    out = {}
+    for line in stdout.splitlines():
+        verdict, rest = line[:3], line[4:]
+        name, _, detail = rest.partition("  ")
+        out[name.strip()] = (verdict == "ok ", detail.strip())
+    return out
+
+
+def _doctor(*args, **kw):
+    """The real command, import probes included."""
+    r = run_recall("doctor", *args, **kw)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, _lines(r.stdout), r
+
+
+def _checks(config=None) -> list:
+    """The same checks in-process, without the extras' import probes (they are tested once below)."""
+    from recall.doctor import run_doctor
+    return run_doctor(str(config.path) if config else None, extras=False)
+
+
+def _by_name(checks) -> dict:
+    return {c.name: (c.ok, c.detail) for c in checks}
+
+
+@pytest.fixture
+def setup(tmp_path, config):
+    """Notes, a synced secrets file and an inventory, all named by the config and all in order."""
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(INVENTORY)
+    config(f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
+    assert run_recall("index").returncode == 0
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0, r.stderr
+    return secrets, inventory
+
+
+def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path):
+    code, checks, r = _doctor()                # the real command once: text, exit code, every extra
+    assert code == 0, r.stdout
+    assert all(ok for ok, _ in checks.values()), r.stdout
+    assert checks["source notes"][1].endswith(("just now", "min ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
+    assert " chunks, no vectors, " in checks["index"][1] and checks["index"][1].endswith(" MB")
+    assert "(0o600), 1 secrets, synced" in checks["secrets secrets.yaml"][1]
+    assert "(0o600, folder 0o700)" in checks["vault key"][1]
+    assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
+    assert "no cycles" in checks["inventory references"][1]
+    assert checks["embedding"][1] == "provider none: keyword search only"
+    assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "voyageai", "mcp", "cryptography")} <= set(checks)
+    assert CANARY not in r.stdout + r.stderr
+    data = json.loads(run_recall("--json", "doctor").stdout)
+    assert [c["name"] for c in data] == list(checks)
+
+
+def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
+    secrets, inventory = setup
+    secrets.write_text(SECRETS + "- id: new-one\n  value: x\n")      # changed after the sync
+    secrets.chmod(0o644)
+    inventory.write_text(INVENTORY.replace("requires: [vpn]", "requires: [vpm]"))
+    key = tmp_path / "state" / "vault.key"
+    key.chmod(0o644)
+    config(f"  - name: gone\n    path: {tmp_path / 'nowhere'}\nsecrets: [{secrets}]\ninventory: [{inventory}]\n")
+    checks = _by_name(_checks(config))
+    assert checks["source gone"] == (False, f"{tmp_path / 'nowhere'} does not exist: fix its path in the config")
+    ok, detail = checks["secrets secrets.yaml"]
+    assert not ok and "chmod 600" in detail and "not in the vault yet: new-one: run 'recall secret sync'" in detail
+    assert checks["vault key"][0] is False and "chmod 600" in checks["vault key"][1]
+    ok, detail = checks["inventory references"]
+    assert not ok and "inventory.yaml:" in detail and "'vpm' is not an inventory id" in detail
+    assert checks["source notes"][0] and checks["python"][0]      # the rest still checked, and fine
+    assert CANARY not in repr(checks)
+    secrets.write_text(SECRETS)                                   # the same ids, edited after the sync
+    secrets.chmod(0o600)
+    os.utime(secrets, (time.time() + 5, time.time() + 5))
+    ok, detail = _by_name(_checks(config))["secrets secrets.yaml"]
+    assert not ok and detail.endswith("edited since the last sync: run 'recall secret sync'")
+
+
+def test_a_config_with_errors_still_gets_every_other_check(tmp_path, config, notes):
+    config("colour: blue\nembedding:\n  provider: magic\nsize: 3\n")
+    checks = _checks(config)
+    assert [c.name for c in checks[:2]] == ["config", "config"] and not checks[0].ok and not checks[1].ok
+    assert "config.yaml:4: unknown field 'colour'" in checks[0].detail
+    assert "(also 'size' at line 7)" in checks[0].detail             # every unknown key, in file order
+    assert "config.yaml:6" in checks[1].detail and "magic" in checks[1].detail
+    by_name = _by_name(checks)
+    assert by_name["source notes"][1].startswith(f"{notes}: 4 files, not indexed yet")   # still checked
+    assert {"python", "fts5", "index", "embedding"} <= set(by_name)
+
+
+def test_no_config_at_all_is_a_no(tmp_path):
+    checks = _by_name(_checks())
+    assert checks["config"][0] is False and "create it with" in checks["config"][1]
+    assert checks["python"][0]
+
+
+def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_path):
+    """Stand-in packages first on the path: one that fails to import, one with a version, and a
+    slow one (sentence_transformers) that leaves a mark when it is imported."""
+    shadow = tmp_path / "shadow"
+    mark = tmp_path / "imported"
+    for name, body in (("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n"),
+                       ("mcp", "__version__ = '9.9.9'\n"),
+                       ("sentence_transformers", f"open({str(mark)!r}, 'w').close()\n__version__ = '0.0.1'\n")):
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(body)
+    code, checks, r = _doctor(env={"PYTHONPATH": str(shadow)})
+    assert not mark.exists()
+    ok, detail = checks["extra sentence_transformers"]
+    assert ok and "not imported" in detail and "recall doctor --thorough" in detail
+    ok, detail = checks["extra cryptography"]          # failed, or (on a busy machine) not finished in time
+    assert (not ok and "fails to import" in detail) or (ok and "did not finish" in detail), detail
+    code, checks, r = _doctor("--thorough", env={"PYTHONPATH": str(shadow)})
+    assert code == 1, r.stdout
+    ok, detail = checks["extra cryptography"]
+    assert not ok and "fails to import: ImportError: libssl.so.3" in detail and "recall[crypto]" in detail
+    assert checks["extra mcp"] == (True, "imports (9.9.9)")
+    assert mark.exists() and checks["extra sentence_transformers"] == (True, "imports (0.0.1)")
+
+
+@pytest.mark.e2e
+def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
+    from tests.sshd import SSHD, start_sshd, stop_sshd
+    if SSHD is None:
+        pytest.skip("openssh-server is not installed (make test installs it)")
+    server = start_sshd(tmp_path / "sshd")
+    try:
+        dead = tmp_path / "dead_ssh_config"
+        dead.write_text(server.client_config.read_text().replace(f"Port {server.port}", f"Port {free_port()}"))
+        r = run_recall("remote", "install", "testbox", "--path", tmp_path / "box", "--ssh-config", server.client_config)
+        assert r.returncode == 0, r.stderr
+        config(f"remotes:\n  - {{name: box, host: testbox, path: {tmp_path / 'box'}, ssh_config: {server.client_config}}}\n"
+               f"  - {{name: down, host: testbox, path: {tmp_path / 'box'}, ssh_config: {dead}, timeout: 30}}\n")
+        started = time.monotonic()
+        checks = _by_name(_checks(config))
+        assert time.monotonic() - started < 20
+        assert checks["remote box"][0] and "recall 0.1.0" in checks["remote box"][1]
+        assert checks["remote down"][0] is False and "recall remote install testbox" in checks["remote down"][1]
+    finally:
+        stop_sshd(server)
+
+
+def test_doctor_never_writes_anything(tmp_path, config):
+    _checks(config)
+    assert not (tmp_path / "state").exists()
+    assert os.listdir(tmp_path / "home") == []
