@@ -46,7 +46,7 @@ def test_the_first_five_minutes_work_as_written(tmp_path):
     assert "secrets.yaml:7: secret 'jira-api-token' still has a placeholder value" in refused, refused
     assert "replace the placeholder" in refused
     assert "synced 1 secrets: 1 added" in out                                #    the pasted token synced
-    assert "recall secret exec jira-api-token" in out and CANARY not in out + r.stderr
+    assert "secret exec jira-api-token -- sh -c 'curl" in out and CANARY not in out + r.stderr
     assert "Access: jump01 (host)" in out                                     # 4. the access block
     dry = out[out.index("secret:jira-api-token"):]
     assert re.search(r"secret:jira-api-token\s+allow\s+curl", out), out       # the check is allowed
