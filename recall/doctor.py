@@ -44,8 +44,8 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     """Every check, in the order a user reads them (config errors first); never raises for a
     broken part: a check that cannot run says why, and the others still run. `extras=False`
     leaves out the import probes (tests of the other checks)."""
-    probes = _start_import_probes(thorough) if extras else []   # children first: they take the longest
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
+    probes = _start_import_probes(thorough) if extras else []   # children first: they take the longest
     cfg, errors = load_config_leniently(config)
     with ThreadPoolExecutor(max(1, len(cfg.remotes))) as pool:
         remote_jobs = [(rem, pool.submit(_remote_check, cfg, rem)) for rem in cfg.remotes]
@@ -266,7 +266,11 @@ def _embedding(ctx) -> list:
     """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
     from . import vectors
     cfg, emb = ctx.cfg, ctx.cfg.embedding
-    out = [Check("vectors", True, vectors.describe_backend())]
+    try:
+        out = [Check("vectors", True, vectors.describe_backend())]
+    except Exception as exc:            # a broken sqlean / sqlite-vec / numpy install is a finding here
+        out = [Check("vectors", False, f"the vector backend fails: {type(exc).__name__}: {exc} "
+                                       "(pip install --force-reinstall 'recall[vec]')")]
     if emb.provider == "none":
         return out + [Check("embedding", True, "provider none: keyword search only")]
     from .embed import fingerprint, ledger_totals, local_model_source, voyage_base_url

@@ -51,6 +51,25 @@ def _by_name(checks) -> dict:
 
 
 @pytest.fixture
+def shadow(tmp_path):
+    """Stand-ins for the extras with slow imports, first on the path: the import probes answer at once
+    and the same on any machine (the vector ones stay real: doctor's own process loads them).
+    Returns a writer for one stand-in's __init__.py."""
+    from recall.doctor import EXTRAS
+    root = tmp_path / "shadow"
+
+    def write(module, body="__version__ = '0.0.1'\n"):
+        (root / module).mkdir(parents=True, exist_ok=True)
+        (root / module / "__init__.py").write_text(body)
+
+    for module, extra in EXTRAS:
+        if extra != "vec":
+            write(module)
+    write.env = {"PYTHONPATH": str(root)}
+    return write
+
+
+@pytest.fixture
 def setup(tmp_path, config):
     """Notes, a synced secrets file and an inventory, all named by the config and all in order."""
     pytest.importorskip("cryptography")
@@ -66,8 +85,8 @@ def setup(tmp_path, config):
     return secrets, inventory
 
 
-def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path):
-    code, checks, r = _doctor()                # the real command once: text, exit code, every extra
+def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path, shadow):
+    code, checks, r = _doctor("--thorough", env=shadow.env)     # the real command: text, exit code, extras
     assert code == 0, r.stdout
     assert all(ok for ok, _ in checks.values()), r.stdout
     assert checks["source notes"][1].endswith(("just now", "min ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
@@ -79,7 +98,7 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path)
     assert checks["embedding"][1] == "provider none: keyword search only"
     assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "voyageai", "mcp", "cryptography")} <= set(checks)
     assert CANARY not in r.stdout + r.stderr
-    data = json.loads(run_recall("--json", "doctor").stdout)
+    data = json.loads(run_recall("--json", "doctor", "--thorough", env=shadow.env).stdout)
     assert [c["name"] for c in data] == list(checks)
 
 
@@ -125,28 +144,25 @@ def test_no_config_at_all_is_a_no(tmp_path):
     assert checks["python"][0]
 
 
-def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_path):
-    """Stand-in packages first on the path: one that fails to import, one with a version, and a
-    slow one (sentence_transformers) that leaves a mark when it is imported."""
-    shadow = tmp_path / "shadow"
+def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_path, shadow):
+    """A stand-in that fails to import, one with a version, and a slow one (sentence_transformers)
+    that leaves a mark when it is imported."""
     mark = tmp_path / "imported"
-    for name, body in (("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n"),
-                       ("mcp", "__version__ = '9.9.9'\n"),
-                       ("sentence_transformers", f"open({str(mark)!r}, 'w').close()\n__version__ = '0.0.1'\n")):
-        (shadow / name).mkdir(parents=True)
-        (shadow / name / "__init__.py").write_text(body)
-    code, checks, r = _doctor(env={"PYTHONPATH": str(shadow)})
+    shadow("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n")
+    shadow("mcp", "__version__ = '9.9.9'\n")
+    shadow("sentence_transformers", f"open({str(mark)!r}, 'w').close()\n__version__ = '0.0.2'\n")
+    code, checks, r = _doctor(env=shadow.env)
     assert not mark.exists()
     ok, detail = checks["extra sentence_transformers"]
     assert ok and "not imported" in detail and "recall doctor --thorough" in detail
     ok, detail = checks["extra cryptography"]          # failed, or (on a busy machine) not finished in time
     assert (not ok and "fails to import" in detail) or (ok and "did not finish" in detail), detail
-    code, checks, r = _doctor("--thorough", env={"PYTHONPATH": str(shadow)})
+    code, checks, r = _doctor("--thorough", env=shadow.env)
     assert code == 1, r.stdout
     ok, detail = checks["extra cryptography"]
     assert not ok and "fails to import: ImportError: libssl.so.3" in detail and "recall[crypto]" in detail
     assert checks["extra mcp"] == (True, "imports (9.9.9)")
-    assert mark.exists() and checks["extra sentence_transformers"] == (True, "imports (0.0.1)")
+    assert mark.exists() and checks["extra sentence_transformers"] == (True, "imports (0.0.2)")
 
 
 @pytest.mark.e2e
