@@ -12,7 +12,6 @@ META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "us
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
 ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -32,6 +31,31 @@ class SecretEntry:
         return {"id": self.id, **self.meta, "tags": self.tags, "inject": self.inject,
                 "check": self.check, "variables": sorted(self.variables), "file": self.file,
                 "line": self.line}
+
+
+# Variables that change how programs run (loaders, shells, interpreters, config and trust paths):
+# a secret may never set one (issue 14). Exact names, then prefixes.
+RUN_CHANGING = frozenset({
+    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
+    "CDPATH", "GLOBIGNORE", "TMPDIR", "CURL_HOME", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "KUBECONFIG",
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AZURE_CONFIG_DIR",
+    "CLOUDSDK_CONFIG", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SUDO_ASKPASS", "GNUPGHOME", "GCONV_PATH", "LOCPATH",
+    "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "GLIBC_TUNABLES", "NODE_OPTIONS", "NODE_PATH",
+    "RUBYOPT", "RUBYLIB", "PERLLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "EDITOR", "VISUAL", "PAGER",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "OPENSSL_CONF", "TZDIR", "TERMINFO", "XDG_CONFIG_HOME"})
+RUN_CHANGING_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL5", "BASH_FUNC_", "SSL_CERT_", "GIT_", "RECALL_",
+                         "MALLOC_", "AWS_ENDPOINT_URL_", "KUBECTL_", "CLOUDSDK_AUTH_")
+_SAFE_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def check_variable_name(name: str, path: str, line, what: str) -> None:
+    """Refuse (file:line) a variable name that is not [A-Z_][A-Z0-9_]* or that changes how programs run."""
+    if not _SAFE_VAR.match(name):
+        raise InputError(path, line, f"{what}: '{name}' is not a variable name of [A-Z_][A-Z0-9_]*",
+                         hint="use upper-case letters, digits and '_', not starting with a digit")
+    if name in RUN_CHANGING or name.startswith(RUN_CHANGING_PREFIXES):
+        raise InputError(path, line, f"{what}: '{name}' changes how programs run, so a secret may not set it",
+                         hint=f"name it for what it holds, e.g. env: MY_{name.strip('_')}")
 
 
 def default_var(secret_id: str) -> str:
@@ -87,8 +111,9 @@ def _entry(item, path: str, line) -> SecretEntry:
     if inject not in ("env", "stdin"):
         raise InputError(path, _line(item, "inject", line), f"inject must be env or stdin, not '{inject}'")
     env = _str(item, "env", path, line) or default_var(sid)
-    if not _VAR.match(env):
-        raise InputError(path, _line(item, "env", line), f"env '{env}' is not a valid variable name")
+    if "fields" not in item:           # with fields, env is a prefix: the derived names are checked
+        check_variable_name(env, path, _line(item, "env", line),
+                            "env" if "env" in item else f"secret '{sid}' (its variable, from the id)")
     tags = item.get("tags") or []
     if isinstance(tags, str):
         tags = [tags]
@@ -121,7 +146,9 @@ def _values(item, sid, env, path, line):
                              hint="quote it")
         _refuse_placeholder(value, f"{sid}.{name}", path, _line(fields, name, line))
         values[str(name)] = value
-        variables[f"{env}_{default_var(str(name))}"] = str(name)
+        variable = f"{env}_{default_var(str(name))}"
+        check_variable_name(variable, path, _line(fields, name, line), f"field '{name}' (variable {variable})")
+        variables[variable] = str(name)
     return values, variables
 
 

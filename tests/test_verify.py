@@ -672,3 +672,39 @@ def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeyp
     code, out, _ = cli("--json", "verify")
     got = json.loads(out)["entries"][0]["commands"][0]
     assert code == 1 and (got["status"], got["detail"]) == ("missing", "az is not installed here (not on PATH)")
+
+
+# -- issue 14 point 3: a secret's variable names are safe ----------------------------------------
+
+@pytest.mark.parametrize("body,line,says", [
+    ("- id: a\n  env: PATH\n  value: x\n", 2, "'PATH' changes how programs run"),
+    ("- id: a\n  env: LD_PRELOAD\n  value: x\n", 2, "'LD_PRELOAD' changes how programs run"),
+    ("- id: a\n  env: BASH_ENV\n  value: x\n", 2, "'BASH_ENV' changes how programs run"),
+    ("- id: a\n  env: PYTHONSTARTUP\n  value: x\n", 2, "'PYTHONSTARTUP' changes how programs run"),
+    ("- id: a\n  env: SSL_CERT_FILE\n  value: x\n", 2, "'SSL_CERT_FILE' changes"),
+    ("- id: a\n  env: KUBECONFIG\n  value: x\n", 2, "'KUBECONFIG' changes"),
+    ("- id: a\n  env: token\n  value: x\n", 2, "'token' is not a variable name of [A-Z_][A-Z0-9_]*"),
+    ("- id: a\n  env: 9LIVES\n  value: x\n", 2, "'9LIVES' is not a variable name"),
+    ("- id: home\n  value: x\n", 1, "secret 'home' (its variable, from the id): 'HOME' changes"),
+    ("- id: ok\n  value: x\n- id: db\n  env: GIT\n  fields:\n    dir: /tmp/evil\n    user: u\n", 6,
+     "field 'dir' (variable GIT_DIR): 'GIT_DIR' changes"),
+    ("- id: db\n  env: LD\n  fields:\n    preload: /tmp/evil.so\n", 4, "'LD_PRELOAD' changes"),
+])
+def test_sync_refuses_unsafe_variable_names_at_file_line(tmp_path, config, body, line, says):
+    pytest.importorskip("cryptography")
+    write_inventory(tmp_path, config, "", secrets=body)
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1, r.stdout
+    where = f"{tmp_path / 'secrets.yaml'}:{line}: "
+    assert r.stderr.startswith(f"recall: {where}") and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_ordinary_variable_names_still_sync(tmp_path, config):
+    pytest.importorskip("cryptography")
+    write_inventory(tmp_path, config, "", secrets="- id: github-token\n  value: x\n- id: db\n  env: PG\n"
+                    "  fields:\n    user: u\n    password: p\n- id: k\n  env: _OPS_PATH_HINT\n  value: y\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0, r.stderr
+    shown = run_recall("--json", "secret", "show", "db").stdout
+    assert sorted(json.loads(shown)["variables"]) == ["PG_PASSWORD", "PG_USER"]
