@@ -163,7 +163,7 @@ def plan(con, cfg, ids=None) -> list:
                          variables=variables, setup=setup),
                    tuple(b for sid in e.secrets for b in bindings.get(sid, ())), bool(e.secrets), jump_hosts)
         mismatch = _entry_url_mismatch(e, bindings)
-        if mismatch and p.verdict == "allow":
+        if mismatch:                                  # the root cause, whatever else the guard found
             p.verdict, p.rule, p.reason = "deny", "verify.entry-url", mismatch
         probes.append(p)
     for s in secrets:

@@ -708,3 +708,182 @@ def test_ordinary_variable_names_still_sync(tmp_path, config):
     assert r.returncode == 0, r.stderr
     shown = run_recall("--json", "secret", "show", "db").stdout
     assert sorted(json.loads(shown)["variables"]) == ["PG_PASSWORD", "PG_USER"]
+
+
+# -- issue 14 points 1, 2, 4, 7: live, against local stand-ins ------------------------------------
+
+def _by(report_json: str) -> dict:
+    return {e["id"]: e for e in json.loads(report_json)["entries"]}
+
+
+@pytest.mark.e2e
+def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
+    """Three recording servers: the secret's own (https), another (https, other port), a plain http
+    one. Every proof that would carry the credential elsewhere is denied by name, and those two
+    servers never see a single request; the own server sees only the allowed ones."""
+    pytest.importorskip("cryptography")
+    own, other, plain = Recorder(tmp_path, tls=True), Recorder(tmp_path, tls=True), Recorder()
+    try:
+        ca = own.cert
+        other_ca = other.cert
+
+        def curl(url, var="OWN", cacert=ca):
+            return f"'curl -s --cacert {cacert} -H \"Authorization: Bearer ${var}\" {url}'"
+        write_inventory(tmp_path, config, f"""\
+- id: entry-ok
+  secrets: [own]
+  url: {own.base}/
+  verify: {curl(own.base + '/me')}
+- id: entry-widens
+  secrets: [own]
+  url: {other.base}/
+  verify: {curl(other.base + '/me', cacert=other_ca)}
+- id: entry-other-port
+  secrets: [own]
+  verify: {curl(other.base + '/me', cacert=other_ca)}
+- id: entry-other-host
+  secrets: [own]
+  verify: {curl(f'https://localhost:{own.port}/me')}
+- id: entry-http
+  secrets: [own]
+  verify: {curl(plain.base + '/me')}
+- id: entry-secret-without-url
+  secrets: [bare]
+  verify: {curl(own.base + '/me', var='BARE')}
+- id: entry-another-secrets-host
+  secrets: [own, other-token]
+  verify: {curl(other.base + '/me', var='OTHER_TOKEN', cacert=other_ca)}
+""", secrets=f"""\
+- id: own
+  url: {own.base}/me
+  check: {curl(own.base + '/me')}
+  value: "{CANARY}"
+- id: from-use
+  use: {curl(own.base + '/me', var='FROM_USE')}
+  check: {curl(own.base + '/me', var='FROM_USE')}
+  value: "{CANARY}"
+- id: check-elsewhere
+  url: {own.base}/
+  check: {curl(other.base + '/me', var='CHECK_ELSEWHERE', cacert=other_ca)}
+  value: "{CANARY}"
+- id: plain-url
+  url: {plain.base}/me
+  check: {curl(plain.base + '/me', var='PLAIN_URL')}
+  value: "{CANARY}"
+- id: other-token
+  url: {other.base}/me
+  value: "other-{CANARY}"
+- id: bare
+  value: "bare-{CANARY}"
+""")
+        assert run_recall("secret", "sync").returncode == 0
+        dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
+        r = run_recall("--json", "verify")
+        got = _by(r.stdout)
+        want = {"entry-ok": ("allow", "ok"), "own": ("allow", "ok"), "from-use": ("allow", "ok"),
+                "entry-widens": ("verify.entry-url", "skipped"), "entry-other-port": ("curl.host", "skipped"),
+                "entry-other-host": ("curl.host", "skipped"), "entry-http": ("curl.http", "skipped"),
+                "entry-secret-without-url": ("curl.host", "skipped"),
+                "entry-another-secrets-host": ("curl.host", "skipped"),
+                "check-elsewhere": ("curl.host", "skipped"), "plain-url": ("curl.http", "skipped")}
+        for name, (rule, status_) in want.items():
+            proof = got[name]["commands"][0]
+            assert proof["status"] == status_, (name, proof)
+            if rule != "allow":
+                assert (proof["verdict"], proof["rule"]) == ("deny", rule), (name, proof)
+                assert dry[name]["commands"][0]["rule"] == rule
+                assert rule in proof["detail"]
+        assert "other-token's host" in got["entry-another-secrets-host"]["commands"][0]["reason"]
+        assert "no url:" in got["entry-secret-without-url"]["commands"][0]["reason"]
+        assert other.requests == [] and plain.requests == []          # nothing reached another host
+        assert len(own.requests) == 3 and all(q["host"] == f"127.0.0.1:{own.port}" for q in own.requests)
+        assert all(q["auth"] == f"Bearer {CANARY}" for q in own.requests)
+        assert r.returncode == 0 and CANARY not in r.stdout + r.stderr    # denied ones are skipped, not failed
+    finally:
+        for server in (own, other, plain):
+            server.stop()
+
+
+@pytest.mark.e2e
+def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_path, config):
+    """A setup step that exports a PATH with a fake curl first: verify still runs the real curl
+    (by its absolute path from recall's own PATH). Steps that could run hidden code skip the
+    entry and never run; the dry run lists every step with its verdict."""
+    server = Recorder(tmp_path, tls=True)
+    try:
+        fake, ran = tmp_path / "fakebin", tmp_path / "ran"
+        ran.mkdir()
+        _stand_in(fake, "curl", f"touch {ran}/fake-curl\nexit 0\n")
+        sourced = tmp_path / "ops.sh"
+        sourced.write_text(f"export PATH={fake}:$PATH\nexport OPS_REGION=eu-west-1\n")
+        sourced.chmod(0o644)
+        loose = tmp_path / "loose.sh"
+        loose.write_text(f"touch {ran}/loose\n")
+        loose.chmod(0o666)
+        proof = f"curl -s --cacert {server.cert} {server.base}/open"
+        steps = {
+            "sourced-path": [f"source {sourced}"],
+            "dot-sourced": [f". {sourced}", "unset OPS_REGION"],
+            "inline-path": [f"export PATH={fake}:/usr/bin:/bin KUBECONFIG=~/.kube/ops"],
+            "subst": [f"export X=$(touch {ran}/subst)"],
+            "backticks": [f"export X=`touch {ran}/backticks`"],
+            "command": [f"touch {ran}/command"],
+            "global": ["kubectl config use-context ops"],
+            "loose": [f"source {loose}"],
+            "relative": ["source ops.sh"],
+            "preload": ["export LD_PRELOAD=/tmp/evil.so"],
+            "second-step": [f"source {sourced}", f"export Y=$(touch {ran}/second)"],
+        }
+        write_inventory(tmp_path, config, "".join(
+            f"- id: {name}\n  access: {json.dumps(s)}\n  verify: {proof}\n" for name, s in steps.items())
+            + f"- id: fail-with-body\n  verify: curl -s --fail-with-body --cacert {server.cert} {server.base}/gone\n")
+        dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
+        text = run_recall("verify", "--dry-run").stdout
+        assert f"entry:subst" in text and "deny   setup: export X=$(touch" in text
+        assert [s["rule"] for s in dry["dot-sourced"]["setup"]] == ["setup.source", "setup.unset"]
+        r = run_recall("--json", "verify")
+        got = {name: e["commands"][0] for name, e in _by(r.stdout).items()}
+        denied = {"subst": "shell-expansion", "backticks": "shell-expansion", "command": "setup.command",
+                  "global": "setup.command", "loose": "setup.source-mode", "relative": "setup.source-path",
+                  "preload": "setup.export-name", "second-step": "shell-expansion"}
+        for name, rule in denied.items():
+            assert dry[name]["setup"][-1]["verdict"] == "deny" and dry[name]["setup"][-1]["rule"] == rule, name
+            assert got[name]["status"] == "skipped", (name, got[name])
+            assert got[name]["detail"].startswith(f"setup step not allowed ({rule})"), got[name]
+        for name in ("sourced-path", "dot-sourced", "inline-path"):
+            assert got[name]["status"] == "ok", (name, got[name])
+        assert got["fail-with-body"]["status"] == "error" and "404" in got["fail-with-body"]["detail"]
+        assert sorted(os.listdir(ran)) == []                   # no fake curl, no hidden command ran
+        assert len([q for q in server.requests if q["path"] == "/open"]) == 3   # the real curl, three times
+        assert r.returncode == 1                                 # the 404 failed the sweep
+    finally:
+        server.stop()
+
+
+@pytest.mark.e2e
+def test_a_value_cannot_inject_curl_configuration(tmp_path, config):
+    """A value holding '\\noutput = FILE' (or CR, or NUL) is refused before curl starts: no file is
+    written, no request is sent; a value with quotes and backslashes arrives intact."""
+    pytest.importorskip("cryptography")
+    server = Recorder(tmp_path, tls=True)
+    try:
+        dropped = tmp_path / "dropped"
+        check = f"'curl -s --cacert {server.cert} -H \"Authorization: Bearer $V\" {server.base}/echo'"
+        rows = {"newline": f"{CANARY}\\noutput = {dropped}", "cr": f"{CANARY}\\routput = {dropped}",
+                "nul": f"{CANARY}\\0x", "quoted": 'a\\"b\\\\c\\\\\\"d ' + CANARY}
+        write_inventory(tmp_path, config, "", secrets="".join(
+            f"- id: {name}\n  env: V\n  url: {server.base}/\n  check: {check}\n  value: \"{value}\"\n"
+            for name, value in rows.items()))
+        r = run_recall("secret", "sync")
+        assert r.returncode == 0, r.stderr
+        r = run_recall("--json", "verify")
+        got = {name: e["commands"][0] for name, e in _by(r.stdout).items()}
+        for name, what in (("newline", "a newline"), ("cr", "a carriage return"), ("nul", "a NUL")):
+            assert got[name]["status"] == "error", got[name]
+            assert got[name]["detail"].startswith(f"secret '{name}' holds {what}, which an HTTP header cannot carry")
+        assert not dropped.exists()
+        assert got["quoted"]["status"] == "ok", got["quoted"]
+        assert [q["auth"] for q in server.requests] == [f'Bearer a"b\\c\\"d {CANARY}']   # only the safe one
+        assert CANARY not in r.stdout + r.stderr and r.returncode == 1
+    finally:
+        server.stop()
