@@ -21,14 +21,15 @@ and account. Use its MCP tools (without MCP, the same verbs are `recall search|r
   past decisions, call `recall_search`, then `recall_read` for the section it points to. Do not grep,
   cat or find through my notes folders: search ranks, bounds and masks; grep does none of that.
 - **Credentials only through recall:** `recall_secret_find` → `recall_secret_show` (what it is and
-  its `use` line) → `recall_secret_command` (the one command line that injects it) → run that line
-  as given. Its output comes back masked.
+  its `use` line) → `recall_secret_command` (it returns one line that injects it) → run that line
+  as given, in any shell. Its output comes back masked.
 - **Never ask for or print a secret value** — not in chat, commands, files, logs or argv, not even
   partly. Do not open the secrets files or the vault key. `[recall:ID]` in output is a masked value:
   expected, never try to recover it.
 - **Reach clusters, hosts and accounts only through recall's access entries:** `recall_access_find`
-  → `recall_access_show` → `recall_access_exec` (prerequisites checked, setup applied, secrets
-  injected, output masked). Do not switch kube contexts, cloud profiles or subscriptions yourself.
+  → `recall_access_show` → `recall_access_exec` (prerequisites checked, then one bash runs the
+  setup and your command line — pipes and `$VARS` work — secrets injected, output masked). Do not
+  switch kube contexts, cloud profiles or subscriptions yourself.
 - **`prerequisite 'vpn' is down`** (or any prerequisite) means: stop and ask me to connect it, as the
   error says. Do not debug credentials, tokens or configs — they are not the problem.
 - **Run `recall_verify`** before a task that spans several systems, and after any authentication

@@ -257,12 +257,13 @@ def show(con, secret_id: str) -> dict:
 # -- using a value ---------------------------------------------------------------------------------
 
 def launcher() -> list:
-    """How a shell calls this recall: from a checkout, this Python (the one with recall's extras)
-    and the checkout's launcher — the same code that gave the line; else the installed command."""
+    """How the agent should call recall: the installed command, else this Python (the one that has
+    recall's extras) and this checkout's launcher."""
+    installed = shutil.which("recall")
+    if installed:
+        return ["recall"]
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.isfile(os.path.join(here, "recall.py")):
-        return [sys.executable or "python3", os.path.join(here, "recall.py")]
-    return ["recall"] if shutil.which("recall") else [sys.executable or "python3", "-m", "recall"]
+    return [sys.executable or "python3", os.path.join(here, "recall.py")]
 
 
 def invocation(cfg=None) -> str:
