@@ -1,0 +1,54 @@
+"""`make test`'s set-up (.ci/install): a project-local venv reused while pyproject.toml is unchanged."""
+import hashlib
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def _install(tmp_path, venv, python):
+    """.ci/install with stand-ins for the system tools on PATH, so it never reaches for apt-get."""
+    bindir = tmp_path / "tools"
+    bindir.mkdir(exist_ok=True)
+    for tool in ("sshd", "ssh", "openssl", "unshare", "kubectl"):
+        (bindir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bindir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "VENV": str(venv), "PYTHON": str(python)}
+    return subprocess.run(["bash", str(REPO / ".ci" / "install")], env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def _venv(tmp_path, stamp: str):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / ".recall-stamp").write_text(stamp + "\n")
+    return venv
+
+
+def test_a_venv_built_from_this_pyproject_is_reused(tmp_path):
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + (REPO / ".ci" / "install").read_bytes())
+    venv = _venv(tmp_path, digest.hexdigest())
+    r = _install(tmp_path, venv, sys.executable)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"make test: {venv} is up to date with pyproject.toml\n"
+
+
+def test_a_changed_pyproject_rebuilds_and_an_old_python_is_named(tmp_path):
+    venv = _venv(tmp_path, "0" * 64)                 # built from another pyproject.toml
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\n[ \"$1\" = -V ] && exec echo 'Python 3.9.18'\nexit 1\n")
+    old.chmod(0o755)
+    r = _install(tmp_path, venv, old)
+    assert r.returncode == 1 and "up to date" not in r.stdout
+    assert "Python 3.9.18; the test extras (mcp) need Python ≥ 3.10: make test PYTHON=python3.11" in r.stderr
+    assert (venv / ".recall-stamp").read_text() == "0" * 64 + "\n"      # nothing touched
+
+
+def test_ci_runs_exactly_the_readme_commands():
+    lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.startswith(("#", "set ", "cd ", "export "))]
+    assert lines == ["make test", "make test-core"]
+    readme = (REPO / "README.md").read_text()
+    assert "make demo    #" in readme and "make test    #" in readme
