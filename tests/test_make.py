@@ -52,3 +52,13 @@ def test_ci_runs_exactly_the_readme_commands():
     assert lines == ["make test", "make test-core"]
     readme = (REPO / "README.md").read_text()
     assert "make demo    #" in readme and "make test    #" in readme
+
+
+def test_property_tests_are_quick_here_and_full_in_ci():
+    import pytest
+    pytest.importorskip("hypothesis")
+    probe = "import tests.conftest, hypothesis; print(hypothesis.settings.default.max_examples)"
+    for ci, examples in (("true", "500"), ("", "60")):
+        r = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "CI": ci, "HYPOTHESIS_PROFILE": ""})
+        assert r.stdout.strip() == examples, r.stderr
