@@ -310,9 +310,11 @@ def cmd_index(args) -> int:
             f"{data['unchanged']} unchanged files; {data['chunks']} chunks written; {data['seconds']:.2f}s")
         return 0
     cfg.require_sources()
-    from . import db
+    from .repair import open_for_index
     embed = not args.no_embed and cfg.embedding.provider != "none"
-    con = db.connect(cfg.db_path, vectors=embed)
+    con, notes = open_for_index(cfg.db_path, full=args.full, vectors=embed)   # --full repairs a broken DB
+    for line in notes:
+        sys.stderr.write(f"recall: {line}\n")
     report = run_index(con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed,
                        notify=lambda line: sys.stderr.write(f"recall: {line}\n"))
     if getattr(args, "json", False):
@@ -649,6 +651,13 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:        # a full disk, a read-only or damaged DB: one line, not a traceback
+        from .repair import explain
+        err = explain(exc)
+        if err is None:
+            raise
+        sys.stderr.write(f"recall: {err}\n")
+        return err.exit_code
 
 
 def run() -> None:

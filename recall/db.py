@@ -9,6 +9,17 @@ from pathlib import Path
 from .errors import RecallError
 
 BUSY_TIMEOUT_MS = 30_000
+OPENED: list = []          # DB paths this process opened, so a later storage fault can name its file
+
+
+class BrokenDatabase(RecallError):
+    """The DB file is damaged or not one this recall can use; `recall index --full` rebuilds it."""
+
+    def __init__(self, path, why: str, first: str = "it is a cache: "):
+        super().__init__(f"{path} is {why}",
+                         f"{first}'recall index --full' moves it aside (recall.db.broken-<time>) "
+                         "and rebuilds it, keeping the vault key")
+        self.path, self.why = str(path), why
 
 # Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
 MIGRATIONS: list = [
@@ -181,10 +192,15 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
     an SQLite module that can load sqlite-vec (stdlib, else sqlean) and load it when installed;
     one process should open a DB file through one module only (POSIX locks are per library)."""
     path = Path(path)
-    if readonly and not path.exists():
-        raise RecallError(f"no index at {path}", "run 'recall index' first")
-    if not readonly:
-        _secure_file(path)
+    try:
+        if readonly and not path.exists():
+            raise RecallError(f"no index at {path}", "run 'recall index' first")
+        if not readonly:
+            _secure_file(path)
+    except OSError as exc:          # a home folder recall may not use, a full or read-only disk
+        from .repair import explain
+        raise (explain(exc, path) or exc) from None
+    OPENED.append(path)
     module = sqlite3
     if vectors:
         from . import vectors as _vectors
@@ -200,10 +216,11 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         con.execute("PRAGMA secure_delete=ON")      # deleted text is zeroed, not left in free pages
         con.execute("PRAGMA synchronous=NORMAL")
         _use_wal(con, module)
-        migrate(con)
-    except (sqlite3.DatabaseError, module.DatabaseError) as exc:
-        raise RecallError(f"cannot open the database {path}: {exc}",
-                          "it is a cache: move it away and run 'recall index --full'") from None
+        migrate(con, path)
+    except (sqlite3.Error, module.Error) as exc:
+        from .repair import explain
+        raise (explain(exc, path) or RecallError(f"cannot open the database {path}: {exc}",
+                                                 "it is a cache: run 'recall index --full'")) from None
     return con
 
 
@@ -221,8 +238,24 @@ def _use_wal(con, module) -> None:
             time.sleep(0.02)
 
 
-def migrate(con: sqlite3.Connection) -> int:
+def schema_version(con, path="the database") -> int:
+    """The migrations applied to this DB (0: a new file); a DB of another program, or of a newer
+    recall, is a BrokenDatabase rather than something to write into."""
+    names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "migrations" not in names:
+        if names:
+            raise BrokenDatabase(path, "not a recall index (its tables are another program's)")
+        return 0
+    done = con.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()[0]
+    if done > len(MIGRATIONS):
+        raise BrokenDatabase(path, f"from a newer recall (schema {done}; this one knows {len(MIGRATIONS)})",
+                             "upgrade recall to use it; or, to use this recall, ")
+    return done
+
+
+def migrate(con: sqlite3.Connection, path="the database") -> int:
     """Apply pending migrations, each in its own transaction; returns the schema version."""
+    schema_version(con, path)
     con.execute("CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
     done = con.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()[0]
     for version, sql in enumerate(MIGRATIONS[done:], start=done + 1):
@@ -261,8 +294,21 @@ class transaction:
         return self.con
 
     def __exit__(self, exc_type, exc, tb):
-        self.con.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            self.con.execute("COMMIT")
+        else:
+            rollback(self.con)
         return False
+
+
+def rollback(con) -> None:
+    """ROLLBACK, quietly when SQLite has already rolled back (a full disk does): the first error
+    is the one worth telling."""
+    try:
+        con.execute("ROLLBACK")
+    except Exception as exc:                # sqlite3's or sqlean's OperationalError
+        if "no transaction is active" not in str(exc):
+            raise
 
 
 class index_lock:

@@ -236,7 +236,13 @@ def _inventory(ctx) -> list:
 
 # Each section takes the context and returns its checks. Issue 15: the index's integrity check
 # (PRAGMA quick_check on ctx.con) is a section of its own, right after _index.
-SECTIONS = [_config_checks, _platform, _home, _sources, _index, _secrets, _vault_key, _inventory]
+def _integrity(ctx) -> list:
+    """`PRAGMA quick_check` and the schema version of the DB, read-only."""
+    from .repair import quick_check
+    return [Check("database integrity", *quick_check(ctx.cfg.db_path))]
+
+
+SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
 
 
 # -- remotes, the embedding provider, the extras ---------------------------------------------

@@ -260,7 +260,7 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         db.set_meta(con, "indexed_at", time.time())
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        db.rollback(con)
         raise
 
 

@@ -168,3 +168,257 @@ def test_two_index_runs_at_once_both_finish(config, notes):
     assert "4004 new" in outs[1 - waited[0]][0] and "0 new" in outs[waited[0]][0]
     con = db.connect(load_config().db_path)
     assert con.execute("SELECT count(*), count(DISTINCT relpath) FROM files").fetchone()[:] == (4004, 4004)
+
+
+# -- storage faults: one line, and recall repairs its own cache --------------------------------
+
+NOBODY = 65534
+
+
+def _bulk(notes, n=400):
+    for i in range(n):
+        (notes / f"bulk/{i // 100}").mkdir(parents=True, exist_ok=True)
+        (notes / f"bulk/{i // 100}/note-{i}.md").write_text(
+            f"# Note {i}\n\nhost-{i}.example.com sits in rack {i} " + "filler words " * 40 + "\n")
+
+
+def _one_line(r, start):
+    """The run failed with exactly one stderr line, starting with `start`; no traceback."""
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(start), r.stderr
+
+
+def _damage(path, pages):
+    """Overwrite these 4 KiB pages of the DB with noise, after moving the WAL into the file."""
+    import sqlite3
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    size = os.path.getsize(path) // 4096
+    with open(path, "r+b") as fh:
+        for page in pages:
+            fh.seek((page if page >= 0 else size + page) * 4096)
+            fh.write(os.urandom(4096))
+
+
+def _as_user(uid, *args):
+    """recall's main() in a forked child that has become another user (root reads and writes
+    everything; the interpreter's own folder may be closed to that user, so no exec)."""
+    import subprocess
+    import sys
+    import traceback
+    out, err = (tempfile.TemporaryFile(mode="w+") for _ in range(2))
+    pid = os.fork()
+    if pid == 0:                                      # pragma: no cover (the child)
+        code = 70
+        try:
+            sys.stdout = open(os.dup(out.fileno()), "w")      # not pytest's capture
+            sys.stderr = open(os.dup(err.fileno()), "w")
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            from recall.cli import main
+            code = main(list(args))
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    out.seek(0)
+    err.seek(0)
+    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), out.read(), err.read())
+
+
+def test_a_full_disk_is_one_line_and_loses_nothing_committed(config, notes):
+    """SQLITE_FULL shim: the DB may not grow past 40 pages (where a small tmpfs cannot be mounted)."""
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    _bulk(notes)
+    shim = ("import sys; sys.path.insert(0, sys.argv[1]); from recall import db; connect = db.connect\n"
+            "def small(*a, **k):\n    con = connect(*a, **k); con.execute('PRAGMA max_page_count=40'); return con\n"
+            "db.connect = small; sys.argv[1:] = ['index']\nfrom recall.cli import run; run()\n")
+    r = subprocess.run([sys.executable, "-c", shim, str(REPO)], capture_output=True, text=True, timeout=60)
+    _one_line(r, f"recall: the disk holding {load_config().db_path} is full (database or disk is full) — "
+                 "free some space")
+    from recall.repair import quick_check
+    assert quick_check(load_config().db_path)[0]               # what was committed is a sound index
+    r = run_recall("index")                                   # space again: it finishes
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    con = db.connect(load_config().db_path)
+    assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 404
+    assert run_recall("search", "host-399.example.com").stdout.startswith("1. bulk/3/note-399.md:1")
+
+
+def test_a_full_tmpfs_is_one_line(config, notes, tmp_path, monkeypatch):
+    import subprocess
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (test_a_full_disk_is_one_line… uses the shim)")
+    try:
+        monkeypatch.setenv("RECALL_HOME", str(mnt / "state"))
+        _bulk(notes, 1500)
+        r = run_recall("index")
+        _one_line(r, f"recall: the disk holding {mnt / 'state' / 'recall.db'} is full")
+        r = run_recall("search", "rack")                      # what was committed still answers
+        assert r.returncode == 0 and "Traceback" not in r.stderr
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+def _owned_tree(tmp_path):
+    """notes + config + state in a folder another user can reach; returns the state folder."""
+    base = Path(tempfile.mkdtemp(prefix="recall-faults-"))
+    os.chmod(base, 0o755)
+    notes = write_tree(base / "notes", NOTES)
+    (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
+    return base
+
+
+def test_a_read_only_db_and_an_unreadable_home_are_one_line(monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run recall as another user")
+    base = _owned_tree(None)
+    try:
+        state = base / "state"
+        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        monkeypatch.setenv("RECALL_HOME", str(state))
+        assert run_recall("index").returncode == 0
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        (state / "recall.db").chmod(0o400)                    # read-only: search still works
+        r = _as_user(NOBODY, "search", "jump01")
+        assert r.returncode == 0 and "jump-hosts.md" in r.stdout, r.stderr
+        _one_line(_as_user(NOBODY, "index"), f"recall: {state / 'recall.db'} is read-only (attempt to write "
+                                              "a readonly database) — make it and")
+        state.chmod(0)                                        # an unreadable home folder
+        for verb in (["search", "jump01"], ["index"], ["secret", "sync"]):
+            _one_line(_as_user(NOBODY, *verb), f"recall: cannot open {state / 'recall.db'} (Permission denied)")
+    finally:
+        (base / "state").chmod(0o700)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _doctor(cli, monkeypatch) -> str:
+    """`recall doctor`'s output (in-process: an exception would fail the test)."""
+    return cli("doctor")[1]
+
+
+def test_damaged_pages_are_one_line_and_index_full_moves_the_file_aside(config, notes, cli, monkeypatch):
+    _bulk(notes)
+    assert run_recall("index").returncode == 0
+    path = load_config().db_path
+    con = db.connect(path)
+    con.execute("INSERT INTO embed_ledger(at, provider, model, kind, state, estimate, tokens, items, pid, run) "
+                "VALUES (1, 'voyage', 'voyage-3.5', 'document', 'billed', 900, 812, 3, 1, 'r')")
+    con.close()
+    _damage(path, range(-40, -1, 3))                           # chunk pages; the ledger's page is early
+    r = run_recall("search", "rack")
+    _one_line(r, f"recall: {path} is damaged (")
+    assert r.stderr.rstrip().endswith("'recall index --full' moves it aside (recall.db.broken-<time>) and "
+                                      "rebuilds it, keeping the vault key")
+    shown = _doctor(cli, monkeypatch)
+    assert "NO  database integrity" in shown and "damaged (" in shown
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "404 new" in r.stdout, r.stderr
+    broken = sorted(p.name for p in path.parent.glob("recall.db.broken-*"))
+    assert broken and broken[0].startswith("recall.db.broken-2")
+    assert f"recall: {path} was damaged (" in r.stderr and f"moved it to {broken[0]} and rebuilding" in r.stderr
+    assert "recall: carried over the token ledger (1 request)" in r.stderr
+    con = db.connect(path)
+    assert con.execute("SELECT tokens FROM embed_ledger").fetchall()[0][0] == 812
+    assert run_recall("search", "host-17.example.com").stdout.startswith("1. bulk/0/note-17.md:1")
+    assert "ok  database integrity" in _doctor(cli, monkeypatch)
+
+
+def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(config, tmp_path):
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(_secrets(2))
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    assert run_recall("index").returncode == 0 and run_recall("secret", "sync").returncode == 0
+    cfg = load_config()
+    key = (cfg.home / "vault.key").read_bytes()
+    con = db.connect(cfg.db_path)
+    con.execute("INSERT INTO migrations VALUES (99, 0)")
+    con.close()
+    newer = f"{len(db.MIGRATIONS)}"
+    for verb in (["search", "jump01"], ["index"], ["secret", "find", "svc"]):
+        _one_line(run_recall(*verb), f"recall: {cfg.db_path} is from a newer recall (schema 99; this one "
+                                     f"knows {newer}) — upgrade recall to use it; or, to use this recall, "
+                                     "'recall index --full' moves it aside")
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout
+    assert "the vault in the new index is empty: run 'recall secret sync' again (the vault key is kept)" in r.stderr
+    assert (cfg.home / "vault.key").read_bytes() == key
+    assert run_recall("secret", "sync").returncode == 0                # the same key opens what it writes
+    assert run_recall("secret", "show", "svc-1").returncode == 0
+
+
+def test_another_programs_database_is_not_written_into(config):
+    import sqlite3
+    path = load_config().db_path
+    path.parent.mkdir(parents=True)
+    other = sqlite3.connect(path)
+    other.execute("CREATE TABLE photos(id INTEGER PRIMARY KEY, name TEXT)")
+    other.commit()
+    other.close()
+    _one_line(run_recall("index"), f"recall: {path} is not a recall index (its tables are another program's)")
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout
+    assert "token ledger could not be read" not in r.stderr and "secret sync" not in r.stderr
+
+
+def _world(config, tmp_path):
+    """Notes indexed, two secrets synced, one inventory entry, a golden file: every verb has work."""
+    secrets, inventory = tmp_path / "secrets.yaml", tmp_path / "inventory.yaml"
+    secrets.write_text(_secrets(2))
+    secrets.chmod(0o600)
+    inventory.write_text("- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
+    config(f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text('{"query": "jump01", "type": "identifier", "relevant": ["runbooks/jump-hosts.md"]}\n')
+    assert run_recall("index").returncode == 0
+    assert run_recall("secret", "sync").returncode == 0
+    return golden
+
+
+EVERY_VERB = [
+    ["index"], ["search", "jump01"], ["search", "--mode", "keyword", "failover", "rollback"],
+    ["read", "runbooks/jump-hosts.md:3"], ["secret", "sync"], ["secret", "find", "svc"],
+    ["secret", "show", "svc-0"], ["secret", "command", "svc-0", "--", "env"],
+    ["secret", "exec", "svc-0", "--", "true"], ["secret", "get", "svc-0"], ["secret", "log"],
+    ["secret", "rotate-key"], ["access", "find", "bastion"], ["access", "show", "bastion"],
+    ["access", "exec", "bastion", "--", "true"], ["verify", "--dry-run"], ["verify"],
+    ["instructions"], ["eval", "GOLDEN"], ["--json", "search", "jump01"],
+]
+
+
+@pytest.mark.parametrize("damage", ["header", "pages", "late pages"])
+def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tmp_path, cli, monkeypatch,
+                                                                       damage):
+    pytest.importorskip("cryptography")
+    golden = _world(config, tmp_path)
+    path = load_config().db_path
+    _damage(path, {"header": [0], "pages": range(2, 60, 2), "late pages": range(-12, 0)}[damage])
+    failed = 0
+    for verb in EVERY_VERB:
+        r = run_recall(*[str(golden) if w == "GOLDEN" else w for w in verb])
+        lines = (r.stdout + r.stderr).splitlines()
+        assert not any(line.startswith("Traceback") for line in lines), (verb, r.stderr)
+        assert r.returncode in (0, 1), (verb, r.returncode, r.stderr)
+        if r.returncode == 1:
+            failed += 1
+            assert r.stderr.startswith("recall: ") and r.stderr.count("\n") == 1, (verb, r.stderr)
+    # the damage really was in the way: of every verb that opens the DB, or of some queries
+    assert failed >= (1 if damage == "late pages" else len(EVERY_VERB) - 1), failed
+    _doctor(cli, monkeypatch)                                  # in-process: a raise would fail the test
+    r = run_recall("index", "--full")                          # and the way out works
+    assert r.returncode == 0 and "moved it to recall.db.broken-" in r.stderr, r.stderr
+    assert run_recall("search", "jump01").stdout.startswith("1. runbooks/jump-hosts.md")

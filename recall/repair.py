@@ -1,0 +1,167 @@
+"""Storage faults in one line each, and the rebuild that moves a damaged or foreign DB aside."""
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from . import db
+from .errors import RecallError
+
+LEDGER_COLUMNS = "at, provider, model, kind, state, estimate, tokens, items, pid, run"
+_OS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _is_sqlite_error(exc) -> bool:
+    """sqlite3's errors, and those of the other SQLite modules recall may open the DB with (sqlean)."""
+    return isinstance(exc, sqlite3.Error) or any(
+        cls.__name__ == "Error" and ("sqlite" in cls.__module__ or "sqlean" in cls.__module__)
+        for cls in type(exc).__mro__)
+
+
+def _kind(exc) -> str:
+    """full | readonly | cantopen | damaged | ioerr | locked | '' for an SQLite or OS error."""
+    if isinstance(exc, OSError):
+        return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "readonly",
+                errno.EIO: "ioerr"}.get(exc.errno, "cantopen")
+    name, text = getattr(exc, "sqlite_errorname", "") or "", str(exc).lower()
+    for kind, names, words in (
+            ("full", ("SQLITE_FULL",), ("database or disk is full",)),
+            ("readonly", ("SQLITE_READONLY",), ("readonly database", "read-only")),
+            ("cantopen", ("SQLITE_CANTOPEN",), ("unable to open database",)),
+            ("damaged", ("SQLITE_CORRUPT", "SQLITE_NOTADB"),
+             ("malformed", "not a database", "corrupt", "no such table", "no such column")),
+            ("ioerr", ("SQLITE_IOERR",), ("disk i/o error",)),
+            ("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked",))):
+        if name.startswith(names) or any(w in text for w in words):
+            return kind
+    return ""
+
+
+def explain(exc, path=None):
+    """The RecallError a user should see for a storage fault (a full disk, a read-only or damaged
+    DB, a folder recall may not use); None when `exc` is not one (a bug keeps its traceback)."""
+    if isinstance(exc, RecallError):
+        return exc
+    if isinstance(exc, OSError):
+        if exc.errno not in _OS_FAULTS:
+            return None
+        path = exc.filename or path
+    elif not _is_sqlite_error(exc):
+        return None
+    path = Path(path or (db.OPENED[-1] if db.OPENED else "the index"))
+    folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
+    kind = _kind(exc)
+    if kind == "full":
+        return RecallError(f"the disk holding {path} is full ({what})",
+                           "free some space and run it again; what was committed before is kept")
+    if kind == "readonly":
+        return RecallError(f"{path} is read-only ({what})",
+                           f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME "
+                           "to a writable folder")
+    if kind == "cantopen":
+        return RecallError(f"cannot open {path} ({what})",
+                           f"make {folder} and the files in it yours, readable and writable (ls -l "
+                           f"{folder}; chmod 700 {folder}), or set RECALL_HOME to another folder")
+    if kind == "damaged":
+        return db.BrokenDatabase(path, f"damaged ({what})")
+    if kind == "ioerr":
+        return RecallError(f"a disk I/O error on {path} ({what})",
+                           "check the disk; if the index is damaged, 'recall index --full' rebuilds it")
+    if kind == "locked":
+        return RecallError(f"{path} stayed locked by another process for {db.BUSY_TIMEOUT_MS // 1000} s",
+                           "let the other recall finish (an index or a sync?), then run it again")
+    return None
+
+
+def quick_check(path) -> tuple:
+    """(ok, detail) of `PRAGMA quick_check` and the schema version, without changing the file."""
+    path = Path(path)
+    if not path.exists():
+        return True, "absent (the first 'recall index' creates it)"
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=db.BUSY_TIMEOUT_MS / 1000)
+        try:
+            rows = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
+            version = db.schema_version(con, path)
+        finally:
+            con.close()
+    except (sqlite3.Error, RecallError, OSError) as exc:
+        err = explain(exc, path) or exc
+        return False, f"{err}"
+    if rows != ["ok"]:
+        found = [line.strip() for row in rows for line in str(row).splitlines()
+                 if line.strip() and not line.startswith("*** in database")]
+        return False, (f"damaged ({'; '.join(found[:2])}{'; …' if len(found) > 2 else ''}) — run "
+                       "'recall index --full': it moves the file aside and rebuilds it, keeping the vault key")
+    return True, f"quick_check ok, schema {version}"
+
+
+def open_for_index(path, *, full: bool, vectors: bool = False) -> tuple:
+    """(connection, notes) for `recall index`. With `full`, a damaged or foreign DB is moved aside
+    to recall.db.broken-<time> and a new one built; the token ledger is carried over if readable."""
+    if not full:
+        return db.connect(path, vectors=vectors), []
+    try:
+        con = db.connect(path, vectors=vectors)
+        ok, detail = quick_check(path)
+        if ok:
+            return con, []
+        con.close()
+        why = detail.split(" — ")[0]
+    except db.BrokenDatabase as exc:
+        why = exc.why
+    moved = _move_aside(Path(path))
+    ledger, had_secrets = _salvage(moved)
+    con = db.connect(path, vectors=vectors)
+    notes = [f"{path} was {why}: moved it to {moved.name} and rebuilding the index"]
+    if ledger is None:
+        notes.append("the token ledger could not be read from it: the embedding cap counts from 0 again")
+    elif ledger:
+        with db.transaction(con):
+            con.executemany(f"INSERT INTO embed_ledger({LEDGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", ledger)
+        notes.append(f"carried over the token ledger ({len(ledger)} request{'s' * (len(ledger) != 1)})")
+    if had_secrets is not False:
+        notes.append("the vault in the new index is empty: run 'recall secret sync' again "
+                     "(the vault key is kept)")
+    return con, notes
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename the DB and its -wal/-shm to recall.db.broken-<time>(-wal, -shm); returns the new name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = path.with_name(f"{path.name}.broken-{stamp}")
+    n = 1
+    while moved.exists():
+        n += 1
+        moved = path.with_name(f"{path.name}.broken-{stamp}-{n}")
+    for suffix in ("-wal", "-shm"):
+        side = Path(str(path) + suffix)
+        if side.exists():
+            os.replace(side, str(moved) + suffix)
+    os.replace(path, moved)
+    return moved
+
+
+def _salvage(moved: Path) -> tuple:
+    """(ledger rows or None when unreadable, whether it held secrets: True/False/None unknown)."""
+    try:
+        con = sqlite3.connect(f"file:{moved}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None, None
+    try:
+        try:
+            rows = [tuple(r) for r in con.execute(f"SELECT {LEDGER_COLUMNS} FROM embed_ledger")]
+            # a reservation of the old file cannot be settled any more: it stays counted, unconfirmed
+            ledger = [r[:4] + ("unconfirmed" if r[4] == "reserved" else r[4],) + r[5:] for r in rows]
+        except sqlite3.Error as exc:
+            ledger = [] if "no such table" in str(exc) else None     # another program's file: none
+        try:
+            had = con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
+        except sqlite3.Error as exc:
+            had = False if "no such table" in str(exc) else None
+        return ledger, had
+    finally:
+        con.close()
