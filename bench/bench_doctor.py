@@ -51,7 +51,7 @@ def main() -> int:
             load.append(os.getloadavg()[0])
             seconds, checks = _run(env)
             samples.append(seconds)
-            unfinished.append(sum("did not finish" in c["detail"] for c in checks))
+            unfinished.append(sum("import not finished" in c["detail"] for c in checks))
             failed = [c for c in checks if not c["ok"]]
             assert not failed, failed
         thorough, _ = _run(env, "--thorough")

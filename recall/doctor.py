@@ -260,10 +260,13 @@ def _remote_check(cfg, rem) -> Check:
     except RecallError as exc:
         return Check(f"remote {rem.name}", False, f"{exc}")
     seconds = time.monotonic() - started
+    if r.returncode == 255:             # ssh's own failure: no connection, or no login
+        return Check(f"remote {rem.name}", False, f"{rem.host} unreachable over ssh after {seconds:.1f}s: "
+                                                  f"{remote._last(r.stderr)}")
     if r.returncode != 0:
-        return Check(f"remote {rem.name}", False, f"{rem.host}: {remote._last(r.stderr)} "
-                                                  f"(after {seconds:.1f}s; 'recall remote install {rem.host}' "
-                                                  "puts recall there)")
+        return Check(f"remote {rem.name}", False, f"{rem.host} answers, but recall does not run at {rem.path}: "
+                                                  f"{remote._last(r.stderr)} — 'recall remote install {rem.host} "
+                                                  f"--path {rem.path}' puts it there")
     version = r.stdout.decode("utf-8", "replace").strip() or "recall"
     return Check(f"remote {rem.name}", True, f"{rem.host}: {version} at {rem.path}, answered in {seconds:.1f}s")
 
@@ -351,9 +354,9 @@ def _finish_import_probes(probes: list, deadline: float) -> list:
             if waited >= IMPORT_TIMEOUT:
                 out.append(Check(f"extra {module}", False, f"installed, but importing it took over {IMPORT_TIMEOUT}s"))
             else:
-                out.append(Check(f"extra {module}", True, f"installed ({_dist_version(module)}); its import did not "
-                                                          f"finish within {waited:.1f}s here, so it is not checked: "
-                                                          "'recall doctor --thorough' waits for it"))
+                out.append(Check(f"extra {module}", True, f"installed ({_dist_version(module)}); import not finished "
+                                                          f"in {waited:.1f}s, so not checked ('recall doctor "
+                                                          "--thorough' waits)"))
             continue
         if probe.returncode != 0:
             last = (stderr.strip().splitlines() or ["no message"])[-1]

@@ -156,7 +156,7 @@ def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_pa
     ok, detail = checks["extra sentence_transformers"]
     assert ok and "not imported" in detail and "recall doctor --thorough" in detail
     ok, detail = checks["extra cryptography"]          # failed, or (on a busy machine) not finished in time
-    assert (not ok and "fails to import" in detail) or (ok and "did not finish" in detail), detail
+    assert (not ok and "fails to import" in detail) or (ok and "import not finished" in detail), detail
     code, checks, r = _doctor("--thorough", env=shadow.env)
     assert code == 1, r.stdout
     ok, detail = checks["extra cryptography"]
@@ -177,12 +177,15 @@ def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
         r = run_recall("remote", "install", "testbox", "--path", tmp_path / "box", "--ssh-config", server.client_config)
         assert r.returncode == 0, r.stderr
         config(f"remotes:\n  - {{name: box, host: testbox, path: {tmp_path / 'box'}, ssh_config: {server.client_config}}}\n"
-               f"  - {{name: down, host: testbox, path: {tmp_path / 'box'}, ssh_config: {dead}, timeout: 30}}\n")
+               f"  - {{name: down, host: testbox, path: {tmp_path / 'box'}, ssh_config: {dead}, timeout: 30}}\n"
+               f"  - {{name: empty, host: testbox, path: {tmp_path / 'nobox'}, ssh_config: {server.client_config}}}\n")
         started = time.monotonic()
         checks = _by_name(_checks(config))
         assert time.monotonic() - started < 20
         assert checks["remote box"][0] and "recall 0.1.0" in checks["remote box"][1]
-        assert checks["remote down"][0] is False and "recall remote install testbox" in checks["remote down"][1]
+        assert checks["remote down"][0] is False and "testbox unreachable over ssh" in checks["remote down"][1]
+        ok, detail = checks["remote empty"]
+        assert not ok and f"recall remote install testbox --path {tmp_path / 'nobox'}" in detail
     finally:
         stop_sshd(server)
 
