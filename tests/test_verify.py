@@ -844,7 +844,7 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
         r = run_recall("--json", "verify")
         got = {name: e["commands"][0] for name, e in _by(r.stdout).items()}
         denied = {"subst": "shell-expansion", "backticks": "shell-expansion", "command": "setup.command",
-                  "global": "setup.command", "loose": "setup.source-mode", "relative": "setup.source-path",
+                  "global": "setup.global-state", "loose": "setup.source-mode", "relative": "setup.source-path",
                   "preload": "setup.export-name", "second-step": "shell-expansion"}
         for name, rule in denied.items():
             assert dry[name]["setup"][-1]["verdict"] == "deny" and dry[name]["setup"][-1]["rule"] == rule, name
@@ -887,3 +887,20 @@ def test_a_value_cannot_inject_curl_configuration(tmp_path, config):
         assert CANARY not in r.stdout + r.stderr and r.returncode == 1
     finally:
         server.stop()
+
+
+def test_ssh_jumps_only_through_an_inventory_host(tmp_path, config, cli):
+    write_inventory(tmp_path, config, """\
+- id: bastion
+  url: ssh://bastion.example.com
+  check: tcp bastion.example.com:22
+- id: db01
+  verify: ssh -J ops@bastion.example.com -o BatchMode=yes db01.internal hostname
+- id: db02
+  verify: ssh -J bastion db02.internal true
+- id: db03
+  verify: ssh -J evil.example.net db03.internal true
+""")
+    code, out, _ = cli("--json", "verify", "--dry-run")
+    rules = {e["id"]: e["commands"][0]["rule"] for e in json.loads(out)["entries"]}
+    assert (rules["db01"], rules["db02"], rules["db03"]) == ("ssh.probe", "ssh.probe", "ssh.jump")
