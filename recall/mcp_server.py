@@ -192,8 +192,8 @@ def recall_search(query: str, limit: int = 10, mode: Literal["auto", "keyword", 
     """Search my notes (runbooks, incidents, decisions). Use it FIRST for any question about my
     systems, past incidents or how something is done here, instead of grep over the notes.
     Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `access` (the access block of any
-    system the query names) and `hits` (relpath, line, breadcrumb, snippet, date). Next: recall_read
-    with path='source:relpath:line'."""
+    system the query names) and `hits` (relpath, line, breadcrumb, snippet, date, read). Next:
+    recall_read with path=the hit's `read`."""
     from .search import search
     notices: list = []
     n = _limit(limit, notices)
