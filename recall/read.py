@@ -38,6 +38,11 @@ def parse_target(target: str):
     return None, target, line
 
 
+def _shown(rel: str) -> str:
+    from .walk import shown
+    return shown(rel)
+
+
 def _locate(con, cfg, source: str | None, path: str):
     roots = {s.name: Path(s.path).resolve() for s in cfg.sources}
     if source is not None and source not in roots:
@@ -47,10 +52,10 @@ def _locate(con, cfg, source: str | None, path: str):
         real = p.resolve()
         for name, root in roots.items():
             if real == root or root in real.parents:
-                return name, real.relative_to(root).as_posix(), real
+                return name, _shown(real.relative_to(root).as_posix()), real
         raise RecallError(f"{path} is not inside a configured source",
                           "recall reads only the notes it indexes")
-    rel = p.as_posix()
+    rel = _shown(p.as_posix())     # a name typed with bytes that are not UTF-8: as the index shows it
     if source is None:
         rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
         matches = [r[0] for r in rows if r[0] in roots]

@@ -48,6 +48,10 @@ def explain(exc, path=None):
     if isinstance(exc, OSError):
         if exc.errno not in _OS_FAULTS:
             return None
+        home = Path(path or (db.OPENED[-1] if db.OPENED else "")).parent
+        if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename and path is None \
+                and home not in Path(os.path.abspath(exc.filename)).parents:   # not recall's own files
+            return RecallError(f"cannot use {exc.filename} ({exc.strerror})", "check its permissions (ls -l)")
         path = exc.filename or path
     elif not _is_sqlite_error(exc):
         return None

@@ -10,7 +10,7 @@ import pytest
 from recall import db
 from recall.config import load_config
 from recall.index import run_index
-from tests.conftest import NOTES, run_recall, write_tree
+from tests.conftest import CANARY, NOTES, run_recall, write_tree
 from tests.test_index import _as_nobody
 
 LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
@@ -31,6 +31,9 @@ def test_a_name_that_is_not_utf8_is_indexed_shown_with_a_replacement_char(config
     assert r.returncode == 0 and "latin1-\ufffd.md:1" in r.stdout
     r = run_recall("read", "latin1-\ufffd.md")                        # the shown name reads the file
     assert r.returncode == 0 and "room 4711" in r.stdout
+    for typed in (os.fsdecode(LATIN1), f"notes:{os.fsdecode(LATIN1)}:3", os.fsdecode(notes / os.fsdecode(LATIN1))):
+        r = run_recall("read", typed)                                  # and so does the name as it is
+        assert r.returncode == 0 and "room 4711" in r.stdout, r.stderr
     con = db.connect(load_config().db_path)
     assert con.execute("SELECT rawpath FROM files WHERE relpath LIKE 'latin1-%'").fetchone()[0] == LATIN1
     r = run_recall("--json", "index")                                 # nothing to do the second time
@@ -82,8 +85,7 @@ def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatc
 # -- the vault is never emptied by accident ----------------------------------------------------
 
 def _secrets(n, prefix="svc"):
-    return "".join(f"- id: {prefix}-{i}\n  service: s{i}\n  value: 'value-{prefix}-{i}-0123456789'\n"
-                   for i in range(n))
+    return "".join(f"- id: {prefix}-{i}\n  service: s{i}\n  value: '{prefix}-{i}-{CANARY}'\n" for i in range(n))
 
 
 def _vault_ids(con):
@@ -412,6 +414,7 @@ def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tm
         r = run_recall(*[str(golden) if w == "GOLDEN" else w for w in verb])
         lines = (r.stdout + r.stderr).splitlines()
         assert not any(line.startswith("Traceback") for line in lines), (verb, r.stderr)
+        assert CANARY not in r.stdout + r.stderr
         assert r.returncode in (0, 1), (verb, r.returncode, r.stderr)
         if r.returncode == 1:
             failed += 1
@@ -421,4 +424,5 @@ def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tm
     _doctor(cli, monkeypatch)                                  # in-process: a raise would fail the test
     r = run_recall("index", "--full")                          # and the way out works
     assert r.returncode == 0 and "moved it to recall.db.broken-" in r.stderr, r.stderr
+    assert CANARY not in r.stdout + r.stderr
     assert run_recall("search", "jump01").stdout.startswith("1. runbooks/jump-hosts.md")
