@@ -221,6 +221,12 @@ def test_the_cli_gives_the_same_self_contained_line(world):
     bare = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}
     ran = subprocess.run(["bash", "-c", line], env=bare, capture_output=True, text=True, timeout=60)
     assert ran.stdout == "[recall:jira-api-token]\n", ran.stderr
+    r = run_recall("secret", "exec", "JIRA-api-token", "--", "printenv", "JIRA_API_TOKEN")   # any case
+    assert (r.returncode, r.stdout) == (0, "[recall:jira-api-token]\n"), r.stderr
+    r = run_recall("secret", "show", "Db-Admin")
+    assert r.returncode == 0 and r.stdout.startswith("db-admin  (password, postgres)")
+    r = run_recall("secret", "exec", "jira-tokn", "--", "true")
+    assert r.stderr == "recall: no secret 'jira-tokn' — did you mean: jira-api-token?\n"
 
 
 def test_a_line_from_the_default_places_carries_nothing_extra(world, monkeypatch):
