@@ -56,7 +56,10 @@ RULES: dict = {
     "setup.source-file": "deny: source of a file that does not exist or is not a regular file",
     "setup.source-owner": "deny: source of a file another user owns",
     "setup.source-mode": "deny: source of a file group or others can write",
-    "setup.export-name": "deny: export of a name that makes programs load or run other code (LD_*, BASH_ENV …)",
+    "setup.export-name": "deny: inline export of a name that loads code or changes how programs run (LD_*, "
+                         "BASH_ENV, SSL_CERT_*, proxies, endpoints …): set it in a file you source",
+    "setup.export-path": "deny: inline PATH / KUBECONFIG / AWS_CONFIG_FILE … naming a path that is not yours "
+                         "alone (another owner, group/world-writable, relative or missing)",
     "setup.args": "deny: malformed source/export/unset arguments",
     "setup.global-state": "deny: a step that switches state for every shell (kubectl config use-context, "
                           "az account set …): name the context in the proof instead",
@@ -272,6 +275,43 @@ _GLOBAL_STATE = {("kubectl", "config", "use-context"), ("kubectl", "config", "se
                  ("gcloud", "container", "clusters")}
 
 
+# Names whose value is where a tool reads its configuration (a kubeconfig exec plugin, an AWS
+# credential_process, a .curlrc run commands or reroute): inline, only paths you own.
+_CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "CURL_HOME",
+                           "AZURE_CONFIG_DIR", "CLOUDSDK_CONFIG", "GNUPGHOME"})
+
+
+def _export_value(name: str, value: str, home: str) -> None:
+    """An inline export of a name that changes how programs run: PATH and config paths must be
+    directories/files no one else can write; the rest belongs in a file you own and source."""
+    from .secretfile import RUN_CHANGING, RUN_CHANGING_PREFIXES
+    if name == "PATH" or name in _CONFIG_PATHS:
+        for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
+            path = home + part[1:] if part.startswith("~/") else part
+            why = _not_trusted(path, allow_root=name == "PATH")
+            if why:
+                raise _Deny("setup.export-path", f"{name}: {part or '(empty)'} {why}")
+        return
+    if name in RUN_CHANGING or name.startswith(RUN_CHANGING_PREFIXES):
+        raise _Deny("setup.export-name", f"{name} changes how programs run (trust, proxies, endpoints, "
+                                         "config): set it in a file you own and source that")
+
+
+def _not_trusted(path: str, allow_root: bool = False) -> str:
+    """'' when `path` is absolute and owned by you (or root, for PATH) and no one else can write it."""
+    if not os.path.isabs(path):
+        return "is not an absolute path (or ~/…)"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if st.st_uid != os.getuid() and not (allow_root and st.st_uid == 0):
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return "is writable by group or others"
+    return ""
+
+
 def _switches_global_state(argv: List[str]) -> bool:
     words = [a for a in argv if not a.startswith("-")]
     return argv[0] == "kubectx" or tuple(words[:3]) in _GLOBAL_STATE
@@ -308,6 +348,7 @@ def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
             if name in _RUNS_CODE or name.startswith(_RUNS_CODE_PREFIXES):
                 raise _Deny("setup.export-name", f"{name} makes programs load or run other code; "
                                                  "set it in a file you source, if you must")
+            _export_value(name, arg.split("=", 1)[1], home)
         return "setup.export", "exports literal values"
     if head == "unset":
         if not args or not all(_NAME.match(a) for a in args):

@@ -256,6 +256,8 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         data = None
         if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
             argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
+            if argv[1:2] not in (["-q"], ["--disable"]):
+                argv.insert(1, "-q")      # never a .curlrc: options the guard did not see (CURL_HOME, HOME)
         if p.variables and any("RECALLVAR" in a for a in argv):
             argv, data = _curl_stdin(argv, p.variables, vault.load_values(con, cfg))
         if p.kind == "entry":

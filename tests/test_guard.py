@@ -775,7 +775,7 @@ def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
         (f"source {own}", "setup.source"), (f". {own}", "setup.source"), ("source ~/own.sh", "setup.source"),
         (f"source '{own}'", "setup.source"),
         ("export AWS_PROFILE=ops", "setup.export"), ("export A=1 B='x y' C=\"z\"", "setup.export"),
-        ("export KUBECONFIG=~/.kube/ops", "setup.export"), ("unset A B", "setup.unset"),
+        ("export KUBECONFIG=~/.kube/ops", "setup.export-path"), ("unset A B", "setup.unset"),
         (f"source {loose}", "setup.source-mode"), (f"source {tmp_path}/absent.sh", "setup.source-file"),
         (f"source {tmp_path}", "setup.source-file"), ("source own.sh", "setup.source-path"),
         ("source ./own.sh", "setup.source-path"), (f"source {own} arg", "setup.args"),
@@ -790,6 +790,13 @@ def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
         ("az account set --subscription s", "setup.global-state"), ("kubectx ops", "setup.global-state"),
         ("echo hi", "setup.command"), ("eval x", "setup.command"), ("aws sso login --profile ops", "setup.command"),
         ("", "empty"),
+        (f"export KUBECONFIG={own}", "setup.export"), ("export KUBECONFIG=~/own.sh", "setup.export"),
+        (f"export KUBECONFIG={own}:{loose}", "setup.export-path"), ("export KUBECONFIG=~/absent", "setup.export-path"),
+        ("export AWS_CONFIG_FILE=cfg", "setup.export-path"), (f"export PATH={tmp_path}:/usr/bin", "setup.export"),
+        ("export PATH=relative:/usr/bin", "setup.export-path"), (f"export CURL_HOME={tmp_path}", "setup.export"),
+        ("export SSL_CERT_FILE=/etc/ssl/x.pem", "setup.export-name"), ("export HTTPS_PROXY=http://p:3128", "setup.export-name"),
+        ("export HOME=/tmp", "setup.export-name"), ("export AWS_ENDPOINT_URL=https://x", "setup.export-name"),
+        ("export GIT_SSH_COMMAND=id", "setup.export-name"), ("export AWS_PROFILE=ops AWS_REGION=eu-west-1", "setup.export"),
     ]
     for step, rule in rows:
         v = setup_verdict(step, home=home)

@@ -813,10 +813,19 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
     try:
         fake, ran = tmp_path / "fakebin", tmp_path / "ran"
         ran.mkdir()
+        (tmp_path / "loosebin").mkdir()
+        (tmp_path / "loosebin").chmod(0o777)
         _stand_in(fake, "curl", f"touch {ran}/fake-curl\nexit 0\n")
+        rc = tmp_path / "curlhome"
+        rc.mkdir()
+        (rc / ".curlrc").write_text(f'output = "{ran}/curlrc-output"\nheader = "X-Planted: 1"\n')
         sourced = tmp_path / "ops.sh"
-        sourced.write_text(f"export PATH={fake}:$PATH\nexport OPS_REGION=eu-west-1\n")
+        sourced.write_text(f"export PATH={fake}:$PATH\nexport OPS_REGION=eu-west-1\nexport CURL_HOME={rc}\n")
         sourced.chmod(0o644)
+        kube = Path(os.environ["HOME"]) / ".kube"
+        kube.mkdir()
+        (kube / "ops").write_text("apiVersion: v1\n")
+        (kube / "ops").chmod(0o600)
         loose = tmp_path / "loose.sh"
         loose.write_text(f"touch {ran}/loose\n")
         loose.chmod(0o666)
@@ -832,6 +841,9 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
             "loose": [f"source {loose}"],
             "relative": ["source ops.sh"],
             "preload": ["export LD_PRELOAD=/tmp/evil.so"],
+            "curl-home": [f"export CURL_HOME={rc}"],
+            "foreign-kubeconfig": ["export KUBECONFIG=/tmp/kubeconfig-nobody-owns"],
+            "loose-path": [f"export PATH={tmp_path}/loosebin:/usr/bin:/bin"],
             "second-step": [f"source {sourced}", f"export Y=$(touch {ran}/second)"],
         }
         write_inventory(tmp_path, config, "".join(
@@ -845,16 +857,18 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
         got = {name: e["commands"][0] for name, e in _by(r.stdout).items()}
         denied = {"subst": "shell-expansion", "backticks": "shell-expansion", "command": "setup.command",
                   "global": "setup.global-state", "loose": "setup.source-mode", "relative": "setup.source-path",
-                  "preload": "setup.export-name", "second-step": "shell-expansion"}
+                  "preload": "setup.export-name", "second-step": "shell-expansion",
+                  "foreign-kubeconfig": "setup.export-path", "loose-path": "setup.export-path"}
         for name, rule in denied.items():
             assert dry[name]["setup"][-1]["verdict"] == "deny" and dry[name]["setup"][-1]["rule"] == rule, name
             assert got[name]["status"] == "skipped", (name, got[name])
             assert got[name]["detail"].startswith(f"setup step not allowed ({rule})"), got[name]
-        for name in ("sourced-path", "dot-sourced", "inline-path"):
+        for name in ("sourced-path", "dot-sourced", "inline-path", "curl-home"):
             assert got[name]["status"] == "ok", (name, got[name])
         assert got["fail-with-body"]["status"] == "error" and "404" in got["fail-with-body"]["detail"]
         assert sorted(os.listdir(ran)) == []                   # no fake curl, no hidden command ran
-        assert len([q for q in server.requests if q["path"] == "/open"]) == 3   # the real curl, three times
+        assert len([q for q in server.requests if q["path"] == "/open"]) == 4   # the real curl, four times
+        assert not any("X-Planted" in q["extra"] for q in server.requests)     # no .curlrc was read
         assert r.returncode == 1                                 # the 404 failed the sweep
     finally:
         server.stop()
