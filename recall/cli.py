@@ -455,8 +455,7 @@ def cmd_secret_exec(args) -> int:
 
 def cmd_secret_get(args) -> int:
     vault, cfg, con = _vault(args)
-    value = vault.reveal(con, cfg, args.id)
-    _out(value)
+    vault.reveal(con, cfg, args.id)          # asks and shows on /dev/tty, never on stdout
     return 0
 
 

@@ -126,7 +126,8 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
 def redact_indexed(con, values: dict) -> int:
     """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
     pasted into a note), so that no table of the DB keeps it; the note on disk is the user's."""
-    redact = _redactor(values)
+    from .redact import publics_of, text_redactor
+    redact = text_redactor(values, publics_of(con))
     hit = []           # (row, redacted breadcrumb, redacted body): each text redacted once
     for row in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id"):
         crumb, body = redact(row["breadcrumb"]), redact(row["body"])
@@ -145,24 +146,6 @@ def redact_indexed(con, values: dict) -> int:
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     return len(hit) + len(titles)
-
-
-def _redactor(values: dict):
-    """text -> text with every vault value, and every encoded form the masker knows (base64,
-    URL, JSON, …), replaced by [recall:ID]; values too short to mask are replaced as written."""
-    from .mask import MIN_SECRET_LEN, Masker
-    masker = Masker({sid: [str(v) for v in vals.values()] for sid, vals in values.items()})
-    short = sorted(((str(v), sid) for sid, vals in values.items() for v in vals.values()
-                    if 4 <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
-
-    def redact(text: str) -> str:
-        for value, sid in short:
-            if value in text:
-                text = text.replace(value, f"[recall:{sid}]")
-        data = text.encode("utf-8", "surrogatepass")
-        masked = masker.mask(data)
-        return text if masked == data else masked.decode("utf-8", "replace")
-    return redact
 
 
 def _read(full: str, st, limit: int):
@@ -321,28 +304,17 @@ class EmbedReport:
 
 
 def vault_redactor(con, cfg):
-    """A function that replaces every vault value in a text with [recall:ID] before it is embedded."""
-    if not con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone():
-        return lambda text: text
-    from .vault import load_values
-    try:
-        values = load_values(con, cfg)
-    except RecallError as exc:
-        raise RecallError(f"cannot check the notes for vault values before embedding them: {exc.message}",
-                          exc.hint or "fix the vault key, or run 'recall index --no-embed'") from None
-    return _redactor(values)
+    """A function that replaces every vault value in a text with [recall:ID] before it is embedded
+    (recall.redact; refuses when the vault holds values that cannot be opened here)."""
+    from .redact import redactor
+    return redactor(con, cfg)
 
 
-def note_redactor(con, cfg, report):
-    """vault_redactor for the keyword index (None: nothing to redact); a vault that cannot be read
-    here is a warning, not a failed index."""
-    if not con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone():
-        return None
-    try:
-        return vault_redactor(con, cfg)
-    except RecallError as exc:
-        report.warnings.append((str(cfg.db_path), f"vault values not redacted from the index: {exc.message}"))
-        return None
+def note_redactor(con, cfg, report=None):
+    """vault_redactor for the keyword index (None: nothing to redact); a vault that holds values
+    but cannot be opened here stops the index (fail closed: nothing is indexed unredacted)."""
+    from .redact import holds_values, redactor
+    return redactor(con, cfg) if holds_values(con) else None
 
 
 def _estimate(chars: int) -> int:

@@ -145,6 +145,17 @@ def _signature(cfg) -> str:
     return "|".join(parts)
 
 
+def _holds_inline_values(entries: list) -> bool:
+    """A step or URL with a literal token (`export X_TOKEN=abc`, `https://u:pw@…`): such
+    entries are never cached in the DB, so no token is kept there in plain text (issue 11)."""
+    import re
+    for e in entries:
+        for text in [*e.access, e.verify, e.check, e.url]:
+            if text and (hide_values(text) != text or re.search(r"://[^/\s:@]+:[^/\s@]+@", text)):
+                return True
+    return False
+
+
 def load_inventory(cfg, con=None) -> list:
     """Every entry of every inventory file, validated; cached in the DB while the files are unchanged."""
     if not cfg.inventory:
@@ -174,7 +185,7 @@ def load_inventory(cfg, con=None) -> list:
                 seen_names[key] = (e.id, f"{path}:{e.line}")
             entries.append(e)
     _check_references(entries, _secret_ids(cfg))
-    if con is not None:
+    if con is not None and not _holds_inline_values(entries):
         from .db import set_meta
         try:
             set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [e.as_dict() for e in entries]}))

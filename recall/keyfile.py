@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -73,7 +72,7 @@ def load_key(home: Path, *, create: bool, probe=None) -> bytes:
         require_crypto()                   # fail on a missing extra before making a key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_folder(path.parent)         # never write a key into a folder others can read
-        write_key(path, secrets.token_bytes(KEY_BYTES))
+        write_key(path, os.urandom(KEY_BYTES))
     _check_private(path)
     key = _read_key(path)
     pending = next_path(path)
@@ -102,16 +101,18 @@ def _opens(key: bytes, probe) -> bool:
         return False
 
 
-def encrypt(key: bytes, secret_id: str, plaintext: bytes) -> tuple:
-    nonce = secrets.token_bytes(NONCE_BYTES)
-    return nonce, _aesgcm(key).encrypt(nonce, plaintext, secret_id.encode())
+def encrypt(key: bytes, secret_id: str, plaintext: bytes, bound: bytes = b"") -> tuple:
+    """(nonce, ciphertext); `bound` (how the value is used) is authenticated with it (AES-GCM
+    associated data): a changed id, variable name or check makes the row refuse to decrypt."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce, _aesgcm(key).encrypt(nonce, plaintext, secret_id.encode() + b"\0" + bound)
 
 
-def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes) -> bytes:
+def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes, bound: bytes = b"") -> bytes:
     try:
-        return _aesgcm(key).decrypt(nonce, ciphertext, secret_id.encode())
+        return _aesgcm(key).decrypt(nonce, ciphertext, secret_id.encode() + b"\0" + bound)
     except MissingExtra:
         raise
     except Exception:
-        raise RecallError(f"secret '{secret_id}' does not decrypt with this key",
-                          "run 'recall secret sync' to re-encrypt from the secrets files") from None
+        raise RecallError(f"secret '{secret_id}' does not decrypt with this key, or its stored row "
+                          "was changed", "run 'recall secret sync' to re-encrypt from the secrets files") from None

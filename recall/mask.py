@@ -234,19 +234,35 @@ FORMS = (
 )
 
 
+_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-" + bytes(range(128, 256)))
+
+
+def _whole_token(buf: bytes, start: int, end: int) -> bool:
+    """Not inside a longer word: `admin` in `db-admin` or `admins` is left alone."""
+    return not ((start > 0 and buf[start] in _WORD and buf[start - 1] in _WORD)
+                or (end < len(buf) and buf[end - 1] in _WORD and buf[end] in _WORD))
+
+
 class Masker:
     """All forms of all secrets, and the prefilter that finds them fast."""
 
-    def __init__(self, secrets: dict[str, list[str]]):
+    def __init__(self, secrets: dict[str, list[str]], whole_tokens: bool = False):
+        """`whole_tokens`: the value as written matches only as a whole token, never inside a
+        longer word (for redacting note text; encoded forms still match anywhere)."""
         owner: dict[bytes, int] = {}
+        words: set[bytes] = set()
         self._labels: list[bytes] = []
         for index, (secret_id, values) in enumerate(secrets.items()):
             self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
             for value in values:
-                for form in encodings(value.encode("utf-8")):
+                raw = value.encode("utf-8")
+                for form in encodings(raw):
                     owner.setdefault(form.lower(), index)   # matched without ASCII case
+                if whole_tokens:
+                    words |= {b.lower() for b in _bases(raw)}
         self._forms = sorted(owner, key=lambda f: (-len(f), f))
         self._owner = [owner[f] for f in self._forms]
+        self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
         self._gram_map: dict[int, list[tuple[int, int]]] = {}
         for fi, form in enumerate(self._forms):
@@ -329,6 +345,9 @@ class Masker:
                           for fi, off in gram_map[key]}
             found.update((p, fi) for p, fi in candidates
                          if 0 <= p < limit and buf.startswith(forms[fi], p))
+        if self._word_forms:
+            found = {(p, fi) for p, fi in found if fi not in self._word_forms
+                     or _whole_token(buf, p, p + len(forms[fi]))}
         return sorted(((p, p + len(forms[fi]), self._owner[fi]) for p, fi in found),
                       key=lambda o: (o[0], -o[1]))
 

@@ -60,8 +60,6 @@ def _locate(con, cfg, source: str | None, path: str):
         rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
         matches = [r[0] for r in rows if r[0] in roots]
         if not matches:
-            matches = [name for name, root in roots.items() if (root / rel).is_file()]
-        if not matches:
             raise NotFound(f"no indexed note {rel}", "use a path from 'recall search' output")
         if len(matches) > 1:
             raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
@@ -97,14 +95,20 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
     source, path, line = parse_target(target)
     if source is not None and any(r.name == source for r in cfg.remotes):
         from .remote import read_remote
+        redact = _redactor(con, cfg)       # the remote redacts with its vault; this side with ours
         data = read_remote(cfg, source, f"{path}:{line}" if line else path, max_chars=max_chars, offset=offset)
+        data = {k: redact(v) if isinstance(v, str) else v for k, v in data.items()}
         data["source"] = source
         return ReadResult(**data)
     cfg.require_sources()
     source, rel, real = _locate(con, cfg, source, path)
+    from .walk import file_ids
     secret_files = {str(Path(p).resolve()) for p in cfg.secrets}
-    if str(real) in secret_files:
+    if str(real) in secret_files or file_ids([real]) & file_ids(cfg.secrets):   # a symlink, a hard link
         raise RecallError(f"{rel} is a secrets file", "use 'recall secret find' instead")
+    if con.execute("SELECT 1 FROM files WHERE source=? AND relpath=?", (source, rel)).fetchone() is None:
+        raise NotFound(f"{source}:{rel} is not an indexed note",
+                       "recall reads only the notes it indexes; run 'recall index' if it is new")
     try:
         text = real.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
@@ -158,9 +162,7 @@ def _cut(text: str, n: int, width: int, max_chars: int) -> str:
 
 def _redactor(con, cfg):
     """A vault value pasted into a note reads as [recall:ID], as it is in the index — redacted per
-    line before any cut, so a cut never leaves half a value unrecognised."""
-    from .index import vault_redactor
-    try:
-        return vault_redactor(con, cfg)
-    except RecallError:
-        return lambda text: text
+    line before any cut, so a cut never leaves half a value unrecognised. A vault that holds
+    values but cannot be opened here refuses the read (recall.redact fails closed)."""
+    from .redact import redactor
+    return redactor(con, cfg)

@@ -207,6 +207,8 @@ def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
 
     with ThreadPoolExecutor(max_workers=min(8, len(cfg.remotes))) as pool:
         answers = list(pool.map(ask, cfg.remotes))
+    if any(found for _, found, _ in answers):
+        answers = _redacted(cfg, answers)
     hits, notices = {}, []
     for name, found, problem in answers:
         if problem:
@@ -216,6 +218,19 @@ def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
             h["relpath"] = f"{name}:{h['relpath']}"
         hits[name] = found
     return hits, notices
+
+
+def _redacted(cfg, answers: list) -> list:
+    """Remote hits pass the local redactor too (this vault may hold what the remote's does not);
+    a local vault that cannot be opened refuses them (recall.redact fails closed)."""
+    from . import db
+    from .redact import redact_hits, redactor
+    con = db.connect(cfg.db_path)
+    try:
+        redact = redactor(con, cfg)
+    finally:
+        con.close()
+    return [(name, redact_hits(found, redact), problem) for name, found, problem in answers]
 
 
 def read_remote(cfg, name: str, target: str, *, max_chars: int, offset: int) -> dict:

@@ -368,6 +368,8 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     query = check_query(query)
     if n < 1:
         raise RecallError("-n must be at least 1")
+    from .redact import require_open
+    require_open(con, cfg)        # a vault that holds values but cannot be opened: nothing is shown
     provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
     route = route_for(mode, query, provider)
     remote_job = _ask_remotes(cfg, query, n, mode) if remotes else None   # bad input asks nobody

@@ -6,12 +6,16 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from .errors import InputError
+from .errors import InputError, RecallError
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
 ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
+# error about a secrets file may be a value written on the wrong line, and is not shown.
+_OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag"} | set(ALLOWED)
 
 
 @dataclass
@@ -70,16 +74,33 @@ def load_secret_files(paths: list) -> tuple:
         path = str(path)
         if os.path.exists(path):
             mode = stat.S_IMODE(os.stat(path).st_mode)
-            if mode & 0o077:
-                warnings.append(f"{path} is readable by group or others ({oct(mode)}); chmod 600 {path}")
-        for item, line in yamlish.load_entries(path, "secrets", "secrets"):
-            entry = _entry(item, path, line)
-            if entry.id in seen:
-                raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
-                                 hint=f"first defined at {seen[entry.id]}")
-            seen[entry.id] = f"{path}:{entry.line}"
-            entries.append(entry)
+            if mode & 0o077:        # refused, as ssh refuses a loose key
+                raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
+                                  f"chmod 600 {path}")
+        try:
+            for item, line in yamlish.load_entries(path, "secrets", "secrets"):
+                entry = _entry(item, path, line)
+                if entry.id in seen:
+                    raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
+                                     hint=f"first defined at {seen[entry.id]}")
+                seen[entry.id] = f"{path}:{entry.line}"
+                entries.append(entry)
+        except InputError as exc:
+            raise without_text(exc) from None
     return entries, warnings
+
+
+def without_text(exc: InputError) -> InputError:
+    """The same error (file:line:col and what is wrong) with any quoted text of the file left out."""
+    def keep(m) -> str:
+        words = re.findall(r"[A-Za-z0-9]{2,}", m.group())
+        return m.group() if all(w.lower() in _OWN_WORDS for w in words) else "(text not shown)"
+    where = exc.path + "".join(f":{n}" for n in (exc.line, exc.col if exc.line is not None else None)
+                               if n is not None)
+    message = exc.message[len(where) + 2:] if exc.message.startswith(where + ": ") else exc.message
+    clean = InputError(exc.path, exc.line, _QUOTED.sub(keep, message), col=exc.col,
+                       hint=_QUOTED.sub(keep, exc.hint) if exc.hint else None)
+    return clean
 
 
 def _line(m, key, default):
@@ -106,10 +127,10 @@ def _entry(item, path: str, line) -> SecretEntry:
     if not sid:
         raise InputError(path, line, "a secret needs an 'id'")
     if not _ID.match(sid):
-        raise InputError(path, _line(item, "id", line), f"secret id '{sid}' may hold only letters, digits, '-', '_', '.'")
+        raise InputError(path, _line(item, "id", line), "a secret id may hold only letters, digits, '-', '_', '.'")
     inject = _str(item, "inject", path, line) or "env"
     if inject not in ("env", "stdin"):
-        raise InputError(path, _line(item, "inject", line), f"inject must be env or stdin, not '{inject}'")
+        raise InputError(path, _line(item, "inject", line), "inject must be env or stdin")
     env = _str(item, "env", path, line) or default_var(sid)
     if "fields" not in item:           # with fields, env is a prefix: the derived names are checked
         check_variable_name(env, path, _line(item, "env", line),
@@ -119,8 +140,10 @@ def _entry(item, path: str, line) -> SecretEntry:
         tags = [tags]
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise InputError(path, _line(item, "tags", line), "tags must be a list of strings")
-    values, variables = _values(item, sid, env, path, line)
+    values, variables, public = _values(item, sid, env, path, line)
     meta = {k: _str(item, k, path, line) for k in META_FIELDS}
+    if public:
+        meta["public"] = sorted(public)          # injected, never masked nor redacted
     return SecretEntry(id=sid, meta=meta, tags=list(tags), env=env, inject=inject,
                        check=_str(item, "check", path, line), values=values, file=path, line=line,
                        variables=variables)
@@ -135,21 +158,27 @@ def _values(item, sid, env, path, line):
         if not value:
             raise InputError(path, _line(item, "value", line), f"secret '{sid}' has an empty value")
         _refuse_placeholder(value, sid, path, _line(item, "value", line))
-        return {"": value}, {env: ""}
+        return {"": value}, {env: ""}, []
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
         raise InputError(path, _line(item, "fields", line), "fields must be a mapping of name: value")
-    values, variables = {}, {}
+    values, variables, public = {}, {}, []
     for name, value in fields.items():
+        if isinstance(value, dict) and set(value) <= {"value", "public"} and "value" in value:
+            if value.get("public") not in (True, False, None):
+                raise InputError(path, _line(value, "public", line), "public must be true or false")
+            if value.get("public"):
+                public.append(str(name))
+            value = value["value"]
         if not isinstance(value, str) or not value:
             raise InputError(path, _line(fields, name, line), f"field '{name}' must be a non-empty string",
-                             hint="quote it")
+                             hint="quote it, or write {value: …, public: true}")
         _refuse_placeholder(value, f"{sid}.{name}", path, _line(fields, name, line))
         values[str(name)] = value
         variable = f"{env}_{default_var(str(name))}"
         check_variable_name(variable, path, _line(fields, name, line), f"field '{name}' (variable {variable})")
         variables[variable] = str(name)
-    return values, variables
+    return values, variables, public
 
 
 def _refuse_placeholder(value: str, what: str, path, line) -> None:

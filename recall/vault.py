@@ -71,7 +71,9 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
         con.execute("DELETE FROM secrets")
         con.execute("DELETE FROM secrets_fts")
         for e in entries:
-            nonce, blob = keyfile.encrypt(key, e.id, json.dumps(e.values).encode())
+            nonce, blob = keyfile.encrypt(key, e.id, json.dumps(e.values).encode(),
+                                          bound(e.inject, e.check, e.variables, e.meta["url"],
+                                                e.meta.get("public", [])))
             con.execute("INSERT INTO secrets VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         (e.id, json.dumps(e.meta), json.dumps(e.tags), e.env, e.inject, e.check,
                          json.dumps(e.variables), e.file, e.line, nonce, blob, now))
@@ -107,6 +109,18 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
                           f"({what}); nothing was changed",
                           "check the secrets files (an empty or cut-short file?), or run "
                           "'recall secret sync --prune' if they are meant to go")
+
+
+def bound(inject: str, check: str, variables: dict, url: str, public: list) -> bytes:
+    """Every stored column that changes how a value is used (and which fields go unmasked), as
+    authenticated with its ciphertext."""
+    return json.dumps([inject, check, variables, url, sorted(public)], sort_keys=True).encode()
+
+
+def _row_bound(row) -> bytes:
+    meta = json.loads(row["meta"])
+    return bound(row["inject"], row["check_cmd"], json.loads(row["variables"]), meta.get("url", ""),
+                 meta.get("public") or [])
 
 
 def embed_metadata(con, cfg) -> int:
@@ -165,16 +179,16 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
 
 def rotate_key(con, cfg) -> int:
     """Re-encrypt every row under a new key in one transaction; the key file is replaced atomically."""
-    import secrets as _random
     old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    new_key = _random.token_bytes(keyfile.KEY_BYTES)
+    new_key = os.urandom(keyfile.KEY_BYTES)
     path = keyfile.key_path(cfg.home)
     pending = keyfile.next_path(path)
     with db.transaction(con):
-        rows = con.execute("SELECT id, nonce, ciphertext FROM secrets").fetchall()
-        for sid, nonce, blob in rows:
-            plain = keyfile.decrypt(old_key, sid, nonce, blob)
-            n2, b2 = keyfile.encrypt(new_key, sid, plain)
+        rows = con.execute("SELECT * FROM secrets").fetchall()
+        for row in rows:
+            sid, use = row["id"], _row_bound(row)
+            plain = keyfile.decrypt(old_key, sid, row["nonce"], row["ciphertext"], use)
+            n2, b2 = keyfile.encrypt(new_key, sid, plain, use)
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
         keyfile.write_key(pending, new_key)
     # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
@@ -188,8 +202,8 @@ def rotate_key(con, cfg) -> int:
 
 def _probe(con):
     """One stored row, for load_key to tell which key the DB is under."""
-    row = con.execute("SELECT id, nonce, ciphertext FROM secrets LIMIT 1").fetchone()
-    return tuple(row) if row else None
+    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
+    return (row["id"], row["nonce"], row["ciphertext"], _row_bound(row)) if row else None
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
@@ -231,7 +245,8 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
             "SELECT s.* FROM secrets_fts f JOIN secrets s ON s.id = f.sid WHERE secrets_fts MATCH ? "
             "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0) LIMIT ?",
             (fq, limit)).fetchall()
-    meaning = _by_meaning(con, cfg, query, limit)
+    logged = _masked_query(con, cfg, query)
+    meaning = _by_meaning(con, cfg, logged, limit) if logged is not None else []
     if meaning:
         from .search import rrf
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
@@ -242,8 +257,23 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
         if row["id"] not in seen:
             seen.add(row["id"])
             out.append(_public(row))
-    audit.log(con, "secret.find", query, argv="", verdict=f"{len(out)} found")
+    audit.log(con, "secret.find", logged if logged is not None else "(query not logged: the vault "
+              "cannot be opened here to mask it)", argv="", verdict=f"{len(out)} found")
     return out[:limit]
+
+
+def _masked_query(con, cfg, query: str):
+    """The query with every vault value masked, as it may be logged or embedded; None when the
+    vault holds values that cannot be opened here (a pasted token is never logged as written)."""
+    from .redact import holds_values, redactor
+    if not holds_values(con):
+        return query
+    if cfg is None:
+        return None
+    try:
+        return redactor(con, cfg)(query)
+    except RecallError:
+        return None
 
 
 def show(con, secret_id: str) -> dict:
@@ -311,13 +341,29 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     return line
 
 
-def load_values(con, cfg, ids=None) -> dict:
-    """{secret id: {field: value}} decrypted — for injection and masking only, never for output."""
+def load_values(con, cfg, ids=None, *, need=()) -> dict:
+    """{secret id: {field: value}} decrypted — for injection and masking only, never for output.
+    A row that does not open (changed in the DB, corrupt) fails only itself: it is left out,
+    unless it is in `need`; when no row opens at all, the key is wrong and that is the error."""
     key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    sql = "SELECT id, nonce, ciphertext FROM secrets"
-    rows = con.execute(sql).fetchall() if ids is None else [
-        r for r in con.execute(sql).fetchall() if r[0] in set(ids)]
-    return {sid: json.loads(keyfile.decrypt(key, sid, nonce, blob)) for sid, nonce, blob in rows}
+    rows = con.execute("SELECT * FROM secrets").fetchall()
+    if ids is not None:
+        rows = [r for r in rows if r["id"] in set(ids)]
+    from .redact import public_fields
+    values, first_error = VaultValues(), None
+    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
+    for row in rows:
+        try:
+            plain = keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row))
+        except RecallError as exc:
+            if row["id"] in need:
+                raise
+            first_error = first_error or exc
+            continue
+        values[row["id"]] = json.loads(plain)
+    if rows and not values and first_error is not None:
+        raise first_error
+    return values
 
 
 def child_env(base: dict | None = None) -> dict:
@@ -331,8 +377,11 @@ def child_env(base: dict | None = None) -> dict:
 def injection(row, values: dict, stdin_flag: bool):
     """(extra env, stdin bytes or None) for one secret."""
     from .mask import check_maskable
-    for part in values.values():
-        check_maskable(row["id"], part)
+    from .redact import public_fields
+    public = public_fields(json.loads(row["meta"]))
+    for name, part in values.items():
+        if name not in public:               # a username is injected, not masked
+            check_maskable(row["id"], part)
     variables = json.loads(row["variables"])
     env = {var: values[field] for var, field in variables.items()}
     if stdin_flag or row["inject"] == "stdin":
@@ -345,9 +394,16 @@ def injection(row, values: dict, stdin_flag: bool):
     return env, None
 
 
+class VaultValues(dict):
+    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret}."""
+    public: dict = {}
+
+
 def masker_for(all_values: dict):
+    """Every vault value masked; public fields (usernames, logins …) are not."""
     from .mask import Masker
-    return Masker({sid: list(v.values()) for sid, v in all_values.items()})
+    from .redact import secret_parts
+    return Masker(secret_parts(all_values, getattr(all_values, "public", {})))
 
 
 def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
@@ -358,7 +414,7 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
         raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
     row = _row(con, secret_id)
     secret_id = row["id"]
-    all_values = load_values(con, cfg)
+    all_values = load_values(con, cfg, need=(secret_id,))
     masker = masker_for(all_values)
     extra, data = injection(row, all_values[secret_id], stdin)
     masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
@@ -372,19 +428,57 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
     return result
 
 
-def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1) -> str:
-    """The value, only when both stdin and stdout are a real terminal (a person, not a pipe)."""
+GET_TIMEOUT = 30.0      # seconds a person has to type the confirmation
+
+
+def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, tty: str = "/dev/tty",
+           timeout: float = GET_TIMEOUT) -> None:
+    """Show the value to a person: stdin and stdout must be a real terminal, the secret's id must
+    be typed on the controlling terminal within `timeout`, and the value is written to that
+    terminal — never to stdout, so a pipe or a captured stdout never holds it."""
     secret_id = _row(con, secret_id)["id"]          # NotFound before anything else
     keyfile.require_crypto()
+    hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")
-        raise RecallError("'secret get' prints a value only to a real terminal",
-                          f"use 'recall secret exec {secret_id} -- CMD' to use it in a command")
-    values = load_values(con, cfg, [secret_id])[secret_id]
-    audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")
-    if "" in values:
-        return values[""]
-    return "\n".join(f"{k}: {v}" for k, v in values.items())
+        raise RecallError("'secret get' prints a value only to a real terminal", hint)
+    try:
+        fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no controlling terminal")
+        raise RecallError("recall secret get needs a controlling terminal (/dev/tty)", hint) from None
+    try:
+        answer = _ask(fd, f"Type the id '{secret_id}' to show its value on this terminal: ", timeout)
+        if answer is None:
+            audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no answer")
+            raise RecallError(f"no confirmation typed within {timeout:.0f} s", hint)
+        if answer != secret_id:
+            audit.log(con, "secret.get", secret_id, argv="", verdict="refused: wrong confirmation")
+            raise RecallError("the confirmation did not match the id", hint)
+        values = load_values(con, cfg, [secret_id], need=(secret_id,))[secret_id]
+        audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")
+        text = values[""] if "" in values else "\n".join(f"{k}: {v}" for k, v in values.items())
+        os.write(fd, text.encode("utf-8") + b"\n")
+    finally:
+        os.close(fd)
+
+
+def _ask(fd: int, prompt: str, timeout: float):
+    """One line typed on the terminal `fd`, or None when nothing comes within `timeout`."""
+    import select
+    os.write(fd, prompt.encode("utf-8"))
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data and b"\r" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            os.write(fd, b"\n")
+            return None
+        chunk = os.read(fd, 1024)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode("utf-8", "replace").strip()
 
 
 def access_log(con, target: str | None = None, limit: int = 50) -> list:

