@@ -14,6 +14,7 @@ _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own 
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
+_SMALL = 4096             # buffers up to this size are scanned with a find per form
 # Measured on CPython 3.11 over log-like text (bench/bench_mask.py): a set lookup per gram of a
 # memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
 _GRAM_NS = 40.0
@@ -98,7 +99,13 @@ def _json_forms(v: bytes) -> set[bytes]:
     return {f.encode("utf-8") for f in forms}
 
 
+_PLAIN = re.compile(rb"[A-Za-z0-9_./:=@+-]*\Z")   # no shell, C, Python or HTML escaper changes these
+
+
 def _text(v: bytes):
+    """The value as text for the escaping forms; None when not UTF-8 or when no escaper changes it."""
+    if _PLAIN.match(v):
+        return None
     try:
         return v.decode("utf-8")
     except UnicodeDecodeError:
@@ -163,11 +170,11 @@ def _python_forms(v: bytes) -> set[bytes]:
 
 def _c_forms(v: bytes) -> set[bytes]:
     """C-style string escapes (strace, Go %q, printf '%b' input): \\" \\\\ \\n, non-ASCII as is, \\ooo or \\xNN."""
+    forms = {"".join("\\x%02x" % b for b in v)}                      # strace -xx: every byte
     text = _text(v)
     if text is None:
-        return set()
+        return _as_bytes(forms)
     named = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    forms = set()
     for non_ascii in ("keep", "octal", "hex"):
         out = []
         for ch in text:
@@ -181,7 +188,6 @@ def _c_forms(v: bytes) -> set[bytes]:
             else:
                 out.append(ch)
         forms.add("".join(out))
-    forms.add("".join("\\x%02x" % b for b in v))                       # strace -xx: every byte
     return _as_bytes(forms)
 
 
@@ -264,14 +270,20 @@ class Masker:
         self._owner = [owner[f] for f in self._forms]
         self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
-        self._gram_map: dict[int, list[tuple[int, int]]] = {}
+        self._gram_map: dict[int, list[tuple[int, int]]] | None = None   # built on the first large scan
+
+    def _prepare(self) -> None:
+        """The gram prefilter and its plan: built only when a large buffer is scanned, so a
+        short run (`secret exec ID -- true`) never pays for it."""
+        gram_map: dict[int, list[tuple[int, int]]] = {}
         for fi, form in enumerate(self._forms):
             if len(form) >= 2 * _GRAM - 1:
                 for off in range(len(form) - _GRAM + 1):
                     key = int.from_bytes(form[off:off + _GRAM], sys.byteorder)
-                    self._gram_map.setdefault(key, []).append((fi, off))
-        self._gram_keys = frozenset(self._gram_map)
+                    gram_map.setdefault(key, []).append((fi, off))
+        self._gram_keys = frozenset(gram_map)
         self._stride, self._find_forms = self._plan()
+        self._gram_map = gram_map
 
     def _plan(self) -> tuple[int, list[int]]:
         """Choose between bytes.find per form and a sampled gram lookup plus find for the short forms."""
@@ -332,16 +344,22 @@ class Masker:
         """(start, end, owner) of every form occurrence starting before `limit`; by start, longest first."""
         found: set[tuple[int, int]] = set()
         forms = self._forms
-        for fi in self._find_forms:
+        if len(buf) <= _SMALL:          # a find per form is cheaper than any prefilter here
+            find_forms, stride = range(len(forms)), 0
+        else:
+            if self._gram_map is None:
+                self._prepare()
+            find_forms, stride = self._find_forms, self._stride
+        for fi in find_forms:
             form = forms[fi]
             end = limit + len(form) - 1
             i = buf.find(form, 0, end)
             while i != -1:
                 found.add((i, fi))
                 i = buf.find(form, i + 1, end)
-        if self._stride:
+        if stride:
             gram_map = self._gram_map
-            candidates = {(g - off, fi) for g, key in self._gram_hits(buf, 0, self._stride)
+            candidates = {(g - off, fi) for g, key in self._gram_hits(buf, 0, stride)
                           for fi, off in gram_map[key]}
             found.update((p, fi) for p, fi in candidates
                          if 0 <= p < limit and buf.startswith(forms[fi], p))

@@ -6,8 +6,6 @@ import selectors
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
-
 from .errors import RecallError
 from .mask import Masker, MaskStream
 
@@ -20,13 +18,19 @@ _POLL = 0.1            # select wake-up to notice the child's exit while a grand
 RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and released (a prompt shows)
 
 
-@dataclass
 class RunResult:
-    code: int
-    stdout: bytes   # masked; empty when streamed
-    stderr: bytes   # masked; empty when streamed
-    timed_out: bool = False
-    left_out: list = field(default_factory=list)   # access exec: setup steps not run, (step, why)
+    """A finished child: exit code, masked output (empty when streamed), whether it timed out, and
+    for access exec the setup steps not run as (step, why). A plain class: no dataclasses at start-up."""
+
+    def __init__(self, code: int, stdout: bytes, stderr: bytes, timed_out: bool = False, left_out=None):
+        self.code, self.stdout, self.stderr, self.timed_out = code, stdout, stderr, timed_out
+        self.left_out = list(left_out or [])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RunResult) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        return f"RunResult(code={self.code}, timed_out={self.timed_out})"
 
 
 class _Sink:

@@ -7,23 +7,17 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 
 from . import audit, db, keyfile, status, terms
 from .errors import NotFound, RecallError
+from .records import Record
 
 CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
 
 
-@dataclass
-class SyncReport:
-    added: int
-    updated: int
-    removed: int
-    total: int
-    warnings: list
-    embedded: int = 0
-    unchanged: int = 0        # ids kept with the same metadata and value
+class SyncReport(Record):
+    FIELDS = {"added": 0, "updated": 0, "removed": 0, "total": 0, "warnings": [], "embedded": 0,
+              "unchanged": 0}         # unchanged: ids kept with the same metadata and value
 
 
 def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
@@ -49,7 +43,7 @@ def _stored(con, key) -> dict:
     out = {}
     for r in con.execute("SELECT id, meta, tags, env, inject, check_cmd, variables, nonce, ciphertext FROM secrets"):
         try:
-            values = json.loads(keyfile.decrypt(key, r[0], r[7], r[8]))
+            values = json.loads(keyfile.decrypt(key, r[0], r[7], r[8], _row_bound(r)))
         except RecallError:         # a row this key cannot open is replaced, and counted as updated
             values = None
         out[r[0]] = _comparable(json.loads(r[1]), json.loads(r[2]), r[3], r[4], r[5], json.loads(r[6]), values)

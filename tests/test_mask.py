@@ -276,12 +276,18 @@ def test_both_search_plans_agree():
     rng = random.Random(5)
     secrets = _many_secrets(rng, 30)
     masker = Masker(secrets)
+    masker._prepare()
     assert masker._stride > 0                      # the sampled-gram plan
     single = {sid: Masker({sid: values}) for sid, values in secrets.items()}
+    for m in single.values():
+        m._prepare()
     assert any(m._stride == 0 for m in single.values())  # the find-only plan
+    pad = b"." * 5000                              # past the small-buffer path: the plans are used
     for sid, values in secrets.items():
-        data = b"<<" + values[0].encode() + b">>"
-        assert masker.mask(data) == single[sid].mask(data) == b"<<" + label(sid) + b">>"
+        data = pad + b"<<" + values[0].encode() + b">>" + pad
+        assert masker.mask(data) == single[sid].mask(data) == pad + b"<<" + label(sid) + b">>" + pad
+        small = b"<<" + values[0].encode() + b">>"
+        assert masker.mask(small) == b"<<" + label(sid) + b">>"
 
 
 def test_no_form_survives_in_text(masker):
