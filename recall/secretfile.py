@@ -15,7 +15,8 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
 # error about a secrets file may be a value written on the wrong line, and is not shown.
-_OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag"} | set(ALLOWED)
+_OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag", "recall", "secret", "sync",
+              "prune"} | set(ALLOWED)
 
 
 @dataclass
@@ -77,8 +78,11 @@ def load_secret_files(paths: list) -> tuple:
             if mode & 0o077:        # refused, as ssh refuses a loose key
                 raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
                                   f"chmod 600 {path}")
+        ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         try:
             for item, line in yamlish.load_entries(path, "secrets", "secrets"):
+                if isinstance(item, dict) and isinstance(item.get("id"), str) and _ID.match(item["id"]):
+                    ids.add(item["id"])
                 entry = _entry(item, path, line)
                 if entry.id in seen:
                     raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
@@ -86,13 +90,17 @@ def load_secret_files(paths: list) -> tuple:
                 seen[entry.id] = f"{path}:{entry.line}"
                 entries.append(entry)
         except InputError as exc:
-            raise without_text(exc) from None
+            raise without_text(exc, ids) from None
     return entries, warnings
 
 
-def without_text(exc: InputError) -> InputError:
-    """The same error (file:line:col and what is wrong) with any quoted text of the file left out."""
+def without_text(exc: InputError, ids=frozenset()) -> InputError:
+    """The same error (file:line:col and what is wrong) with any quoted text of the file left out,
+    but our own words and the ids of the file's secrets (`id` or `id.field`)."""
     def keep(m) -> str:
+        inner = m.group()[1:-1]
+        if inner in ids or inner.rpartition(".")[0] in ids:
+            return m.group()
         words = re.findall(r"[A-Za-z0-9]{2,}", m.group())
         return m.group() if all(w.lower() in _OWN_WORDS for w in words) else "(text not shown)"
     where = exc.path + "".join(f":{n}" for n in (exc.line, exc.col if exc.line is not None else None)
