@@ -83,6 +83,8 @@ def load_secret_files(paths: list) -> tuple:
             for item, line in yamlish.load_entries(path, "secrets", "secrets"):
                 if isinstance(item, dict) and isinstance(item.get("id"), str) and _ID.match(item["id"]):
                     ids.add(item["id"])
+                    if isinstance(item.get("fields"), dict):      # field names are names too
+                        ids |= {str(k) for k in item["fields"]}
                 entry = _entry(item, path, line)
                 if entry.id in seen:
                     raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
@@ -99,8 +101,8 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
     but our own words and the ids of the file's secrets (`id` or `id.field`)."""
     def keep(m) -> str:
         inner = m.group()[1:-1]
-        if inner in ids or inner.rpartition(".")[0] in ids:
-            return m.group()
+        if inner in ids or inner.rpartition(".")[0] in ids or _SAFE_VAR.match(inner):
+            return m.group()                 # an id, id.field, or a variable name it derived
         words = re.findall(r"[A-Za-z0-9]{2,}", m.group())
         return m.group() if all(w.lower() in _OWN_WORDS for w in words) else "(text not shown)"
     where = exc.path + "".join(f":{n}" for n in (exc.line, exc.col if exc.line is not None else None)
