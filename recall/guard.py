@@ -292,7 +292,7 @@ def _export_value(name: str, value: str, home: str) -> None:
             if why:
                 raise _Deny("setup.export-path", f"{name}: {part or '(empty)'} {why}")
         return
-    if name in RUN_CHANGING or name.startswith(RUN_CHANGING_PREFIXES):
+    if name.upper() in RUN_CHANGING or name.upper().startswith(RUN_CHANGING_PREFIXES):   # https_proxy too
         raise _Deny("setup.export-name", f"{name} changes how programs run (trust, proxies, endpoints, "
                                          "config): set it in a file you own and source that")
 
@@ -345,7 +345,7 @@ def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
             name, eq, _ = arg.partition("=")
             if not eq or not _NAME.match(name):
                 raise _Deny("setup.args", f"export {name[:40]!r}… is not NAME=literal")
-            if name in _RUNS_CODE or name.startswith(_RUNS_CODE_PREFIXES):
+            if name.upper() in _RUNS_CODE or name.upper().startswith(_RUNS_CODE_PREFIXES):
                 raise _Deny("setup.export-name", f"{name} makes programs load or run other code; "
                                                  "set it in a file you source, if you must")
             _export_value(name, arg.split("=", 1)[1], home)

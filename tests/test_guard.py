@@ -796,7 +796,9 @@ def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
         ("export PATH=relative:/usr/bin", "setup.export-path"), (f"export CURL_HOME={tmp_path}", "setup.export"),
         ("export SSL_CERT_FILE=/etc/ssl/x.pem", "setup.export-name"), ("export HTTPS_PROXY=http://p:3128", "setup.export-name"),
         ("export HOME=/tmp", "setup.export-name"), ("export AWS_ENDPOINT_URL=https://x", "setup.export-name"),
-        ("export GIT_SSH_COMMAND=id", "setup.export-name"), ("export AWS_PROFILE=ops AWS_REGION=eu-west-1", "setup.export"),
+        ("export GIT_SSH_COMMAND=id", "setup.export-name"), ("export https_proxy=http://p:3128", "setup.export-name"),
+        ("export SSLKEYLOGFILE=/tmp/keys", "setup.export-name"), ("export ld_preload=/x.so", "setup.export-name"),
+        ("export CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE=https://x/", "setup.export-name"), ("export AWS_PROFILE=ops AWS_REGION=eu-west-1", "setup.export"),
     ]
     for step, rule in rows:
         v = setup_verdict(step, home=home)
