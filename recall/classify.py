@@ -60,6 +60,15 @@ RULES = [
     ("az", r"[Ss]ubscription .*(not found|doesn't exist|could not be found)", "missing",
      "the subscription is not visible to this login: check the id or the account"),
     ("sudo", r"incorrect password|Sorry, try again|[0-9]+ incorrect password attempt", "stale", "sudo refused the password: rotate it in the secrets file"),
+    ("sudo", r"a password is required", "stale", "sudo needs a password here: the cached ticket expired or NOPASSWD is not set"),
+    ("gcloud", r"do not currently have an active account|[Rr]eauthentication (?:failed|required)|gcloud auth login|"
+     r"invalid_grant|credentials? (?:has|have) expired", "stale", "the gcloud login expired: run gcloud auth login"),
+    ("gcloud", r"PERMISSION_DENIED|does not have (?:\S+ )?permission", "stale",
+     "this gcloud identity may not read it: check its role, or log in as the right account"),
+    ("gcloud", r"NOT_FOUND|was not found|[Pp]roject .* (?:not found|does not exist)", "missing",
+     "the project or resource is not visible to this login: check the name or the account"),
+    ("gcloud", r"Failed to establish a new connection|Max retries exceeded|Connection refused|Unable to find the server|"
+     r"Temporary failure in name resolution", "unreachable", "the Google API did not answer: check the network or proxy"),
     ("curl", r"(?:returned error|HTTP/[\d.]+):? (401|403)\b", "stale", "the service refused the credential (HTTP {0}): rotate it"),
     ("curl", r"returned error:? (\d{3})\b", "error", "the service answered HTTP {0}"),
 ]

@@ -157,6 +157,18 @@ def test_results_are_stored_and_shown(tmp_path, config, standins, cli):
     ("curl", 60, "curl: (60) SSL certificate problem", "error"),
     ("az", 3, "", "missing"),
     ("az", 2, "Please run 'az login'", "error"),
+    # tools the issue-14 allow-list added
+    ("sudo", 1, "sudo: a password is required", "stale"),
+    ("gcloud", 1, "ERROR: (gcloud.projects.list) You do not currently have an active account selected.", "stale"),
+    ("gcloud", 1, "ERROR: (gcloud.projects.list) There was a problem refreshing your current auth tokens: "
+                  "Reauthentication failed.", "stale"),
+    ("gcloud", 1, "ERROR: (gcloud.compute.instances.list) Some requests did not succeed: - Required "
+                  "'compute.instances.list' permission for 'projects/p' PERMISSION_DENIED", "stale"),
+    ("gcloud", 1, "ERROR: (gcloud.projects.describe) NOT_FOUND: Project 'nope' not found", "missing"),
+    ("gcloud", 1, "ERROR: gcloud crashed (ConnectionError): HTTPSConnectionPool: Max retries exceeded", "unreachable"),
+    ("gcloud", 0, "NAME  ZONE", "ok"),
+    ("gcloud", 2, "ERROR: (gcloud) Invalid choice: 'lst'.", "error"),
+    ("true", 0, "", "ok"),
 ])
 def test_classification(tool, code, text, status):
     assert classify(tool, code, text)[0] == status
