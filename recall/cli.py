@@ -310,13 +310,12 @@ def cmd_index(args) -> int:
             f"{data['unchanged']} unchanged files; {data['chunks']} chunks written; {data['seconds']:.2f}s")
         return 0
     cfg.require_sources()
-    from .repair import open_for_index
+    from .repair import index_repairing
     embed = not args.no_embed and cfg.embedding.provider != "none"
-    con, notes = open_for_index(cfg.db_path, full=args.full, vectors=embed)   # --full repairs a broken DB
-    for line in notes:
-        sys.stderr.write(f"recall: {line}\n")
-    report = run_index(con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed,
-                       notify=lambda line: sys.stderr.write(f"recall: {line}\n"))
+    say = lambda line: sys.stderr.write(f"recall: {line}\n")  # noqa: E731
+    report = index_repairing(cfg.db_path, lambda con: run_index(      # --full rebuilds a broken DB
+        con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say),
+        full=args.full, vectors=embed, notify=say)
     if getattr(args, "json", False):
         _json(report.__dict__)
         return 0

@@ -1,6 +1,7 @@
 """The one SQLite database: connect (WAL, busy timeout, 0600), migrations, small helpers."""
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
@@ -332,6 +333,10 @@ class index_lock:
             if self.notify:
                 self.notify(f"waiting for another index run (pid {holder})")
             fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:         # a file system without flock (some NFS): transactions only
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            return self
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, str(os.getpid()).encode(), 0)
         return self

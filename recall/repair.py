@@ -103,34 +103,47 @@ def quick_check(path) -> tuple:
     return True, f"quick_check ok, schema {version}"
 
 
-def open_for_index(path, *, full: bool, vectors: bool = False) -> tuple:
-    """(connection, notes) for `recall index`. With `full`, a damaged or foreign DB is moved aside
-    to recall.db.broken-<time> and a new one built; the token ledger is carried over if readable."""
+def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None):
+    """run(connection) for `recall index`. With `full`, a damaged or foreign DB — found by
+    quick_check before, or by the run itself (damage inside a page, which quick_check cannot
+    see) — is moved aside to recall.db.broken-<time> and the run made again on a new one."""
+    say = notify or (lambda line: None)
     if not full:
-        return db.connect(path, vectors=vectors), []
+        return run(db.connect(path, vectors=vectors))
     try:
         con = db.connect(path, vectors=vectors)
         ok, detail = quick_check(path)
         if ok:
-            return con, []
+            try:
+                return run(con)
+            except Exception as exc:
+                err = explain(exc)
+                if not isinstance(err, db.BrokenDatabase):
+                    raise
+                why = err.why
+        else:
+            why = detail.split(" — ")[0]
         con.close()
-        why = detail.split(" — ")[0]
     except db.BrokenDatabase as exc:
         why = exc.why
-    moved = _move_aside(Path(path))
+    return run(_rebuild(Path(path), why, vectors, say))
+
+
+def _rebuild(path: Path, why: str, vectors: bool, say):
+    """Move the DB aside, open a new one, copy the token ledger over; say what happened."""
+    moved = _move_aside(path)
     ledger, had_secrets = _salvage(moved)
     con = db.connect(path, vectors=vectors)
-    notes = [f"{path} was {why}: moved it to {moved.name} and rebuilding the index"]
+    say(f"{path} was {why}: moved it to {moved.name} and rebuilding the index")
     if ledger is None:
-        notes.append("the token ledger could not be read from it: the embedding cap counts from 0 again")
+        say("the token ledger could not be read from it: the embedding cap counts from 0 again")
     elif ledger:
         with db.transaction(con):
             con.executemany(f"INSERT INTO embed_ledger({LEDGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", ledger)
-        notes.append(f"carried over the token ledger ({len(ledger)} request{'s' * (len(ledger) != 1)})")
+        say(f"carried over the token ledger ({len(ledger)} request{'s' * (len(ledger) != 1)})")
     if had_secrets is not False:
-        notes.append("the vault in the new index is empty: run 'recall secret sync' again "
-                     "(the vault key is kept)")
-    return con, notes
+        say("the vault in the new index is empty: run 'recall secret sync' again (the vault key is kept)")
+    return con
 
 
 def _move_aside(path: Path) -> Path:

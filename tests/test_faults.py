@@ -338,6 +338,24 @@ def test_damaged_pages_are_one_line_and_index_full_moves_the_file_aside(config, 
     assert "ok  database integrity" in _doctor(cli, monkeypatch)
 
 
+def test_damage_inside_the_search_index_that_quick_check_cannot_see_is_rebuilt_too(config, cli, monkeypatch):
+    """Noise inside FTS5's segment blobs: every b-tree is sound (quick_check ok), yet searches and
+    the re-index's deletes fail; 'index --full' must not answer 'run index --full' forever."""
+    import sqlite3
+    assert run_recall("index").returncode == 0
+    path = load_config().db_path
+    con = sqlite3.connect(path)
+    con.execute("UPDATE chunks_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+    con.commit()
+    con.close()
+    assert "ok  database integrity" in _doctor(cli, monkeypatch)
+    _one_line(run_recall("search", "failover"), f"recall: {path} is damaged (database disk image is malformed)")
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
+    assert f"recall: {path} was damaged (database disk image is malformed): moved it to recall.db.broken-" in r.stderr
+    assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+
+
 def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(config, tmp_path):
     pytest.importorskip("cryptography")
     secrets = tmp_path / "secrets.yaml"
