@@ -120,6 +120,9 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     run_index(con, cfg)
     vault.sync(con, cfg)
     inventory.forget_checks()
+    # the lines recall_secret_command gives run this checkout's code, not another installed recall
+    monkeypatch.setenv("PATH", ":".join(d for d in os.environ["PATH"].split(":")
+                                        if not os.path.exists(os.path.join(d, "recall"))))
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     monkeypatch.setattr(mcp_server, "_WARM", {})
     mcp_server._OUTPUTS.clear()
