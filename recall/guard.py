@@ -254,7 +254,7 @@ def setup_verdict(step: str, *, home: str = "") -> Verdict:
     a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
     argv: Tuple[str, ...] = ()
     try:
-        step = step.strip() if isinstance(step, str) else ""
+        step = step.strip(" \t") if isinstance(step, str) else ""      # a newline is a second command
         if not step:
             raise _Deny("empty", "there is no step")
         if len(step) > MAX_COMMAND_CHARS:

@@ -811,3 +811,24 @@ def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
         theirs.chmod(0o644)
         os.chown(theirs, 65534, 65534)
         assert setup_verdict(f"source {theirs}").rule == "setup.source-owner"
+
+
+def test_shell_syntax_inserted_into_an_allowed_setup_step_is_denied(tmp_path):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    from recall.guard import setup_verdict
+    own = tmp_path / "own.sh"
+    own.write_text("")
+    own.chmod(0o600)
+    steps = [f"source {own}", f". {own}", "export AWS_PROFILE=ops", "export A=1 B=two", "unset A B"]
+    assert all(setup_verdict(s).allow for s in steps)
+
+    @hypothesis.settings(deadline=None)
+    @hypothesis.given(st.sampled_from(steps), st.sampled_from(list(";&|<>()$`*?{}#!^\\\n\r") + ["$(id)", "`id`"]),
+                      st.data())
+    def check(step, meta, data):
+        at = data.draw(st.integers(0, len(step)))
+        v = setup_verdict(step[:at] + meta + step[at:])
+        assert not v.allow and v.rule in LEXER_RULES, (step[:at] + meta + step[at:], v)
+
+    check()
