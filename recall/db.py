@@ -18,8 +18,8 @@ class BrokenDatabase(RecallError):
 
     def __init__(self, path, why: str, first: str = "it is a cache: "):
         super().__init__(f"{path} is {why}",
-                         f"{first}'recall index --full' moves it aside (recall.db.broken-<time>) "
-                         "and rebuilds it, keeping the vault key")
+                         f"{first}run 'recall index --full': it moves the file aside "
+                         "(recall.db.broken-<time>) and rebuilds it, keeping the vault key")
         self.path, self.why = str(path), why
 
 # Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.

@@ -385,6 +385,12 @@ def _as_tool(fn):
             return fn(**kwargs)
         except RecallError as exc:
             raise ToolError(for_agent(str(exc))) from None
+        except Exception as exc:      # a full disk, a damaged DB: its one line, not a logged traceback
+            from .repair import explain
+            err = explain(exc)
+            if err is None:
+                raise
+            raise ToolError(for_agent(str(err))) from None
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(

@@ -322,8 +322,8 @@ def test_damaged_pages_are_one_line_and_index_full_moves_the_file_aside(config, 
     _damage(path, range(-40, -1, 3))                           # chunk pages; the ledger's page is early
     r = run_recall("search", "rack")
     _one_line(r, f"recall: {path} is damaged (")
-    assert r.stderr.rstrip().endswith("'recall index --full' moves it aside (recall.db.broken-<time>) and "
-                                      "rebuilds it, keeping the vault key")
+    assert r.stderr.rstrip().endswith("it is a cache: run 'recall index --full': it moves the file aside "
+                                      "(recall.db.broken-<time>) and rebuilds it, keeping the vault key")
     shown = _doctor(cli, monkeypatch)
     assert "NO  database integrity" in shown and "damaged (" in shown
     r = run_recall("index", "--full")
@@ -356,6 +356,30 @@ def test_damage_inside_the_search_index_that_quick_check_cannot_see_is_rebuilt_t
     assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
 
 
+def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
+    """Over MCP a damaged DB was a logged page of Python and 'Error executing tool' for the agent."""
+    import sqlite3
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+    from recall import mcp_server
+    assert run_recall("index").returncode == 0
+    path = load_config().db_path
+    con = sqlite3.connect(path)
+    con.execute("UPDATE chunks_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+    con.commit()
+    con.close()
+
+    async def ask():
+        async with Client(mcp_server.build_server()) as client:
+            return await client.call_tool("recall_search", {"query": "failover"})
+    r = anyio.run(ask)
+    assert r.is_error and r.content[0].text == (
+        f"Error executing tool recall_search: {path} is damaged (database disk image is malformed) — it is a "
+        "cache: ask the user to run 'recall index --full': it moves the file aside (recall.db.broken-<time>) "
+        "and rebuilds it, keeping the vault key")
+
+
 def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(config, tmp_path):
     pytest.importorskip("cryptography")
     secrets = tmp_path / "secrets.yaml"
@@ -372,7 +396,7 @@ def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(
     for verb in (["search", "jump01"], ["index"], ["secret", "find", "svc"]):
         _one_line(run_recall(*verb), f"recall: {cfg.db_path} is from a newer recall (schema 99; this one "
                                      f"knows {newer}) — upgrade recall to use it; or, to use this recall, "
-                                     "'recall index --full' moves it aside")
+                                     "run 'recall index --full': it moves the file aside")
     r = run_recall("index", "--full")
     assert r.returncode == 0 and "4 new" in r.stdout
     assert "the vault in the new index is empty: run 'recall secret sync' again (the vault key is kept)" in r.stderr
@@ -444,3 +468,26 @@ def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tm
     assert r.returncode == 0 and "moved it to recall.db.broken-" in r.stderr, r.stderr
     assert CANARY not in r.stdout + r.stderr
     assert run_recall("search", "jump01").stdout.startswith("1. runbooks/jump-hosts.md")
+
+
+@pytest.mark.parametrize("message, start", [
+    ("database or disk is full", "the disk holding /h/recall.db is full"),
+    ("attempt to write a readonly database", "/h/recall.db is read-only"),
+    ("unable to open database file", "cannot open /h/recall.db"),
+    ("database disk image is malformed", "/h/recall.db is damaged"),
+    ("file is not a database", "/h/recall.db is damaged"),
+    ("disk I/O error", "a disk I/O error on /h/recall.db"),
+    ("database is locked", "/h/recall.db stayed locked by another process"),
+])
+def test_storage_faults_are_told_by_their_text_too(message, start):
+    """Before Python 3.11 an SQLite error has no sqlite_errorname: its text decides."""
+    import sqlite3
+    from recall.repair import explain
+    assert str(explain(sqlite3.OperationalError(message), "/h/recall.db")).startswith(start)
+
+
+def test_a_bug_keeps_its_traceback():
+    import sqlite3
+    from recall.repair import explain
+    assert explain(sqlite3.IntegrityError("UNIQUE constraint failed: files.source")) is None
+    assert explain(ValueError("x")) is None and explain(OSError(2, "No such file or directory", "/x")) is None
