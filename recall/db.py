@@ -200,7 +200,9 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
             _secure_file(path)
     except OSError as exc:          # a home folder recall may not use, a full or read-only disk
         from .repair import explain
-        raise (explain(exc, path) or exc) from None
+        raise (explain(exc, path) or RecallError(
+            f"cannot make {path} ({exc.strerror}: {exc.filename})",
+            "RECALL_HOME (or 'home:' in the config) must name a folder you can create and write")) from None
     OPENED.append(path)
     module = sqlite3
     if vectors:

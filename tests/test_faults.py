@@ -491,3 +491,14 @@ def test_a_bug_keeps_its_traceback():
     from recall.repair import explain
     assert explain(sqlite3.IntegrityError("UNIQUE constraint failed: files.source")) is None
     assert explain(ValueError("x")) is None and explain(OSError(2, "No such file or directory", "/x")) is None
+
+
+def test_a_home_that_is_a_file_is_one_line(config, tmp_path, monkeypatch):
+    home = tmp_path / "not-a-folder"
+    home.write_text("x")
+    monkeypatch.setenv("RECALL_HOME", str(home))
+    for verb in (["index"], ["secret", "sync"], ["access", "find", "x"]):
+        r = run_recall(*verb)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    _one_line(run_recall("index"), f"recall: cannot make {home / 'recall.db'} (File exists: {home}) — "
+                                   "RECALL_HOME (or 'home:' in the config) must name a folder")
