@@ -48,6 +48,8 @@ def main() -> None:
         db_path = root / "state" / "recall.db"
         size = sum(p.stat().st_size for p in db_path.parent.glob("recall.db*")) / 1e6
         check = timed(lambda: quick_check(db_path), 3)
+        from recall import db
+        opens = timed(lambda: db.connect(db_path, readonly=True).close(), 200)   # with the schema check
         again = [_recall(env, "index")[0] * 1000 for _ in range(5)]
         full, _ = _recall(env, "index", "--full")
         _damage(db_path)
@@ -57,6 +59,7 @@ def main() -> None:
     rows = [
         ("first index (for scale)", f"{build:.1f} s"),
         ("`PRAGMA quick_check` (p50 / p95 ms of 3; `doctor` and `index --full` pay it)", ms(check)),
+        ("`db.connect` read-only, with the schema-version check (p50 / p95 ms of 200)", ms(opens)),
         ("`recall index`, nothing changed, with the index lock (p50 / p95 ms of 5)", ms(again)),
         ("`recall index --full` on a sound DB (quick_check included)", f"{full:.1f} s"),
         (f"`recall index --full` on a DB with 20 damaged pages (found: {not healthy}; moved aside: {moved})",
