@@ -273,8 +273,8 @@ def test_a_full_tmpfs_is_one_line(config, notes, tmp_path, monkeypatch):
         subprocess.run(["umount", str(mnt)])
 
 
-def _owned_tree(tmp_path):
-    """notes + config + state in a folder another user can reach; returns the state folder."""
+def _owned_tree():
+    """notes + config in a folder another user can reach (tmp_path is root's alone); returns it."""
     base = Path(tempfile.mkdtemp(prefix="recall-faults-"))
     os.chmod(base, 0o755)
     notes = write_tree(base / "notes", NOTES)
@@ -285,7 +285,7 @@ def _owned_tree(tmp_path):
 def test_a_read_only_db_and_an_unreadable_home_are_one_line(monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("needs root to run recall as another user")
-    base = _owned_tree(None)
+    base = _owned_tree()
     try:
         state = base / "state"
         monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
