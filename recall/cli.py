@@ -407,6 +407,11 @@ def _secret_text(meta: dict) -> str:
     if meta.get("tags"):
         lines.append(f"  tags: {', '.join(meta['tags'])}")
     lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
+    if meta.get("proxy"):
+        p = meta["proxy"]
+        lines.append(f"  host-bound: sent only to https://{p['host']}:{p['port']}"
+                     + (f" under {', '.join(p['paths'])}" if p.get("paths") else "")
+                     + " by recall's proxy; the command sees a placeholder")
     if "last_verified" in meta:
         lines.append(f"  last verified: {meta['last_verified']}")
     return "\n".join(lines)
@@ -449,6 +454,8 @@ def cmd_secret_exec(args) -> int:
     sys.stdout.flush()
     result = vault.exec_with(con, cfg, args.id, cmd, stdin=args.stdin,
                              out=sys.stdout.buffer, err=sys.stderr.buffer)
+    for note in result.notes:
+        sys.stderr.write(f"recall: {note}\n")
     return result.code
 
 

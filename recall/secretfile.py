@@ -10,7 +10,8 @@ from .errors import InputError, RecallError
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
-ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS}
+PROXY_FIELDS = ("paths", "ca", "in_query")    # only with inject: proxy (host-bound)
+ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS, *PROXY_FIELDS}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
@@ -142,8 +143,8 @@ def _entry(item, path: str, line) -> SecretEntry:
     if not _ID.match(sid):
         raise InputError(path, _line(item, "id", line), "a secret id may hold only letters, digits, '-', '_', '.'")
     inject = _str(item, "inject", path, line) or "env"
-    if inject not in ("env", "stdin"):
-        raise InputError(path, _line(item, "inject", line), "inject must be env or stdin")
+    if inject not in ("env", "stdin", "proxy"):
+        raise InputError(path, _line(item, "inject", line), "inject must be env, stdin or proxy")
     env = _str(item, "env", path, line) or default_var(sid)
     if "fields" not in item:           # with fields, env is a prefix: the derived names are checked
         check_variable_name(env, path, _line(item, "env", line),
@@ -157,9 +158,48 @@ def _entry(item, path: str, line) -> SecretEntry:
     meta = {k: _str(item, k, path, line) for k in META_FIELDS}
     if public:
         meta["public"] = sorted(public)          # injected, never masked nor redacted
+    proxy = _proxy_settings(item, inject, sid, meta["url"], path, line)
+    if proxy:
+        meta["proxy"] = proxy                    # bound with the ciphertext like inject and url
     return SecretEntry(id=sid, meta=meta, tags=list(tags), env=env, inject=inject,
                        check=_str(item, "check", path, line), values=values, file=path, line=line,
                        variables=variables)
+
+
+def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> dict:
+    """{paths, ca, query} of a host-bound secret: an https url is required; the other keys only here."""
+    if inject != "proxy":
+        for key in PROXY_FIELDS:
+            if key in item:
+                raise InputError(path, _line(item, key, line), f"'{key}' applies only to inject: proxy",
+                                 hint="add 'inject: proxy' (with an https url:), or remove the line")
+        return {}
+    from urllib.parse import urlsplit
+    where = _line(item, "url", _line(item, "inject", line))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if not url or parts is None or parts.scheme != "https" or not parts.hostname or parts.username:
+        raise InputError(path, where, f"secret '{sid}' has inject: proxy, which needs url: https://HOST[:PORT]/",
+                         hint="the value is attached only to requests for that scheme, host and port")
+    paths = item.get("paths") or []
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/") for p in paths):
+        raise InputError(path, _line(item, "paths", line), "paths must be a list of path prefixes starting with '/'")
+    in_query = item.get("in_query", False)
+    if in_query not in (True, False):
+        raise InputError(path, _line(item, "in_query", line), "in_query must be true or false")
+    ca = _str(item, "ca", path, line)
+    if ca:
+        ca = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(ca))
+        if not os.path.isfile(ca) or not os.access(ca, os.R_OK):
+            raise InputError(path, _line(item, "ca", line), f"ca: no readable file {ca}",
+                             hint="name a PEM file of the CA that signed the service's certificate")
+    return {"host": parts.hostname.lower(), "port": port or 443, "paths": list(paths), "ca": ca,
+            "query": bool(in_query)}
 
 
 def _values(item, sid, env, path, line):

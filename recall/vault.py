@@ -67,7 +67,7 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
         for e in entries:
             nonce, blob = keyfile.encrypt(key, e.id, json.dumps(e.values).encode(),
                                           bound(e.inject, e.check, e.variables, e.meta["url"],
-                                                e.meta.get("public", [])))
+                                                e.meta.get("public", []), e.meta.get("proxy")))
             con.execute("INSERT INTO secrets VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         (e.id, json.dumps(e.meta), json.dumps(e.tags), e.env, e.inject, e.check,
                          json.dumps(e.variables), e.file, e.line, nonce, blob, now))
@@ -105,16 +105,17 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
                           "'recall secret sync --prune' if they are meant to go")
 
 
-def bound(inject: str, check: str, variables: dict, url: str, public: list) -> bytes:
+def bound(inject: str, check: str, variables: dict, url: str, public: list, proxy=None) -> bytes:
     """Every stored column that changes how a value is used (and which fields go unmasked), as
-    authenticated with its ciphertext."""
-    return json.dumps([inject, check, variables, url, sorted(public)], sort_keys=True).encode()
+    authenticated with its ciphertext; a host-bound secret's proxy settings too (paths, ca, query)."""
+    return json.dumps([inject, check, variables, url, sorted(public)] + ([proxy] if proxy else []),
+                      sort_keys=True).encode()
 
 
 def _row_bound(row) -> bytes:
     meta = json.loads(row["meta"])
     return bound(row["inject"], row["check_cmd"], json.loads(row["variables"]), meta.get("url", ""),
-                 meta.get("public") or [])
+                 meta.get("public") or [], meta.get("proxy"))
 
 
 def embed_metadata(con, cfg) -> int:
@@ -376,6 +377,9 @@ def injection(row, values: dict, stdin_flag: bool):
     for name, part in values.items():
         if name not in public:               # a username is injected, not masked
             check_maskable(row["id"], part)
+    if row["inject"] == "proxy":       # fail closed: only hostbound.Session injects these (placeholders)
+        raise RecallError(f"secret '{row['id']}' is host-bound (inject: proxy) and cannot be injected here",
+                          f"use 'recall secret exec {row['id']} -- CMD' or 'recall access exec'")
     variables = json.loads(row["variables"])
     env = {var: values[field] for var, field in variables.items()}
     if stdin_flag or row["inject"] == "stdin":
@@ -410,15 +414,30 @@ def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=
     secret_id = row["id"]
     all_values = load_values(con, cfg, need=(secret_id,))
     masker = masker_for(all_values)
-    extra, data = injection(row, all_values[secret_id], stdin)
     masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
+    session = None
+    if row["inject"] == "proxy":        # the child gets a placeholder; the proxy attaches the value
+        if stdin:
+            raise RecallError(f"secret '{secret_id}' is host-bound (inject: proxy): it is never written to stdin",
+                              f"recall secret exec {secret_id} -- CMD (without --stdin)")
+        from .hostbound import Session
+        session = Session([row], all_values, masker)
+        env = session.child_env(child_env())
+        data = None
+    else:
+        extra, data = injection(row, all_values[secret_id], stdin)
+        env = {**child_env(), **extra}
     try:
-        result = run_masked(list(argv), env={**child_env(), **extra}, masker=masker, stdin=data,
-                            out=out, err=err, timeout=timeout)
+        result = run_masked(list(argv), env=env, masker=masker, stdin=data, out=out, err=err, timeout=timeout)
     except RecallError:
         audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="not run")
         raise
+    finally:
+        if session is not None:
+            session.close()
+            session.log(con, "secret.exec")
     audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="ran", exit_code=result.code)
+    result.notes = session.notes() if session is not None else []
     return result
 
 

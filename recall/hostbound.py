@@ -1,0 +1,101 @@
+"""Host-bound secrets (inject: proxy) for one child: placeholders in its env, the proxy's life, its audit rows."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .errors import RecallError
+
+PREFIX = "recall-ph-"
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+CA_VARS = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+DROPPED = ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")   # nothing may route around the proxy
+MAX_LOGGED = 200                # substitution rows per run; the rest are counted in one row
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_host_bound(row) -> bool:
+    return row["inject"] == "proxy"
+
+
+def placeholders_for(rows) -> dict:
+    """{secret id: {field: placeholder}} for the host-bound rows: fresh for every run."""
+    out = {}
+    for row in rows:
+        if is_host_bound(row):
+            public = set(json.loads(row["meta"]).get("public") or [])
+            out[row["id"]] = {field: f"{PREFIX}{row['id']}{'.' + field if field else ''}-{os.urandom(12).hex()}"
+                              for field in json.loads(row["variables"]).values() if field not in public}
+    return out
+
+
+class Session:
+    """The proxy and CA of one child run; `env` is what the child gets for the host-bound secrets."""
+
+    def __init__(self, rows, values: dict, masker, placeholders: dict | None = None):
+        from .ephemeral_ca import EphemeralCA
+        from .proxy import Binding, HostBoundProxy
+        rows = [r for r in rows if is_host_bound(r)]
+        chosen = placeholders if placeholders is not None else placeholders_for(rows)
+        bindings, self.env, trust = [], {}, []
+        self.names = []
+        for row in rows:
+            meta = json.loads(row["meta"])
+            bound = meta["proxy"]
+            for var, field in json.loads(row["variables"]).items():
+                value = values[row["id"]][field]
+                ph = chosen.get(row["id"], {}).get(field)
+                if ph is None:                      # a public field (a username): as written
+                    self.env[var] = value
+                    continue
+                if _UNSAFE.search(value):
+                    raise RecallError(f"secret '{row['id']}' holds a control character, which an HTTP header "
+                                      "cannot carry: not sent", "fix the value in the secrets file and run "
+                                      "'recall secret sync'")
+                self.env[var] = ph
+                self.names.append(var)
+                bindings.append(Binding(row["id"], ph, value, bound["host"], bound["port"], bound["paths"],
+                                        bound["query"]))
+            if bound.get("ca") and bound["ca"] not in trust:
+                trust.append(bound["ca"])
+        self.ca = EphemeralCA()
+        try:
+            self.proxy = HostBoundProxy(bindings, masker, self.ca, trust)
+        except (OSError, ValueError) as exc:
+            self.ca.close()
+            raise RecallError(f"the ca: file of a host-bound secret cannot be loaded ({exc})",
+                              "check the ca: path in the secrets file, then 'recall secret sync'") from None
+        self.masker = masker
+        self.env.update({v: self.proxy.url for v in PROXY_VARS})
+        self.env.update({v: self.ca.cert_path for v in CA_VARS})
+
+    def child_env(self, base: dict) -> dict:
+        env = {k: v for k, v in base.items() if k not in DROPPED}
+        env.update(self.env)
+        return env
+
+    def close(self) -> None:
+        self.proxy.close()
+        self.ca.close()
+
+    def notes(self) -> list:
+        """What the user should know: no request came through the proxy, or a TLS/upstream problem."""
+        out = list(self.proxy.problems)
+        if not self.proxy.requests:
+            names = ", ".join("$" + n for n in self.names)
+            out.append(f"the child made no request through the proxy: {names} held only a placeholder, so a "
+                       "client that ignores HTTPS_PROXY is refused by the server (e.g. 401)")
+        return out
+
+    def log(self, con, via: str) -> None:
+        """One access-log row per substitution or refusal: host, method, path — never a value."""
+        from . import audit
+        events = list(self.proxy.events)
+        for sid, verdict, method, scheme, host, port, path in events[:MAX_LOGGED]:
+            shown = self.masker.mask(path.encode("latin-1")).decode("latin-1")
+            audit.log(con, "proxy." + ("substituted" if verdict == "substituted" else "refused"), sid,
+                      argv=f"{method} {scheme}://{host}:{port}{shown} ({via})", verdict=verdict)
+        if len(events) > MAX_LOGGED:
+            audit.log(con, "proxy.more", events[0][0], argv=f"({via})",
+                      verdict=f"{len(events) - MAX_LOGGED} more substitutions not logged one by one")

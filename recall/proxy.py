@@ -1,0 +1,431 @@
+"""The loopback egress proxy: CONNECT with TLS interception, placeholders swapped for values only where bound."""
+from __future__ import annotations
+
+import base64
+import hmac
+import os
+import socket
+import ssl
+import threading
+from urllib.parse import quote, unquote
+
+MAX_HEAD = 64 * 1024
+READ_SIZE = 64 * 1024
+IDLE = 300.0           # seconds a connection (child or upstream) may stay silent
+_NO_BODY = (204, 304)
+_HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"trailer", b"upgrade",
+        b"transfer-encoding", b"content-length", b"expect", b"accept-encoding", b"connection"}
+
+
+class Binding:
+    """One placeholder: the value it stands for, and the only requests that may carry it."""
+
+    def __init__(self, secret_id: str, placeholder: str, value: str, host: str, port: int, paths=(),
+                 query: bool = False):
+        self.secret_id, self.placeholder, self.value = secret_id, placeholder.encode(), value.encode()
+        self.host, self.port, self.paths, self.query = host.lower(), int(port), list(paths), query
+
+    def refusal(self, scheme: str, host: str, port: int, path: str) -> str:
+        """'' when a request to scheme://host:port/path may carry the value, else why not."""
+        if scheme != "https" or host.lower() != self.host or port != self.port:
+            return f"refused: bound to https://{self.host}:{self.port}"
+        if self.paths:
+            plain = unquote(path)
+            if "/../" in plain + "/" or "/./" in plain + "/" or not any(
+                    plain == p or plain.startswith(p if p.endswith("/") else p + "/") for p in self.paths):
+                return "refused: path outside paths:"
+        return ""
+
+
+class _Reader:
+    """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
+
+    def __init__(self, sock, data: bytes = b""):
+        self.sock, self.buf = sock, bytearray(data)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(READ_SIZE)
+        self.buf += chunk
+        return bool(chunk)
+
+    def until(self, mark: bytes, limit: int = MAX_HEAD):
+        """Bytes up to and including `mark`; None at a clean EOF; ValueError when too long or cut."""
+        while mark not in self.buf:
+            if len(self.buf) > limit:
+                raise ValueError("head too long")
+            if not self._fill():
+                if self.buf:
+                    raise ValueError("connection closed mid-head")
+                return None
+        end = self.buf.index(mark) + len(mark)
+        out = bytes(self.buf[:end])
+        del self.buf[:end]
+        return out
+
+    def some(self, n: int) -> bytes:
+        if not self.buf and not self._fill():
+            return b""
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+class Request:
+    def __init__(self, head: bytes):
+        lines = head[:-4].split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            raise ValueError("not an HTTP/1.x request")
+        self.method, self.target, self.version = parts[0].decode("latin-1"), parts[1], parts[2]
+        self.headers = [_split_header(line) for line in lines[1:] if line]
+
+    def get(self, name: bytes) -> bytes:
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return b""
+
+
+def _split_header(line: bytes) -> tuple:
+    name, sep, value = line.partition(b":")
+    if not sep or not name or name != name.strip():
+        raise ValueError("bad header line")
+    return name, value.strip()
+
+
+class HostBoundProxy:
+    """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process."""
+
+    def __init__(self, bindings: list, masker, ca, trust_files=()):
+        self.bindings, self.masker, self.ca = bindings, masker, ca
+        self.secret = os.urandom(18).hex()
+        self._auth = b"Basic " + base64.b64encode(b"recall:" + self.secret.encode())
+        self.upstream_tls = ssl.create_default_context()      # the system trust store
+        for path in trust_files:
+            self.upstream_tls.load_verify_locations(path)      # plus the secrets' own ca: files
+        self.upstream_tls.set_alpn_protocols(["http/1.1"])
+        self.requests = 0
+        self.events: list = []          # (secret id, verdict, method, scheme, host, port, path)
+        self.problems: list = []        # one line each: a TLS handshake the child refused, an upstream error
+        self._lock = threading.Lock()
+        self._socks: set = set()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, name="recall-proxy", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://recall:{self.secret}@127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Stop listening and cut every open connection."""
+        self._closed = True
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _note(self, what: str, *items) -> None:
+        with self._lock:
+            if what == "event":
+                self.events.append(items)
+            elif items[0] not in self.problems and len(self.problems) < 20:
+                self.problems.append(items[0])
+
+    def _track(self, sock, add: bool = True) -> None:
+        with self._lock:
+            (self._socks.add if add else self._socks.discard)(sock)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        conn.settimeout(IDLE)
+        self._track(conn)
+        try:
+            reader = _Reader(conn)
+            head = reader.until(b"\r\n\r\n")
+            if head is None:
+                return
+            req = Request(head)
+            if not hmac.compare_digest(req.get(b"proxy-authorization"), self._auth):
+                conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic "
+                             b"realm=\"recall\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            if req.method != "CONNECT":
+                self._exchange(conn, reader, "http", None, head)
+                return
+            host, port = _host_port(req.target.decode("latin-1"), 443)
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            try:
+                tls = self.ca.server_context(host).wrap_socket(conn, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                self._note("problem", f"the child refused the proxy's TLS certificate for {host} ({_short(exc)}): "
+                                      "it must trust the CA file in SSL_CERT_FILE")
+                return
+            self._track(tls)
+            conn = tls
+            self._exchange(tls, _Reader(tls), "https", (host, port), None)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._track(conn, False)
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _exchange(self, client, reader, scheme: str, dest, first) -> None:
+        """Requests from one child connection, each to its upstream (kept alive while it can be)."""
+        upstream = None                 # (dest, sock, reader)
+        try:
+            while True:
+                head = first if first is not None else reader.until(b"\r\n\r\n")
+                first = None
+                if head is None:
+                    return
+                req = Request(head)
+                target = req.target.decode("latin-1")
+                where = dest
+                if scheme == "http":
+                    if not hmac.compare_digest(req.get(b"proxy-authorization"), self._auth):
+                        return
+                    where, target = _absolute(target)
+                with self._lock:
+                    self.requests += 1
+                if upstream is not None and upstream[0] != where:
+                    upstream[1].close()
+                    upstream = None
+                if upstream is None:
+                    try:
+                        upstream = (where, *self._connect(scheme, where))
+                    except (OSError, ssl.SSLError, ValueError) as exc:
+                        self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
+                        _bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
+                        return
+                out_head = self._rewrite(req, scheme, where, target)
+                if req.get(b"expect").lower() == b"100-continue":
+                    client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                up_sock, up_reader = upstream[1], upstream[2]
+                up_sock.sendall(out_head)
+                _copy_request_body(req, reader, up_sock)
+                keep_up, keep_client = self._relay_response(req, up_reader, client)
+                if not keep_up:
+                    up_sock.close()
+                    upstream = None
+                if not keep_client:
+                    return
+        finally:
+            if upstream is not None:
+                upstream[1].close()
+
+    def _connect(self, scheme: str, where) -> tuple:
+        sock = socket.create_connection(where, timeout=IDLE)
+        if scheme == "https":
+            try:
+                sock = self.upstream_tls.wrap_socket(sock, server_hostname=where[0])
+            except BaseException:
+                sock.close()
+                raise
+        self._track(sock)
+        return sock, _Reader(sock)
+
+    def _rewrite(self, req: Request, scheme: str, where, target: str) -> bytes:
+        """The request head as sent upstream: placeholders replaced only where bound, hop headers dropped."""
+        path, sep, query = target.partition("?")
+        lines, chunked = [], False
+        for name, value in req.headers:
+            low = name.lower()
+            if low == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            if low in _HOP and low != b"content-length":
+                continue
+            lines.append(name + b": " + self._swap(value, req.method, scheme, where, path, header=True))
+        if chunked:
+            lines.append(b"Transfer-Encoding: chunked")
+        lines.append(b"Accept-Encoding: identity")      # a compressed body could not be masked
+        if query:
+            query = self._swap(query.encode("latin-1"), req.method, scheme, where, path, query=True).decode("latin-1")
+        self._swap(path.encode("latin-1"), req.method, scheme, where, path)      # a path never carries it
+        line = f"{req.method} {path}{sep}{query} HTTP/1.1".encode("latin-1")
+        return b"\r\n".join([line, *lines]) + b"\r\n\r\n"
+
+    def _swap(self, text: bytes, method: str, scheme: str, where, path: str, header=False, query=False) -> bytes:
+        for b in self.bindings:
+            basic = header and text[:6].lower() == b"basic " and _basic_holds(text, b.placeholder)
+            if b.placeholder not in text and not basic:
+                continue
+            why = b.refusal(scheme, where[0], where[1], path) or (
+                "" if header or (query and b.query) else "refused: not in a header" + (
+                    " (in_query is not set)" if query else ""))
+            self._note("event", b.secret_id, why or "substituted", method, scheme, where[0], where[1], path)
+            if why:
+                continue
+            if basic:
+                raw = base64.b64decode(text[6:].strip()).replace(b.placeholder, b.value)
+                text = text[:6] + base64.b64encode(raw)
+            elif query:
+                text = text.replace(b.placeholder, quote(b.value.decode(), safe="").encode())
+            else:
+                text = text.replace(b.placeholder, b.value)
+        return text
+
+    def _relay_response(self, req: Request, up: _Reader, client) -> tuple:
+        """Stream one response to the child, headers and body masked, re-framed as chunked."""
+        while True:
+            head = up.until(b"\r\n\r\n")
+            if head is None:
+                raise ValueError("upstream closed without a response")
+            status = int(head.split(b" ", 2)[1])
+            if status >= 200 or status == 101:
+                break                               # 1xx (100 Continue, 103) were answered already
+        lines = head[:-4].split(b"\r\n")
+        headers = [_split_header(line) for line in lines[1:] if line]
+        get = {k.lower(): v for k, v in headers}
+        has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
+        keep_client = req.version == b"HTTP/1.1" and req.get(b"connection").lower() != b"close"
+        out = [lines[0]] + [k + b": " + v for k, v in headers
+                            if k.lower() not in (b"transfer-encoding", b"content-length", b"connection",
+                                                 b"keep-alive")]
+        if has_body:
+            out.append(b"Transfer-Encoding: chunked")
+        elif b"content-length" in get:
+            out.append(b"Content-Length: " + get[b"content-length"])
+        if not keep_client:
+            out.append(b"Connection: close")
+        client.sendall(self.masker.mask(b"\r\n".join(out) + b"\r\n\r\n"))
+        keep_up = get.get(b"connection", b"").lower() != b"close"
+        if not has_body:
+            return keep_up, keep_client
+        stream = self.masker.stream()
+        for piece in _body(up, get):
+            if piece is None:                       # read until close: the upstream cannot be reused
+                keep_up = False
+                continue
+            masked = stream.feed(piece)
+            if masked:
+                client.sendall(b"%x\r\n%s\r\n" % (len(masked), masked))
+        tail = stream.flush()
+        if tail:
+            client.sendall(b"%x\r\n%s\r\n" % (len(tail), tail))
+        client.sendall(b"0\r\n\r\n")
+        return keep_up, keep_client
+
+
+def _body(up: _Reader, headers: dict):
+    """The response body's bytes in pieces (chunked, sized, or until close — then a None first)."""
+    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+        while True:
+            size_line = up.until(b"\r\n")
+            if size_line is None:
+                raise ValueError("cut chunked body")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while up.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
+                    pass
+                return
+            while size:
+                piece = up.some(min(size, READ_SIZE))
+                if not piece:
+                    raise ValueError("cut chunk")
+                size -= len(piece)
+                yield piece
+            up.until(b"\r\n")
+    elif b"content-length" in headers:
+        left = int(headers[b"content-length"])
+        while left:
+            piece = up.some(min(left, READ_SIZE))
+            if not piece:
+                raise ValueError("cut body")
+            left -= len(piece)
+            yield piece
+    else:
+        yield None
+        while True:
+            piece = up.some(READ_SIZE)
+            if not piece:
+                return
+            yield piece
+
+
+def _copy_request_body(req: Request, reader: _Reader, up) -> None:
+    """The request body as it came (chunked framing kept, trailers dropped); never rewritten."""
+    if b"chunked" in req.get(b"transfer-encoding").lower():
+        while True:
+            size_line = reader.until(b"\r\n")
+            if size_line is None:
+                raise ValueError("cut chunked body")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            up.sendall(b"%x\r\n" % size)
+            if size == 0:
+                while reader.until(b"\r\n") not in (b"\r\n", None):
+                    pass
+                up.sendall(b"\r\n")
+                return
+            while size:
+                piece = reader.some(min(size, READ_SIZE))
+                if not piece:
+                    raise ValueError("cut chunk")
+                size -= len(piece)
+                up.sendall(piece)
+            up.sendall(reader.until(b"\r\n") or b"\r\n")
+    else:
+        left = int(req.get(b"content-length") or 0)
+        while left:
+            piece = reader.some(min(left, READ_SIZE))
+            if not piece:
+                raise ValueError("cut body")
+            left -= len(piece)
+            up.sendall(piece)
+
+
+def _basic_holds(value: bytes, placeholder: bytes) -> bool:
+    try:
+        return placeholder in base64.b64decode(value[6:].strip(), validate=True)
+    except ValueError:
+        return False
+
+
+def _host_port(text: str, default: int) -> tuple:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or (host.count(":") and not host.startswith("[")):
+        host, port = text, str(default)
+    return host.strip("[]").lower(), int(port)
+
+
+def _absolute(target: str) -> tuple:
+    """http://host[:port]/path?q → ((host, port), '/path?q'); anything else is refused."""
+    if not target.lower().startswith("http://"):
+        raise ValueError("only http:// absolute targets and CONNECT are proxied")
+    rest = target[7:]
+    authority, slash, path = rest.partition("/")
+    return _host_port(authority.rpartition("@")[2], 80), "/" + path if slash else "/"
+
+
+def _bad_gateway(client, text: str) -> None:
+    body = text.encode("utf-8", "replace") + b"\n"
+    try:
+        client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    except OSError:
+        pass
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return " ".join(str(text).split())[:160]
