@@ -203,9 +203,12 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
     """(extra env, stdin bytes or None) for the entry's linked secrets; `inject: stdin` ones are
     written to the command's stdin, in the order the entry lists them."""
     from . import vault
-    env, data = {}, b""
+    env, data, host_bound = {}, b"", []
     for sid in entry.secrets:
         row = con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone()
+        if row["inject"] == "proxy":         # a placeholder, and the proxy (hostbound.Session)
+            host_bound.append(row)
+            continue
         extra, piece = vault.injection(row, values[sid], False)
         env.update(extra)
         if piece is not None:
@@ -214,15 +217,15 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
                                   "already has its own stdin",
                                   "run the command without its own input, or link the secret with inject: env")
             data += piece
-    return env, stdin if stdin is not None else (data or None)
+    return env, stdin if stdin is not None else (data or None), host_bound
 
 
-def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None, stdin=None):
+def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, timeout=None, stdin=None,
+               placeholders=None):
     """Check prerequisites, then in one bash: the setup steps, then `command` (a shell line, or an
-    argv list joined with shell quoting; default: the entry's verify command), its output masked."""
-    import time
+    argv list joined with shell quoting; default: the entry's verify command), its output masked.
+    Host-bound secrets reach it as placeholders (given, or fresh) through a proxy for this run."""
     from . import vault
-    from .mask import Masker
     entries = inventory.load_inventory(cfg, con)
     entry = inventory.get_entry(entries, entry_id)
     if isinstance(command, (list, tuple)):
@@ -235,8 +238,25 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     missing = [s for s in entry.secrets if s not in values]
     if missing:
         raise RecallError(f"linked secret(s) {', '.join(missing)} are not in the vault", "run 'recall secret sync'")
-    extra, stdin = _secret_injection(con, entry, values, stdin)      # refuses before anything runs
-    base = vault.child_env()
+    extra, stdin, host_bound = _secret_injection(con, entry, values, stdin)   # refuses before anything runs
+    session = None
+    if host_bound:
+        from .hostbound import Session
+        session = Session(host_bound, values, vault.masker_for(values), placeholders)
+    try:
+        return _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, timeout)
+    finally:
+        if session is not None:
+            session.close()
+            session.log(con, "access.exec")
+
+
+def _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, timeout):
+    """The one bash of exec_entry: setup steps, then the command, its output masked."""
+    import time
+    from . import vault
+    from .mask import Masker
+    base = vault.child_env() if session is None else session.child_env(vault.child_env())
     plan = plan_steps(entry)
     context = kube_context(entry)
     shell_env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
@@ -258,7 +278,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     audit.log(con, "access.exec", entry.id, argv=masked_line, verdict="ran", exit_code=result.code)
     result.left_out = [(inventory.hide_values(step), why) for step, why in plan.left_out]
     note = _context_note(context, line)
-    result.notes = [note] if note else []
+    result.notes = ([note] if note else []) + (session.notes() if session is not None else [])
     return result
 
 

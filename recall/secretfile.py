@@ -144,7 +144,7 @@ def _entry(item, path: str, line) -> SecretEntry:
         raise InputError(path, _line(item, "id", line), "a secret id may hold only letters, digits, '-', '_', '.'")
     inject = _str(item, "inject", path, line) or "env"
     if inject not in ("env", "stdin", "proxy"):
-        raise InputError(path, _line(item, "inject", line), "inject must be env, stdin or proxy")
+        raise InputError(path, _line(item, "inject", line), "inject must be env or stdin (or proxy, with an https url:)")
     env = _str(item, "env", path, line) or default_var(sid)
     if "fields" not in item:           # with fields, env is a prefix: the derived names are checked
         check_variable_name(env, path, _line(item, "env", line),

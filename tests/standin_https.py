@@ -1,0 +1,135 @@
+"""A local HTTPS stand-in for a token API (its own test CA), recording what each request carried."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+BIG = 10 * 1024 * 1024
+
+
+def big_body() -> bytes:
+    block = hashlib.sha256(b"recall").digest() * 2048          # 64 KiB, not compressible to nothing
+    return (block * (BIG // len(block) + 1))[:BIG]
+
+
+def make_test_ca(folder: Path) -> tuple:
+    """(ca.pem path, server cert path, server key path) for 127.0.0.1 and localhost, made here."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "recall test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, body: bytes, headers=()):
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _record(self, body=b""):
+        parts = urlsplit(self.path)
+        self.server.seen.append({"path": parts.path, "query": parts.query, "auth": self.headers.get("Authorization", ""),
+                                 "port": self.server.server_address[1], "body": body,
+                                 "conn": id(self.connection)})
+        return parts
+
+    def do_GET(self):
+        parts = self._record()
+        auth = self.headers.get("Authorization", "")
+        token = self.server.token
+        if parts.path == "/myself":
+            ok = auth == f"Bearer {token}"
+            self._send(200 if ok else 401, b'{"name": "me"}\n' if ok else b'{"error": "unauthorized"}\n')
+        elif parts.path == "/echo":             # a careless API that echoes the credential
+            self._send(200, f"you sent {auth}\n".encode(), [("X-Echo", auth)])
+        elif parts.path == "/query":
+            ok = parse_qs(parts.query).get("token") == [token]
+            self._send(200 if ok else 401, b"query ok\n" if ok else b"query refused\n")
+        elif parts.path == "/big":
+            self._send(200, big_body(), [("Content-Type", "application/octet-stream")])
+        elif parts.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(50):
+                piece = f"line {i}\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self._send(404, b"no such path\n")
+
+    def do_POST(self):
+        if "chunked" in self.headers.get("Transfer-Encoding", ""):
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if not size:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._record(body)
+        self._send(200, hashlib.sha256(body).hexdigest().encode() + b"\n")
+
+
+class StandIn:
+    """`with StandIn(folder, token) as s:` an HTTPS server on 127.0.0.1:s.port with s.ca its CA file."""
+
+    def __init__(self, folder: Path, token: str, tls: bool = True, certs=None):
+        self.ca, cert, key = certs or make_test_ca(folder)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server.daemon_threads = True
+        self.server.seen, self.server.token = [], token
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(cert), str(key))
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.certs = (self.ca, cert, key)
+        self.port = self.server.server_address[1]
+        self.seen = self.server.seen
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

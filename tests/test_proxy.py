@@ -1,0 +1,272 @@
+"""Host-bound secrets (inject: proxy): real curl and Python clients through recall's proxy to a local HTTPS stand-in."""
+import base64
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
+from tests.standin_https import StandIn, big_body  # noqa: E402
+
+FORMS = [CANARY, CANARY[::-1], base64.b64encode(CANARY.encode()).decode(),
+         base64.b32encode(CANARY.encode()).decode()]
+
+
+@pytest.fixture
+def api(tmp_path):
+    with StandIn(tmp_path / "certs", CANARY) as server:
+        yield server
+
+
+def write_world(tmp_path, monkeypatch, api, extra: str = "", inventory: str = "") -> Path:
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"""\
+- id: jira-api-token
+  service: jira
+  inject: proxy
+  url: https://127.0.0.1:{api.port}/
+  ca: {api.ca}
+  env: JIRA_API_TOKEN
+  value: "{CANARY}"
+{extra}""")
+    secrets.chmod(0o600)
+    cfg = tmp_path / "config.yaml"
+    text = f"secrets: [{secrets}]\n"
+    if inventory:
+        inv = tmp_path / "inventory.yaml"
+        inv.write_text(inventory)
+        text += f"inventory: [{inv}]\n"
+    cfg.write_text(text)
+    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
+    return secrets
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch, api):
+    secrets = write_world(tmp_path, monkeypatch, api)
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0, r.stderr
+    return secrets
+
+
+def clean(r) -> subprocess.CompletedProcess:
+    for text in (r.stdout, r.stderr):
+        for form in FORMS:
+            assert form not in text, "the value reached the child's output"
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def sh(script: str, *args, secret="jira-api-token"):
+    return clean(run_recall("secret", "exec", secret, "--", "sh", "-c", script, *args))
+
+
+def test_the_jira_example_works_unchanged_and_only_the_service_receives_the_value(world, api):
+    r = sh(f'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/myself')
+    assert (r.returncode, r.stdout) == (0, '{"name": "me"}\n'), r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"]
+    log = run_recall("secret", "log", "jira-api-token").stdout
+    assert f"substituted  GET https://127.0.0.1:{api.port}/myself" in log
+    assert CANARY not in log
+
+
+def test_basic_auth_from_curl_u_is_rewritten_too(world, api):
+    r = sh(f'curl -sS -u "me@example.com:$JIRA_API_TOKEN" https://127.0.0.1:{api.port}/echo')
+    assert r.returncode == 0
+    assert api.seen[-1]["auth"] == "Basic " + base64.b64encode(f"me@example.com:{CANARY}".encode()).decode()
+
+
+def test_the_child_holds_only_a_placeholder_whatever_it_does(world):
+    script = ('printf %s "$JIRA_API_TOKEN" | rev; echo; printf %s "$JIRA_API_TOKEN" | base32; env; '
+              'tr "\\0" "\\n" < /proc/self/environ; ulimit -c unlimited; '
+              'exit $(printf %d "\'$(printf %s "$JIRA_API_TOKEN" | cut -c1)")')
+    r = sh(script)
+    placeholder = next(line.split("=", 1)[1] for line in r.stdout.splitlines() if line.startswith("JIRA_API_TOKEN="))
+    assert placeholder.startswith("recall-ph-jira-api-token-") and len(placeholder) > 30
+    assert placeholder[::-1] in r.stdout
+    assert r.returncode == ord("r")            # the exit-code channel: the placeholder's first byte
+    again = sh('printf %s "$JIRA_API_TOKEN"')
+    assert again.stdout.startswith("recall-ph-jira-api-token-") and again.stdout != placeholder   # fresh per run
+
+
+def test_another_host_or_port_gets_only_the_placeholder_and_the_refusal_is_logged(world, api, tmp_path):
+    with StandIn(tmp_path / "other", CANARY, certs=api.certs) as other, \
+            StandIn(tmp_path / "plain", CANARY, tls=False) as plain:
+        r = sh('for u in "$@"; do curl -sS -o /dev/null -w "%{http_code} " -H "Authorization: Bearer $JIRA_API_TOKEN" "$u"; done',
+               "sh", f"https://localhost:{api.port}/myself", f"https://127.0.0.1:{other.port}/myself",
+               f"http://127.0.0.1:{plain.port}/myself")
+        assert r.stdout == "401 401 401 ", r.stderr
+        for seen in (api.seen, other.seen, plain.seen):
+            assert len(seen) == 1 and seen[0]["auth"].startswith("Bearer recall-ph-jira-api-token-")
+    log = run_recall("secret", "log", "jira-api-token").stdout
+    assert log.count(f"refused: bound to https://127.0.0.1:{api.port}") == 3
+    assert f"GET http://127.0.0.1:{plain.port}/myself" in log
+
+
+def test_paths_and_query_are_bound_narrowly(tmp_path, monkeypatch, api):
+    write_world(tmp_path, monkeypatch, api, extra=f"""\
+- id: query-token
+  inject: proxy
+  url: https://127.0.0.1:{api.port}
+  ca: {api.ca}
+  paths: [/query]
+  in_query: true
+  value: "q-{CANARY}"
+""")
+    api.server.token = f"q-{CANARY}"
+    assert run_recall("secret", "sync").returncode == 0
+    r = sh(f'curl -sS "https://127.0.0.1:{api.port}/query?token=$QUERY_TOKEN"; '
+           f'curl -sS -o /dev/null -H "Authorization: Bearer $QUERY_TOKEN" https://127.0.0.1:{api.port}/echo',
+           secret="query-token")
+    assert r.stdout == "query ok\n", r.stderr
+    assert api.seen[0]["query"] == f"token=q-{CANARY}"
+    assert api.seen[1]["auth"].startswith("Bearer recall-ph-query-token-")       # /echo is not under paths:
+    r = sh(f'curl -sS "https://127.0.0.1:{api.port}/query?token=$JIRA_API_TOKEN"')   # in_query not set
+    assert r.stdout == "query refused\n"
+    assert "refused: not in a header (in_query is not set)" in run_recall("secret", "log").stdout
+
+
+def test_a_response_echoing_the_value_comes_back_masked(world, api):
+    r = sh(f'curl -sS -D - -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/echo')
+    assert "X-Echo: Bearer [recall:jira-api-token]" in r.stdout
+    assert "you sent Bearer [recall:jira-api-token]" in r.stdout
+    assert api.seen[0]["auth"] == f"Bearer {CANARY}"
+
+
+def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, api, tmp_path):
+    upload = tmp_path / "upload.bin"
+    upload.write_bytes(os.urandom(300_000))
+    want = hashlib.sha256(big_body()).hexdigest()
+    base = f"https://127.0.0.1:{api.port}"
+    r = sh(f'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" {base}/myself {base}/myself; '
+           f'curl -sS {base}/big | sha256sum; curl -sS {base}/chunked | tail -n 1; '
+           f'curl -sS -H "Transfer-Encoding: chunked" --data-binary @{upload} {base}/upload; '
+           f'for i in 1 2 3 4 5 6 7 8; do curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" {base}/myself & done; wait')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ['{"name": "me"}'] * 2
+    assert lines[2] == f"{want}  -"
+    assert lines[3] == "line 49"
+    assert lines[4] == hashlib.sha256(upload.read_bytes()).hexdigest()
+    assert lines[5:] == ['{"name": "me"}'] * 8
+    assert api.seen[0]["conn"] == api.seen[1]["conn"]          # one connection for both: keep-alive
+    assert sum(s["auth"] == f"Bearer {CANARY}" for s in api.seen) == 10
+    assert api.seen[4]["body"] == upload.read_bytes()
+
+
+def test_python_clients_honour_the_proxy(world, api):
+    code = (f"import os, urllib.request\n"
+            f"req = urllib.request.Request('https://127.0.0.1:{api.port}/myself', "
+            f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}})\n"
+            f"print(urllib.request.urlopen(req).read().decode().strip())\n")
+    pytest.importorskip("requests")
+    code += (f"import requests\nprint(requests.get('https://127.0.0.1:{api.port}/myself', "
+             f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}}).text.strip())\n")
+    r = clean(run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", code))
+    assert r.stdout == '{"name": "me"}\n' * 2, r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+
+
+def test_a_client_that_ignores_the_proxy_gets_401_and_recall_says_so(world, api):
+    r = sh(f'curl -sS --noproxy "*" --cacert {api.ca} -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/myself')
+    assert r.stdout == '{"error": "unauthorized"}\n'
+    assert "made no request through the proxy" in r.stderr
+    assert all(s["auth"].startswith("Bearer recall-ph-") for s in api.seen)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_the_proxy_is_gone_when_the_child_exits(world):
+    r = sh('echo "$HTTPS_PROXY" | sed "s/.*://"; echo "$SSL_CERT_FILE"')
+    port, ca_file = r.stdout.split()
+    assert not _listening(int(port))
+    assert not os.path.exists(ca_file) and not os.path.exists(os.path.dirname(ca_file))
+
+
+def test_no_port_is_left_after_kill_9_of_recall(world, tmp_path):
+    out = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
+                             "sh", "-c", f'echo "$$ ${{HTTPS_PROXY##*:}}" > {out}.tmp; mv {out}.tmp {out}; exec sleep 30'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child, port = map(int, out.read_text().split())
+        assert _listening(port)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert not _listening(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if child is not None:
+            os.kill(child, signal.SIGKILL)       # the child outlives recall (its own session): end it
+
+
+def test_access_exec_uses_the_proxy_for_linked_host_bound_secrets(tmp_path, monkeypatch, api):
+    write_world(tmp_path, monkeypatch, api, inventory=f"""\
+- id: jira
+  kind: service
+  url: https://127.0.0.1:{api.port}/
+  secrets: [jira-api-token]
+  verify: 'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/myself'
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    r = clean(run_recall("access", "exec", "jira", "--", 'printf %s "$JIRA_API_TOKEN" | rev; echo; '
+                         f'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/myself'))
+    assert r.stdout.splitlines()[1:] == ['{"name": "me"}'], (r.stdout, r.stderr)
+    assert r.stdout.splitlines()[0].endswith("-nekot-ipa-arij-hp-llacer")
+    assert api.seen[-1]["auth"] == f"Bearer {CANARY}"
+    assert "substituted  GET" in run_recall("secret", "log", "jira-api-token").stdout
+
+
+def test_secret_show_says_where_the_value_goes(world, api):
+    r = run_recall("secret", "show", "jira-api-token")
+    assert f"host-bound: sent only to https://127.0.0.1:{api.port}" in r.stdout
+
+
+@pytest.mark.parametrize("text, message", [
+    ("  inject: proxy\n  value: x1\n", "inject: proxy, which needs url: https://HOST[:PORT]/"),
+    ("  inject: proxy\n  url: http://127.0.0.1/\n  value: x1\n", "needs url: https://"),
+    ("  url: https://h.example/\n  paths: [/api]\n  value: x1\n", "'paths' applies only to inject: proxy"),
+    ("  inject: proxy\n  url: https://h.example/\n  paths: [api]\n  value: x1\n", "paths must be a list"),
+    ("  inject: proxy\n  url: https://h.example/\n  ca: nope.pem\n  value: x1\n", "ca: no readable file"),
+])
+def test_the_schema_refuses_with_file_and_line(tmp_path, monkeypatch, text, message):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("- id: t\n" + text)
+    secrets.chmod(0o600)
+    (tmp_path / "config.yaml").write_text(f"secrets: [{secrets}]\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "config.yaml"))
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and message in r.stderr and f"{secrets}:" in r.stderr, r.stderr
+
+
+def test_a_changed_binding_in_the_db_refuses_to_decrypt(world, tmp_path, api):
+    import sqlite3
+    db = next((tmp_path / "state").glob("*.db"))
+    con = sqlite3.connect(db)
+    meta = con.execute("SELECT meta FROM secrets").fetchone()[0]
+    con.execute("UPDATE secrets SET meta=?", (meta.replace(f'"port": {api.port}', '"port": 9'),))
+    con.commit()
+    con.close()
+    r = run_recall("secret", "exec", "jira-api-token", "--", "true")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
