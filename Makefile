@@ -12,7 +12,7 @@ demo:            ## index the sample notes in golden/notes and search them (no i
 
 test: venv       ## the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
 	@echo "make test: running the suite in $(VENV) (a few minutes)"
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" RECALL_TEST_HEARTBEAT_FD=3 $(VENV)/bin/python -m pytest -q 3>&1
 
 venv:            ## .venv/ with every extra the tests use, plus missing system tools (sshd, openssl); reused while pyproject.toml is unchanged
 	@VENV=$(VENV) PYTHON=$(PYTHON) bash .ci/install

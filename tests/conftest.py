@@ -24,6 +24,38 @@ try:
 except ImportError:        # the bare core venvs have no hypothesis; their tests skip the property tests
     pass
 
+# `make test` hands pytest a descriptor its capture leaves alone (RECALL_TEST_HEARTBEAT_FD): a test
+# or fixture that runs for more than 10 s says so there, every 10 s, so the run is never silent long.
+_running = {"nodeid": "", "since": 0.0, "said": 0.0}
+
+
+def pytest_runtest_logstart(nodeid, location):
+    import time
+    _running.update(nodeid=nodeid, since=time.monotonic(), said=time.monotonic())
+
+
+def pytest_sessionstart(session):
+    fd = os.environ.get("RECALL_TEST_HEARTBEAT_FD", "")
+    if not fd.isdigit():
+        return
+    import threading
+    import time
+    every = float(os.environ.get("RECALL_TEST_HEARTBEAT_SECONDS", "10"))
+
+    def beat():
+        while True:
+            time.sleep(min(1.0, every / 4))
+            now = time.monotonic()
+            if _running["nodeid"] and now - _running["said"] >= every:
+                _running["said"] = now
+                try:
+                    os.write(int(fd), f"\n  … {_running['nodeid']}: {now - _running['since']:.0f} s so far\n".encode())
+                except OSError:
+                    return
+
+    threading.Thread(target=beat, daemon=True).start()
+
+
 # The one test-only secret value: it must never appear in any output, file, request or argv.
 CANARY = "rc4n4ry-7Qx9-Zt2v-K8m3"
 
