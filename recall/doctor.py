@@ -168,14 +168,16 @@ def _secrets(ctx) -> list:
             out.append(Check(name, False, f"{path} does not exist: create it, or fix 'secrets:' in the config"))
             continue
         mode = _mode(path)
+        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:        # recall refuses to read it at all then
+            out.append(Check(name, False, f"{path} ({mode}) is readable by group or others: chmod 600 {path} "
+                                          "(recall reads it only then)"))
+            continue
         try:
             entries, _ = load_secret_files([path])
         except RecallError as exc:
             out.append(Check(name, False, str(exc)))
             continue
         problems = []
-        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
-            problems.append(f"readable by group or others: chmod 600 {path}")
         for e in entries:
             if e.id in first_at:
                 problems.append(f"duplicate id '{e.id}' at {e.file}:{e.line}, first at {first_at[e.id]}")

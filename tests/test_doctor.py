@@ -113,12 +113,16 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
     checks = _by_name(_checks(config))
     assert checks["source gone"] == (False, f"{tmp_path / 'nowhere'} does not exist: fix its path in the config")
     ok, detail = checks["secrets secrets.yaml"]
-    assert not ok and "chmod 600" in detail and "not in the vault yet: new-one: run 'recall secret sync'" in detail
+    assert not ok and detail.endswith(f"(0o644) is readable by group or others: chmod 600 {secrets} "
+                                      "(recall reads it only then)")
     assert checks["vault key"][0] is False and "chmod 600" in checks["vault key"][1]
     ok, detail = checks["inventory references"]
     assert not ok and "inventory.yaml:" in detail and "'vpm' is not an inventory id" in detail
     assert checks["source notes"][0] and checks["python"][0]      # the rest still checked, and fine
     assert CANARY not in repr(checks)
+    secrets.chmod(0o600)
+    ok, detail = _by_name(_checks(config))["secrets secrets.yaml"]
+    assert not ok and detail.endswith("2 secrets; not in the vault yet: new-one: run 'recall secret sync'")
     secrets.write_text(SECRETS)                                   # the same ids, edited after the sync
     secrets.chmod(0o600)
     os.utime(secrets, (time.time() + 5, time.time() + 5))
