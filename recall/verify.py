@@ -243,7 +243,6 @@ class _Missing(RecallError):
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
     from . import vault
     from .access import exec_entry
-    from .runner import run_masked
     started = time.monotonic()
     con = db.connect(cfg.db_path)
     try:
@@ -258,16 +257,18 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
             if argv[1:2] not in (["-q"], ["--disable"]):
                 argv.insert(1, "-q")      # never a .curlrc: options the guard did not see (CURL_HOME, HOME)
+        placeholders = None
         if p.variables and any("RECALLVAR" in a for a in argv):
-            argv, data = _curl_stdin(argv, p.variables, vault.load_values(con, cfg))
+            values = vault.load_values(con, cfg)
+            placeholders = _placeholders(con, p)       # a host-bound secret's header gets its placeholder
+            argv, data = _curl_stdin(argv, p.variables, {**values, **{
+                sid: {**values.get(sid, {}), **ph} for sid, ph in placeholders.items()}})
         if p.kind == "entry":
-            res = exec_entry(con, cfg, p.id, argv, timeout=timeout, stdin=data)
+            res = exec_entry(con, cfg, p.id, argv, timeout=timeout, stdin=data, placeholders=placeholders)
         elif data is not None:
             values = vault.load_values(con, cfg)
             row = con.execute("SELECT * FROM secrets WHERE id=?", (p.id,)).fetchone()
-            env = {**vault.child_env(), **vault.injection(row, values[p.id], False)[0]}
-            res = run_masked(argv, env=env, masker=vault.masker_for(values), stdin=data, timeout=timeout)
-            audit.log(con, "verify", p.id, argv=shlex.join(argv), verdict="ran", exit_code=res.code)
+            res = _run_secret_curl(con, row, values, placeholders, argv, data, timeout)
         else:
             row = con.execute("SELECT inject FROM secrets WHERE id=?", (p.id,)).fetchone()
             if p.tool == "sudo" and row["inject"] == "stdin":
@@ -283,6 +284,36 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.seconds = time.monotonic() - started
         status.record(con, p.target, p.status, p.detail, p.command)
         con.close()
+
+
+def _placeholders(con, p: Probe) -> dict:
+    """Fresh placeholders for the host-bound secrets a probe names (verify takes the proxy path too)."""
+    from .hostbound import placeholders_for
+    ids = sorted({sid for sid, _ in p.variables.values()})
+    rows = [con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone() for sid in ids]
+    return placeholders_for([r for r in rows if r is not None])
+
+
+def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
+    """A secret's own curl check: the header on stdin; a host-bound secret's through its proxy."""
+    from . import vault
+    from .runner import run_masked
+    masker = vault.masker_for(values)
+    session = None
+    if row["inject"] == "proxy":
+        from .hostbound import Session
+        session = Session([row], values, masker, placeholders)
+        env = session.child_env(vault.child_env())
+    else:
+        env = {**vault.child_env(), **vault.injection(row, values[row["id"]], False)[0]}
+    try:
+        res = run_masked(argv, env=env, masker=masker, stdin=data, timeout=timeout)
+    finally:
+        if session is not None:
+            session.close()
+            session.log(con, "verify")
+    audit.log(con, "verify", row["id"], argv=shlex.join(argv), verdict="ran", exit_code=res.code)
+    return res
 
 
 def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Report:

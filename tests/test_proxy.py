@@ -270,3 +270,19 @@ def test_a_changed_binding_in_the_db_refuses_to_decrypt(world, tmp_path, api):
     con.close()
     r = run_recall("secret", "exec", "jira-api-token", "--", "true")
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_verify_takes_the_same_path_for_check_lines(tmp_path, monkeypatch, api):
+    check = f'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/myself'
+    write_world(tmp_path, monkeypatch, api, extra=f"  check: '{check}'\n", inventory=f"""\
+- id: jira
+  url: https://127.0.0.1:{api.port}/
+  secrets: [jira-api-token]
+  verify: '{check}'
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    r = clean(run_recall("verify"))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+    log = run_recall("secret", "log", "jira-api-token").stdout
+    assert "(verify)" in log and "(access.exec)" in log
