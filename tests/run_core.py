@@ -31,6 +31,7 @@ def main() -> int:
         venv = REPO / ".venv-core" / minor
         bin_ = venv / "bin" / "python"
         if not bin_.exists():
+            print(f"test-core: a bare venv for python {minor} at {venv} (pytest only; kept for next time)", flush=True)
             subprocess.run([python, "-m", "venv", str(venv)], check=True)
             subprocess.run([str(bin_), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                             "pytest"], check=True)
