@@ -23,9 +23,10 @@ test-core:       ## core tests in bare venvs (no extras) for every Python 3.9–
 bench:           ## benchmarks; results written to docs/BENCHMARKS.md
 	$(PYTHON) bench/run.py
 
-golden:          ## score search on the golden queries
+golden:          ## score search on the golden queries (keyword; local model and Voyage side by side when available)
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml index
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml eval golden/queries.jsonl
+	$(PYTHON) bench/golden_providers.py --home $(DEMO_HOME)/providers
 
 lint:
 	$(PYTHON) -m compileall -q recall tests

