@@ -7,7 +7,7 @@
 2. A new query from the CLI, whole process: the numpy query encoder (no torch) beside the full
    model (`RECALL_QUERY_ENCODER=model`), and the cosine between their vectors on golden/queries.jsonl.
 
-    python3 bench/bench_embed.py            # BENCH_EMBED_TEXTS=200 for a shorter run"""
+    python3 bench/bench_embed.py            # BENCH_EMBED_TEXTS=0 for all 610 golden chunks"""
 from __future__ import annotations
 
 import json
@@ -23,7 +23,7 @@ from common import OUT, REPO, machine, ms, warm_env, write_section
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PY = sys.executable
-TEXTS = int(os.environ.get("BENCH_EMBED_TEXTS", "0"))        # 0: every golden chunk
+TEXTS = int(os.environ.get("BENCH_EMBED_TEXTS", "240"))      # 0: every golden chunk (610)
 ROUNDS = int(os.environ.get("BENCH_EMBED_ROUNDS", "2"))
 ST_BATCH = 16                                               # what LocalProvider.embed passes to encode
 

@@ -106,6 +106,28 @@ def test_batch_size_from_config(voyage, fake, notes):
     assert all(len(r[2]["input"]) <= 2 for r in fake.embed_requests())
 
 
+def test_texts_go_longest_first_in_committed_batches_with_progress_after_each(voyage, fake, notes):
+    """Batches of about one length (the local model pads a batch to its longest text), each
+    committed and reported before the next is sent."""
+    write_tree(notes, {f"sized/n{i:02d}.md": f"# Sized {i}\n\n" + "word " * (7 * i + 1) for i in range(20)})
+    voyage("  batch_size: 5\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    stored, seen = [], []
+
+    def progress(done, total, label):
+        if label == "embedding":
+            stored.append(con.execute("SELECT count(*) FROM embeddings").fetchone()[0])
+            seen.append((done, total, len(fake.embed_requests())))
+    report = run_index(con, cfg, progress=progress)
+    sizes = [[len(t) for t in r[2]["input"]] for r in fake.embed_requests()]
+    flat = [n for batch in sizes for n in batch]
+    assert flat == sorted(flat, reverse=True) and len(flat) == report.embedded
+    assert [len(b) for b in sizes[:-1]] == [5] * (len(sizes) - 1)
+    assert [d for d, _, _ in seen] == [min(5 * (i + 1), report.embedded) for i in range(len(sizes))]
+    assert stored == [d for d, _, _ in seen] and [n for _, _, n in seen] == list(range(1, len(sizes) + 1))
+
+
 # -- retries and bad answers -----------------------------------------------------------------------
 
 def test_retry_after_is_honoured(fake):

@@ -318,7 +318,7 @@ def test_a_new_cli_query_needs_no_torch_and_ranks_as_the_model_does(golden_local
     env, _ = golden_local
     q = f"why did the pager stay silent {time.time()}"            # a query no run has cached
     cold = probe("--json", "search", q, env=env)
-    assert cold["code"] == 0 and cold["heavy"] == [] and "loading" not in cold["err"]
+    assert cold["code"] == 0 and cold["heavy"] == [] and json.loads(cold["out"])["notices"] == []
     assert json.loads(cold["out"])["route"] == "hybrid"
     warm = probe("--json", "search", q, env=env)
     assert warm["code"] == 0 and warm["heavy"] == [] and warm["out"] == cold["out"]
@@ -326,7 +326,8 @@ def test_a_new_cli_query_needs_no_torch_and_ranks_as_the_model_does(golden_local
     with con:
         assert con.execute("DELETE FROM query_vectors WHERE query=?", (q,)).rowcount == 1
     full = probe("--json", "search", q, env=dict(env, RECALL_QUERY_ENCODER="model"))
-    assert "torch" in full["heavy"] and "loading the local embedding model took" in full["err"]   # said, not hidden
+    assert "torch" in full["heavy"]
+    assert "loading the local embedding model took" in json.loads(full["out"])["notices"][0]   # said, not hidden
     assert [h["relpath"] for h in json.loads(full["out"])["hits"]] == \
         [h["relpath"] for h in json.loads(cold["out"])["hits"]]
     ident = probe("search", "INC-10963", env=env)
