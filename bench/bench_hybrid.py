@@ -254,7 +254,7 @@ Whole processes, `recall search`, p50 / p95 in ms:
 | none: keyword route, words | {ms(none_ms)} |
 | local: identifier query (keyword route, no model) | {ms(ident_local)} |
 | local: a query seen before (vector from the DB cache, no model load) | {ms(local_cached)} |
-| local: a new query (loads sentence-transformers + MiniLM, cold) | {ms(local_cold)} |
+| local: a new query (cold: the numpy query encoder, no torch; bench_embed.py compares the full model) | {ms(local_cold)} |
 | voyage stand-in: a new query (SDK → HTTP → fake server on 127.0.0.1) | {ms(voyage_new)} |
 | voyage stand-in, the same through urllib (`RECALL_VOYAGE_TRANSPORT=urllib`) | {ms(voyage_urllib)} |
 | voyage stand-in: a query seen before (DB cache, no request) | {ms(voyage_cached)} |
