@@ -23,7 +23,10 @@ def parent_name() -> str:
 
 
 def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
-    """Append one row; argv must already be masked. Autocommits (outside any open transaction)."""
+    """Append one row; argv must already be masked (vault values); inline tokens are hidden here.
+    Autocommits (outside any open transaction)."""
+    from .redact import scrub_inline
+    target, argv = scrub_inline(target), scrub_inline(argv)
     con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
                 "VALUES (?,?,?,?,?,?,?,?)",
                 (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code))

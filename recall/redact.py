@@ -70,6 +70,34 @@ def redactor(con, cfg):
     return text_redactor(values, publics_of(con))
 
 
+_INLINE = None
+
+
+def scrub_inline(text: str) -> str:
+    """A command line as it may be stored (access log, verify results): a literal token written
+    inline — `X_TOKEN=abc`, `https://u:pw@host`, `Authorization: Bearer abc`, `--password abc` —
+    becomes [hidden]; `$VAR` references stay. Vault values are masked by the caller."""
+    global _INLINE
+    if not text:
+        return text
+    if _INLINE is None:
+        import re
+        name = (r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_KEY"
+                r"|PRIVATE_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*")
+        value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
+        _INLINE = [
+            (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1[hidden]@"),
+            (re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$)[^\s'\"]+"),
+             r"\1[hidden]"),
+            (re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$)[^\s'\"]+"), r"\1[hidden]"),
+            (re.compile(rf"(?i)\b({name})={value}"), r"\1=[hidden]"),
+            (re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"), r"\1[hidden]"),
+        ]
+    for pattern, replacement in _INLINE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _identity(text: str) -> str:
     return text
 

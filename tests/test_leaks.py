@@ -207,6 +207,26 @@ def test_inline_inventory_tokens_are_not_kept_in_the_db(world):
     state_clean(world["tmp"])
 
 
+def test_inline_tokens_in_proof_commands_are_not_stored(world):
+    """A literal token (one the vault does not know) in an inventory verify command or step:
+    verify and access exec store the command (access log, verify results) with it hidden."""
+    inline = "inl1ne-Q7w3-Vb9k-Rt5z"
+    world["inventory"].write_text(
+        "- id: box\n  kind: host\n"
+        f"  access:\n    - export DEPLOY_TOKEN={inline}\n"
+        f"  verify: \"curl -s -H 'Authorization: Bearer {inline}' http://127.0.0.1:9/ "
+        f"https://app:{inline}@127.0.0.1:9/\"\n")
+    for args in (["verify"], ["access", "exec", "box", "--", "true"], ["access", "exec", "box"]):
+        r = run_recall(*args)
+        ok(r, code=r.returncode)
+    log = ok(run_recall("--json", "secret", "log")).stdout
+    assert "Authorization: Bearer [hidden]" in log and "app:[hidden]@" in log    # logged, hidden
+    for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
+        if path.is_file():
+            assert inline.encode() not in path.read_bytes(), path
+    state_clean(world["tmp"])
+
+
 # -- 9. get is for a person --------------------------------------------------------------------------
 
 def test_get_through_a_pipe_never_shows_the_value(world):
