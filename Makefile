@@ -28,8 +28,9 @@ golden:          ## score search on the golden queries (keyword; local model and
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml eval golden/queries.jsonl
 	$(PYTHON) bench/golden_providers.py --home $(DEMO_HOME)/providers
 
-lint:
+lint: venv       ## ruff over the tree (pyflakes, import order, a few bugbear checks: ruff.toml), from .venv/
 	$(PYTHON) -m compileall -q recall tests
+	$(VENV)/bin/python -m ruff check .
 
 clean:
 	rm -rf $(DEMO_HOME) .venv-core .pytest_cache

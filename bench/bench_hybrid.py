@@ -7,17 +7,15 @@ with the local model takes hours on 2 cores, and latency does not depend on what
 Query vectors come from the real path (the DB cache, or the model / the stand-in server)."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import time
 
-from common import OUT, REPO, machine, ms, pct, timed, write_section
+from common import OUT, REPO, machine, ms, timed, write_section
 from gen_notes import generate
 
 sys.path.insert(0, str(REPO))
@@ -32,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def hashed_matrix(texts, dim):
     """Unit vectors: each word adds ±1 at two hashed positions (fast, numpy)."""
     import hashlib
+
     import numpy as np
     mat = np.zeros((len(texts), dim), dtype=np.float32)
     cache: dict = {}

@@ -14,9 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, ms, run_ms, warm_env, write_section
-
 import bench_mask
+from common import REPO, machine, ms, run_ms, warm_env, write_section
 
 
 def exec_overhead(tmp: Path) -> tuple:

@@ -254,6 +254,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
 def _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, timeout):
     """The one bash of exec_entry: setup steps, then the command, its output masked."""
     import time
+
     from . import vault
     from .mask import Masker
     base = vault.child_env() if session is None else session.child_env(vault.child_env())
@@ -308,6 +309,7 @@ def _finish(proc, masker, setup_err: bytes, out, err, stdin, timeout):
     """Stream the command's output through the masker (the setup's held output first), as
     runner.run_masked does for a child it started itself."""
     import time
+
     from .runner import TIMEOUT_CODE, RunResult, _kill_group, _pump, _Sink
     sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
     held = sinks[proc.stderr]

@@ -572,6 +572,7 @@ def cmd_remote_install(args) -> int:
 
 def cmd_mcp(args) -> int:
     import os
+
     from .mcp_server import serve
     if getattr(args, "config", None):
         os.environ["RECALL_CONFIG"] = args.config

@@ -15,13 +15,14 @@ import shlex
 import shutil
 import stat
 from dataclasses import dataclass, field
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Tuple
 
 from .guard_cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
 from .guard_parse import _Deny
-from .guard_tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for
+from .guard_tools import TOOL_RULES, _curl, _kubectl, _ssh, binding_for
 
 TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
 

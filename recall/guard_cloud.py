@@ -3,11 +3,12 @@ one's exact read-only argv shapes and the rule ids it decides with."""
 from __future__ import annotations
 
 import re
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Tuple
 
-from .guard_parse import _Deny, _Flags, _deny_map, _is_host, _only, _options, _parse, _port_ok, _positionals
+from .guard_parse import _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
 
 CLOUD_RULES: dict = {
     "aws.sts": "allow: aws sts get-caller-identity [--profile X] [--region X] [--output json|text|table] "

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from .guard_parse import (_NUMBER, _RESOURCE, _Deny, _Flags, _deny_map, _is_host, _only, _options, _parse,
-                          _port_ok, _positionals)
+from .guard_parse import _NUMBER, _RESOURCE, _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
 
 TOOL_RULES: dict = {
     # allowed shapes

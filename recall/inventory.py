@@ -8,7 +8,7 @@ import socket
 import time
 
 from . import status
-from .errors import InputError, NotFound, PrerequisiteDown, RecallError
+from .errors import InputError, PrerequisiteDown
 from .records import Record
 
 FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",

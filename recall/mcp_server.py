@@ -376,6 +376,7 @@ def _as_tool(fn):
     """fn with RecallError → ToolError (so its text reaches the agent) and documented arguments."""
     import functools
     from typing import Annotated
+
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import Field
 
@@ -403,6 +404,7 @@ def _as_tool(fn):
 def build_server():
     """The MCPServer with every tool registered; marks this process's access-log entries as mcp."""
     from mcp.server.mcpserver import MCPServer
+
     from . import __version__
     from .instructions import RULES
     audit.CALLER["name"] = "mcp"

@@ -45,8 +45,9 @@ def require_open(con, cfg) -> None:
     if not holds_values(con):
         return
     from importlib.util import find_spec
-    from .keyfile import key_path
+
     from .errors import MissingExtra
+    from .keyfile import key_path
     if find_spec("cryptography") is None:
         raise _closed(MissingExtra("crypto", "the vault"))
     path = key_path(cfg.home)
@@ -105,6 +106,7 @@ def _identity(text: str) -> str:
 def text_redactor(values: dict, publics: dict):
     """The redactor for decrypted `values` ({id: {field: value}})."""
     import re
+
     from .mask import MIN_SECRET_LEN, Masker
     parts = secret_parts(values, publics)
     masker = Masker(parts, whole_tokens=True)

@@ -6,6 +6,7 @@ import selectors
 import signal
 import subprocess
 import time
+
 from .errors import RecallError
 from .mask import Masker, MaskStream
 

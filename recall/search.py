@@ -325,6 +325,7 @@ def _ask_remotes(cfg, query: str, n: int, mode: str):
     if not getattr(cfg, "remotes", None):
         return None
     from concurrent.futures import ThreadPoolExecutor
+
     from .remote import search_remotes
     pool = ThreadPoolExecutor(max_workers=1)
     job = pool.submit(search_remotes, cfg, query, n, mode)
@@ -527,7 +528,7 @@ def vector_searcher(con, cfg, notices=None):
 def query_vector(con, cfg, query: str, notices=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before (no model load,
     no request), else from the provider — then cached."""
-    from . import embed, db
+    from . import db, embed
     from .vectors import pack, unpack
     fp = embed.fingerprint(cfg.embedding, "query")
     mid = embed.model_id(con, fp, create=False)

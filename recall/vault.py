@@ -9,7 +9,7 @@ import sys
 import time
 
 from . import audit, db, keyfile, status, terms
-from .errors import NotFound, RecallError
+from .errors import RecallError
 from .records import Record
 
 CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children

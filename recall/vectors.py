@@ -274,6 +274,7 @@ class VectorStore:
 
     def _matrix(self):
         import numpy as np
+
         from .db import get_meta
         gen = get_meta(self.con, _gen_key(self.model_id), "0")
         top = self.con.execute("SELECT max(id) FROM embeddings WHERE model_id=?", (self.model_id,)).fetchone()[0]

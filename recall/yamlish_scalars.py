@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Optional, Tuple

@@ -5,7 +5,6 @@ kubectl). Each story pins how many tool calls it takes; no response carries the 
 import base64
 import http.server
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -111,6 +110,7 @@ class World:
         self.root = root
         self.jira = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jira)
         import ssl
+
         from tests.fake_kube import make_cert
         cert, key = make_cert(root)               # a credential goes only over https (verify denies http)
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -5,16 +5,15 @@ import os
 import re
 import sqlite3
 import sys
-from urllib.parse import quote
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from tests.conftest import CANARY, NOTES, run_recall, write_tree  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import CANARY, NOTES, free_port, run_recall, write_tree  # noqa: E402
 
 B64 = base64.b64encode(CANARY.encode()).decode()
 FORMS = [CANARY, B64, CANARY[::-1]]
@@ -180,7 +179,7 @@ def test_errors_about_a_secrets_file_never_quote_the_value(world, broken):
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and "secrets.yaml:" in r.stderr
     _assert_clean("the error message", r.stdout + r.stderr)
-    from recall.doctor import run_doctor           # doctor parses the same file (its import probes aside)
+    from recall.doctor import run_doctor  # doctor parses the same file (its import probes aside)
     checks = run_doctor(extras=False)
     assert any(not c.ok and "secrets.yaml:" in c.detail for c in checks)
     _assert_clean("doctor's checks", repr(checks))

@@ -266,7 +266,7 @@ def test_secret_sync_refuses_a_placeholder(cli, synced, value):
     assert code == 1 and out == ""
     assert err == (f"recall: {synced}:3: secret 'jira-api-token' still has a placeholder value — replace the "
                    "placeholder with the real value, then run 'recall secret sync' again\n")
-    synced.write_text(f"- id: db\n  fields: {{user: admin, password: <the password>}}\n")
+    synced.write_text("- id: db\n  fields: {user: admin, password: <the password>}\n")
     code, out, err = cli("secret", "sync")
     assert code == 1 and "secret 'db.password' still has a placeholder value" in err and "<the password>" not in err
 

@@ -154,6 +154,7 @@ def test_two_index_runs_at_once_both_finish(config, notes):
     """A cron job beside a manual run, both finding new files: the second waits for the first."""
     import subprocess
     import sys
+
     from tests.conftest import REPO
     for i in range(4000):                                   # long enough to commit several times
         (notes / f"bulk/{i // 100}").mkdir(parents=True, exist_ok=True)
@@ -238,6 +239,7 @@ def test_a_full_disk_is_one_line_and_loses_nothing_committed(config, notes):
     """SQLITE_FULL shim: the DB may not grow past 40 pages (where a small tmpfs cannot be mounted)."""
     import subprocess
     import sys
+
     from tests.conftest import REPO
     _bulk(notes)
     shim = ("import sys; sys.path.insert(0, sys.argv[1]); from recall import db; connect = db.connect\n"
@@ -362,6 +364,7 @@ def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
     pytest.importorskip("mcp")
     import anyio
     from mcp import Client
+
     from recall import mcp_server
     assert run_recall("index").returncode == 0
     path = load_config().db_path
@@ -482,12 +485,14 @@ def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tm
 def test_storage_faults_are_told_by_their_text_too(message, start):
     """Before Python 3.11 an SQLite error has no sqlite_errorname: its text decides."""
     import sqlite3
+
     from recall.repair import explain
     assert str(explain(sqlite3.OperationalError(message), "/h/recall.db")).startswith(start)
 
 
 def test_a_bug_keeps_its_traceback():
     import sqlite3
+
     from recall.repair import explain
     assert explain(sqlite3.IntegrityError("UNIQUE constraint failed: files.source")) is None
     assert explain(ValueError("x")) is None and explain(OSError(2, "No such file or directory", "/x")) is None

@@ -763,6 +763,7 @@ def test_every_allowed_tool_keeps_its_write_forms_denied():
 
 def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
     import os
+
     from recall.guard import setup_verdict
     own = tmp_path / "own.sh"
     own.write_text("export A=1\n")

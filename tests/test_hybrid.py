@@ -82,7 +82,7 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     ex = top.explain
     assert ex["route"] == "hybrid" and 0.85 <= ex["recency"] <= 1.0 and ex["rank"] == 1
     assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
-    for name, entry in ex["lists"].items():
+    for entry in ex["lists"].values():
         assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
     assert ex["rrf"] == pytest.approx(sum(1 / (60 + e["rank"]) for e in ex["lists"].values()), abs=1e-6)
     assert any("route: hybrid" in n for n in res.notices)

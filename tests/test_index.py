@@ -154,6 +154,7 @@ def test_broken_link_and_fifo_are_reported_not_fatal(config, notes):
 def test_progress_bar_on_a_terminal_only(config, tmp_path):
     import subprocess
     import sys
+
     from tests.conftest import REPO, run_in_pty
     r = subprocess.run([sys.executable, str(REPO / "recall.py"), "index"], capture_output=True, text=True)
     assert r.returncode == 0 and "[" not in r.stderr and r.stdout.startswith("indexed: 4 new")

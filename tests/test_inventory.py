@@ -2,8 +2,8 @@
 import json
 import os
 import socket
-import threading
 import sys
+import threading
 import time
 
 import pytest

@@ -178,9 +178,9 @@ def test_linked_secrets_files_are_never_indexed_nor_read(world):
                                f"secrets: [{secrets}]\ninventory: [{world['inventory']}]\n")
     (notes / ".env").write_text(f"CANARY_TOKEN={CANARY}\n")
     ok(run_recall("secret", "sync"))
-    r = ok(run_recall("index", "--full"))
+    ok(run_recall("index", "--full"))
     for name in ("linked.yaml", "hard.yaml", "secrets.yaml", ".env", f"{link_src}/secrets.yaml"):
-        r = ok(run_recall("read", name), code=1)
+        ok(run_recall("read", name), code=1)
     for path in (notes / "hard.yaml", notes / "linked.yaml", link_src / "secrets.yaml"):
         assert "is a secrets file" in ok(run_recall("read", str(path)), code=1).stderr
     assert "not an indexed note" in ok(run_recall("read", str(notes / ".env")), code=1).stderr
@@ -238,8 +238,8 @@ def test_get_through_a_pipe_never_shows_the_value(world):
 
 def test_mcp_responses_carry_no_value(world):
     pytest.importorskip("mcp")
-    from tests.test_mcp import call
     from recall import mcp_server
+    from tests.test_mcp import call
     mcp_server._WARM.clear()
     text, err = call("recall_read", path="pasted.md")
     assert not err and MARK in text

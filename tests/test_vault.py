@@ -13,7 +13,7 @@ pytestmark = pytest.mark.extras
 from recall import db, keyfile, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
-from tests.conftest import CANARY, REPO, run_in_pty, run_recall  # noqa: E402
+from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
 
 SECRETS = f"""\
 - id: jira-api-token

@@ -57,15 +57,17 @@ def test_every_backend_gives_the_same_top_k(tmp_path):
         results[backend] = store.knn(query, 25)
     expected = results["python"]
     assert len(expected) == 25
-    for backend, got in results.items():
-        assert [i for i, _ in got] == [i for i, _ in expected], backend
-        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-5), backend
     # similarity really is the cosine
     best_id, best_sim = expected[0]
     digest = con.execute("SELECT hash FROM embeddings WHERE id=?", (best_id,)).fetchone()[0]
     vec = dict(rows)[digest]
     assert best_sim == pytest.approx(sum(a * b for a, b in zip(vectors.normalize(vec), vectors.normalize(query))),
                                      abs=1e-5)
+    if len(results) < 2:
+        pytest.skip("only the pure-Python backend here: nothing to compare it with")
+    for backend, got in results.items():
+        assert [i for i, _ in got] == [i for i, _ in expected], backend
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-5), backend
 
 
 def test_replacing_a_vector_deletes_then_inserts_in_vec0(tmp_path):
@@ -131,8 +133,6 @@ def test_knn_hits_map_to_every_chunk_with_that_text(tmp_path, config, notes):
         store.put_many([(h, [1, i, 0, 0]) for i, h in enumerate(hashes)])
     hits = store.knn([1, 0, 0, 0], 1)
     chunks = store.chunks_for(hits)
-    files = {con.execute("SELECT f.relpath FROM chunks c JOIN files f ON f.id=c.file_id WHERE c.id=?",
-                         (cid,)).fetchone()[0] for cid, _ in chunks}
     assert len(chunks) >= 1
     same_text = con.execute("SELECT count(*) FROM chunks WHERE hash=?", (hashes[0],)).fetchone()[0]
     assert len(chunks) == same_text

@@ -12,8 +12,7 @@ from recall import db, inventory
 from recall.classify import classify
 from recall.config import load_config
 from recall.verify import run_verify
-from tests.conftest import CANARY, run_recall, wait_for_port
-from tests.conftest import free_port
+from tests.conftest import CANARY, free_port, run_recall, wait_for_port
 
 TOOLS = ["kubectl", "aws", "curl", "ssh", "az", "sudo"]
 
@@ -864,7 +863,7 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
             + f"- id: fail-with-body\n  verify: curl -s --fail-with-body --cacert {server.cert} {server.base}/gone\n")
         dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
         text = run_recall("verify", "--dry-run").stdout
-        assert f"entry:subst" in text and "deny   setup: export X=$(touch" in text
+        assert "entry:subst" in text and "deny   setup: export X=$(touch" in text
         assert [s["rule"] for s in dry["dot-sourced"]["setup"]] == ["setup.source", "setup.unset"]
         r = run_recall("--json", "verify")
         got = {name: e["commands"][0] for name, e in _by(r.stdout).items()}
