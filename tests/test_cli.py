@@ -53,22 +53,29 @@ def test_version(capsys):
     assert r.returncode == 0 and r.stdout == "recall 0.1.0\n"
 
 
-def test_an_unknown_option_shows_the_verbs_usage(cli):
-    r = run_recall("search", "--frob")
-    assert r.returncode == 2 and r.stderr.startswith("usage: recall search ")
-    r = run_recall("search", "disk", "--frob")
-    assert r.returncode == 2 and r.stderr.startswith("usage: recall search ")
-    assert "recall: unrecognized arguments: --frob" in r.stderr
-    assert "recall search -- --frob" in r.stderr            # it may be meant as a word of the query
-    r = run_recall("secret", "sync", "--frob")
-    assert r.returncode == 2 and r.stderr.startswith("usage: recall secret sync ")
-    assert "after '--'" not in r.stderr                     # sync takes no words: no hint about them
+def _usage_error(capsys, *words) -> str:
+    """A usage error in-process: exit 2, and stderr as the user sees it."""
+    from recall.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(list(words))
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
 
 
-def test_the_dash_hint_only_when_a_word_starts_with_dash():
+def test_an_unknown_option_shows_the_verbs_usage(capsys):
+    assert _usage_error(capsys, "search", "--frob").startswith("usage: recall search ")
+    err = _usage_error(capsys, "search", "disk", "--frob")
+    assert err.startswith("usage: recall search ") and "recall: unrecognized arguments: --frob" in err
+    assert "recall search -- --frob" in err                 # it may be meant as a word of the query
+    err = _usage_error(capsys, "secret", "sync", "--frob")
+    assert err.startswith("usage: recall secret sync ")
+    assert "after '--'" not in err                          # sync takes no words: no hint about them
+
+
+def test_the_dash_hint_only_when_a_word_starts_with_dash(capsys):
     for words in (["search"], ["read", "a.md", "b.md"], ["secret", "show"]):
-        r = run_recall(*words)
-        assert r.returncode == 2 and "after '--'" not in r.stderr, (words, r.stderr)
+        err = _usage_error(capsys, *words)
+        assert "after '--'" not in err, (words, err)
 
 
 def test_every_verb_is_known_to_the_one_verb_parser():
@@ -276,6 +283,6 @@ def test_no_message_says_recall_twice(cli, synced, config, tmp_path):
              ("index", "--remote", "nobox"), ("eval", tmp_path / "none.jsonl"), ("search", "--mode", "semantic", "x")]
     cli("index")
     for words in cases:
-        r = run_recall(*words)
-        assert r.returncode == 1 and r.stderr.startswith("recall: "), (words, r.stderr)
-        assert not r.stderr.startswith(("recall: recall", "recall: 'recall")), (words, r.stderr)
+        code, out, err = cli(*words)
+        assert code == 1 and err.startswith("recall: "), (words, err)
+        assert not err.startswith(("recall: recall", "recall: 'recall")), (words, err)
