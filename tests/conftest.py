@@ -34,6 +34,10 @@ def pytest_runtest_logstart(nodeid, location):
     _running.update(nodeid=nodeid, since=time.monotonic(), said=time.monotonic())
 
 
+def pytest_runtest_logfinish(nodeid, location):
+    _running["nodeid"] = ""
+
+
 def pytest_sessionstart(session):
     fd = os.environ.get("RECALL_TEST_HEARTBEAT_FD", "")
     if not fd.isdigit():
