@@ -1,25 +1,102 @@
 """The per-run CA of the host-bound proxy: key in memory only, its certificate a public PEM, leaf certs per host."""
 from __future__ import annotations
 
-import datetime
+import base64
+import hashlib
 import ipaddress
 import os
 import ssl
 import tempfile
 import threading
+import time
 
 from .errors import MissingExtra, RecallError
 
+# Certificates are written as DER here (a few dozen lines) rather than with cryptography.x509:
+# its import costs more than the rest of `secret exec` start-up together.
+_EC_KEY, _P256, _ECDSA_SHA256 = "1.2.840.10045.2.1", "1.2.840.10045.3.1.7", "1.2.840.10045.4.3.2"
+_CN, _BASIC, _KEY_USAGE, _SAN, _EKU = "2.5.4.3", "2.5.29.19", "2.5.29.15", "2.5.29.17", "2.5.29.37"
+_SKI, _AKI, _SERVER_AUTH = "2.5.29.14", "2.5.29.35", "1.3.6.1.5.5.7.3.1"
 
-def _crypto():
+
+def _ec():
     try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
     except ImportError:
         raise MissingExtra("crypto", "host-bound secrets (inject: proxy)") from None
-    return x509, hashes, serialization, ec, NameOID, ExtendedKeyUsageOID
+    return ec, hashes
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    if n < 128:
+        return bytes([tag, n]) + body
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(size)]) + size + body
+
+
+def _seq(*parts: bytes) -> bytes:
+    return _tlv(0x30, b"".join(parts))
+
+
+def _int(n: int) -> bytes:
+    return _tlv(0x02, n.to_bytes(n.bit_length() // 8 + 1, "big"))
+
+
+def _oid(text: str) -> bytes:
+    arcs = [int(a) for a in text.split(".")]
+    out = bytearray([40 * arcs[0] + arcs[1]])
+    for arc in arcs[2:]:
+        chunk = [arc & 0x7F]
+        while arc > 0x7F:
+            arc >>= 7
+            chunk.append(0x80 | (arc & 0x7F))
+        out += bytes(reversed(chunk))
+    return _tlv(0x06, bytes(out))
+
+
+def _bits(data: bytes, unused: int = 0) -> bytes:
+    return _tlv(0x03, bytes([unused]) + data)
+
+
+def _name(cn: str) -> bytes:
+    return _seq(_tlv(0x31, _seq(_oid(_CN), _tlv(0x0C, cn.encode("utf-8")))))
+
+
+def _time(t: float) -> bytes:
+    return _tlv(0x17, time.strftime("%y%m%d%H%M%SZ", time.gmtime(t)).encode())
+
+
+def _ext(oid: str, value: bytes, critical: bool = False) -> bytes:
+    return _seq(_oid(oid), *([_tlv(0x01, b"\xff")] if critical else []), _tlv(0x04, value))
+
+
+def _point(key) -> bytes:
+    nums = key.public_key().public_numbers()
+    return b"\x04" + nums.x.to_bytes(32, "big") + nums.y.to_bytes(32, "big")
+
+
+def _cert(key, signer, subject: bytes, issuer: bytes, days: float, extensions: list) -> bytes:
+    """A signed X.509 v3 certificate (DER) for `key`, signed by `signer` (both P-256)."""
+    ec, hashes = _ec()
+    now = time.time()
+    spki = _seq(_seq(_oid(_EC_KEY), _oid(_P256)), _bits(_point(key)))
+    tbs = _seq(_tlv(0xA0, _int(2)), _int(int.from_bytes(os.urandom(16), "big") >> 1),
+               _seq(_oid(_ECDSA_SHA256)), issuer, _seq(_time(now - 300), _time(now + days * 86400)),
+               subject, spki, _tlv(0xA3, _seq(*extensions)))
+    signature = signer.sign(tbs, ec.ECDSA(hashes.SHA256()))
+    return _seq(tbs, _seq(_oid(_ECDSA_SHA256)), _bits(signature))
+
+
+def _pem(kind: str, der: bytes) -> bytes:
+    body = base64.encodebytes(der).replace(b"\n", b"")
+    lines = b"\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (kind.encode(), lines, kind.encode())
+
+
+def _key_id(key) -> bytes:
+    return hashlib.sha1(_point(key)).digest()
 
 
 class EphemeralCA:
@@ -27,22 +104,16 @@ class EphemeralCA:
     in a 0700 folder that `close` removes; leaf certificates are made on first use, one per host."""
 
     def __init__(self):
-        x509, hashes, serialization, ec, NameOID, _ = _crypto()
+        ec, _ = _ec()
         self._key = ec.generate_private_key(ec.SECP256R1())
-        self._leaf_key = ec.generate_private_key(ec.SECP256R1())   # one key for every leaf of this run
-        now = datetime.datetime.now(datetime.timezone.utc)
-        self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "recall host-bound proxy (this run only)")])
-        self._cert = (x509.CertificateBuilder().subject_name(self._name).issuer_name(self._name)
-                      .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
-                      .not_valid_before(now - datetime.timedelta(minutes=5))
-                      .not_valid_after(now + datetime.timedelta(days=2))
-                      .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                      .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                                   content_commitment=False, key_encipherment=False,
-                                                   data_encipherment=False, key_agreement=False,
-                                                   encipher_only=False, decipher_only=False), critical=True)
-                      .sign(self._key, hashes.SHA256()))
-        self.pem = self._cert.public_bytes(serialization.Encoding.PEM)
+        self._leaf_key = None            # made with the first leaf, in the proxy's thread
+        self._issuer = _name("recall host-bound proxy (this run only)")
+        self._ca_id = _key_id(self._key)
+        der = _cert(self._key, self._key, self._issuer, self._issuer, 2, [
+            _ext(_BASIC, _seq(_tlv(0x01, b"\xff"), _int(0)), critical=True),
+            _ext(_KEY_USAGE, _bits(b"\x86", 1), critical=True),          # keyCertSign, cRLSign, digitalSignature
+            _ext(_SKI, _tlv(0x04, self._ca_id))])
+        self.pem = _pem("CERTIFICATE", der)
         self._dir = tempfile.mkdtemp(prefix="recall-proxy-")        # 0700 by mkdtemp
         self.cert_path = os.path.join(self._dir, "ca.pem")
         fd = os.open(self.cert_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -61,27 +132,25 @@ class EphemeralCA:
             return ctx
 
     def _context_for(self, host: str) -> ssl.SSLContext:
-        x509, hashes, serialization, ec, NameOID, EKU = _crypto()
+        ec, _ = _ec()
+        if self._leaf_key is None:
+            self._leaf_key = ec.generate_private_key(ec.SECP256R1())   # one key for every leaf of this run
         try:
-            alt = x509.IPAddress(ipaddress.ip_address(host.strip("[]")))
+            alt = _tlv(0x87, ipaddress.ip_address(host.strip("[]")).packed)
         except ValueError:
-            alt = x509.DNSName(host)
-        now = datetime.datetime.now(datetime.timezone.utc)
-        leaf = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
-                .issuer_name(self._name).public_key(self._leaf_key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=1))
-                .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH]), critical=False)
-                .sign(self._key, hashes.SHA256()))
+            alt = _tlv(0x82, host.encode("idna"))
+        der = _cert(self._leaf_key, self._key, _name(host[:64]), self._issuer, 1, [
+            _ext(_BASIC, _seq(), critical=True),
+            _ext(_KEY_USAGE, _bits(b"\x80", 7), critical=True),         # digitalSignature
+            _ext(_EKU, _seq(_oid(_SERVER_AUTH))),
+            _ext(_SAN, _seq(alt)),
+            _ext(_AKI, _seq(_tlv(0x80, self._ca_id)))])
+        nums = self._leaf_key.private_numbers()
+        key_der = _seq(_int(1), _tlv(0x04, nums.private_value.to_bytes(32, "big")), _tlv(0xA0, _oid(_P256)),
+                       _tlv(0xA1, _bits(_point(self._leaf_key))))
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.set_alpn_protocols(["http/1.1"])          # the proxy speaks HTTP/1.1 to the child
-        key_pem = self._leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption())
-        _load_chain_from_memory(ctx, leaf.public_bytes(serialization.Encoding.PEM) + self.pem, key_pem)
+        _load_chain_from_memory(ctx, _pem("CERTIFICATE", der) + self.pem, _pem("EC PRIVATE KEY", key_der))
         return ctx
 
     def close(self) -> None:
@@ -95,10 +164,10 @@ class EphemeralCA:
 
 def _load_chain_from_memory(ctx: ssl.SSLContext, chain: bytes, key: bytes) -> None:
     """ssl loads a key only from a file: write it to an anonymous memory file (never a disk path)."""
-    fd = os.memfd_create("recall-leaf", 0) if hasattr(os, "memfd_create") else None
-    if fd is None:          # no anonymous memory file here: refuse rather than write a key to disk
+    if not hasattr(os, "memfd_create"):     # refuse rather than write a key to disk
         raise RecallError("host-bound secrets (inject: proxy) need Linux here (memfd_create)",
                           "use inject: env for this secret on this platform")
+    fd = os.memfd_create("recall-leaf", 0)
     try:
         os.write(fd, key + chain)
         path = f"/proc/self/fd/{fd}"

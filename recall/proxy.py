@@ -100,10 +100,13 @@ class HostBoundProxy:
         self.bindings, self.masker, self.ca = bindings, masker, ca
         self.secret = os.urandom(18).hex()
         self._auth = b"Basic " + base64.b64encode(b"recall:" + self.secret.encode())
-        self.upstream_tls = ssl.create_default_context()      # the system trust store
         for path in trust_files:
-            self.upstream_tls.load_verify_locations(path)      # plus the secrets' own ca: files
-        self.upstream_tls.set_alpn_protocols(["http/1.1"])
+            if not os.access(path, os.R_OK):
+                raise ValueError(f"{path} cannot be read")
+        self._trust_files = list(trust_files)
+        self._upstream_tls = None           # loading the system trust store takes ~50 ms: off the start-up path
+        self._trust_ready = threading.Event()
+        threading.Thread(target=self._load_trust, name="recall-proxy-trust", daemon=True).start()
         self.requests = 0
         self.events: list = []          # (secret id, verdict, method, scheme, host, port, path)
         self.problems: list = []        # one line each: a TLS handshake the child refused, an upstream error
@@ -115,6 +118,18 @@ class HostBoundProxy:
         self.port = self._listener.getsockname()[1]
         self._closed = False
         threading.Thread(target=self._accept, name="recall-proxy", daemon=True).start()
+
+    def _load_trust(self) -> None:
+        try:
+            ctx = ssl.create_default_context()              # the system trust store
+            for path in self._trust_files:
+                ctx.load_verify_locations(path)             # plus the secrets' own ca: files
+            ctx.set_alpn_protocols(["http/1.1"])
+            self._upstream_tls = ctx
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self._note("problem", f"the ca: file of a host-bound secret cannot be loaded ({_short(exc)})")
+        finally:
+            self._trust_ready.set()
 
     @property
     def url(self) -> str:
@@ -156,6 +171,7 @@ class HostBoundProxy:
 
     def _serve(self, conn) -> None:
         conn.settimeout(IDLE)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)      # small writes go out at once
         self._track(conn)
         try:
             reader = _Reader(conn)
@@ -236,9 +252,13 @@ class HostBoundProxy:
 
     def _connect(self, scheme: str, where) -> tuple:
         sock = socket.create_connection(where, timeout=IDLE)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if scheme == "https":
             try:
-                sock = self.upstream_tls.wrap_socket(sock, server_hostname=where[0])
+                self._trust_ready.wait()
+                if self._upstream_tls is None:
+                    raise ValueError("no trust store to verify the service with")
+                sock = self._upstream_tls.wrap_socket(sock, server_hostname=where[0])
             except BaseException:
                 sock.close()
                 raise

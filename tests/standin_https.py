@@ -50,6 +50,7 @@ def make_test_ca(folder: Path) -> tuple:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
