@@ -101,7 +101,11 @@ def _secret_ids(cfg) -> set:
     ids = set()
     for path in cfg.secrets:
         if os.path.exists(path):         # a top level that is not a list is an error at file:1
-            entries = yamlish.load_entries(path, "secrets", "secrets")
+            try:
+                entries = yamlish.load_entries(path, "secrets", "secrets")
+            except InputError as exc:            # never quote a secrets file (issue 11)
+                from .secretfile import without_text
+                raise without_text(exc) from None
             ids.update(str(item.get("id")) for item, _ in entries if isinstance(item, dict))
     return ids
 

@@ -112,6 +112,8 @@ def test_a_failing_setup_step_never_shows_what_it_exported(world):
     f"- id: canary-token\n  value: ok-value-1\n{CANARY}: x\n",           # the value on a line of its own
     f"- id: canary-token\n  value: '{CANARY}' trailing\n",
     f"- id: canary-token\n  {CANARY}: 1\n",
+    f"- id: canary-token\n  value: ok-value-1\n  {CANARY}: 1\n  {CANARY}: 2\n",   # a duplicate key
+    f"- id: canary-token\n  value: ok-value-1\n{{{CANARY} x: 1}}\n",
 ])
 def test_a_broken_secrets_file_is_never_quoted(world, broken):
     world["secrets"].write_text(broken)
