@@ -113,6 +113,7 @@ def query_figures(home, cfg_path):
 
 def cosines():
     import numpy as np
+
     from recall import embed
     from recall.config import Embedding
     from recall.query_encoder import encoder_for

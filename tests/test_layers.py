@@ -1,0 +1,140 @@
+"""Imports flow one way: every module's imports (those inside functions too) point to its own layer or
+a lower one, and no chain of imports comes back to where it started."""
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+# Lowest first; a module may import from its own layer or a lower one (docs/DESIGN.md, "Layers").
+LAYERS = [
+    ("base", {"errors", "records"}),
+    ("yaml", {"yamlish_scalars"}),
+    ("yaml", {"yamlish"}),
+    ("config", {"config"}),
+    ("storage", {"db"}),
+    ("storage faults", {"repair"}),
+    ("leaves", {"terms", "chunk", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
+                "guard_parse", "guard_tools", "guard_cloud", "proxy", "ephemeral_ca", "hostbound",
+                "query_encoder"}),
+    ("guard", {"guard"}),
+    ("vectors", {"vectors"}),
+    ("embed", {"embed"}),
+    ("index", {"index"}),
+    ("search", {"search"}),
+    ("read", {"read"}),
+    ("secretfile, runner", {"secretfile", "runner"}),   # vault runs `secret exec` through runner
+    ("vault", {"vault"}),
+    ("inventory", {"inventory"}),
+    ("access", {"access"}),
+    ("verify", {"verify"}),
+    ("remote", {"remote"}),
+    ("faces", {"cli", "mcp_server", "doctor", "instructions", "evaluate", "__main__", "__init__"}),
+]
+
+# Upward imports still in the code (importer, imported). This list may only shrink: an entry whose
+# import is gone fails the test until it is removed here.
+KNOWN_UPWARD = {
+    ("db", "repair"),         # a storage fault explained where the DB is opened
+    ("db", "vectors"),        # the SQLite module that can load sqlite-vec
+    ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
+    ("guard", "secretfile"),  # the names that change how programs run
+    ("read", "remote"),       # `recall read remote:path`
+    ("redact", "vault"),      # the decrypted values to redact
+    ("search", "inventory"),  # access pins
+    ("search", "remote"),     # federated hits
+}
+
+
+def _layer_of() -> dict:
+    return {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
+
+
+def _imports(path: Path, modules: set) -> dict:
+    """{imported module: first line} for every recall module `path` imports, at any depth."""
+    found: dict = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        names = []
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".")
+            if node.level == 1 or (node.level == 0 and parts[0] == "recall"):
+                rest = parts if node.level == 1 else parts[1:]
+                names = [rest[0]] if rest and rest[0] else [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name.split(".")[1] for a in node.names if a.name.startswith("recall.")]
+        for name in names:
+            if name in modules and name != path.stem:
+                found.setdefault(name, node.lineno)
+    return found
+
+
+def _graph() -> dict:
+    files = sorted((REPO / "recall").glob("*.py"))
+    modules = {p.stem for p in files}
+    return {p.stem: _imports(p, modules) for p in files}
+
+
+def test_every_module_has_a_layer():
+    layer = _layer_of()
+    missing = sorted(set(_graph()) - set(layer))
+    assert not missing, f"recall/{missing[0]}.py has no place in LAYERS (tests/test_layers.py): add it where it belongs"
+    gone = sorted(set(layer) - set(_graph()))
+    assert not gone, f"LAYERS names {gone}, which no longer exist"
+
+
+def test_imports_point_down():
+    layer, graph = _layer_of(), _graph()
+    upward = []
+    for mod, deps in graph.items():
+        for dep, line in deps.items():
+            if mod in layer and dep in layer and layer[dep] > layer[mod] and (mod, dep) not in KNOWN_UPWARD:
+                upward.append(f"recall/{mod}.py:{line} imports {dep} ({LAYERS[layer[dep]][0]} layer) from the "
+                              f"{LAYERS[layer[mod]][0]} layer below it: pass it in, or move the code to its owner")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_known_upward_imports_only_shrink():
+    graph = _graph()
+    gone = sorted(pair for pair in KNOWN_UPWARD if pair[1] not in graph.get(pair[0], {}))
+    assert not gone, f"{gone} no longer import upward: remove them from KNOWN_UPWARD"
+
+
+def _cycle(graph: dict):
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict = {}
+    stack: list = []
+
+    def visit(mod):
+        state[mod] = 1
+        stack.append(mod)
+        for dep in sorted(graph.get(mod, {})):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[mod] = 2
+        return None
+
+    for mod in sorted(graph):
+        if mod not in state:
+            found = visit(mod)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_beyond_the_known_upward_imports():
+    graph = {mod: {d: ln for d, ln in deps.items() if (mod, d) not in KNOWN_UPWARD} for mod, deps in _graph().items()}
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " → ".join(
+        f"{a} (recall/{a}.py:{graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" → {cycle[-1]}"
+
+
+def test_the_check_sees_imports_inside_functions_and_names_the_pair(tmp_path):
+    (tmp_path / "low.py").write_text("def f():\n    from . import high\n")
+    (tmp_path / "high.py").write_text("from .low import f\n")
+    graph = {p.stem: _imports(p, {"low", "high"}) for p in tmp_path.glob("*.py")}
+    assert graph == {"low": {"high": 2}, "high": {"low": 1}}
+    assert _cycle(graph) in (["high", "low", "high"], ["low", "high", "low"])
