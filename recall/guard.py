@@ -267,7 +267,9 @@ def setup_verdict(step: str, *, home: str = "") -> Verdict:
         rule, reason = _setup_argv(list(argv), home or os.path.expanduser("~"))
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
-        return Verdict(False, deny.rule, deny.reason, argv)
+        hint = "" if deny.rule.startswith("setup.") else (
+            "; a setup step runs only literal text: put what needs the shell in a file you own and source it")
+        return Verdict(False, deny.rule, deny.reason + hint, argv)
 
 
 _GLOBAL_STATE = {("kubectl", "config", "use-context"), ("kubectl", "config", "set-context"),
