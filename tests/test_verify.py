@@ -930,3 +930,21 @@ def test_ssh_jumps_only_through_an_inventory_host(tmp_path, config, cli):
     code, out, _ = cli("--json", "verify", "--dry-run")
     rules = {e["id"]: e["commands"][0]["rule"] for e in json.loads(out)["entries"]}
     assert (rules["db01"], rules["db02"], rules["db03"]) == ("ssh.probe", "ssh.probe", "ssh.jump")
+
+
+def test_sudo_proofs_get_the_password_on_stdin(tmp_path, config, monkeypatch):
+    """sudo -v and sudo -n true from a secret with inject: stdin: recall adds -S and writes the
+    password to sudo's stdin, never argv."""
+    pytest.importorskip("cryptography")
+    bindir, seen = tmp_path / "bin", tmp_path / "seen"
+    seen.mkdir()
+    _stand_in(bindir, "sudo", f'echo "$@" >> {seen}/argv\ncat >> {seen}/stdin\n')
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    write_inventory(tmp_path, config, "", secrets="".join(
+        f"- id: {name}\n  inject: stdin\n  check: {check}\n  value: \"{CANARY}\"\n"
+        for name, check in (("validate", "sudo -v"), ("cached", "sudo -n true"))))
+    assert run_recall("secret", "sync").returncode == 0
+    by = sweep()
+    assert by["validate"]["status"] == by["cached"]["status"] == "ok", by
+    assert sorted((seen / "argv").read_text().splitlines()) == ["-S -n true", "-S -v"]
+    assert (seen / "stdin").read_text().count(CANARY) == 2
