@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import ipaddress
 import os
-import ssl
 import tempfile
 import threading
 import time
@@ -95,10 +92,6 @@ def _pem(kind: str, der: bytes) -> bytes:
     return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (kind.encode(), lines, kind.encode())
 
 
-def _key_id(key) -> bytes:
-    return hashlib.sha1(_point(key)).digest()
-
-
 class EphemeralCA:
     """A CA made for one run. Its key never leaves this process's memory; `cert_path` (public) lives
     in a 0700 folder that `close` removes; leaf certificates are made on first use, one per host."""
@@ -108,7 +101,7 @@ class EphemeralCA:
         self._key = ec.generate_private_key(ec.SECP256R1())
         self._leaf_key = None            # made with the first leaf, in the proxy's thread
         self._issuer = _name("recall host-bound proxy (this run only)")
-        self._ca_id = _key_id(self._key)
+        self._ca_id = os.urandom(20)       # the subject key id: any unique bytes (no hashlib on the start-up path)
         der = _cert(self._key, self._key, self._issuer, self._issuer, 2, [
             _ext(_BASIC, _seq(_tlv(0x01, b"\xff"), _int(0)), critical=True),
             _ext(_KEY_USAGE, _bits(b"\x86", 1), critical=True),          # keyCertSign, cRLSign, digitalSignature
@@ -122,7 +115,7 @@ class EphemeralCA:
         self._contexts: dict = {}
         self._lock = threading.Lock()
 
-    def server_context(self, host: str) -> ssl.SSLContext:
+    def server_context(self, host: str):
         """A TLS server context presenting a leaf for `host` signed by this CA (cached)."""
         host = host.lower()
         with self._lock:
@@ -131,7 +124,9 @@ class EphemeralCA:
                 ctx = self._contexts[host] = self._context_for(host)
             return ctx
 
-    def _context_for(self, host: str) -> ssl.SSLContext:
+    def _context_for(self, host: str):
+        import ipaddress
+        import ssl                      # in the proxy's thread, not on `secret exec` start-up
         ec, _ = _ec()
         if self._leaf_key is None:
             self._leaf_key = ec.generate_private_key(ec.SECP256R1())   # one key for every leaf of this run
@@ -162,7 +157,7 @@ class EphemeralCA:
                 pass
 
 
-def _load_chain_from_memory(ctx: ssl.SSLContext, chain: bytes, key: bytes) -> None:
+def _load_chain_from_memory(ctx, chain: bytes, key: bytes) -> None:
     """ssl loads a key only from a file: write it to an anonymous memory file (never a disk path)."""
     if not hasattr(os, "memfd_create"):     # refuse rather than write a key to disk
         raise RecallError("host-bound secrets (inject: proxy) need Linux here (memfd_create)",

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import base64
-import hmac
 import os
 import socket
-import ssl
 import threading
-from urllib.parse import quote, unquote
 
 MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
@@ -30,6 +27,7 @@ class Binding:
         if scheme != "https" or host.lower() != self.host or port != self.port:
             return f"refused: bound to https://{self.host}:{self.port}"
         if self.paths:
+            from urllib.parse import unquote
             plain = unquote(path)
             if "/../" in plain + "/" or "/./" in plain + "/" or not any(
                     plain == p or plain.startswith(p if p.endswith("/") else p + "/") for p in self.paths):
@@ -120,13 +118,14 @@ class HostBoundProxy:
         threading.Thread(target=self._accept, name="recall-proxy", daemon=True).start()
 
     def _load_trust(self) -> None:
+        import ssl                      # here, in a thread: ssl and the trust store stay off start-up
         try:
             ctx = ssl.create_default_context()              # the system trust store
             for path in self._trust_files:
                 ctx.load_verify_locations(path)             # plus the secrets' own ca: files
             ctx.set_alpn_protocols(["http/1.1"])
             self._upstream_tls = ctx
-        except (OSError, ssl.SSLError, ValueError) as exc:
+        except (OSError, ValueError) as exc:         # ssl.SSLError is an OSError
             self._note("problem", f"the ca: file of a host-bound secret cannot be loaded ({_short(exc)})")
         finally:
             self._trust_ready.set()
@@ -170,6 +169,7 @@ class HostBoundProxy:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn) -> None:
+        import hmac
         conn.settimeout(IDLE)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)      # small writes go out at once
         self._track(conn)
@@ -190,7 +190,7 @@ class HostBoundProxy:
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             try:
                 tls = self.ca.server_context(host).wrap_socket(conn, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
+            except OSError as exc:
                 self._note("problem", f"the child refused the proxy's TLS certificate for {host} ({_short(exc)}): "
                                       "it must trust the CA file in SSL_CERT_FILE")
                 return
@@ -208,6 +208,7 @@ class HostBoundProxy:
 
     def _exchange(self, client, reader, scheme: str, dest, first) -> None:
         """Requests from one child connection, each to its upstream (kept alive while it can be)."""
+        import hmac
         upstream = None                 # (dest, sock, reader)
         try:
             while True:
@@ -230,7 +231,7 @@ class HostBoundProxy:
                 if upstream is None:
                     try:
                         upstream = (where, *self._connect(scheme, where))
-                    except (OSError, ssl.SSLError, ValueError) as exc:
+                    except (OSError, ValueError) as exc:
                         self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
                         _bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
                         return
@@ -300,6 +301,7 @@ class HostBoundProxy:
                 raw = base64.b64decode(text[6:].strip()).replace(b.placeholder, b.value)
                 text = text[:6] + base64.b64encode(raw)
             elif query:
+                from urllib.parse import quote
                 text = text.replace(b.placeholder, quote(b.value.decode(), safe="").encode())
             else:
                 text = text.replace(b.placeholder, b.value)
