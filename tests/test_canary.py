@@ -183,3 +183,32 @@ def test_errors_about_a_secrets_file_never_quote_the_value(world, broken):
     checks = run_doctor(extras=False)
     assert any(not c.ok and "secrets.yaml:" in c.detail for c in checks)
     _assert_clean("doctor's checks", repr(checks))
+
+
+def test_a_host_bound_secret_never_reaches_the_child_nor_any_output(world, tmp_path):
+    """inject: proxy (issue 18): the child, its output, the log and the DB see only a placeholder."""
+    pytest.importorskip("cryptography")
+    from tests.standin_https import StandIn
+    _, secrets = world
+    with StandIn(tmp_path / "certs", CANARY) as api:
+        secrets.write_text(secrets.read_text() + f"""\
+- id: canary-bound
+  inject: proxy
+  url: https://127.0.0.1:{api.port}/
+  ca: {api.ca}
+  value: "{CANARY}-b"
+""")
+        probe = (f'curl -s -H "Authorization: Bearer $CANARY_BOUND" https://127.0.0.1:{api.port}/echo; '
+                 f'curl -s "https://localhost:{api.port}/echo?t=$CANARY_BOUND"; env; '
+                 'printf %s "$CANARY_BOUND" | rev; printf %s "$CANARY_BOUND" | base64; '
+                 'cat /proc/self/environ; exit 3')
+        for args in (["secret", "sync"], ["secret", "show", "canary-bound"],
+                     ["secret", "exec", "canary-bound", "--", "sh", "-c", probe],
+                     ["secret", "command", "canary-bound", "--", "env"], ["secret", "log"],
+                     ["--json", "secret", "log", "canary-bound"]):
+            r = run_recall(*args, timeout=120)
+            assert "Traceback" not in r.stderr, (args, r.stderr)
+            _assert_clean(f"`recall {' '.join(args)}` output", r.stdout + r.stderr)
+        assert api.seen[0]["auth"] == f"Bearer {CANARY}-b"          # it did reach its own service
+        assert CANARY not in api.seen[1]["query"]                   # and nothing else
+    _assert_db_clean(Path(os.environ["RECALL_HOME"]) / "recall.db")
