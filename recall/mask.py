@@ -14,7 +14,8 @@ _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own 
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
-_SMALL = 4096             # buffers up to this size are scanned with a find per form
+_SMALL = 4096             # before the prefilter is built, buffers up to this size get a find per form
+_SMALL_SCANS = 8          # ... for this many scans; a stream of many small reads then builds it
 # Measured on CPython 3.11 over log-like text (bench/bench_mask.py): a set lookup per gram of a
 # memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
 _GRAM_NS = 40.0
@@ -252,9 +253,10 @@ def _whole_token(buf: bytes, start: int, end: int) -> bool:
 class Masker:
     """All forms of all secrets, and the prefilter that finds them fast."""
 
-    def __init__(self, secrets: dict[str, list[str]], whole_tokens: bool = False):
+    def __init__(self, secrets: dict[str, list[str]], whole_tokens: bool = False, lazy: bool = True):
         """`whole_tokens`: the value as written matches only as a whole token, never inside a
-        longer word (for redacting note text; encoded forms still match anywhere)."""
+        longer word (for redacting note text; encoded forms still match anywhere). `lazy`: the
+        prefilter is built on the first large scan (or after a few small ones), not here."""
         owner: dict[bytes, int] = {}
         words: set[bytes] = set()
         self._labels: list[bytes] = []
@@ -271,6 +273,9 @@ class Masker:
         self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
         self._gram_map: dict[int, list[tuple[int, int]]] | None = None   # built on the first large scan
+        self._small_scans = 0
+        if not lazy:
+            self._prepare()
 
     def _prepare(self) -> None:
         """The gram prefilter and its plan: built only when a large buffer is scanned, so a
@@ -344,7 +349,8 @@ class Masker:
         """(start, end, owner) of every form occurrence starting before `limit`; by start, longest first."""
         found: set[tuple[int, int]] = set()
         forms = self._forms
-        if len(buf) <= _SMALL:          # a find per form is cheaper than any prefilter here
+        if self._gram_map is None and len(buf) <= _SMALL and self._small_scans < _SMALL_SCANS:
+            self._small_scans += 1      # a few short buffers (argv, a prompt): no prefilter built yet
             find_forms, stride = range(len(forms)), 0
         else:
             if self._gram_map is None:
