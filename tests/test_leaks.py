@@ -238,11 +238,12 @@ def test_get_through_a_pipe_never_shows_the_value(world):
 
 # -- MCP: the same note and a failing tool through the server ----------------------------------------
 
-def test_mcp_responses_carry_no_value(world):
+def test_mcp_responses_carry_no_value(world, monkeypatch):
     pytest.importorskip("mcp")
-    from recall import mcp_server
+    from recall import audit, mcp_server
     from tests.test_mcp import call
-    mcp_server._WARM.clear()
+    monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
+    monkeypatch.setattr(mcp_server, "_WARM", {})
     text, err = call("recall_read", path="pasted.md")
     assert not err and MARK in text
     clean("recall_read", text)
