@@ -128,6 +128,22 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
     assert not ok and detail.endswith("edited since the last sync: run 'recall secret sync'")
 
 
+def test_secrets_never_synced_and_an_id_in_two_files(tmp_path, config):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(SECRETS)
+    second.write_text("- id: other\n  value: v1\n- id: jira-api-token\n  value: v2\n")
+    for path in (first, second):
+        path.chmod(0o600)
+    config(f"secrets: [{first}, {second}]\n")
+    checks = _by_name(_checks(config))
+    ok, detail = checks["secrets b.yaml"]
+    assert not ok and f"duplicate id 'jira-api-token' at {second}:3, first at {first}:1" in detail
+    assert "not in the vault yet: other, jira-api-token" in detail
+    ok, detail = checks["vault key"]
+    assert not ok and detail.endswith("vault.key is missing: 'recall secret sync' makes one")
+    assert CANARY not in repr(checks)
+
+
 def test_a_config_with_errors_still_gets_every_other_check(tmp_path, config, notes):
     config("colour: blue\nembedding:\n  provider: magic\nsize: 3\n")
     checks = _checks(config)
