@@ -68,6 +68,10 @@ class _Reader:
         return out
 
 
+class _NoResponse(ValueError):
+    """The upstream closed before answering (a kept-alive connection it had already dropped)."""
+
+
 class Request:
     def __init__(self, head: bytes):
         lines = head[:-4].split(b"\r\n")
@@ -199,6 +203,8 @@ class HostBoundProxy:
             self._exchange(tls, _Reader(tls), "https", (host, port), None)
         except (OSError, ValueError):
             pass
+        except Exception as exc:        # a bug: one line, never a traceback on the child's terminal
+            self._note("problem", f"the proxy dropped a connection ({type(exc).__name__})")
         finally:
             self._track(conn, False)
             try:
@@ -228,20 +234,33 @@ class HostBoundProxy:
                 if upstream is not None and upstream[0] != where:
                     upstream[1].close()
                     upstream = None
-                if upstream is None:
-                    try:
-                        upstream = (where, *self._connect(scheme, where))
-                    except (OSError, ValueError) as exc:
-                        self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
-                        _bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
-                        return
                 out_head = self._rewrite(req, scheme, where, target)
                 if req.get(b"expect").lower() == b"100-continue":
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-                up_sock, up_reader = upstream[1], upstream[2]
-                up_sock.sendall(out_head)
-                _copy_request_body(req, reader, up_sock)
-                keep_up, keep_client = self._relay_response(req, up_reader, client)
+                bodiless = not req.get(b"content-length").strip(b"0") and not req.get(b"transfer-encoding")
+                for attempt in (1, 2):          # a kept-alive upstream the server closed: once more, afresh
+                    if upstream is None:
+                        try:
+                            upstream = (where, *self._connect(scheme, where))
+                        except (OSError, ValueError) as exc:
+                            self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
+                            _bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
+                            return
+                        attempt = 2
+                    try:
+                        try:
+                            upstream[1].sendall(out_head)
+                        except (BrokenPipeError, ConnectionResetError):
+                            raise _NoResponse("upstream closed") from None
+                        _copy_request_body(req, reader, upstream[1])
+                        keep_up, keep_client = self._relay_response(req, upstream[2], client)
+                        break
+                    except _NoResponse:         # raised only before anything reached the child
+                        upstream[1].close()
+                        upstream = None
+                        if attempt == 2 or not bodiless:
+                            raise
+                up_sock = upstream[1]
                 if not keep_up:
                     up_sock.close()
                     upstream = None
@@ -310,9 +329,12 @@ class HostBoundProxy:
     def _relay_response(self, req: Request, up: _Reader, client) -> tuple:
         """Stream one response to the child, headers and body masked, re-framed as chunked."""
         while True:
-            head = up.until(b"\r\n\r\n")
+            try:
+                head = up.until(b"\r\n\r\n")
+            except ConnectionResetError:
+                head = None
             if head is None:
-                raise ValueError("upstream closed without a response")
+                raise _NoResponse("upstream closed without a response")
             status = int(head.split(b" ", 2)[1])
             if status >= 200 or status == 101:
                 break                               # 1xx (100 Continue, 103) were answered already
@@ -324,7 +346,8 @@ class HostBoundProxy:
         out = [lines[0]] + [k + b": " + v for k, v in headers
                             if k.lower() not in (b"transfer-encoding", b"content-length", b"connection",
                                                  b"keep-alive")]
-        if has_body:
+        chunked = req.version == b"HTTP/1.1"          # an HTTP/1.0 child reads the body until close
+        if has_body and chunked:
             out.append(b"Transfer-Encoding: chunked")
         elif b"content-length" in get:
             out.append(b"Content-Length: " + get[b"content-length"])
@@ -339,14 +362,16 @@ class HostBoundProxy:
             if piece is None:                       # read until close: the upstream cannot be reused
                 keep_up = False
                 continue
-            masked = stream.feed(piece)
-            if masked:
-                client.sendall(b"%x\r\n%s\r\n" % (len(masked), masked))
-        tail = stream.flush()
-        if tail:
-            client.sendall(b"%x\r\n%s\r\n" % (len(tail), tail))
-        client.sendall(b"0\r\n\r\n")
+            _send_piece(client, stream.feed(piece), chunked)
+        _send_piece(client, stream.flush(), chunked)
+        if chunked:
+            client.sendall(b"0\r\n\r\n")
         return keep_up, keep_client
+
+
+def _send_piece(client, data: bytes, chunked: bool) -> None:
+    if data:
+        client.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
 
 
 def _body(up: _Reader, headers: dict):

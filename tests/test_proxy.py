@@ -150,14 +150,16 @@ def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, a
     r = sh(f'curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" {base}/myself {base}/myself; '
            f'curl -sS {base}/big | sha256sum; curl -sS {base}/chunked | tail -n 1; '
            f'curl -sS -H "Transfer-Encoding: chunked" --data-binary @{upload} {base}/upload; '
-           f'for i in 1 2 3 4 5 6 7 8; do curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" {base}/myself & done; wait')
+           f'for i in 1 2 3 4 5 6 7 8; do curl -sS -H "Authorization: Bearer $JIRA_API_TOKEN" {base}/myself & done; wait; '
+           f'curl -sS -0 {base}/chunked | wc -l')            # an HTTP/1.0 client reads until close
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[:2] == ['{"name": "me"}'] * 2
     assert lines[2] == f"{want}  -"
     assert lines[3] == "line 49"
     assert lines[4] == hashlib.sha256(upload.read_bytes()).hexdigest()
-    assert lines[5:] == ['{"name": "me"}'] * 8
+    assert lines[5:13] == ['{"name": "me"}'] * 8
+    assert lines[13].strip() == "50"
     assert api.seen[0]["conn"] == api.seen[1]["conn"]          # one connection for both: keep-alive
     assert sum(s["auth"] == f"Bearer {CANARY}" for s in api.seen) == 10
     assert api.seen[4]["body"] == upload.read_bytes()
@@ -169,11 +171,22 @@ def test_python_clients_honour_the_proxy(world, api):
             f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}})\n"
             f"print(urllib.request.urlopen(req).read().decode().strip())\n")
     pytest.importorskip("requests")
-    code += (f"import requests\nprint(requests.get('https://127.0.0.1:{api.port}/myself', "
-             f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}}).text.strip())\n")
+    pytest.importorskip("httpx")
+    for lib in ("requests", "httpx"):
+        code += (f"import {lib}\nprint({lib}.get('https://127.0.0.1:{api.port}/myself', "
+                 f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}}).text.strip())\n")
     r = clean(run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", code))
-    assert r.stdout == '{"name": "me"}\n' * 2, r.stderr
-    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+    assert r.stdout == '{"name": "me"}\n' * 3, r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 3
+
+
+def test_other_local_users_cannot_use_the_proxy_without_the_run_credential(world, api):
+    r = sh('curl -sS -o /dev/null -w "%{http_code}" -x "http://127.0.0.1:${HTTPS_PROXY##*:}" '
+           f'-H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/myself; '
+           'curl -sS -o /dev/null -w " %{http_code}" -x "http://127.0.0.1:${HTTPS_PROXY##*:}" '
+           f'http://127.0.0.1:{api.port}/myself')
+    assert r.stdout == "000 407" and "CONNECT tunnel failed, response 407" in r.stderr, (r.stdout, r.stderr)
+    assert api.seen == []
 
 
 def test_a_client_that_ignores_the_proxy_gets_401_and_recall_says_so(world, api):
