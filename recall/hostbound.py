@@ -9,7 +9,8 @@ from .errors import RecallError
 
 PREFIX = "recall-ph-"
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
-CA_VARS = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+CA_VARS = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
+           "AWS_CA_BUNDLE")   # every HTTPS request of the child is intercepted: each client must trust the run CA
 DROPPED = ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")   # nothing may route around the proxy
 MAX_LOGGED = 200                # substitution rows per run; the rest are counted in one row
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")

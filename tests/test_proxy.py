@@ -299,3 +299,12 @@ def test_verify_takes_the_same_path_for_check_lines(tmp_path, monkeypatch, api):
     assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
     log = run_recall("secret", "log", "jira-api-token").stdout
     assert "(verify)" in log and "(access.exec)" in log
+
+
+def test_a_host_bound_secret_is_never_written_to_stdin_nor_trusted_from_a_vanished_ca(world, api):
+    r = run_recall("secret", "exec", "jira-api-token", "--stdin", "--", "cat")
+    assert r.returncode == 1 and "host-bound (inject: proxy): it is never written to stdin" in r.stderr
+    assert r.stdout == ""
+    os.rename(api.ca, str(api.ca) + ".moved")
+    r = clean(run_recall("secret", "exec", "jira-api-token", "--", "true"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "ca: file" in r.stderr, r.stderr
