@@ -470,6 +470,10 @@ def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tm
     r = run_recall("index", "--full")                          # and the way out works
     assert r.returncode == 0 and "moved it to recall.db.broken-" in r.stderr, r.stderr
     assert CANARY not in r.stdout + r.stderr
+    assert "the vault in the new index is empty: run 'recall secret sync' again" in r.stderr
+    if damage == "header":                                     # nothing of the old file can be read
+        assert "recall: the token ledger could not be read from it: the embedding cap counts from 0 again" \
+            in r.stderr
     assert run_recall("search", "jump01").stdout.startswith("1. runbooks/jump-hosts.md")
 
 
