@@ -79,7 +79,13 @@ class Request:
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
             raise ValueError("not an HTTP/1.x request")
         self.method, self.target, self.version = parts[0].decode("latin-1"), parts[1], parts[2]
+        rest = head[:-4].replace(b"\r\n", b"")
+        if b"\r" in rest or b"\n" in rest or b"\x00" in rest:
+            raise ValueError("a bare CR, LF or NUL in the request head")     # no request hidden in a header
         self.headers = [_split_header(line) for line in lines[1:] if line]
+        framing = [v.strip().lower() for k, v in self.headers if k.lower() in (b"content-length", b"transfer-encoding")]
+        if len(framing) > 1 or (framing and not (framing[0] == b"chunked" or framing[0].isdigit())):
+            raise ValueError("ambiguous request framing")                  # one Content-Length or chunked
 
     def get(self, name: bytes) -> bytes:
         for k, v in self.headers:
@@ -292,7 +298,7 @@ class HostBoundProxy:
         for name, value in req.headers:
             low = name.lower()
             if low == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
+                chunked = True                  # Request allows only 'chunked' here, and no Content-Length
             if low in _HOP and low != b"content-length":
                 continue
             lines.append(name + b": " + self._swap(value, req.method, scheme, where, path, header=True))
@@ -412,7 +418,7 @@ def _body(up: _Reader, headers: dict):
 
 def _copy_request_body(req: Request, reader: _Reader, up) -> None:
     """The request body as it came (chunked framing kept, trailers dropped); never rewritten."""
-    if b"chunked" in req.get(b"transfer-encoding").lower():
+    if req.get(b"transfer-encoding"):
         while True:
             size_line = reader.until(b"\r\n")
             if size_line is None:

@@ -308,3 +308,35 @@ def test_a_host_bound_secret_is_never_written_to_stdin_nor_trusted_from_a_vanish
     os.rename(api.ca, str(api.ca) + ".moved")
     r = clean(run_recall("secret", "exec", "jira-api-token", "--", "true"))
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "ca: file" in r.stderr, r.stderr
+
+
+SMUGGLER = r"""
+import base64, os, socket, ssl, sys
+from urllib.parse import urlsplit
+proxy, port, ph = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1]), os.environ["SCOPED_TOKEN"]
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+for head in (f"GET /myself HTTP/1.1\r\nHost: x\r\nX-A: 1\nGET /echo HTTP/1.1\nAuthorization: Bearer {ph}\r\n\r\n",
+             f"GET /myself HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n"
+             f"Authorization: Bearer {ph}\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n"):
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    s.recv(4096)
+    t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname="127.0.0.1")
+    t.sendall(head.encode())
+    print(repr(t.recv(4096)[:12]))
+"""
+
+
+def test_a_request_hidden_in_a_header_or_in_ambiguous_framing_is_dropped(tmp_path, monkeypatch, api):
+    write_world(tmp_path, monkeypatch, api, extra=f"""\
+- id: scoped-token
+  inject: proxy
+  url: https://127.0.0.1:{api.port}
+  ca: {api.ca}
+  paths: [/myself]
+  value: "s-{CANARY}"
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    r = clean(run_recall("secret", "exec", "scoped-token", "--", sys.executable, "-c", SMUGGLER, str(api.port)))
+    assert r.stdout == "b''\nb''\n", (r.stdout, r.stderr)           # the proxy closed both connections
+    assert api.seen == []
