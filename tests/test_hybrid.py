@@ -240,7 +240,7 @@ def _golden_config(tmp_path, monkeypatch, embedding: str):
 def test_golden_eval_runs_with_voyage_against_the_stand_in(tmp_path, fake, monkeypatch, cli):
     """The shipped golden set, `provider: voyage`, every request to the stand-in: the same eval."""
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
-    _golden_config(tmp_path, monkeypatch, f"  provider: voyage\n  base_url: {fake.url}\n")
+    _golden_config(tmp_path, monkeypatch, f"  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
     code, out, err = cli("index")
     assert code == 0, err
     m = _golden_eval_rows(cli)
