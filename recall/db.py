@@ -22,6 +22,13 @@ class BrokenDatabase(RecallError):
                          "(recall.db.broken-<time>) and rebuilds it, keeping the vault key")
         self.path, self.why = str(path), why
 
+
+def is_sqlite_error(exc) -> bool:
+    """sqlite3's errors, and those of the other SQLite modules recall may open the DB with (sqlean)."""
+    return isinstance(exc, sqlite3.Error) or any(
+        cls.__name__ == "Error" and ("sqlite" in cls.__module__ or "sqlean" in cls.__module__)
+        for cls in type(exc).__mro__)
+
 # Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
 MIGRATIONS: list = [
     """

@@ -437,10 +437,11 @@ def _synced(con) -> dict:
 
 
 def _count_files(src) -> int:
+    from .errors import RecallError
     from .index import walk_source
     try:
         return sum(1 for _ in walk_source(src))
-    except Exception:                       # an unreadable folder: the index run will say more
+    except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more
         return 0
 
 

@@ -362,7 +362,7 @@ class LocalProvider:
                 from transformers.utils import logging as tlog
                 tlog.disable_progress_bar()
                 tlog.set_verbosity_error()
-            except Exception:        # noqa: BLE001 — cosmetic only
+            except (ImportError, AttributeError):        # an older transformers: cosmetic only
                 pass
             try:
                 self._st = SentenceTransformer(self.source, device="cpu", local_files_only=local)

@@ -190,11 +190,12 @@ def load_inventory(cfg, con=None) -> list:
             entries.append(e)
     _check_references(entries, _secret_ids(cfg))
     if con is not None and not _holds_inline_values(entries):
-        from .db import set_meta
+        from .db import is_sqlite_error, set_meta
         try:
             set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [e.as_dict() for e in entries]}))
-        except Exception:   # a read-only moment (another writer) only costs the cache
-            pass
+        except Exception as exc:   # a read-only moment (another writer) only costs the cache
+            if not is_sqlite_error(exc):
+                raise
     return entries
 
 

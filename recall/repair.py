@@ -14,13 +14,6 @@ LEDGER_COLUMNS = "at, provider, model, kind, state, estimate, tokens, items, pid
 _OS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
-def _is_sqlite_error(exc) -> bool:
-    """sqlite3's errors, and those of the other SQLite modules recall may open the DB with (sqlean)."""
-    return isinstance(exc, sqlite3.Error) or any(
-        cls.__name__ == "Error" and ("sqlite" in cls.__module__ or "sqlean" in cls.__module__)
-        for cls in type(exc).__mro__)
-
-
 def _kind(exc) -> str:
     """full | readonly | cantopen | damaged | ioerr | locked | '' for an SQLite or OS error."""
     if isinstance(exc, OSError):
@@ -53,7 +46,7 @@ def explain(exc, path=None):
                 and home not in Path(os.path.abspath(exc.filename)).parents:   # not recall's own files
             return RecallError(f"cannot use {exc.filename} ({exc.strerror})", "check its permissions (ls -l)")
         path = exc.filename or path
-    elif not _is_sqlite_error(exc):
+    elif not db.is_sqlite_error(exc):
         return None
     path = Path(path or (db.OPENED[-1] if db.OPENED else "the index"))
     folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)

@@ -550,8 +550,9 @@ def query_vector(con, cfg, query: str, notices=None) -> list:
                         (mid, query, pack(vectors[0]), time.time()))
             con.execute("DELETE FROM query_vectors WHERE used_at < (SELECT used_at FROM query_vectors "
                         "ORDER BY used_at DESC LIMIT 1 OFFSET ?)", (QUERY_CACHE_MAX,))
-    except Exception:        # noqa: BLE001 — the cache is an optimisation; a busy DB must not fail a search
-        pass
+    except Exception as exc:        # the cache is an optimisation; a busy DB must not fail a search
+        if not db.is_sqlite_error(exc):
+            raise
     return vectors[0]
 
 

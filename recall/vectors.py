@@ -55,7 +55,10 @@ def load_vec(con) -> bool:
         con.enable_load_extension(False)
         con.execute("SELECT vec_version()").fetchone()
         return True
-    except Exception:        # noqa: BLE001 — any failure means "not here", and the caller falls back
+    except Exception as exc:        # SQLite's refusal means "not loadable here": the caller falls back
+        from .db import is_sqlite_error
+        if not is_sqlite_error(exc):
+            raise
         return False
 
 
@@ -63,8 +66,18 @@ def has_vec(con) -> bool:
     try:
         con.execute("SELECT vec_version()").fetchone()
         return True
-    except Exception:        # noqa: BLE001
+    except Exception as exc:        # no such function: sqlite-vec is not loaded on `con`
+        from .db import is_sqlite_error
+        if not is_sqlite_error(exc):
+            raise
         return False
+
+
+def _cannot_write(exc) -> bool:
+    """A locked or read-only DB (the vec0 index cannot be brought up to date now), not another error."""
+    from .db import is_sqlite_error
+    text = str(exc).lower()
+    return is_sqlite_error(exc) and any(w in text for w in ("locked", "readonly", "read-only", "busy"))
 
 
 def available_backend(con) -> str:
@@ -241,7 +254,9 @@ class VectorStore:
             try:
                 self.ensure_index()
                 return self._knn_vec0(query, k)
-            except Exception:          # noqa: BLE001 — a locked or read-only DB: search without the index
+            except Exception as exc:   # a locked or read-only DB: search without the index; else it is a bug
+                if not _cannot_write(exc):
+                    raise
                 if not _importable("numpy"):
                     return self._knn_python(query, k)
                 return self._knn_numpy(query, k)

@@ -77,6 +77,26 @@ def isolated_home(tmp_path, monkeypatch):
     return home
 
 
+# Process-wide caches and state, each emptied for every test, so no test sees what an earlier one
+# left (only in modules already imported; a module imported during a test starts empty anyway).
+# Caches of pure functions of their input (compiled patterns, model weights by folder) are kept.
+PROCESS_STATE = {
+    "recall.db": ("OPENED",),                      # paths opened, named by a later storage fault
+    "recall.embed": ("_PROVIDERS",),               # one provider per config
+    "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
+    "recall.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
+    "recall.mcp_server": ("_WARM", "_OUTPUTS"),    # the warm masker, long responses held for `offset`
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state(monkeypatch):
+    for name, attrs in PROCESS_STATE.items():
+        module = sys.modules.get(name)
+        for attr in attrs if module is not None else ():
+            monkeypatch.setattr(module, attr, type(getattr(module, attr))())
+
+
 NOTES = {
     "incidents/2023/INC-10963-db-failover.md": """\
         ---

@@ -24,8 +24,7 @@ FAST = Retry(attempts=4, base=0.01, cap=0.05, budget=5.0)
 
 
 @pytest.fixture(autouse=True)
-def fresh_providers(monkeypatch):
-    monkeypatch.setattr(embed, "_PROVIDERS", {})
+def fast_retries(monkeypatch):
     monkeypatch.setattr(embed, "DEFAULT_RETRY", FAST)
     monkeypatch.delenv("RECALL_VOYAGE_TRANSPORT", raising=False)
 

@@ -41,11 +41,6 @@ def probe(*args, env=None, timeout=120):
     return data
 
 
-@pytest.fixture(autouse=True)
-def fresh_providers(monkeypatch):
-    monkeypatch.setattr(embed, "_PROVIDERS", {})
-
-
 @pytest.fixture
 def voyage(config, fake, monkeypatch):
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)

@@ -223,3 +223,27 @@ def test_a_process_that_searches_again_keeps_a_numpy_matrix(tmp_path, monkeypatc
     monkeypatch.setattr(vectors, "WARM_MATRIX_MAX_BYTES", 0)
     monkeypatch.setattr(vectors, "_MATRICES", {})
     assert [i for i, _ in store.knn([1] * 8, 10)] == [i for i, _ in first] and not vectors._MATRICES
+
+
+def test_a_db_that_cannot_be_written_is_searched_without_vec0_and_another_error_is_raised(tmp_path, monkeypatch):
+    import sqlite3
+    con = _db(tmp_path)
+    if not vectors.has_vec(con):
+        pytest.skip("sqlite-vec not loadable here")
+    mid = _model(con, 4)
+    with db.transaction(con):
+        VectorStore(con, mid, 4, "python").put_many([("a", [1, 0, 0, 0]), ("b", [0, 1, 0, 0])])
+    con.execute("PRAGMA query_only=ON")               # as a read-only DB: the vec0 index cannot be built
+    store = VectorStore(con, mid, 4)
+    top = store.knn([1, 0, 0, 0], 1)
+    assert con.execute("SELECT hash FROM embeddings WHERE id=?", (top[0][0],)).fetchone()[0] == "a"
+    assert store.backend == "sqlite-vec" and not store._vec0_exists()
+    con.execute("PRAGMA query_only=OFF")
+    monkeypatch.setattr(vectors, "_SEARCHED", {})     # a first search again: vec0, not a warm matrix
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+
+    def broken(self, query, k):
+        raise sqlite3.OperationalError("vec0: a query sqlite-vec refuses")
+    monkeypatch.setattr(VectorStore, "_knn_vec0", broken)
+    with pytest.raises(sqlite3.OperationalError, match="refuses"):      # not silently answered by numpy
+        VectorStore(con, mid, 4).knn([1, 0, 0, 0], 1)
