@@ -349,13 +349,20 @@ class HostBoundProxy:
         get = {k.lower(): v for k, v in headers}
         has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
         keep_client = req.version == b"HTTP/1.1" and req.get(b"connection").lower() != b"close"
-        out = [lines[0]] + [k + b": " + v for k, v in headers
-                            if k.lower() not in (b"transfer-encoding", b"content-length", b"connection",
-                                                 b"keep-alive")]
+        coding = get.get(b"content-encoding", b"").strip().lower() if has_body else b""
+        if coding not in (b"", b"identity", b"gzip", b"x-gzip", b"deflate"):
+            # asked for identity, sent something we cannot read: it could hide an echoed value
+            self._note("problem", f"a response in {coding.decode('latin-1')[:20]} encoding was not passed on "
+                                  "(it could not be checked for the value)")
+            _bad_gateway(client, "recall proxy: the response's content encoding cannot be masked")
+            return False, False
+        dropped = (b"transfer-encoding", b"content-length", b"connection", b"keep-alive") + (
+            (b"content-encoding",) if coding not in (b"", b"identity") else ())
+        out = [lines[0]] + [k + b": " + v for k, v in headers if k.lower() not in dropped]
         chunked = req.version == b"HTTP/1.1"          # an HTTP/1.0 child reads the body until close
         if has_body and chunked:
             out.append(b"Transfer-Encoding: chunked")
-        elif b"content-length" in get:
+        elif not has_body and b"content-length" in get:
             out.append(b"Content-Length: " + get[b"content-length"])
         if not keep_client:
             out.append(b"Connection: close")
@@ -364,11 +371,16 @@ class HostBoundProxy:
         if not has_body:
             return keep_up, keep_client
         stream = self.masker.stream()
+        inflate = None
+        if coding not in (b"", b"identity"):
+            import zlib
+            inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
         for piece in _body(up, get):
             if piece is None:                       # read until close: the upstream cannot be reused
                 keep_up = False
                 continue
-            _send_piece(client, stream.feed(piece), chunked)
+            _send_piece(client, stream.feed(inflate.decompress(piece) if inflate else piece), chunked)
+        _send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
         _send_piece(client, stream.flush(), chunked)
         if chunked:
             client.sendall(b"0\r\n\r\n")

@@ -79,6 +79,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200 if ok else 401, b'{"name": "me"}\n' if ok else b'{"error": "unauthorized"}\n')
         elif parts.path == "/echo":             # a careless API that echoes the credential
             self._send(200, f"you sent {auth}\n".encode(), [("X-Echo", auth)])
+        elif parts.path == "/gzip":             # compressed even though the request asked for identity
+            import gzip
+            self._send(200, gzip.compress(f"you sent {auth}\n".encode()), [("Content-Encoding", "gzip")])
+        elif parts.path == "/br":
+            self._send(200, b"\x1b\x00 not really brotli", [("Content-Encoding", "br")])
         elif parts.path == "/query":
             ok = parse_qs(parts.query).get("token") == [token]
             self._send(200 if ok else 401, b"query ok\n" if ok else b"query refused\n")

@@ -142,6 +142,14 @@ def test_a_response_echoing_the_value_comes_back_masked(world, api):
     assert api.seen[0]["auth"] == f"Bearer {CANARY}"
 
 
+def test_a_compressed_echo_is_masked_too_and_an_unreadable_coding_is_refused(world, api):
+    r = sh(f'curl -sS --compressed -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/gzip; '
+           f'curl -sS -o /dev/null -w "%{{http_code}}\\n" -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/br')
+    assert r.stdout == "you sent Bearer [recall:jira-api-token]\n502\n", (r.stdout, r.stderr)
+    assert "a response in br encoding was not passed on" in r.stderr
+
+
 def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, api, tmp_path):
     upload = tmp_path / "upload.bin"
     upload.write_bytes(os.urandom(300_000))
