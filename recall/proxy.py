@@ -6,8 +6,8 @@ import os
 import socket
 import threading
 
-MAX_HEAD = 64 * 1024
-READ_SIZE = 64 * 1024
+from . import http1
+
 IDLE = 300.0           # seconds a connection (child or upstream) may stay silent
 _NO_BODY = (204, 304)
 _HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"trailer", b"upgrade",
@@ -33,72 +33,6 @@ class Binding:
                     plain == p or plain.startswith(p if p.endswith("/") else p + "/") for p in self.paths):
                 return "refused: path outside paths:"
         return ""
-
-
-class _Reader:
-    """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
-
-    def __init__(self, sock, data: bytes = b""):
-        self.sock, self.buf = sock, bytearray(data)
-
-    def _fill(self) -> bool:
-        chunk = self.sock.recv(READ_SIZE)
-        self.buf += chunk
-        return bool(chunk)
-
-    def until(self, mark: bytes, limit: int = MAX_HEAD):
-        """Bytes up to and including `mark`; None at a clean EOF; ValueError when too long or cut."""
-        while mark not in self.buf:
-            if len(self.buf) > limit:
-                raise ValueError("head too long")
-            if not self._fill():
-                if self.buf:
-                    raise ValueError("connection closed mid-head")
-                return None
-        end = self.buf.index(mark) + len(mark)
-        out = bytes(self.buf[:end])
-        del self.buf[:end]
-        return out
-
-    def some(self, n: int) -> bytes:
-        if not self.buf and not self._fill():
-            return b""
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-
-class _NoResponse(ValueError):
-    """The upstream closed before answering (a kept-alive connection it had already dropped)."""
-
-
-class Request:
-    def __init__(self, head: bytes):
-        lines = head[:-4].split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            raise ValueError("not an HTTP/1.x request")
-        self.method, self.target, self.version = parts[0].decode("latin-1"), parts[1], parts[2]
-        rest = head[:-4].replace(b"\r\n", b"")
-        if b"\r" in rest or b"\n" in rest or b"\x00" in rest:
-            raise ValueError("a bare CR, LF or NUL in the request head")     # no request hidden in a header
-        self.headers = [_split_header(line) for line in lines[1:] if line]
-        framing = [v.strip().lower() for k, v in self.headers if k.lower() in (b"content-length", b"transfer-encoding")]
-        if len(framing) > 1 or (framing and not (framing[0] == b"chunked" or framing[0].isdigit())):
-            raise ValueError("ambiguous request framing")                  # one Content-Length or chunked
-
-    def get(self, name: bytes) -> bytes:
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return b""
-
-
-def _split_header(line: bytes) -> tuple:
-    name, sep, value = line.partition(b":")
-    if not sep or not name or name != name.strip():
-        raise ValueError("bad header line")
-    return name, value.strip()
 
 
 class HostBoundProxy:
@@ -184,11 +118,11 @@ class HostBoundProxy:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)      # small writes go out at once
         self._track(conn)
         try:
-            reader = _Reader(conn)
+            reader = http1.Reader(conn)
             head = reader.until(b"\r\n\r\n")
             if head is None:
                 return
-            req = Request(head)
+            req = http1.Request(head)
             if not hmac.compare_digest(req.get(b"proxy-authorization"), self._auth):
                 conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic "
                              b"realm=\"recall\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -196,7 +130,7 @@ class HostBoundProxy:
             if req.method != "CONNECT":
                 self._exchange(conn, reader, "http", None, head)
                 return
-            host, port = _host_port(req.target.decode("latin-1"), 443)
+            host, port = http1.host_port(req.target.decode("latin-1"), 443)
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             try:
                 tls = self.ca.server_context(host).wrap_socket(conn, server_side=True)
@@ -206,7 +140,7 @@ class HostBoundProxy:
                 return
             self._track(tls)
             conn = tls
-            self._exchange(tls, _Reader(tls), "https", (host, port), None)
+            self._exchange(tls, http1.Reader(tls), "https", (host, port), None)
         except (OSError, ValueError):
             pass
         except Exception as exc:        # a bug: one line, never a traceback on the child's terminal
@@ -228,13 +162,13 @@ class HostBoundProxy:
                 first = None
                 if head is None:
                     return
-                req = Request(head)
+                req = http1.Request(head)
                 target = req.target.decode("latin-1")
                 where = dest
                 if scheme == "http":
                     if not hmac.compare_digest(req.get(b"proxy-authorization"), self._auth):
                         return
-                    where, target = _absolute(target)
+                    where, target = http1.absolute_target(target)
                 with self._lock:
                     self.requests += 1
                 if upstream is not None and upstream[0] != where:
@@ -250,18 +184,18 @@ class HostBoundProxy:
                             upstream = (where, *self._connect(scheme, where))
                         except (OSError, ValueError) as exc:
                             self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
-                            _bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
+                            http1.bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
                             return
                         attempt = 2
                     try:
                         try:
                             upstream[1].sendall(out_head)
                         except (BrokenPipeError, ConnectionResetError):
-                            raise _NoResponse("upstream closed") from None
-                        _copy_request_body(req, reader, upstream[1])
+                            raise http1.NoResponse("upstream closed") from None
+                        http1.copy_request_body(req, reader, upstream[1])
                         keep_up, keep_client = self._relay_response(req, upstream[2], client)
                         break
-                    except _NoResponse:         # raised only before anything reached the child
+                    except http1.NoResponse:         # raised only before anything reached the child
                         upstream[1].close()
                         upstream = None
                         if attempt == 2 or not bodiless:
@@ -289,9 +223,9 @@ class HostBoundProxy:
                 sock.close()
                 raise
         self._track(sock)
-        return sock, _Reader(sock)
+        return sock, http1.Reader(sock)
 
-    def _rewrite(self, req: Request, scheme: str, where, target: str) -> bytes:
+    def _rewrite(self, req: http1.Request, scheme: str, where, target: str) -> bytes:
         """The request head as sent upstream: placeholders replaced only where bound, hop headers dropped."""
         path, sep, query = target.partition("?")
         lines, chunked = [], False
@@ -332,7 +266,7 @@ class HostBoundProxy:
                 text = text.replace(b.placeholder, b.value)
         return text
 
-    def _relay_response(self, req: Request, up: _Reader, client) -> tuple:
+    def _relay_response(self, req: http1.Request, up: http1.Reader, client) -> tuple:
         """Stream one response to the child, headers and body masked, re-framed as chunked."""
         while True:
             try:
@@ -340,12 +274,12 @@ class HostBoundProxy:
             except ConnectionResetError:
                 head = None
             if head is None:
-                raise _NoResponse("upstream closed without a response")
+                raise http1.NoResponse("upstream closed without a response")
             status = int(head.split(b" ", 2)[1])
             if status >= 200 or status == 101:
                 break                               # 1xx (100 Continue, 103) were answered already
         lines = head[:-4].split(b"\r\n")
-        headers = [_split_header(line) for line in lines[1:] if line]
+        headers = [http1.split_header(line) for line in lines[1:] if line]
         get = {k.lower(): v for k, v in headers}
         has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
         keep_client = req.version == b"HTTP/1.1" and req.get(b"connection").lower() != b"close"
@@ -354,7 +288,7 @@ class HostBoundProxy:
             # asked for identity, sent something we cannot read: it could hide an echoed value
             self._note("problem", f"a response in {coding.decode('latin-1')[:20]} encoding was not passed on "
                                   "(it could not be checked for the value)")
-            _bad_gateway(client, "recall proxy: the response's content encoding cannot be masked")
+            http1.bad_gateway(client, "recall proxy: the response's content encoding cannot be masked")
             return False, False
         dropped = (b"transfer-encoding", b"content-length", b"connection", b"keep-alive") + (
             (b"content-encoding",) if coding not in (b"", b"identity") else ())
@@ -375,88 +309,16 @@ class HostBoundProxy:
         if coding not in (b"", b"identity"):
             import zlib
             inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
-        for piece in _body(up, get):
+        for piece in http1.response_body(up, get):
             if piece is None:                       # read until close: the upstream cannot be reused
                 keep_up = False
                 continue
-            _send_piece(client, stream.feed(inflate.decompress(piece) if inflate else piece), chunked)
-        _send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
-        _send_piece(client, stream.flush(), chunked)
+            http1.send_piece(client, stream.feed(inflate.decompress(piece) if inflate else piece), chunked)
+        http1.send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
+        http1.send_piece(client, stream.flush(), chunked)
         if chunked:
             client.sendall(b"0\r\n\r\n")
         return keep_up, keep_client
-
-
-def _send_piece(client, data: bytes, chunked: bool) -> None:
-    if data:
-        client.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
-
-
-def _body(up: _Reader, headers: dict):
-    """The response body's bytes in pieces (chunked, sized, or until close — then a None first)."""
-    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        while True:
-            size_line = up.until(b"\r\n")
-            if size_line is None:
-                raise ValueError("cut chunked body")
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                while up.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
-                    pass
-                return
-            while size:
-                piece = up.some(min(size, READ_SIZE))
-                if not piece:
-                    raise ValueError("cut chunk")
-                size -= len(piece)
-                yield piece
-            up.until(b"\r\n")
-    elif b"content-length" in headers:
-        left = int(headers[b"content-length"])
-        while left:
-            piece = up.some(min(left, READ_SIZE))
-            if not piece:
-                raise ValueError("cut body")
-            left -= len(piece)
-            yield piece
-    else:
-        yield None
-        while True:
-            piece = up.some(READ_SIZE)
-            if not piece:
-                return
-            yield piece
-
-
-def _copy_request_body(req: Request, reader: _Reader, up) -> None:
-    """The request body as it came (chunked framing kept, trailers dropped); never rewritten."""
-    if req.get(b"transfer-encoding"):
-        while True:
-            size_line = reader.until(b"\r\n")
-            if size_line is None:
-                raise ValueError("cut chunked body")
-            size = int(size_line.split(b";")[0].strip(), 16)
-            up.sendall(b"%x\r\n" % size)
-            if size == 0:
-                while reader.until(b"\r\n") not in (b"\r\n", None):
-                    pass
-                up.sendall(b"\r\n")
-                return
-            while size:
-                piece = reader.some(min(size, READ_SIZE))
-                if not piece:
-                    raise ValueError("cut chunk")
-                size -= len(piece)
-                up.sendall(piece)
-            up.sendall(reader.until(b"\r\n") or b"\r\n")
-    else:
-        left = int(req.get(b"content-length") or 0)
-        while left:
-            piece = reader.some(min(left, READ_SIZE))
-            if not piece:
-                raise ValueError("cut body")
-            left -= len(piece)
-            up.sendall(piece)
 
 
 def _basic_holds(value: bytes, placeholder: bytes) -> bool:
@@ -464,31 +326,6 @@ def _basic_holds(value: bytes, placeholder: bytes) -> bool:
         return placeholder in base64.b64decode(value[6:].strip(), validate=True)
     except ValueError:
         return False
-
-
-def _host_port(text: str, default: int) -> tuple:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or (host.count(":") and not host.startswith("[")):
-        host, port = text, str(default)
-    return host.strip("[]").lower(), int(port)
-
-
-def _absolute(target: str) -> tuple:
-    """http://host[:port]/path?q → ((host, port), '/path?q'); anything else is refused."""
-    if not target.lower().startswith("http://"):
-        raise ValueError("only http:// absolute targets and CONNECT are proxied")
-    rest = target[7:]
-    authority, slash, path = rest.partition("/")
-    return _host_port(authority.rpartition("@")[2], 80), "/" + path if slash else "/"
-
-
-def _bad_gateway(client, text: str) -> None:
-    body = text.encode("utf-8", "replace") + b"\n"
-    try:
-        client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    except OSError:
-        pass
 
 
 def _short(exc: BaseException) -> str:

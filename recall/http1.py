@@ -1,0 +1,168 @@
+"""HTTP/1.1 framing for the host-bound proxy: request heads (strict), chunked and sized bodies, targets."""
+from __future__ import annotations
+
+MAX_HEAD = 64 * 1024
+READ_SIZE = 64 * 1024
+
+
+class Reader:
+    """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
+
+    def __init__(self, sock, data: bytes = b""):
+        self.sock, self.buf = sock, bytearray(data)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(READ_SIZE)
+        self.buf += chunk
+        return bool(chunk)
+
+    def until(self, mark: bytes, limit: int = MAX_HEAD):
+        """Bytes up to and including `mark`; None at a clean EOF; ValueError when too long or cut."""
+        while mark not in self.buf:
+            if len(self.buf) > limit:
+                raise ValueError("head too long")
+            if not self._fill():
+                if self.buf:
+                    raise ValueError("connection closed mid-head")
+                return None
+        end = self.buf.index(mark) + len(mark)
+        out = bytes(self.buf[:end])
+        del self.buf[:end]
+        return out
+
+    def some(self, n: int) -> bytes:
+        if not self.buf and not self._fill():
+            return b""
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+class NoResponse(ValueError):
+    """The upstream closed before answering (a kept-alive connection it had already dropped)."""
+
+
+class Request:
+    def __init__(self, head: bytes):
+        lines = head[:-4].split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            raise ValueError("not an HTTP/1.x request")
+        self.method, self.target, self.version = parts[0].decode("latin-1"), parts[1], parts[2]
+        rest = head[:-4].replace(b"\r\n", b"")
+        if b"\r" in rest or b"\n" in rest or b"\x00" in rest:
+            raise ValueError("a bare CR, LF or NUL in the request head")     # no request hidden in a header
+        self.headers = [split_header(line) for line in lines[1:] if line]
+        framing = [v.strip().lower() for k, v in self.headers if k.lower() in (b"content-length", b"transfer-encoding")]
+        if len(framing) > 1 or (framing and not (framing[0] == b"chunked" or framing[0].isdigit())):
+            raise ValueError("ambiguous request framing")                  # one Content-Length or chunked
+
+    def get(self, name: bytes) -> bytes:
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return b""
+
+
+def split_header(line: bytes) -> tuple:
+    name, sep, value = line.partition(b":")
+    if not sep or not name or name != name.strip():
+        raise ValueError("bad header line")
+    return name, value.strip()
+
+
+def send_piece(client, data: bytes, chunked: bool) -> None:
+    if data:
+        client.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+
+
+def response_body(up: Reader, headers: dict):
+    """The response body's bytes in pieces (chunked, sized, or until close — then a None first)."""
+    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+        while True:
+            size_line = up.until(b"\r\n")
+            if size_line is None:
+                raise ValueError("cut chunked body")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while up.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
+                    pass
+                return
+            while size:
+                piece = up.some(min(size, READ_SIZE))
+                if not piece:
+                    raise ValueError("cut chunk")
+                size -= len(piece)
+                yield piece
+            up.until(b"\r\n")
+    elif b"content-length" in headers:
+        left = int(headers[b"content-length"])
+        while left:
+            piece = up.some(min(left, READ_SIZE))
+            if not piece:
+                raise ValueError("cut body")
+            left -= len(piece)
+            yield piece
+    else:
+        yield None
+        while True:
+            piece = up.some(READ_SIZE)
+            if not piece:
+                return
+            yield piece
+
+
+def copy_request_body(req: Request, reader: Reader, up) -> None:
+    """The request body as it came (chunked framing kept, trailers dropped); never rewritten."""
+    if req.get(b"transfer-encoding"):
+        while True:
+            size_line = reader.until(b"\r\n")
+            if size_line is None:
+                raise ValueError("cut chunked body")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            up.sendall(b"%x\r\n" % size)
+            if size == 0:
+                while reader.until(b"\r\n") not in (b"\r\n", None):
+                    pass
+                up.sendall(b"\r\n")
+                return
+            while size:
+                piece = reader.some(min(size, READ_SIZE))
+                if not piece:
+                    raise ValueError("cut chunk")
+                size -= len(piece)
+                up.sendall(piece)
+            up.sendall(reader.until(b"\r\n") or b"\r\n")
+    else:
+        left = int(req.get(b"content-length") or 0)
+        while left:
+            piece = reader.some(min(left, READ_SIZE))
+            if not piece:
+                raise ValueError("cut body")
+            left -= len(piece)
+            up.sendall(piece)
+
+
+def host_port(text: str, default: int) -> tuple:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or (host.count(":") and not host.startswith("[")):
+        host, port = text, str(default)
+    return host.strip("[]").lower(), int(port)
+
+
+def absolute_target(target: str) -> tuple:
+    """http://host[:port]/path?q → ((host, port), '/path?q'); anything else is refused."""
+    if not target.lower().startswith("http://"):
+        raise ValueError("only http:// absolute targets and CONNECT are proxied")
+    rest = target[7:]
+    authority, slash, path = rest.partition("/")
+    return host_port(authority.rpartition("@")[2], 80), "/" + path if slash else "/"
+
+
+def bad_gateway(client, text: str) -> None:
+    body = text.encode("utf-8", "replace") + b"\n"
+    try:
+        client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    except OSError:
+        pass
