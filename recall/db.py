@@ -1,4 +1,4 @@
-"""The one SQLite database: connect (WAL, busy timeout, 0600), migrations, small helpers."""
+"""The one SQLite database: its driver (sqlite3/sqlean + sqlite-vec), connect (WAL, busy timeout, 0600), migrations, helpers."""
 from __future__ import annotations
 
 import errno
@@ -195,6 +195,62 @@ def _secure_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
+# -- the driver: which SQLite module, and sqlite-vec loaded into it -------------------------------
+
+def vec_extension_path():
+    """sqlite-vec's loadable file, found without importing the package (it imports numpy: ~0.1 s)."""
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("sqlite_vec")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
+def sqlite_module():
+    """The module to open the DB with when vectors are wanted: stdlib sqlite3 if it can load
+    extensions and sqlite-vec is installed, else the drop-in `sqlean` (sqlean.py), else sqlite3."""
+    if vec_extension_path() is None:
+        return sqlite3
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        return sqlite3
+    try:
+        import sqlean
+    except ImportError:
+        return sqlite3
+    return sqlean
+
+
+def load_vec(con) -> bool:
+    """Load sqlite-vec into `con`; False when this connection or machine cannot."""
+    path = vec_extension_path()
+    if path is None or not hasattr(con, "enable_load_extension"):
+        return False
+    try:
+        con.enable_load_extension(True)
+        con.load_extension(path)
+        con.enable_load_extension(False)
+        con.execute("SELECT vec_version()").fetchone()
+        return True
+    except Exception as exc:        # SQLite's refusal means "not loadable here": the caller falls back
+        if not is_sqlite_error(exc):
+            raise
+        return False
+
+
+def has_vec(con) -> bool:
+    try:
+        con.execute("SELECT vec_version()").fetchone()
+        return True
+    except Exception as exc:        # no such function: sqlite-vec is not loaded on `con`
+        if not is_sqlite_error(exc):
+            raise
+        return False
+
+
 def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.Connection:
     """Open (creating and migrating if needed) the DB at `path`. With `vectors`, open it through
     an SQLite module that can load sqlite-vec (stdlib, else sqlean) and load it when installed;
@@ -213,14 +269,13 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
     OPENED.append(path)
     module = sqlite3
     if vectors:
-        from . import vectors as _vectors
-        module = _vectors.sqlite_module()
+        module = sqlite_module()
     try:
         con = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                              check_same_thread=False)
         con.row_factory = module.Row
         if vectors:
-            _vectors.load_vec(con)
+            load_vec(con)
         con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA secure_delete=ON")      # deleted text is zeroed, not left in free pages

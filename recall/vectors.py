@@ -7,70 +7,19 @@ import math
 import sys
 import threading
 
+from .db import has_vec, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
+
 VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
 BACKENDS = ("sqlite-vec", "numpy", "python")
 
 
-# -- which SQLite module, which backend -----------------------------------------------------------
+# -- which backend -----------------------------------------------------------------------------
 
 def _importable(name: str):
     try:
         return importlib.import_module(name)
     except ImportError:
         return None
-
-
-def vec_extension_path():
-    """sqlite-vec's loadable file, found without importing the package (it imports numpy: ~0.1 s)."""
-    import importlib.util
-    import os
-    try:
-        spec = importlib.util.find_spec("sqlite_vec")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
-
-
-def sqlite_module():
-    """The module to open the DB with when vectors are wanted: stdlib sqlite3 if it can load
-    extensions and sqlite-vec is installed, else the drop-in `sqlean` (sqlean.py), else sqlite3."""
-    import sqlite3
-    if vec_extension_path() is None:
-        return sqlite3
-    if hasattr(sqlite3.Connection, "enable_load_extension"):
-        return sqlite3
-    return _importable("sqlean") or sqlite3
-
-
-def load_vec(con) -> bool:
-    """Load sqlite-vec into `con`; False when this connection or machine cannot."""
-    path = vec_extension_path()
-    if path is None or not hasattr(con, "enable_load_extension"):
-        return False
-    try:
-        con.enable_load_extension(True)
-        con.load_extension(path)
-        con.enable_load_extension(False)
-        con.execute("SELECT vec_version()").fetchone()
-        return True
-    except Exception as exc:        # SQLite's refusal means "not loadable here": the caller falls back
-        from .db import is_sqlite_error
-        if not is_sqlite_error(exc):
-            raise
-        return False
-
-
-def has_vec(con) -> bool:
-    try:
-        con.execute("SELECT vec_version()").fetchone()
-        return True
-    except Exception as exc:        # no such function: sqlite-vec is not loaded on `con`
-        from .db import is_sqlite_error
-        if not is_sqlite_error(exc):
-            raise
-        return False
 
 
 def _cannot_write(exc) -> bool:

@@ -35,7 +35,6 @@ LAYERS = [
 # import is gone fails the test until it is removed here.
 KNOWN_UPWARD = {
     ("db", "repair"),         # a storage fault explained where the DB is opened
-    ("db", "vectors"),        # the SQLite module that can load sqlite-vec
     ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
     ("guard", "secretfile"),  # the names that change how programs run
     ("read", "remote"),       # `recall read remote:path`
