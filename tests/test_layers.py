@@ -14,7 +14,7 @@ LAYERS = [
     ("storage", {"db"}),
     ("storage faults", {"repair"}),
     ("leaves", {"terms", "chunk", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
-                "guard_parse", "guard_tools", "guard_cloud", "proxy", "ephemeral_ca", "hostbound",
+                "guard_parse", "guard_tools", "guard_cloud", "http1", "proxy", "ephemeral_ca", "hostbound",
                 "query_encoder"}),
     ("guard", {"guard"}),
     ("vectors", {"vectors"}),
