@@ -407,11 +407,8 @@ def _secret_text(meta: dict) -> str:
     if meta.get("tags"):
         lines.append(f"  tags: {', '.join(meta['tags'])}")
     lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
-    if meta.get("proxy"):
-        p = meta["proxy"]
-        lines.append(f"  host-bound: sent only to https://{p['host']}:{p['port']}"
-                     + (f" under {', '.join(p['paths'])}" if p.get("paths") else "")
-                     + " by recall's proxy; the command sees a placeholder")
+    if meta.get("host_bound"):
+        lines.append(f"  host-bound: {meta['host_bound']}")
     if "last_verified" in meta:
         lines.append(f"  last verified: {meta['last_verified']}")
     return "\n".join(lines)

@@ -219,6 +219,11 @@ def _public(row, status=None) -> dict:
     out = {"id": row["id"], **meta, "tags": json.loads(row["tags"]),
            "variables": sorted(json.loads(row["variables"])), "inject": row["inject"],
            "check": row["check_cmd"], "file": f"{row['file']}:{row['line']}"}
+    if meta.get("proxy"):               # inject: proxy — where the value may go, said once for cli and MCP
+        p = meta["proxy"]
+        out["host_bound"] = (f"sent only to https://{p['host']}:{p['port']}"
+                             + (f" under {', '.join(p['paths'])}" if p.get("paths") else "")
+                             + " by recall's proxy; the command sees a placeholder")
     if status is not None:
         out["last_verified"] = status
     return out

@@ -1,6 +1,7 @@
 """Host-bound secrets (inject: proxy): real curl and Python clients through recall's proxy to a local HTTPS stand-in."""
 import base64
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -261,7 +262,9 @@ def test_access_exec_uses_the_proxy_for_linked_host_bound_secrets(tmp_path, monk
 
 def test_secret_show_says_where_the_value_goes(world, api):
     r = run_recall("secret", "show", "jira-api-token")
-    assert f"host-bound: sent only to https://127.0.0.1:{api.port}" in r.stdout
+    assert f"host-bound: sent only to https://127.0.0.1:{api.port} by recall's proxy" in r.stdout
+    shown = json.loads(run_recall("--json", "secret", "show", "jira-api-token").stdout)     # as MCP returns it
+    assert shown["inject"] == "proxy" and shown["host_bound"].startswith(f"sent only to https://127.0.0.1:{api.port}")
 
 
 @pytest.mark.parametrize("text, message", [
