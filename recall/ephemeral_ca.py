@@ -107,7 +107,8 @@ class EphemeralCA:
             _ext(_KEY_USAGE, _bits(b"\x86", 1), critical=True),          # keyCertSign, cRLSign, digitalSignature
             _ext(_SKI, _tlv(0x04, self._ca_id))])
         self.pem = _pem("CERTIFICATE", der)
-        self._dir = tempfile.mkdtemp(prefix="recall-proxy-")        # 0700 by mkdtemp
+        _sweep_left_behind()
+        self._dir = tempfile.mkdtemp(prefix=f"recall-proxy-{os.getpid()}-")        # 0700 by mkdtemp
         self.cert_path = os.path.join(self._dir, "ca.pem")
         fd = os.open(self.cert_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
@@ -155,6 +156,36 @@ class EphemeralCA:
                 (os.rmdir if path == self._dir else os.unlink)(path)
             except OSError:
                 pass
+
+
+def _sweep_left_behind() -> None:
+    """Remove the CA folders of runs that were killed (kill -9) before `close`: ours, their pid gone."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith("recall-proxy-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name.split("-")[2]
+        path = os.path.join(root, name)
+        try:
+            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or _alive(int(pid)):
+                continue
+            for leftover in os.listdir(path):
+                os.unlink(os.path.join(path, leftover))
+            os.rmdir(path)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _load_chain_from_memory(ctx, chain: bytes, key: bytes) -> None:

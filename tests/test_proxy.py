@@ -224,18 +224,23 @@ def test_the_proxy_is_gone_when_the_child_exits(world):
 def test_no_port_is_left_after_kill_9_of_recall(world, tmp_path):
     out = tmp_path / "port"
     proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
-                             "sh", "-c", f'echo "$$ ${{HTTPS_PROXY##*:}}" > {out}.tmp; mv {out}.tmp {out}; exec sleep 30'],
+                             "sh", "-c", f'echo "$$ ${{HTTPS_PROXY##*:}} $SSL_CERT_FILE" > {out}.tmp; mv {out}.tmp {out}; '
+                             'exec sleep 30'],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child = None
     try:
         deadline = time.monotonic() + 20
         while not out.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        child, port = map(int, out.read_text().split())
+        child, port, ca_file = out.read_text().split()
+        child, port = int(child), int(port)
         assert _listening(port)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert not _listening(port)
+        assert os.path.exists(ca_file)          # only the public CA file outlives a kill -9 …
+        sh("true")
+        assert not os.path.exists(os.path.dirname(ca_file))     # … until the next run sweeps it
     finally:
         if proc.poll() is None:
             proc.kill()
