@@ -356,3 +356,14 @@ def test_a_request_hidden_in_a_header_or_in_ambiguous_framing_is_dropped(tmp_pat
     r = clean(run_recall("secret", "exec", "scoped-token", "--", sys.executable, "-c", SMUGGLER, str(api.port)))
     assert r.stdout == "b''\nb''\n", (r.stdout, r.stderr)           # the proxy closed both connections
     assert api.seen == []
+
+
+def test_a_service_whose_certificate_is_not_trusted_never_gets_the_value(tmp_path, monkeypatch, api):
+    secrets = write_world(tmp_path, monkeypatch, api)
+    secrets.write_text(secrets.read_text().replace(f"  ca: {api.ca}\n", ""))       # the system store only
+    assert run_recall("secret", "sync").returncode == 0
+    r = sh(f'curl -sS -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/myself')
+    assert r.stdout == "502", (r.stdout, r.stderr)
+    assert "CERTIFICATE_VERIFY_FAILED" in r.stderr or "certificate verify failed" in r.stderr
+    assert api.seen == []
