@@ -229,6 +229,15 @@ def test_inline_tokens_in_proof_commands_are_not_stored(world):
     state_clean(world["tmp"])
 
 
+def test_usernames_stay_readable_in_exec_and_access_exec(world):
+    world["inventory"].write_text("- id: db\n  kind: database\n  secrets: [db-admin]\n  verify: 'true'\n")
+    show = 'echo "$DB_ADMIN_USERNAME" "$DB_ADMIN_PASSWORD"'
+    r = ok(run_recall("secret", "exec", "db-admin", "--", "sh", "-c", show))
+    assert r.stdout == "admin [recall:db-admin]\n"
+    r = ok(run_recall("access", "exec", "db", "--", "sh", "-c", show))
+    assert r.stdout == "admin [recall:db-admin]\n"
+
+
 # -- 9. get is for a person --------------------------------------------------------------------------
 
 def test_get_through_a_pipe_never_shows_the_value(world):
