@@ -195,6 +195,15 @@ def _secure_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
+def in_batches(values, size: int = 500):
+    """(slice, "?,?,…") of `values`, at most `size` at a time: one `IN (…)` query per slice stays
+    under SQLite's limit on bound variables."""
+    values = list(values)
+    for i in range(0, len(values), size):
+        part = values[i:i + size]
+        yield part, ",".join("?" * len(part))
+
+
 # -- the driver: which SQLite module, and sqlite-vec loaded into it -------------------------------
 
 def vec_extension_path():

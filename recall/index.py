@@ -339,11 +339,10 @@ def embed_batches(pending: list, items: int, tokens: int):
 def _texts(con, hashes: list) -> dict:
     from .embed import document_text
     out = {}
-    for i in range(0, len(hashes), 500):
-        part = hashes[i:i + 500]
+    for part, marks in db.in_batches(hashes):
         for h, crumb, body, rel in con.execute(
                 "SELECT c.hash, c.breadcrumb, c.body, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
-                f"WHERE c.hash IN ({','.join('?' * len(part))})", part):
+                f"WHERE c.hash IN ({marks})", part):
             out.setdefault(h, document_text(embedded_breadcrumb(rel, crumb), body))
     return out
 

@@ -110,11 +110,11 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         if len(bm25) < limit:
             bm25 = {cid: -r for cid, r in con.execute(sql, (fq, limit))}
         missing = [cid for cid in exact if cid not in bm25]
-        for i in range(0, len(missing), 500):
-            part = missing[i:i + 500]
+        from .db import in_batches
+        for part, marks in in_batches(missing):
             rows = con.execute(
                 f"SELECT rowid, {_BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
-                f"AND rowid IN ({','.join('?' * len(part))})", [fq] + part)
+                f"AND rowid IN ({marks})", [fq] + part)
             bm25.update({cid: -r for cid, r in rows})
     ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
                {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4)})
@@ -137,13 +137,13 @@ def rrf(lists: dict, k: int = RRF_K) -> dict:
 
 
 def _load_chunks(con, ids: list) -> dict:
+    from .db import in_batches
     out = {}
-    for i in range(0, len(ids), 500):
-        part = ids[i:i + 500]
+    for part, marks in in_batches(ids):
         rows = con.execute(
             "SELECT c.id, c.file_id, c.start_line, c.end_line, c.breadcrumb, c.body, "
             "f.source, f.relpath, f.date FROM chunks c JOIN files f ON f.id = c.file_id "
-            f"WHERE c.id IN ({','.join('?' * len(part))})", part)
+            f"WHERE c.id IN ({marks})", part)
         out.update({r["id"]: r for r in rows})
     return out
 

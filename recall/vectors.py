@@ -7,7 +7,7 @@ import math
 import sys
 import threading
 
-from .db import has_vec, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
+from .db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
 VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
 BACKENDS = ("sqlite-vec", "numpy", "python")
@@ -146,9 +146,7 @@ class VectorStore:
         for mid, ids in touched.items():
             other = VectorStore(self.con, mid, 0, self.backend)
             live = other.backend == "sqlite-vec" and other._vec0_current()
-            for i in range(0, len(ids), 500):
-                part = ids[i:i + 500]
-                marks = ",".join("?" * len(part))
+            for part, marks in in_batches(ids):
                 self.con.execute(f"DELETE FROM embeddings WHERE id IN ({marks})", part)
                 if live:
                     self.con.execute(f"DELETE FROM {other.table} WHERE rowid IN ({marks})", part)
@@ -287,10 +285,9 @@ class VectorStore:
         sims = dict(hits)
         out = []
         ids = [h[0] for h in hits]
-        for i in range(0, len(ids), 500):
-            part = ids[i:i + 500]
+        for part, marks in in_batches(ids):
             rows = self.con.execute(
                 "SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = e.hash "
-                f"WHERE e.id IN ({','.join('?' * len(part))})", part).fetchall()
+                f"WHERE e.id IN ({marks})", part).fetchall()
             out += [(cid, sims[eid]) for eid, cid in rows]
         return sorted(out, key=lambda x: (-x[1], x[0]))

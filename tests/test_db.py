@@ -72,3 +72,14 @@ def test_transaction_rolls_back_on_error(tmp_path):
             db.set_meta(con, "k", "v")
             raise ZeroDivisionError
     assert db.get_meta(con, "k") is None
+
+
+def test_in_batches_gives_every_value_once_under_the_variable_limit(tmp_path):
+    con = db.connect(tmp_path / "recall.db")
+    con.execute("CREATE TABLE t(x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1203)])
+    got = []
+    for part, marks in db.in_batches(range(1203)):
+        assert len(part) <= 500 and marks.count("?") == len(part)
+        got += [r[0] for r in con.execute(f"SELECT x FROM t WHERE x IN ({marks})", part)]
+    assert sorted(got) == list(range(1203))
