@@ -616,7 +616,7 @@ def cmd_eval(args) -> int:
 
     def run_query(q, mode):
         plain = mode.replace("+rerank", "")
-        return [h.relpath for h in search(con, cfg, q, n=10, mode=plain, rerank=plain != mode,
+        return [h.relpath for h in search(con, cfg, q, n=20, mode=plain, rerank=plain != mode,
                                           remotes=False).hits]
 
     modes = args.mode or (["keyword", "semantic", "hybrid"] if provider else ["auto"])

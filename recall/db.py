@@ -182,6 +182,27 @@ MIGRATIONS: list = [
         tokenize="porter unicode61 remove_diacritics 2");
     INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
     """,
+    """
+    -- the file's path is searched too (runbooks/restore-etcd.md says what the note is about),
+    -- as a third FTS column kept on the chunk, so a delete can hand FTS5 the same values
+    ALTER TABLE chunks ADD COLUMN path TEXT NOT NULL DEFAULT '';
+    UPDATE chunks SET path = (SELECT relpath FROM files WHERE files.id = chunks.file_id);
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_ad;
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, path, content='chunks', content_rowid='id',
+        tokenize="porter unicode61 remove_diacritics 2");
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, breadcrumb, body, path) VALUES (new.id, new.breadcrumb, new.body, new.path);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body, path)
+        VALUES ('delete', old.id, old.breadcrumb, old.body, old.path);
+        DELETE FROM idents WHERE chunk_id = old.id;
+    END;
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
 ]
 
 

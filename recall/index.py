@@ -114,9 +114,9 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
     digest = chunk_hash(embedded_breadcrumb(rel, crumb), body)
     chunk_id = con.execute(
-        "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash) "
-        "VALUES (?,?,?,?,?,?,?,?)",
-        (chunk_id, file_id, ord_, start, end, crumb, body, digest)).lastrowid
+        "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
+        "VALUES (?,?,?,?,?,?,?,?,?)",
+        (chunk_id, file_id, ord_, start, end, crumb, body, digest, rel)).lastrowid
     # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
     idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1])
     con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",

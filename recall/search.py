@@ -18,8 +18,13 @@ RRF_K = 60
 RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
 MODES = ("auto", "keyword", "semantic", "hybrid")
+NAMED_CHECK = 2000            # identifier hits checked for a file named after the identifier
+PHRASE_CHECK = 200            # keyword candidates checked for holding the whole query word for word
+FILE_SUPPORT = 0.2            # keyword route: share of a file's next candidates' BM25 added to each chunk
+FILE_SUPPORT_N = 2
 CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
-_BM25 = f"bm25(chunks_fts, {CRUMB_WEIGHT}, 1.0)"
+PATH_WEIGHT = 1.0             # and the file's path (runbooks/restore-etcd.md)
+_BM25 = f"bm25(chunks_fts, {CRUMB_WEIGHT}, 1.0, {PATH_WEIGHT})"
 
 
 class Hit(Record):
@@ -90,13 +95,6 @@ def keyword_ranked(con, query: str, limit: int) -> list:
     for term in dict.fromkeys(idents):
         for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,)):
             exact[cid] = exact.get(cid, 0) + 1
-    if idents and len(tokens) >= 3:
-        # a pasted message around an identifier ("x509: certificate signed by unknown authority"):
-        # the chunks that hold it word for word count as holding one identifier more
-        for (cid,) in con.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?",
-                                  (terms.fts_phrase(query),)):
-            if cid in exact:
-                exact[cid] += 1
     bm25: dict = {}
     fq = terms.fts_query(query)
     if fq:
@@ -116,6 +114,23 @@ def keyword_ranked(con, query: str, limit: int) -> list:
                 f"SELECT rowid, {_BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
                 f"AND rowid IN ({marks})", [fq] + part)
             bm25.update({cid: -r for cid, r in rows})
+    if exact and len(exact) <= NAMED_CHECK:
+        # the page named after the identifier (alerts/RouterErrorRatioTooHigh.md) is about it:
+        # above the pages that only mention it
+        ids = list(exact)
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            for cid, rel in con.execute("SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
+                                        f"WHERE c.id IN ({','.join('?' * len(part))})", part):
+                if not set(idents).isdisjoint(terms.identifiers(rel.rsplit("/", 1)[-1])):
+                    exact[cid] += 1
+    if len(tokens) >= 3 and bm25:
+        # a pasted message ("x509: certificate signed by unknown authority"): the candidates that
+        # hold it word for word count as holding one identifier more
+        part = list(bm25)[:PHRASE_CHECK]
+        for (cid,) in con.execute(f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                  f"AND rowid IN ({','.join('?' * len(part))})", [terms.fts_phrase(query)] + part):
+            exact[cid] = exact.get(cid, 0) + 1
     ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
                {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4)})
               for cid in set(bm25) | set(exact)]
@@ -125,14 +140,16 @@ def keyword_ranked(con, query: str, limit: int) -> list:
 
 # -- fusion and shaping ---------------------------------------------------------------------------
 
-def rrf(lists: dict, k: int = RRF_K) -> dict:
-    """Reciprocal rank fusion: {name: [chunk_id, …]} → {chunk_id: (score, {name: rank})}."""
+def rrf(lists: dict, k: int = RRF_K, weights: dict | None = None) -> dict:
+    """Reciprocal rank fusion: {name: [chunk_id, …]} → {chunk_id: (score, {name: rank})};
+    `weights` ({name: w}, default 1) scale each list's contribution."""
     fused: dict = {}
     for name, ids in lists.items():
+        w = (weights or {}).get(name, 1.0)
         for rank, cid in enumerate(ids, start=1):
             score, ranks = fused.get(cid, (0.0, {}))
             ranks[name] = rank
-            fused[cid] = (score + 1.0 / (k + rank), ranks)
+            fused[cid] = (score + w / (k + rank), ranks)
     return fused
 
 
@@ -160,9 +177,15 @@ class QueryTerms:
         self.exact = {t for t in tokens if terms.is_identifier(t)}
         plain = [w for w in terms.words(query) if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
         self.stems = {terms.stem(w) for w in plain}
+        self._seen: dict = {}        # token → term or None: a note repeats its words
 
     def match(self, token: str):
         """The query term `token` stands for, or None."""
+        if token not in self._seen:
+            self._seen[token] = self._match(token)
+        return self._seen[token]
+
+    def _match(self, token: str):
         low = token.lower()
         if low in self.exact:
             return low
@@ -248,9 +271,17 @@ def point_at_section(hit: Hit, body: str, qt: QueryTerms) -> str:
     """A chunk that merged several small sections (a short note is one chunk) is pointed at the
     section holding the most query terms: its line, end line and heading path, and its text is
     returned for the snippet. The file is read again; a file changed since indexing is left be."""
-    from .chunk import is_markdown, sections_in
+    from .chunk import headings_in, is_markdown, sections_in
     if not _INNER_HEADING.search(body) or not is_markdown(hit.relpath):
         return body
+    starts = [at for at, _, _ in headings_in(body) if at > 0]
+    if not starts:
+        return body
+    body_lines = body.split("\n")
+    cuts = [0] + starts + [len(body_lines)]
+    counts = [len({t for _, _, t in qt.find("\n".join(body_lines[a:b]))}) for a, b in zip(cuts, cuts[1:])]
+    if max(counts) <= counts[0]:
+        return body                         # the chunk's own first section is the best: as stored
     try:
         with open(hit.path, encoding="utf-8", errors="replace") as fh:
             text = fh.read()
@@ -274,6 +305,8 @@ def _source_roots(cfg) -> dict:
 
 def tier_of(info: dict) -> int:
     """How many of the query's identifiers a candidate holds exactly: the first sort key."""
+    if "tier" in info:
+        return info["tier"]
     return info.get("lists", {}).get("keyword", {}).get("exact_identifiers", 0)
 
 
@@ -284,20 +317,43 @@ def final_score(tier: int, relevance: float, factor: float) -> float:
     return tier + r / (1.0 + r)
 
 
-def shape(con, cfg, query: str, scored: list, n: int, explain: bool) -> list:
+def file_support(scored: list, rows: dict, share: float) -> dict:
+    """{chunk_id: share × the relevance of its file's next best candidates}: a note that answers
+    with several sections outranks one that mentions the words once."""
+    if not share:
+        return {}
+    per_file: dict = {}
+    for cid, score, _info in scored:
+        if cid in rows:
+            per_file.setdefault(rows[cid]["file_id"], []).append((score, cid))
+    out = {}
+    for found in per_file.values():
+        if len(found) < 2:
+            continue
+        found.sort(reverse=True)
+        for score, cid in found:
+            others = [s for s, c in found if c != cid][:FILE_SUPPORT_N]
+            out[cid] = share * sum(max(s, 0.0) for s in others)
+    return out
+
+
+def shape(con, cfg, query: str, scored: list, n: int, explain: bool, file_share: float = 0.0) -> list:
     """Apply recency to each candidate's relevance, sort, keep at most PER_FILE chunks per file,
     build Hits. `scored` is [(chunk_id, relevance, info)]; the tier comes from info."""
     rows = _load_chunks(con, [cid for cid, _, _ in scored])
     roots = _source_roots(cfg)
     today = _date.today()
     qt = QueryTerms(query)
+    support = file_support(scored, rows, file_share)
     final = []
     for cid, score, info in scored:
         row = rows.get(cid)
         if row is None:
             continue
         factor = recency_factor(row["date"], today)
-        final.append((final_score(tier_of(info), score, factor), factor, cid, info, row))
+        if support.get(cid):
+            info = dict(info, file_support=round(support[cid], 6))
+        final.append((final_score(tier_of(info), score + support.get(cid, 0.0), factor), factor, cid, info, row))
     final.sort(key=lambda x: -x[0])
     per_file: dict = {}
     hits = []
@@ -393,12 +449,16 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
 
 # -- the vector list, fusion, the reranker ---------------------------------------------------------
 
+# Notes and vectors: the vector list leads (it reads paraphrases), the keyword list confirms. On the
+# dev set (docs/BENCHMARKS.md) equal weights at k=60 fused below the vector list alone.
+FUSION_WEIGHTS = {"vector": 1.0, "keyword": 0.3}
+FUSION_K = 20
 RERANK_POOL = 30              # shaped candidates the reranker sees
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
 VEC_K_MAX = 4096              # sqlite-vec's largest k
 
 
-def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
+def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None) -> list:
     """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]
     candidates, each with its rank and score in every list it came from. Relevance is the RRF
     score, except that a chunk holding the query's identifiers exactly stays above the rest,
@@ -410,7 +470,7 @@ def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
     kw_at = {cid: (rank, score, info) for rank, (cid, score, info) in enumerate(kw, start=1)}
     vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
     scored = []
-    for cid, (score, _ranks) in rrf(lists, k).items():
+    for cid, (score, _ranks) in rrf(lists, k or FUSION_K, FUSION_WEIGHTS if weights is None else weights).items():
         per_list = {}
         if cid in kw_at:
             rank, s, info = kw_at[cid]
@@ -424,6 +484,22 @@ def fuse(kw: list, vec: list, k: int = RRF_K) -> list:
     return scored
 
 
+def keyword_first(kw: list, vec: list) -> list:
+    """A query made only of identifiers, asked in hybrid mode: the keyword list as it stands, then
+    the vector list's other chunks after it (relevance 0) — neighbours in meaning never displace it."""
+    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
+    scored = []
+    for rank, (cid, s, info) in enumerate(kw, start=1):
+        lists = {"keyword": dict(info, rank=rank, score=round(s, 4))}
+        if cid in vec_at:
+            lists["vector"] = {"rank": vec_at[cid][0], "similarity": round(vec_at[cid][1], 4)}
+        scored.append((cid, s, {"lists": lists}))
+    held = {cid for cid, _, _ in kw}
+    scored += [(cid, 0.0, {"lists": {"vector": {"rank": rank, "similarity": round(sim, 4)}}})
+               for cid, (rank, sim) in vec_at.items() if cid not in held]
+    return scored
+
+
 def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rerank=False,
                 vector_search=None, notices=None, auto=False):
     """(route, hits, candidates): the keyword list alone, or keyword + vector lists fused by RRF;
@@ -433,6 +509,7 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
     pool = max(50, want * 5)
     if not route.startswith("keyword") and vector_search is None:
         vector_search = vector_searcher(con, cfg, notices)
+    ident_query = terms.is_identifier_query(query)
     while True:
         if route.startswith("keyword"):
             kw = keyword_ranked(con, query, pool)
@@ -452,9 +529,13 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
                 notices.append(f"keyword results only: {exc}")
                 route = "keyword (vector search unavailable)"
                 continue
-            scored = fuse(kw, vec)
             exhausted = len(vec) < pool and len(kw) < pool
-        hits = shape(con, cfg, query, scored, want, explain)
+            if route == "hybrid" and ident_query:
+                scored = keyword_first(kw, vec)
+            else:
+                scored = fuse(kw, vec)
+        hits = shape(con, cfg, query, scored, want, explain,
+                     FILE_SUPPORT if route.startswith("keyword") or (route == "hybrid" and ident_query) else 0.0)
         if len(hits) >= want or exhausted or pool >= VEC_K_MAX:
             break
         pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper

@@ -15,9 +15,19 @@ up was we were what when where which who why will with would you your about afte
 doing done get got""".split())
 
 
+_CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+
+
+def _camel_parts(token: str) -> int:
+    """How many camel-case parts an alphanumeric token has (ErrorsInExternalDNS: 4), else 0."""
+    if not token.isalnum() or token.islower() or token.isupper():
+        return 0
+    return len(_CAMEL_PART.findall(token))
+
+
 def is_identifier(token: str) -> bool:
     """A token someone would only type to find that exact thing."""
-    if _UUID.match(token) or _CAMEL.match(token):
+    if _UUID.match(token) or _CAMEL.match(token) or _camel_parts(token) >= 3:
         return True
     has_digit = any(c.isdigit() for c in token)
     has_alpha = any(c.isalpha() for c in token)
@@ -58,6 +68,8 @@ def query_tokens(query: str) -> list:
 def is_identifier_query(query: str) -> bool:
     """auto mode: queries made only of identifiers skip the vector path."""
     tokens = query_tokens(query)
+    if len(tokens) == 1 and _camel_parts(tokens[0]) >= 2 and not tokens[0][0].islower():
+        return True        # a pasted name: EmergencyQuarantine, not a word typed in a sentence
     return bool(tokens) and len(tokens) <= 4 and all(is_identifier(t) for t in tokens)
 
 

@@ -31,9 +31,10 @@ def test_eval_keyword_scores_on_golden(golden):
         assert ident["queries"] == 24 and narr["queries"] == 24
         assert ident["mrr10"] == 1.0, ident["misses"]
         assert ident["ndcg10"] >= 0.98, mode
-        # with the recency prior outweighing BM25 these were 0.242 and 0.354
-        assert narr["mrr10"] >= 0.38, mode
-        assert narr["recall5"] >= 0.55, mode
+        # with the recency prior outweighing BM25 these were 0.242 and 0.354; 0.404 / 0.604 before
+        # stemming, the path column and file support (docs/BENCHMARKS.md, dev set)
+        assert narr["mrr10"] >= 0.55, mode
+        assert narr["recall5"] >= 0.65, mode
 
 
 def test_recency_does_not_outrank_the_best_keyword_match(golden):

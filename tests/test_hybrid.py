@@ -79,7 +79,9 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
     for entry in ex["lists"].values():
         assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
-    assert ex["rrf"] == pytest.approx(sum(1 / (60 + e["rank"]) for e in ex["lists"].values()), abs=1e-6)
+    from recall.search import FUSION_K, FUSION_WEIGHTS
+    assert ex["rrf"] == pytest.approx(sum(FUSION_WEIGHTS[name] / (FUSION_K + e["rank"])
+                                          for name, e in ex["lists"].items()), abs=1e-6)
     assert any("route: hybrid" in n for n in res.notices)
 
 
@@ -90,12 +92,14 @@ def test_identifier_route_in_auto_mode(voyage):
     assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
 
 
-def test_rrf_fuses_with_k_60_and_exact_identifiers_stay_on_top():
+def test_rrf_fuses_weighted_and_exact_identifiers_stay_on_top():
+    from recall.search import FUSION_K, FUSION_WEIGHTS
     kw = [(1, 0.5, {"exact_identifiers": 0}), (2, 0.4, {"exact_identifiers": 0}), (3, 1.2, {"exact_identifiers": 1})]
     vec = [(2, 0.9), (4, 0.8), (1, 0.7)]
     scored = fuse(kw, vec)
     by = {cid: (s, info) for cid, s, info in scored}
-    assert by[2][1]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)
+    assert by[2][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 2) + 1 / (FUSION_K + 1), abs=1e-6)
+    assert fuse(kw, vec, 60, {})[1][2]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)   # plain RRF
     assert by[4][1]["lists"] == {"vector": {"rank": 2, "similarity": 0.8}}
     assert scored[0][0] == 3                      # holds the identifier: first despite ranks
     assert [c for c, _, _ in scored[1:3]] == [2, 1]

@@ -281,3 +281,59 @@ def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes
     # the note's own date: a Date: line before the date in the file name, the file name before mtime
     assert hits["incidents/2024-02-03-outage.md"].date == "2019-03-05"
     assert hits["meetings/notes.md"].date == "2018-03-28"
+
+
+def test_a_pasted_camel_case_name_takes_the_identifier_route(indexed):
+    from recall import terms
+    cfg, con = indexed
+    assert terms.is_identifier("ErrorsInExternalDNS") and terms.is_identifier("NoVPCAttachmentTraffic")
+    assert not terms.is_identifier("GitHub") and not terms.is_identifier("DNS")
+    assert search(con, cfg, "EmergencyQuarantine").route == "keyword (identifier)"
+    assert search(con, cfg, "quarantine the host").route.startswith("keyword (no")
+
+
+def test_the_vector_list_leads_the_fusion_and_the_keyword_list_confirms():
+    from recall.search import fuse
+    kw = [(1, 9.0, {"exact_identifiers": 0}), (2, 5.0, {"exact_identifiers": 0})]
+    vec = [(3, 0.8), (2, 0.7)]
+    order = [cid for cid, _, _ in fuse(kw, vec)]
+    assert order == [2, 3, 1]          # in both lists; the vector list's first; the keyword list's first
+    kw[0] = (1, 9.0, {"exact_identifiers": 1})
+    assert [cid for cid, _, _ in fuse(kw, vec)][0] == 1      # naming the identifier still comes first
+
+
+def test_the_file_path_is_searched_and_a_note_answering_in_several_sections_leads(tmp_path, config, notes):
+    files = {f"misc/filler{i}.md": f"# Filler {i}\n\nNothing about queues here, note {i}.\n" for i in range(20)}
+    files.update({
+        "runbooks/restore-etcd.md": "# Getting the cluster store back\n\nTake the snapshot from the bucket.\n",
+        "runbooks/kafka-lag.md": "# Kafka consumers\n\n## Why it grows\n\n" + "Partitions fall behind when the lag grows. " * 6
+                                 + "\n\n## Fixing it\n\n" + "Add consumers when lag stays high. " * 6
+                                 + "\n\n## Watching it\n\n" + "The lag dashboard shows it. " * 6 + "\n",
+        "misc/one-mention.md": "# Lag on the bus\n\nSometimes there is lag on the bus, nobody knows why. "
+                               "Other words here to pad it.\n"})
+    write_tree(notes, files)
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    assert _rels(search(con, cfg, "restore etcd", mode="keyword"))[0] == "runbooks/restore-etcd.md"
+    # each section alone scores about as the one-line mention; together they lead
+    assert _rels(search(con, cfg, "lag", mode="keyword"))[:2] == ["runbooks/kafka-lag.md"] * 2
+
+
+def test_an_index_from_before_the_path_column_is_migrated_and_searchable(tmp_path, config):
+    import sqlite3
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
+    for version, sql in enumerate(db.MIGRATIONS[:6], start=1):
+        for statement in db._statements(sql):
+            con.execute(statement)
+        con.execute("INSERT INTO migrations VALUES (?, 0)", (version,))
+    con.execute("INSERT INTO files(source, relpath, size, mtime_ns, hash) VALUES ('notes', 'runbooks/restore-etcd.md', 1, 1, 'h')")
+    con.execute("INSERT INTO chunks(file_id, ord, start_line, end_line, breadcrumb, body, hash) "
+                "VALUES (1, 0, 1, 3, 'Getting the store back', 'Take the snapshots.', 'h')")
+    con.close()
+    new = db.connect(path)
+    assert [r[0] for r in new.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'etcd AND snapshot'")] == [1]
+    new.execute("DELETE FROM files")
+    assert new.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'etcd'").fetchone()[0] == 0
