@@ -82,6 +82,11 @@ def _verb_of(argv: list):
     return None
 
 
+def _modes() -> list:
+    from .search import MODES  # the one list, search's own; loaded only with the search or eval parser
+    return list(MODES)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (`only`) the top level plus that one verb."""
     common = _common()
@@ -105,7 +110,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
     p.add_argument("query", nargs="+", help="words, identifiers, or a question")
     p.add_argument("-n", type=int, default=10, help="number of hits (default 10)")
-    p.add_argument("--mode", default="auto", choices=["auto", "keyword", "semantic", "hybrid"],
+    p.add_argument("--mode", default="auto", choices=_modes(),
                    help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
     p.add_argument("--explain", action="store_true", help="show ranks, scores and the route")
@@ -152,7 +157,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", parents=[common], help="score search against golden queries")
     p.add_argument("golden", metavar="GOLDEN.jsonl")
     p.add_argument("--mode", action="append",
-                   choices=["auto", "keyword", "semantic", "hybrid", "hybrid+rerank"],
+                   choices=[*_modes(), "hybrid+rerank"],
                    help="mode(s) to score, side by side (default: keyword, semantic and hybrid when "
                         "a provider is configured, else auto); hybrid+rerank costs Voyage calls")
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")

@@ -250,8 +250,7 @@ def federate(result, remote_hits: dict, n: int) -> None:
         return
     pool = {("local", i): h for i, h in enumerate(result.hits)}
     lists = {"local": [("local", i) for i in range(len(result.hits))]}
-    fields = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score",
-              "date")
+    fields = Hit.PUBLIC
     for name, hits in remote_hits.items():
         lists[name] = []
         for i, h in enumerate(hits):

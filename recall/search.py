@@ -31,6 +31,8 @@ class Hit(Record):
     FIELDS = {"source": "", "relpath": "", "path": "", "line": 0, "end_line": 0, "breadcrumb": "",
               "snippet": "", "highlights": [], "score": 0.0, "date": "", "chunk_id": 0, "file_id": 0,
               "explain": {}}
+    # what a hit shows (--json, MCP, a remote's answer), in this order; the rest is internal
+    PUBLIC = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score", "date")
 
     @property
     def read(self) -> str:
@@ -42,9 +44,7 @@ class Hit(Record):
         return mark(self.snippet, self.highlights)
 
     def public(self) -> dict:
-        keys = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights",
-                "score", "date")
-        out = {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in self.PUBLIC}
         out["highlights"] = [list(span) for span in self.highlights]
         out["read"] = self.read
         out["score"] = round(self.score, 6)
@@ -455,7 +455,6 @@ FUSION_WEIGHTS = {"vector": 1.0, "keyword": 0.3}
 FUSION_K = 20
 RERANK_POOL = 30              # shaped candidates the reranker sees
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
-VEC_K_MAX = 4096              # sqlite-vec's largest k
 
 
 def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None) -> list:
@@ -536,7 +535,10 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
                 scored = fuse(kw, vec)
         hits = shape(con, cfg, query, scored, want, explain,
                      FILE_SUPPORT if route.startswith("keyword") or (route == "hybrid" and ident_query) else 0.0)
-        if len(hits) >= want or exhausted or pool >= VEC_K_MAX:
+        if len(hits) >= want or exhausted:
+            break
+        from .vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
+        if pool >= VEC_K_MAX:
             break
         pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper
     if rerank and hits:
