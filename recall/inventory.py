@@ -232,11 +232,13 @@ def find(entries: list, query: str) -> list:
 
 
 def mentioned(entries: list, query: str) -> list:
-    """Entries the query names (id, name or alias; case-insensitive; whole words)."""
+    """Entries the query names (id, name or alias; case-insensitive; whole words; a hyphen, an
+    underscore and a space are the same separator: `jump host` names `jump-host`)."""
     out = []
     for e in entries:
         for name in e.names():
-            if re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", query, re.IGNORECASE):
+            words = [re.escape(w) for w in re.split(r"[-_\s]+", name.strip()) if w]
+            if words and re.search(r"(?<![\w-])" + r"[-_\s]+".join(words) + r"(?![\w-])", query, re.IGNORECASE):
                 out.append(e)
                 break
     return out

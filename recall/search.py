@@ -19,7 +19,7 @@ RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
 MODES = ("auto", "keyword", "semantic", "hybrid")
 NAMED_CHECK = 2000            # identifier hits checked for a file named after the identifier
-PHRASE_CHECK = 200            # keyword candidates checked for holding the whole query word for word
+PHRASE_CHECK = 50             # keyword candidates checked for holding the whole query word for word
 FILE_SUPPORT = 0.2            # keyword route: share of a file's next candidates' BM25 added to each chunk
 FILE_SUPPORT_N = 2
 CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
@@ -127,10 +127,13 @@ def keyword_ranked(con, query: str, limit: int) -> list:
     if len(tokens) >= 3 and bm25:
         # a pasted message ("x509: certificate signed by unknown authority"): the candidates that
         # hold it word for word count as holding one identifier more
+        # (read here rather than asked of FTS5: a phrase query reads every position of common words)
         part = list(bm25)[:PHRASE_CHECK]
-        for (cid,) in con.execute(f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
-                                  f"AND rowid IN ({','.join('?' * len(part))})", [terms.fts_phrase(query)] + part):
-            exact[cid] = exact.get(cid, 0) + 1
+        phrase = " " + " ".join(terms.words(query)) + " "
+        for cid, crumb, body in con.execute(f"SELECT id, breadcrumb, body FROM chunks "
+                                            f"WHERE id IN ({','.join('?' * len(part))})", part):
+            if phrase in " " + " ".join(terms.words(crumb + "\n" + body)) + " ":
+                exact[cid] = exact.get(cid, 0) + 1
     ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
                {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4)})
               for cid in set(bm25) | set(exact)]

@@ -97,11 +97,6 @@ def fts_query(query: str, op: str = "OR") -> str:
     return f" {op} ".join(parts)
 
 
-def fts_phrase(query: str) -> str:
-    """The whole query as one FTS5 phrase of its words (stop words included), safely quoted."""
-    return '"' + " ".join(words(query)) + '"'
-
-
 _SUFFIXES = ("ings", "ing", "ions", "ion", "edly", "ed", "es", "s", "e")
 
 

@@ -337,3 +337,18 @@ def test_an_index_from_before_the_path_column_is_migrated_and_searchable(tmp_pat
     assert [r[0] for r in new.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'etcd AND snapshot'")] == [1]
     new.execute("DELETE FROM files")
     assert new.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'etcd'").fetchone()[0] == 0
+
+
+def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("- id: jump-host\n  kind: host\n  access:\n    - ssh jump01.example.com\n"
+                   "- id: jumphost-lab\n  kind: host\n")
+    config(f"inventory: [{inv}]\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    for query in ("jump host", "how do I get onto the Jump Host", "jump_host", "jump-host"):
+        res = search(con, cfg, query)
+        assert [a["id"] for a in res.access] == ["jump-host"], query
+        assert res.hits and res.hits[0].relpath == "runbooks/jump-hosts.md", query
+    assert search(con, cfg, "jumping hosts").access == []

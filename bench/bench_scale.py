@@ -1,0 +1,114 @@
+"""Issue 13 point 5: keyword search at scale on the tree ../shared/bench/gen_tree.py generates
+(10,000 files, ~113k chunks, a small vocabulary: each word in about half the chunks) — in-process
+word and identifier queries, and whole `recall search` processes beside `rg -i -l -e w1 -e w2 …`.
+
+usage: bench_scale.py [--tree DIR] [--home DIR] [--write]
+With --home naming an index of that tree already made, it is reused (the full index takes minutes).
+Skipped (exit 0) when gen_tree.py is absent.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import OUT, REPO, machine, ms, pct, run_ms, write_section
+
+GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
+WORDS = ["certificate rotation", "database failover", "kafka consumer lag", "terraform state lock drift",
+         "jump host vpn"]
+IDENTS = ["OPS-77777", "host9999.example.net", "host9999", "OPS-12345"]
+
+
+def timed_cpu(fn, repeat: int):
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+    return wall, cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", default=str(OUT / "gentree10000"))
+    ap.add_argument("--home", default=str(OUT / "home-scale"))
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if not GEN.exists():
+        print(f"bench_scale: no {GEN}; skipped")
+        return 0
+    tree, home = Path(args.tree), Path(args.home)
+    if not tree.exists():
+        subprocess.run([sys.executable, str(GEN), str(tree), "10000"], check=True)
+    cfg_path = home / "scale.yaml"
+    home.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(f"sources:\n  - name: t\n    path: {tree}\n")
+    os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
+    sys.path.insert(0, str(REPO))
+    from recall import db
+    from recall.config import load_config
+    from recall.index import run_index
+    from recall.search import search
+
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    t = time.perf_counter()
+    rep = run_index(con, cfg)
+    index_s = time.perf_counter() - t
+    chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+    def inproc(queries):
+        wall, cpu = [], []
+        for q in queries:
+            search(con, cfg, q, n=10)
+            w, c = timed_cpu(lambda: search(con, cfg, q, n=10), 20)
+            wall += w
+            cpu += c
+        return wall, cpu
+    word_wall, word_cpu = inproc(WORDS)
+    ident_wall, ident_cpu = inproc(IDENTS)
+    py = sys.executable
+    cli_words = sum((run_ms([py, str(REPO / "recall.py"), "search", q], 4) for q in WORDS), [])
+    from bench_search import ensure_rg
+    rg = ensure_rg()
+    rg_words = []
+    if rg:
+        for q in WORDS:
+            argv = [rg, "-i", "-l"] + sum((["-e", w] for w in q.split()), []) + [str(tree)]
+            rg_words += run_ms(argv, 4)
+    load = os.getloadavg()[0]
+    ratio = statistics.median(cli_words) / statistics.median(rg_words) if rg_words else float("nan")
+    text = f"""
+## Keyword search at scale: the gen_tree.py tree (issue 13 point 5)
+
+{machine()}, load average {load:.1f} (the 2 cores are shared). `python3 bench/bench_scale.py`:
+10,000 files from `../shared/bench/gen_tree.py`, {chunks:,} chunks (index: {rep.new:,} new files,
+{index_s:.1f} s). In-process `search(n=10)`, 20 runs × each query after one warm-up; p50 / p95 ms.
+
+| what | wall | CPU | target |
+|---|---|---|---|
+| words ({len(WORDS)} queries: {", ".join(WORDS)}) | {ms(word_wall)} | {ms(word_cpu)} | p50 ≤ 10, p95 ≤ 30 |
+| identifiers ({", ".join(IDENTS)}) | {ms(ident_wall)} | {ms(ident_cpu)} | p50 ≤ 2 |
+
+Whole processes (each query 4×, page cache warm), p50 / p95 ms:
+
+| command | ms |
+|---|---|
+| `recall search` (words) | {ms(cli_words)} |
+| `rg -i -l -e w1 -e w2 …` (the same words, OR form) | {ms(rg_words) if rg_words else "rg not installed"} |
+| ratio of the medians | {ratio:.2f} (target ≤ 0.6) |
+"""
+    print(text)
+    if args.write:
+        write_section("scale", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
