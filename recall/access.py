@@ -205,7 +205,7 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
     from . import vault
     env, data, host_bound = {}, b"", []
     for sid in entry.secrets:
-        row = con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone()
+        row = vault.stored_row(con, sid)
         if row["inject"] == "proxy":         # a placeholder, and the proxy (hostbound.Session)
             host_bound.append(row)
             continue
@@ -336,7 +336,8 @@ def _finish(proc, masker, setup_err: bytes, out, err, stdin, timeout):
 
 def _has_vault(con, cfg) -> bool:
     """Mask every vault value too, when the vault is usable here (defence in depth)."""
-    if con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is None:
+    from .vault import count
+    if not count(con):
         return False
     try:
         from .keyfile import key_path, require_crypto

@@ -430,7 +430,7 @@ def cmd_secret_find(args) -> int:
     else:
         _out("\n".join(_secret_text(m) for m in found))
         if not query.strip():          # the whole list, bounded: say how many there are
-            total = con.execute("SELECT count(*) FROM secrets").fetchone()[0]
+            total = vault.count(con)
             _out(f"({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found) else ")"))
     return 0
 

@@ -198,7 +198,8 @@ def _secrets(ctx) -> list:
 def _vault_key(ctx) -> list:
     from .keyfile import key_path
     path = key_path(ctx.cfg.home)
-    stored = _one(ctx.con, "SELECT count(*) FROM secrets") or 0
+    from .vault import count
+    stored = _vault_read(ctx.con, count, 0)
     if not path.exists():
         if not ctx.cfg.secrets and not stored:
             return []
@@ -412,6 +413,16 @@ def _open_index(cfg):
         return None
 
 
+def _vault_read(con, read, default):
+    """`read(con)` from the vault, or `default` with no DB or a DB that cannot answer."""
+    if con is None:
+        return default
+    try:
+        return read(con)
+    except sqlite3.Error:
+        return default
+
+
 def _one(con, sql: str, params=()):
     if con is None:
         return None
@@ -428,12 +439,8 @@ def _meta(con, key: str):
 
 def _synced(con) -> dict:
     """{secret id: (file, synced_at)} as the vault holds them."""
-    if con is None:
-        return {}
-    try:
-        return {r[0]: (r[1], r[2]) for r in con.execute("SELECT id, file, synced_at FROM secrets")}
-    except sqlite3.Error:
-        return {}
+    from .vault import synced
+    return _vault_read(con, synced, {})
 
 
 def _count_files(src) -> int:

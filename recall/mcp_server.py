@@ -76,7 +76,7 @@ def _response_masker(con, cfg):
     """Every vault value masked in every response (a note may hold a pasted token); cached until
     the vault or its key changes. None when there is no usable vault."""
     from . import keyfile, vault
-    sig = con.execute("SELECT count(*), max(synced_at) FROM secrets").fetchone()
+    sig = vault.signature(con)
     if not sig[0]:
         return None
     try:
@@ -239,8 +239,7 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     n = _limit(limit, notices)
     with _opened() as (cfg, con):
         found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
-        total = (con.execute("SELECT count(*) FROM secrets").fetchone()[0] if not query.strip()
-                 else len(found))
+        total = vault.count(con) if not query.strip() else len(found)
         data = _listing("secrets", found[:n], total, min(n, total), notices,
                         f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
         return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_secret_find")
@@ -325,9 +324,9 @@ def _verify_data(con, cfg, report) -> dict:
     """One row per entry or secret: its real kind, status and reason; a one-line summary first."""
     from . import inventory
     kinds = {e.id: e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
-    for row in con.execute("SELECT id, meta FROM secrets"):
-        kinds[f"secret:{row[0]}"] = "secret" + (f" ({json.loads(row[1]).get('kind')})"
-                                                 if json.loads(row[1]).get("kind") else "")
+    from .vault import kinds as secret_kinds
+    for sid, kind in secret_kinds(con).items():
+        kinds[f"secret:{sid}"] = "secret" + (f" ({kind})" if kind else "")
     rows = [{"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
              "status": p.status, "reason": p.detail, "command": p.command} for p in report.probes]
     counts = collections.Counter(r["status"] for r in rows)

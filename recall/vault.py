@@ -203,6 +203,36 @@ def _probe(con):
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
 
+def count(con) -> int:
+    """How many secrets the vault holds."""
+    return con.execute("SELECT count(*) FROM secrets").fetchone()[0]
+
+
+def signature(con) -> tuple:
+    """(count, last sync time): changes whenever the stored values may have."""
+    return tuple(con.execute("SELECT count(*), max(synced_at) FROM secrets").fetchone())
+
+
+def synced(con) -> dict:
+    """{secret id: (file, synced_at)} as the vault holds them."""
+    return {r[0]: (r[1], r[2]) for r in con.execute("SELECT id, file, synced_at FROM secrets")}
+
+
+def kinds(con) -> dict:
+    """{secret id: its `kind` ('' when none)}."""
+    return {r[0]: json.loads(r[1]).get("kind") or "" for r in con.execute("SELECT id, meta FROM secrets")}
+
+
+def rows(con) -> list:
+    """Every stored row, by id (metadata and ciphertext; values need load_values)."""
+    return con.execute("SELECT * FROM secrets ORDER BY id").fetchall()
+
+
+def stored_row(con, secret_id: str):
+    """The stored row of exactly this id (for injection), or None."""
+    return con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
+
+
 def _row(con, secret_id: str):
     """The row an id names, in any case; else NotFound with the closest ids."""
     row = con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()

@@ -131,7 +131,8 @@ def _entry_url_mismatch(e, bindings: dict) -> str:
 def plan(con, cfg, ids=None) -> list:
     """Every probe the sweep would run, each with the guard's verdict (setup steps too); runs nothing."""
     entries = inventory.load_inventory(cfg, con)
-    secrets = con.execute("SELECT id, meta, variables, check_cmd FROM secrets ORDER BY id").fetchall()
+    from .vault import rows
+    secrets = rows(con)
     known = {e.id for e in entries} | {s["id"] for s in secrets}
     if ids:                  # an id or an alias, in any case, as every other verb takes them
         from .names import resolve
@@ -267,10 +268,10 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             res = exec_entry(con, cfg, p.id, argv, timeout=timeout, stdin=data, placeholders=placeholders)
         elif data is not None:
             values = vault.load_values(con, cfg)
-            row = con.execute("SELECT * FROM secrets WHERE id=?", (p.id,)).fetchone()
+            row = vault.stored_row(con, p.id)
             res = _run_secret_curl(con, row, values, placeholders, argv, data, timeout)
         else:
-            row = con.execute("SELECT inject FROM secrets WHERE id=?", (p.id,)).fetchone()
+            row = vault.stored_row(con, p.id)
             if p.tool == "sudo" and row["inject"] == "stdin":
                 argv = [argv[0], "-S", *argv[1:]]      # the password arrives on stdin
             res = vault.exec_with(con, cfg, p.id, argv, timeout=timeout)
@@ -289,8 +290,9 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
 def _placeholders(con, p: Probe) -> dict:
     """Fresh placeholders for the host-bound secrets a probe names (verify takes the proxy path too)."""
     from .hostbound import placeholders_for
+    from .vault import stored_row
     ids = sorted({sid for sid, _ in p.variables.values()})
-    rows = [con.execute("SELECT * FROM secrets WHERE id=?", (sid,)).fetchone() for sid in ids]
+    rows = [stored_row(con, sid) for sid in ids]
     return placeholders_for([r for r in rows if r is not None])
 
 

@@ -16,14 +16,14 @@ LAYERS = [
     ("storage faults", {"repair"}),
     ("leaves", {"terms", "chunk", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
                 "guard_parse", "guard_tools", "guard_cloud", "http1", "proxy", "ephemeral_ca", "hostbound",
-                "query_encoder"}),
+                "query_encoder", "secretfile"}),   # secretfile: the names that change how programs run
     ("guard", {"guard"}),
     ("vectors", {"vectors"}),
     ("embed", {"embed"}),
     ("index", {"index"}),
     ("search", {"search"}),
     ("read", {"read"}),
-    ("secretfile, runner", {"secretfile", "runner"}),   # vault runs `secret exec` through runner
+    ("runner", {"runner"}),   # vault runs `secret exec` through runner
     ("vault", {"vault"}),
     ("inventory", {"inventory"}),
     ("access", {"access"}),
@@ -37,7 +37,6 @@ LAYERS = [
 KNOWN_UPWARD = {
     ("db", "repair"),         # a storage fault explained where the DB is opened
     ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
-    ("guard", "secretfile"),  # the names that change how programs run
     ("read", "remote"),       # `recall read remote:path`
     ("redact", "vault"),      # the decrypted values to redact
     ("search", "inventory"),  # access pins
@@ -148,3 +147,23 @@ def test_the_check_sees_imports_inside_functions_and_names_the_pair(tmp_path):
     graph = {p.stem: _imports(p, {"low", "high"}) for p in tmp_path.glob("*.py")}
     assert graph == {"low": {"high": 2}, "high": {"low": 1}}
     assert _cycle(graph) in (["high", "low", "high"], ["low", "high", "low"])
+
+
+# Modules below the vault that still read its tables themselves (may only shrink): redact asks
+# whether the vault holds values and which fields are public; repair, whether a DB it rebuilds had any.
+SECRETS_TABLE_READERS = {"redact", "repair"}
+
+
+def test_only_the_vault_touches_the_secrets_tables():
+    import re
+    sql = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+secrets(?:_fts)?\b")
+    found = {}
+    for path in sorted((REPO / "recall").glob("*.py")):
+        if path.stem not in ("vault", "db"):               # db holds the migrations that make them
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                if sql.search(line):
+                    found.setdefault(path.stem, f"recall/{path.name}:{n}")
+    others = {m: at for m, at in found.items() if m not in SECRETS_TABLE_READERS}
+    assert not others, f"the secrets tables are the vault's: call a vault function instead ({others})"
+    gone = SECRETS_TABLE_READERS - set(found)
+    assert not gone, f"{sorted(gone)} no longer read the secrets tables: remove them from SECRETS_TABLE_READERS"
