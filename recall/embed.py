@@ -374,32 +374,23 @@ class LocalProvider:
             LOADED_MODELS.append((self.source, self.load_seconds))
         return self._st
 
-    def _light(self):
-        """The numpy query encoder for this model folder (no torch import: a new query from the CLI
-        costs ~0.2 s instead of seconds), or None: then sentence-transformers encodes it."""
+    def _light(self, texts: list):
+        """Query vectors from the numpy encoder (no torch: a new CLI query costs ~0.5 s, not
+        seconds), or None — another model, an error, RECALL_QUERY_ENCODER=model — for the full model."""
         if self._st is not None or not os.path.isdir(self.source) or os.environ.get("RECALL_QUERY_ENCODER") == "model":
             return None
-        from .query_encoder import encoder_for
-        return encoder_for(self.source)
+        from .query_encoder import encode_with
+        return encode_with(self.source, texts)
 
     def embed(self, texts: list, input_type: str):
-        light = self._light() if input_type == "query" else None
-        if light is not None:
-            try:
-                vecs = [light.encode_one(t) for t in texts]
-            except Exception:        # noqa: BLE001 — fail safe: the full model encodes it instead
-                vecs = None
-            if vecs is not None:
-                if self.dimension and len(vecs[0]) != self.dimension:
-                    raise ProviderError(f"the local model gives vectors of dimension {len(vecs[0])}, "
-                                        f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
-                return vecs, 0
-        vecs = self._model().encode(texts, batch_size=16, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
-        if self.dimension and vecs.shape[1] != self.dimension:
-            raise ProviderError(f"the local model gives vectors of dimension {vecs.shape[1]}, "
+        vecs = self._light(texts) if input_type == "query" else None
+        if vecs is None:
+            vecs = self._model().encode(texts, batch_size=16, normalize_embeddings=True,
+                                        convert_to_numpy=True, show_progress_bar=False).tolist()
+        if self.dimension and vecs and len(vecs[0]) != self.dimension:
+            raise ProviderError(f"the local model gives vectors of dimension {len(vecs[0])}, "
                                 f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
-        return vecs.tolist(), 0
+        return vecs, 0
 
 
 _PROVIDERS: dict = {}      # one per config per process: the MCP server keeps a loaded model alive

@@ -200,3 +200,15 @@ def encoder_for(folder: str):
             except (Unsupported, ImportError, OSError, KeyError, ValueError, TypeError):
                 _CACHE[folder] = None
         return _CACHE[folder]
+
+
+def encode_with(folder: str, texts: list):
+    """[vector] for `texts`, or None when this folder or this run cannot (fail safe: the caller
+    then encodes with sentence-transformers)."""
+    encoder = encoder_for(folder)
+    if encoder is None:
+        return None
+    try:
+        return [encoder.encode_one(t) for t in texts]
+    except Exception:        # noqa: BLE001 — any failure here only means "use the full model"
+        return None
