@@ -3,7 +3,6 @@ over-fetch, --explain, the query-vector cache, the reranker, eval side by side; 
 local model on golden/, hybrid beats keyword on narrative queries and never loses on identifiers."""
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -321,9 +320,10 @@ def test_a_new_cli_query_needs_no_torch_and_ranks_as_the_model_does(golden_local
     assert json.loads(cold["out"])["route"] == "hybrid"
     warm = probe("--json", "search", q, env=env)
     assert warm["code"] == 0 and warm["heavy"] == [] and warm["out"] == cold["out"]
-    con = sqlite3.connect(os.path.join(env["RECALL_HOME"], "recall.db"))
-    with con:
+    con = db.connect(os.path.join(env["RECALL_HOME"], "recall.db"), vectors=True)   # the SQLite eval uses
+    with db.transaction(con):
         assert con.execute("DELETE FROM query_vectors WHERE query=?", (q,)).rowcount == 1
+    con.close()
     full = probe("--json", "search", q, env=dict(env, RECALL_QUERY_ENCODER="model"))
     assert "torch" in full["heavy"]
     assert "loading the local embedding model took" in json.loads(full["out"])["notices"][0]   # said, not hidden
@@ -384,9 +384,10 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
         monkeypatch.setenv(k, v)
     local = _golden_eval_rows(cli)
     cfg = load_config()
-    con = db.connect(cfg.db_path, readonly=True)
+    con = db.connect(cfg.db_path, readonly=True, vectors=True)     # the SQLite module eval uses
     rows = con.execute("SELECT hash, vector FROM embeddings").fetchall()
     texts = _texts(con, [h for h, _ in rows])
+    con.close()
     known = {texts[h]: unpack(blob) for h, blob in rows}
     light = encoder_for(embed.LocalProvider(cfg.embedding).source)
 
