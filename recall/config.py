@@ -107,12 +107,13 @@ def load_config(explicit: str | None = None) -> Config:
 # -- validation -------------------------------------------------------------------------------
 
 def _line(mapping, key):
-    return getattr(mapping, "key_lines", {}).get(key, getattr(mapping, "line", None))
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    return line_of(mapping, key, getattr(mapping, "line", None))
 
 
 def _item_line(seq, i):
-    lines = getattr(seq, "item_lines", None)
-    return lines[i] if lines and i < len(lines) else getattr(seq, "line", None)
+    from .yamlish import line_of
+    return line_of(seq, i, getattr(seq, "line", None))
 
 
 def _expect(value, kind, path, line, what):

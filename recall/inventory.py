@@ -59,7 +59,8 @@ def hide_values(step: str) -> str:
 # -- loading and validation ------------------------------------------------------------------------
 
 def _line(m, key, default):
-    return getattr(m, "key_lines", {}).get(key, default)
+    from .yamlish import line_of  # loaded already: only a parsed file has lines
+    return line_of(m, key, default)
 
 
 def _entry(item, path: str, line) -> Entry:

@@ -118,7 +118,8 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
 
 
 def _line(m, key, default):
-    return getattr(m, "key_lines", {}).get(key, default)
+    from .yamlish import line_of  # loaded already: only a parsed file has lines
+    return line_of(m, key, default)
 
 
 def _str(item, key, path, line) -> str:
