@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import OUT, REPO, machine, ms, pct, run_ms, write_section
+from common import OUT, REPO, machine, ms, run_ms, write_section
 
 GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
 WORDS = ["certificate rotation", "database failover", "kafka consumer lag", "terraform state lock drift",

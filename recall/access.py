@@ -261,7 +261,7 @@ def _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, ti
     plan = plan_steps(entry)
     context = kube_context(entry)
     shell_env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
-    from .redact import secret_parts           # usernames and public fields are not masked
+    from .redact import secret_parts  # usernames and public fields are not masked
     mask_map = secret_parts(values, getattr(values, "public", {}))
     proc, vars_r = _start(lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
                           shell_env, stdin is not None)

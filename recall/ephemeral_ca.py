@@ -127,7 +127,7 @@ class EphemeralCA:
 
     def _context_for(self, host: str):
         import ipaddress
-        import ssl                      # in the proxy's thread, not on `secret exec` start-up
+        import ssl  # in the proxy's thread, not on `secret exec` start-up
         ec, _ = _ec()
         if self._leaf_key is None:
             self._leaf_key = ec.generate_private_key(ec.SECP256R1())   # one key for every leaf of this run

@@ -62,7 +62,7 @@ class HostBoundProxy:
         threading.Thread(target=self._accept, name="recall-proxy", daemon=True).start()
 
     def _load_trust(self) -> None:
-        import ssl                      # here, in a thread: ssl and the trust store stay off start-up
+        import ssl  # here, in a thread: ssl and the trust store stay off start-up
         try:
             ctx = ssl.create_default_context()              # the system trust store
             for path in self._trust_files:

@@ -334,7 +334,7 @@ def file_support(scored: list, rows: dict, share: float) -> dict:
         if len(found) < 2:
             continue
         found.sort(reverse=True)
-        for score, cid in found:
+        for _score, cid in found:
             others = [s for s, c in found if c != cid][:FILE_SUPPORT_N]
             out[cid] = share * sum(max(s, 0.0) for s in others)
     return out
