@@ -98,11 +98,6 @@ def sections_in(text: str, first: int, last: int) -> list:
             if sec.first + 1 <= last and sec.last + 1 >= first]
 
 
-def headings_in(text: str) -> list:
-    """[(0-based line, level, name)] of the headings in a piece of markdown with no front matter."""
-    return [(at, level, name) for at, level, name, _ in _scan(_split_lines(text), 0)[0]]
-
-
 def heading_lines(text: str) -> list:
     """[(1-based line, level)] of every heading outside fences and front matter."""
     lines = _split_lines(text)

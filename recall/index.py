@@ -15,6 +15,7 @@ from .walk import SKIP_DIRS, glob_to_regex, raw_name, shown, walk_source  # noqa
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
+CHUNK_FORMAT = "2"          # bump when chunking or identifier extraction changes: the next index rewrites
 
 
 @dataclass
@@ -208,6 +209,9 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
     done, last_commit = 0, time.monotonic()
     con.execute("BEGIN IMMEDIATE")
     try:
+        # chunks written by an older chunker (before .md.erb was markdown, before file-name and
+        # camel-case identifiers) are rewritten once; unchanged texts keep their vectors
+        full = full or db.get_meta(con, "chunk_format") != CHUNK_FORMAT
         if only is None:
             names = [s.name for s in cfg.sources]
             gone = con.execute(f"SELECT id FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
@@ -241,6 +245,8 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
                     con.execute("DELETE FROM files WHERE id=?", (row["id"],))
                     report.removed += 1
         db.set_meta(con, "indexed_at", time.time())
+        if only is None:
+            db.set_meta(con, "chunk_format", CHUNK_FORMAT)
         con.execute("COMMIT")
     except BaseException:
         db.rollback(con)

@@ -268,23 +268,31 @@ def best_section(sections: list, lines: list, first: int, qt) -> tuple:
 
 
 _INNER_HEADING = re.compile(r"\n {0,3}(?:#{1,6}(?:[ \t]|$)|(?:=+|-+)[ \t]*(?:\n|$))")
+_ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_SETEXT_LINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
 
 
 def point_at_section(hit: Hit, body: str, qt: QueryTerms) -> str:
     """A chunk that merged several small sections (a short note is one chunk) is pointed at the
     section holding the most query terms: its line, end line and heading path, and its text is
     returned for the snippet. The file is read again; a file changed since indexing is left be."""
-    from .chunk import headings_in, is_markdown, sections_in
-    if not _INNER_HEADING.search(body) or not is_markdown(hit.relpath):
+    name = hit.relpath.lower()
+    if not _INNER_HEADING.search(body) or not (".md" in name or ".markdown" in name or ".mkd" in name):
         return body
-    starts = [at for at, _, _ in headings_in(body) if at > 0]
+    # a rough cut at heading-like lines decides whether to look closer (chunk.py, the exact parser,
+    # is imported only then: `recall search` does not pay for it otherwise)
+    body_lines = body.split("\n")
+    starts = [i for i in range(1, len(body_lines)) if _ATX_LINE.match(body_lines[i])
+              or (i + 1 < len(body_lines) and body_lines[i].strip() and _SETEXT_LINE.match(body_lines[i + 1]))]
     if not starts:
         return body
-    body_lines = body.split("\n")
     cuts = [0] + starts + [len(body_lines)]
     counts = [len({t for _, _, t in qt.find("\n".join(body_lines[a:b]))}) for a, b in zip(cuts, cuts[1:])]
     if max(counts) <= counts[0]:
         return body                         # the chunk's own first section is the best: as stored
+    from .chunk import is_markdown, sections_in
+    if not is_markdown(hit.relpath):
+        return body
     try:
         with open(hit.path, encoding="utf-8", errors="replace") as fh:
             text = fh.read()

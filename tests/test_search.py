@@ -352,3 +352,31 @@ def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
         assert [a["id"] for a in res.access] == ["jump-host"], query
         assert res.hits and res.hits[0].relpath == "runbooks/jump-hosts.md", query
     assert search(con, cfg, "jumping hosts").access == []
+
+
+def test_a_search_does_not_load_the_chunker(config, notes):
+    import os
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    cfg = load_config()
+    run_index(db.connect(cfg.db_path), cfg)
+    code = ("import sys; from recall.cli import main; main(['search', 'promoted the WAL primary']); "
+            "print('loaded:', 'recall.chunk' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), capture_output=True,
+                         text=True, timeout=60)
+    assert "INC-10963" in out.stdout and out.stdout.rstrip().endswith("loaded: False"), out.stderr
+
+
+def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, notes):
+    write_tree(notes, {"source/lock.html.md.erb": "# <%= t %>\n\n## Find the lock id\n\nIt is in the message.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    with db.transaction(con):            # as an older recall left it: the page chunked as plain text
+        con.execute("UPDATE chunks SET breadcrumb = 'source/lock.html.md.erb'")
+        db.set_meta(con, "chunk_format", "1")
+    assert run_index(con, cfg).chunks > 0
+    crumbs = {r[0] for r in con.execute("SELECT breadcrumb FROM chunks")}
+    assert "source/lock.html.md.erb" not in crumbs and "Find the lock id" in crumbs
+    assert run_index(con, cfg).chunks == 0          # once
