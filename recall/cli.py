@@ -271,6 +271,15 @@ def _json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+def _json_done(args, data) -> bool:
+    """A verb's `--json` output: `data` as JSON, and True (the verb prints nothing else); False
+    without --json, when the verb prints its text view."""
+    if not getattr(args, "json", False):
+        return False
+    _json(data)
+    return True
+
+
 def _config(args):
     from .config import load_config
     return load_config(getattr(args, "config", None))
@@ -310,9 +319,10 @@ def cmd_index(args) -> int:
     if args.remote:
         from .remote import index_remote
         data = index_remote(cfg, args.remote, full=args.full)
-        _json(data) if getattr(args, "json", False) else _out(
-            f"indexed on {args.remote}: {data['new']} new, {data['changed']} changed, {data['removed']} removed, "
-            f"{data['unchanged']} unchanged files; {data['chunks']} chunks written; {data['seconds']:.2f}s")
+        if not _json_done(args, data):
+            _out(f"indexed on {args.remote}: {data['new']} new, {data['changed']} changed, {data['removed']} "
+                 f"removed, {data['unchanged']} unchanged files; {data['chunks']} chunks written; "
+                 f"{data['seconds']:.2f}s")
         return 0
     cfg.require_sources()
     from .repair import index_repairing
@@ -321,8 +331,7 @@ def cmd_index(args) -> int:
     report = index_repairing(cfg.db_path, lambda con: run_index(      # --full rebuilds a broken DB
         con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say),
         full=args.full, vectors=embed, notify=say)
-    if getattr(args, "json", False):
-        _json(report.__dict__)
+    if _json_done(args, report.__dict__):
         return 0
     for path, why in report.skipped:
         sys.stderr.write(f"recall: skipped {path}: {why}\n")
@@ -345,8 +354,7 @@ def cmd_search(args) -> int:
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
                     explain=args.explain, remotes=not args.local)
-    if getattr(args, "json", False):
-        _json(result.public())
+    if _json_done(args, result.public()):
         return 0
     for notice in result.notices:
         sys.stderr.write(f"recall: {notice}\n")
@@ -372,8 +380,7 @@ def cmd_read(args) -> int:
     cfg = _config(args)
     con = _db(cfg, readonly=True)
     res = read_note(con, cfg, args.target, max_chars=args.max_chars, offset=args.offset)
-    if getattr(args, "json", False):
-        _json(res.public())
+    if _json_done(args, res.public()):
         return 0
     _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.total_lines or res.range_end}")
     sys.stdout.write(res.text)
@@ -395,9 +402,7 @@ def cmd_secret_sync(args) -> int:
     rep = vault.sync(con, cfg, prune=args.prune)
     for w in rep.warnings:
         sys.stderr.write(f"recall: warning: {w}\n")
-    if getattr(args, "json", False):
-        _json(rep.__dict__)
-    else:
+    if not _json_done(args, rep.__dict__):
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
         _out(f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
              + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else ""))
@@ -423,9 +428,9 @@ def cmd_secret_find(args) -> int:
     vault, cfg, con = _vault(args)
     query = " ".join(args.query)
     found = vault.find(con, query, cfg=cfg, limit=10 if query.strip() else 50)
-    if getattr(args, "json", False):
-        _json(found)
-    elif not found:
+    if _json_done(args, found):
+        return 0
+    if not found:
         _out("no secrets match")
     else:
         _out("\n".join(_secret_text(m) for m in found))
@@ -438,7 +443,8 @@ def cmd_secret_find(args) -> int:
 def cmd_secret_show(args) -> int:
     vault, cfg, con = _vault(args)
     meta = vault.show(con, args.id)
-    _json(meta) if getattr(args, "json", False) else _out(_secret_text(meta))
+    if not _json_done(args, meta):
+        _out(_secret_text(meta))
     return 0
 
 
@@ -446,7 +452,8 @@ def cmd_secret_command(args) -> int:
     cmd = _command(args)
     vault, cfg, con = _vault(args)
     line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0], cfg)
-    _json({"id": args.id, "command": line}) if getattr(args, "json", False) else _out(line)
+    if not _json_done(args, {"id": args.id, "command": line}):
+        _out(line)
     return 0
 
 
@@ -470,9 +477,7 @@ def cmd_secret_get(args) -> int:
 def cmd_secret_log(args) -> int:
     vault, cfg, con = _vault(args)
     rows = vault.access_log(con, args.id, args.n)
-    if getattr(args, "json", False):
-        _json(rows)
-    else:
+    if not _json_done(args, rows):
         for r in rows:
             code = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
             _out(f"{r['time']}  {r['caller']}({r['parent']})  {r['verb']:<15} {r['target']}  "
@@ -499,9 +504,7 @@ def _inventory(args):
 def cmd_access_find(args) -> int:
     inventory, cfg, con, entries = _inventory(args)
     found = [inventory.describe(con, e) for e in inventory.find(entries, " ".join(args.query))]
-    if getattr(args, "json", False):
-        _json(found)
-    else:
+    if not _json_done(args, found):
         _out("\n\n".join(d["block"] for d in found) if found else "no inventory entries match")
     return 0
 
@@ -509,7 +512,8 @@ def cmd_access_find(args) -> int:
 def cmd_access_show(args) -> int:
     inventory, cfg, con, entries = _inventory(args)
     d = inventory.describe(con, inventory.get_entry(entries, args.id))
-    _json(d) if getattr(args, "json", False) else _out(d["block"])
+    if not _json_done(args, d):
+        _out(d["block"])
     return 0
 
 
@@ -535,8 +539,7 @@ def cmd_verify(args) -> int:
     con = _db(cfg)
     report = run_verify(con, cfg, args.ids or None, dry_run=args.dry_run, timeout=args.timeout)
     code = 0 if report.dry_run else report.exit_code()      # 1 when anything is stale, down, missing or broken
-    if getattr(args, "json", False):
-        _json(report.public())
+    if _json_done(args, report.public()):
         return code
     if not report.probes:
         _out("nothing to verify: no inventory entries and no secrets with a check")
@@ -563,9 +566,7 @@ def cmd_verify(args) -> int:
 def cmd_remote_install(args) -> int:
     from .remote import install
     rep = install(args.host, args.path, ssh_config=args.ssh_config, cfg=_config(args))
-    if getattr(args, "json", False):
-        _json(rep.__dict__)
-    else:
+    if not _json_done(args, rep.__dict__):
         _out(f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at {rep.path}: "
              f"{rep.files} files, Python {rep.python} — add it under 'remotes:' with "
              f"host: {rep.host}, path: {rep.path}")
@@ -593,9 +594,7 @@ def cmd_instructions(args) -> int:
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
     checks = run_doctor(getattr(args, "config", None), thorough=args.thorough)
-    if getattr(args, "json", False):
-        _json([c.__dict__ for c in checks])
-    else:
+    if not _json_done(args, [c.__dict__ for c in checks]):
         width = max(len(c.name) for c in checks)
         _out("\n".join(f"{'ok ' if c.ok else 'NO '} {c.name:<{width}}  {c.detail}" for c in checks))
     return 0 if all(c.ok for c in checks) else 1
@@ -626,8 +625,7 @@ def cmd_eval(args) -> int:
 
     modes = args.mode or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
     rows = [r for mode in modes for r in evaluate(golden, run_query, mode)]
-    if getattr(args, "json", False):
-        _json([r.__dict__ for r in rows])
+    if _json_done(args, [r.__dict__ for r in rows]):
         return 0
     cells = {(r.qtype, r.mode): r for r in rows}
     width = max(9, *(len(m) for m in modes))
