@@ -15,6 +15,7 @@ from .walk import SKIP_DIRS, glob_to_regex, raw_name, shown, walk_source  # noqa
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
+OPTIMIZE_AFTER = 2000       # chunks written in one run after which FTS5's segments are merged
 CHUNK_FORMAT = "2"          # bump when chunking or identifier extraction changes: the next index rewrites
 
 
@@ -197,6 +198,11 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     redact = note_redactor(con, cfg, report)
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
+        if report.chunks >= OPTIMIZE_AFTER:
+            # many rows deleted and written leave FTS5's segments in pieces: each query then reads
+            # them all (words 25 → 36 ms, identifiers 0.6 → 5.6 ms at 113k chunks); merge them now
+            with db.transaction(con):
+                con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress)
         report.embedded, report.tokens = done.embedded, done.tokens

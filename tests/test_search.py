@@ -380,3 +380,17 @@ def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, note
     crumbs = {r[0] for r in con.execute("SELECT breadcrumb FROM chunks")}
     assert "source/lock.html.md.erb" not in crumbs and "Find the lock id" in crumbs
     assert run_index(con, cfg).chunks == 0          # once
+
+
+def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, monkeypatch):
+    from recall import index
+    monkeypatch.setattr(index, "OPTIMIZE_AFTER", 50)
+    write_tree(notes, {f"bulk/n{i}.md": f"# Note {i}\n\n" + "\n\n".join(f"## S{j}\n\n" + "words here " * 30
+                                                                       for j in range(3)) for i in range(40)})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    run_index(con, cfg, full=True)
+    pieces = con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
+    con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    assert con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0] == pieces
