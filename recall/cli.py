@@ -375,11 +375,16 @@ def cmd_search(args) -> int:
     return 0
 
 
+def _read_remote(cfg, name: str, target: str, **kw) -> dict:
+    from .remote import read_remote  # loaded only for a NAME:path on a configured remote
+    return read_remote(cfg, name, target, **kw)
+
+
 def cmd_read(args) -> int:
     from .read import read_note
     cfg = _config(args)
     con = _db(cfg, readonly=True)
-    res = read_note(con, cfg, args.target, max_chars=args.max_chars, offset=args.offset)
+    res = read_note(con, cfg, args.target, max_chars=args.max_chars, offset=args.offset, read_remote=_read_remote)
     if _json_done(args, res.public()):
         return 0
     _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.total_lines or res.range_end}")

@@ -210,8 +210,9 @@ def recall_read(path: str, offset: int = 0) -> str:
     cannot be read. Next: for a system it names, recall_access_find; for a credential,
     recall_secret_find."""
     from .read import read_note
+    from .remote import read_remote
     with _opened(readonly=True, notes=True) as (cfg, con):
-        res = read_note(con, cfg, path, max_chars=READ_CHARS, offset=offset)
+        res = read_note(con, cfg, path, max_chars=READ_CHARS, offset=offset, read_remote=read_remote)
         head = f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}\n"
         tail = ("" if res.next_offset is None else
                 f"… more: call recall_read with path={path!r} and offset={res.next_offset}\n")

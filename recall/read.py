@@ -87,14 +87,19 @@ def _section(text: str, rel: str, line: int, total: int):
     return start, end
 
 
-def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> ReadResult:
+def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,
+              read_remote=None) -> ReadResult:
+    """A note (or a section of one) by target. `read_remote(cfg, name, target, max_chars=, offset=)`
+    is passed in by the faces (remote.read_remote) for a NAME:path on a configured remote."""
     if max_chars < 200:
         raise RecallError("--max-chars must be at least 200")
     if offset < 0:
         raise RecallError("--offset must be 0 or more")
     source, path, line = parse_target(target)
     if source is not None and any(r.name == source for r in cfg.remotes):
-        from .remote import read_remote
+        if read_remote is None:
+            raise RecallError(f"'{source}' is a remote, and this caller cannot read from remotes",
+                              f"run 'recall read {target}'")
         redact = _redactor(con, cfg)       # the remote redacts with its vault; this side with ours
         data = read_remote(cfg, source, f"{path}:{line}" if line else path, max_chars=max_chars, offset=offset)
         data = {k: redact(v) if isinstance(v, str) else v for k, v in data.items()}

@@ -37,7 +37,6 @@ LAYERS = [
 KNOWN_UPWARD = {
     ("db", "repair"),         # a storage fault explained where the DB is opened
     ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
-    ("read", "remote"),       # `recall read remote:path`
     ("redact", "vault"),      # the decrypted values to redact
     ("search", "inventory"),  # access pins
     ("search", "remote"),     # federated hits
