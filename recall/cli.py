@@ -345,6 +345,13 @@ def cmd_index(args) -> int:
     return 0
 
 
+def _ask_remotes(cfg, query: str, n: int, mode: str):
+    if not getattr(cfg, "remotes", None):
+        return None
+    from .remote import ask_remotes  # loaded only when remotes are configured
+    return ask_remotes(cfg, query, n, mode)
+
+
 def cmd_search(args) -> int:
     from . import db
     from .search import needs_vectors, search
@@ -353,7 +360,7 @@ def cmd_search(args) -> int:
     query = " ".join(args.query)
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain, remotes=not args.local)
+                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes)
     if _json_done(args, result.public()):
         return 0
     for notice in result.notices:

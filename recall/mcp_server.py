@@ -198,7 +198,10 @@ def recall_search(query: str, limit: int = 10, mode: Literal["auto", "keyword", 
     notices: list = []
     n = _limit(limit, notices)
     with _opened(readonly=True, notes=True) as (cfg, con):
-        result = search(con, cfg, query, n=n, mode=mode)
+        ask = None
+        if getattr(cfg, "remotes", None):  # the remote code is loaded only when remotes are configured
+            from .remote import ask_remotes as ask
+        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask)
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
         return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")

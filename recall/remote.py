@@ -193,6 +193,29 @@ def run_json(cfg, rem, args: list, con=None, timeout: float | None = None):
         raise RecallError(f"remote '{rem.name}' answered something that is not recall's JSON") from None
 
 
+class _Asked:
+    """Remotes being asked in the background; merge_into waits for them and merges their hits."""
+
+    def __init__(self, job):
+        self.job = job
+
+    def merge_into(self, result, n: int) -> None:
+        remote_hits, notices = self.job.result()
+        federate(result, remote_hits, n)
+        result.notices += notices
+
+
+def ask_remotes(cfg, query: str, n: int, mode: str):
+    """Start asking every configured remote in the background (search.search takes this as
+    `ask_remotes`); None when there are none."""
+    if not getattr(cfg, "remotes", None):
+        return None
+    pool = ThreadPoolExecutor(max_workers=1)
+    job = pool.submit(search_remotes, cfg, query, n, mode)
+    pool.shutdown(wait=False)
+    return _Asked(job)
+
+
 def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
     """({remote name: [hit dicts]}, [notices]) — every remote asked in parallel, each bounded by its timeout."""
     if not cfg.remotes:

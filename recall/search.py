@@ -387,19 +387,6 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool, file_share:
     return hits
 
 
-def _ask_remotes(cfg, query: str, n: int, mode: str):
-    """Start asking every configured remote in the background; None when there are none."""
-    if not getattr(cfg, "remotes", None):
-        return None
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .remote import search_remotes
-    pool = ThreadPoolExecutor(max_workers=1)
-    job = pool.submit(search_remotes, cfg, query, n, mode)
-    pool.shutdown(wait=False)
-    return job
-
-
 def pin_access(con, cfg, result: SearchResult) -> None:
     """Entries the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
     if not getattr(cfg, "inventory", None):
@@ -430,7 +417,7 @@ def route_for(mode: str, query: str, provider: str) -> str:
 
 
 def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: bool = False,
-           explain: bool = False, vector_search=None, remotes: bool = True) -> SearchResult:
+           explain: bool = False, vector_search=None, remotes: bool = True, ask_remotes=None) -> SearchResult:
     """Search the notes. `vector_search(query, limit) -> [(chunk_id, similarity)]` is supplied by
     the caller when a provider is configured, so keyword-only searches never load it."""
     query = check_query(query)
@@ -440,7 +427,9 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     require_open(con, cfg)        # a vault that holds values but cannot be opened: nothing is shown
     provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
     route = route_for(mode, query, provider)
-    remote_job = _ask_remotes(cfg, query, n, mode) if remotes else None   # bad input asks nobody
+    # remotes: `ask_remotes(cfg, query, n, mode)` (remote.ask_remotes, passed in by the faces) starts
+    # asking them now, in the background; its job merges their hits in at the end. Bad input asks nobody.
+    remote_job = ask_remotes(cfg, query, n, mode) if remotes and ask_remotes is not None else None
     started = time.perf_counter()
     notices: list = []
     route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
@@ -448,10 +437,7 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
     pin_access(con, cfg, result)
     if remote_job is not None:
-        from .remote import federate
-        remote_hits, notices = remote_job.result()
-        federate(result, remote_hits, n)
-        result.notices += notices
+        remote_job.merge_into(result, n)
     if explain:
         result.notices.append(f"route: {route}; {len(scored)} candidates; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")

@@ -39,7 +39,6 @@ KNOWN_UPWARD = {
     ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
     ("redact", "vault"),      # the decrypted values to redact
     ("search", "inventory"),  # access pins
-    ("search", "remote"),     # federated hits
 }
 
 
