@@ -14,7 +14,7 @@ LAYERS = [
     ("config", {"config"}),
     ("storage", {"db"}),
     ("storage faults", {"repair"}),
-    ("leaves", {"terms", "chunk", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
+    ("leaves", {"terms", "chunk", "snippets", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
                 "guard_parse", "guard_tools", "guard_cloud", "http1", "proxy", "ephemeral_ca", "hostbound",
                 "query_encoder", "secretfile"}),   # secretfile: the names that change how programs run
     ("guard", {"guard"}),

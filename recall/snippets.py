@@ -1,0 +1,147 @@
+"""What in a hit's text is a query term: highlight spans, the snippet window, the section it points at."""
+from __future__ import annotations
+
+import re
+
+from . import terms
+
+_TEXT_TOKEN = re.compile(r"[^\W_](?:[\w.\-]*\w)?")     # a word, or an identifier with its inner . - _
+
+
+class QueryTerms:
+    """What in a text counts as a query term: an identifier exactly (or a host name by its dotted
+    prefix), a plain word by its stem — so the highlight follows the porter-stemmed index."""
+
+    def __init__(self, query: str):
+        tokens = [t.lower() for t in terms.query_tokens(query)]
+        self.exact = {t for t in tokens if terms.is_identifier(t)}
+        plain = [w for w in terms.words(query) if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
+        self.stems = {terms.stem(w) for w in plain}
+        self._seen: dict = {}        # token → term or None: a note repeats its words
+
+    def match(self, token: str):
+        """The query term `token` stands for, or None."""
+        if token not in self._seen:
+            self._seen[token] = self._match(token)
+        return self._seen[token]
+
+    def _match(self, token: str):
+        low = token.lower()
+        if low in self.exact:
+            return low
+        if "." in low:
+            parts = low.split(".")
+            for i in range(len(parts) - 1, 0, -1):
+                if ".".join(parts[:i]) in self.exact:
+                    return ".".join(parts[:i])
+        if low.isalnum():
+            st = terms.stem(low)
+            return st if st in self.stems else None
+        return None
+
+    def find(self, text: str) -> list:
+        """[(start, end, term)] of whole tokens of `text` that are query terms; an identifier
+        such as INC-8214 is one token, never cut at its hyphen."""
+        out = []
+        for m in _TEXT_TOKEN.finditer(text):
+            term = self.match(m.group(0))
+            if term is None and ("-" in m.group(0) or "." in m.group(0)):
+                # a word inside a compound the query names as words: "jump host" in jump-host
+                words = [w for w in re.split(r"[.\-]", m.group(0)) if w]
+                if words and all(self.match(w) for w in words):
+                    term = m.group(0).lower()
+            if term is not None:
+                out.append((m.start(), m.end(), term))
+        return out
+
+
+_EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
+
+
+def snippet_spans(text: str, query: str, width: int = 220, terms_=None):
+    """(window, [(start, end)]): about `width` characters of `text` around its first query term,
+    flattened to one line without markdown emphasis, and where the query's terms are in it."""
+    flat = " ".join(_EMPHASIS.sub("", text).split())
+    qt = terms_ or QueryTerms(query)
+    found = qt.find(flat)
+    start = 0
+    if found:
+        first = found[0][0]
+        start = max(0, first - width // 3)
+        if start:
+            space = flat.find(" ", start)
+            start = space + 1 if 0 <= space < first else start
+    window = flat[start:start + width]
+    spans = [(s - start, e - start) for s, e, _ in found if s >= start and e <= start + len(window)]
+    prefix = "…" if start else ""
+    spans = [(s + len(prefix), e + len(prefix)) for s, e in spans]
+    return prefix + window + ("…" if start + width < len(flat) else ""), spans
+
+
+def mark(text: str, spans: list, left: str = "**", right: str = "**") -> str:
+    """`text` with each span wrapped in markers (the terminal view of highlights)."""
+    out, at = [], 0
+    for s, e in spans:
+        out += [text[at:s], left, text[s:e], right]
+        at = e
+    return "".join(out) + text[at:]
+
+
+def snippet(text: str, query: str, width: int = 220) -> str:
+    """A window of `text` around the first query term, terms marked **like this**."""
+    return mark(*snippet_spans(text, query, width))
+
+
+def best_section(sections: list, lines: list, first: int, qt) -> tuple:
+    """The (start, end, breadcrumb) among `sections` whose text holds the most distinct query
+    terms (the first on a tie); `lines` are the file's lines, `first` the 1-based line of lines[0]."""
+    best, best_n = sections[0], 0
+    for sec in sections:
+        text = "\n".join(lines[sec[0] - first:sec[1] - first + 1])
+        n = len({term for _, _, term in qt.find(text + " " + sec[2])})
+        if n > best_n:
+            best, best_n = sec, n
+    return best
+
+
+_INNER_HEADING = re.compile(r"\n {0,3}(?:#{1,6}(?:[ \t]|$)|(?:=+|-+)[ \t]*(?:\n|$))")
+_ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_SETEXT_LINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
+
+
+def point_at_section(hit, body: str, qt: QueryTerms) -> str:
+    """A chunk that merged several small sections (a short note is one chunk) is pointed at the
+    section holding the most query terms: its line, end line and heading path, and its text is
+    returned for the snippet. The file is read again; a file changed since indexing is left be."""
+    name = hit.relpath.lower()
+    if not _INNER_HEADING.search(body) or not (".md" in name or ".markdown" in name or ".mkd" in name):
+        return body
+    # a rough cut at heading-like lines decides whether to look closer (chunk.py, the exact parser,
+    # is imported only then: `recall search` does not pay for it otherwise)
+    body_lines = body.split("\n")
+    starts = [i for i in range(1, len(body_lines)) if _ATX_LINE.match(body_lines[i])
+              or (i + 1 < len(body_lines) and body_lines[i].strip() and _SETEXT_LINE.match(body_lines[i + 1]))]
+    if not starts:
+        return body
+    cuts = [0] + starts + [len(body_lines)]
+    counts = [len({t for _, _, t in qt.find("\n".join(body_lines[a:b]))}) for a, b in zip(cuts, cuts[1:])]
+    if max(counts) <= counts[0]:
+        return body                         # the chunk's own first section is the best: as stored
+    from .chunk import is_markdown, sections_in
+    if not is_markdown(hit.relpath):
+        return body
+    try:
+        with open(hit.path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return body
+    lines = text.split("\n")
+    if "\n".join(lines[hit.line - 1:hit.end_line]).replace("\r", "") != body.replace("\r", ""):
+        return body                         # changed on disk since it was indexed
+    sections = sections_in(text, hit.line, hit.end_line)
+    if len(sections) < 2:
+        return body
+    start, end, crumb = best_section(sections, lines[hit.line - 1:hit.end_line], hit.line, qt)
+    start, end = max(start, hit.line), min(end, hit.end_line)
+    hit.line, hit.end_line, hit.breadcrumb = start, end, crumb
+    return "\n".join(lines[start - 1:end])
