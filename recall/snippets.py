@@ -56,12 +56,13 @@ class QueryTerms:
 
 
 _EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
+_HEADING_MARK = re.compile(r"(?m)^ {0,3}#{1,6}[ \t]+")       # the breadcrumb already names the heading
 
 
 def snippet_spans(text: str, query: str, width: int = 220, terms_=None):
     """(window, [(start, end)]): about `width` characters of `text` around its first query term,
-    flattened to one line without markdown emphasis, and where the query's terms are in it."""
-    flat = " ".join(_EMPHASIS.sub("", text).split())
+    flattened to one line without markdown emphasis or heading marks, and where the query's terms are."""
+    flat = " ".join(_EMPHASIS.sub("", _HEADING_MARK.sub("", text)).split())
     qt = terms_ or QueryTerms(query)
     found = qt.find(flat)
     start = 0

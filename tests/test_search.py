@@ -252,8 +252,10 @@ def test_a_highlight_never_splits_an_identifier_and_markdown_markers_are_gone():
     out = snippet("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert")
     assert "**INC**-8214" not in out and "INC-8214" in out and "**inc**" in out
     assert "**jump01.example.com**" in out and "**cert**" in out
-    text, spans = snippet_spans("We **fixed** it by rotating certificates", "fix rotation certificate")
-    assert "*" not in text and [text[s:e] for s, e in spans] == ["fixed", "rotating", "certificates"]
+    text, spans = snippet_spans("## How we fixed it\n\nWe **fixed** it by rotating certificates",
+                                "fix rotation certificate")
+    assert "*" not in text and "#" not in text and text.startswith("How we fixed it We fixed")
+    assert [text[s:e] for s, e in spans] == ["fixed", "fixed", "rotating", "certificates"]
 
 
 def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes):
