@@ -269,7 +269,7 @@ def voyage_key(cfg, con=None) -> str:
         return key
     sid = cfg.embedding.api_key_secret
     if sid and con is not None:
-        from .vault import load_values
+        from .redact import load_values
         values = load_values(con, cfg, [sid]).get(sid)
         if not values:
             raise RecallError(f"embedding.api_key_secret names '{sid}', which is not in the vault",

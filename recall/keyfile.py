@@ -1,6 +1,8 @@
-"""The vault key: 32 random bytes in a 0600 file inside a 0700 folder; AES-256-GCM around it."""
+"""The vault key: 32 random bytes in a 0600 file inside a 0700 folder; AES-256-GCM around it, and what
+each ciphertext is bound to."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -116,3 +118,19 @@ def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes, bound: 
     except Exception:
         raise RecallError(f"secret '{secret_id}' does not decrypt with this key, or its stored row "
                           "was changed", "run 'recall secret sync' to re-encrypt from the secrets files") from None
+
+
+# -- what each ciphertext is bound to (AES-GCM associated data) --------------------------------------
+
+def bound(inject: str, check: str, variables: dict, url: str, public: list, proxy=None) -> bytes:
+    """Every stored column that changes how a value is used (and which fields go unmasked), as
+    authenticated with its ciphertext; a host-bound secret's proxy settings too (paths, ca, query)."""
+    return json.dumps([inject, check, variables, url, sorted(public)] + ([proxy] if proxy else []),
+                      sort_keys=True).encode()
+
+
+def row_bound(row) -> bytes:
+    """What a stored row's ciphertext is bound to (its columns, as `bound` takes them)."""
+    meta = json.loads(row["meta"])
+    return bound(row["inject"], row["check_cmd"], json.loads(row["variables"]), meta.get("url", ""),
+                 meta.get("public") or [], meta.get("proxy"))

@@ -1,4 +1,5 @@
-"""Redaction: every vault value in note text that is shown, indexed or embedded becomes [recall:ID]; fail closed."""
+"""Redaction: every vault value in note text that is shown, indexed or embedded becomes [recall:ID]
+(the stored values decrypted here, for redaction and masking only); fail closed."""
 from __future__ import annotations
 
 import json
@@ -57,13 +58,51 @@ def require_open(con, cfg) -> None:
         raise _closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
 
 
+# -- the stored values, decrypted (vault.load_values is this one) -----------------------------------
+
+class VaultValues(dict):
+    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret}."""
+    public: dict = {}
+
+
+def probe_row(con):
+    """One stored row, for load_key to tell which key the DB is under."""
+    from . import keyfile
+    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
+    return (row["id"], row["nonce"], row["ciphertext"], keyfile.row_bound(row)) if row else None
+
+
+def load_values(con, cfg, ids=None, *, need=()) -> dict:
+    """{secret id: {field: value}} decrypted — for injection and masking only, never for output.
+    A row that does not open (changed in the DB, corrupt) fails only itself: it is left out,
+    unless it is in `need`; when no row opens at all, the key is wrong and that is the error."""
+    from . import keyfile
+    key = keyfile.load_key(cfg.home, create=False, probe=probe_row(con))
+    rows = con.execute("SELECT * FROM secrets").fetchall()
+    if ids is not None:
+        rows = [r for r in rows if r["id"] in set(ids)]
+    values, first_error = VaultValues(), None
+    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
+    for row in rows:
+        try:
+            plain = keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], keyfile.row_bound(row))
+        except RecallError as exc:
+            if row["id"] in need:
+                raise
+            first_error = first_error or exc
+            continue
+        values[row["id"]] = json.loads(plain)
+    if rows and not values and first_error is not None:
+        raise first_error
+    return values
+
+
 def redactor(con, cfg):
     """text -> text with every (non-public) vault value and its encoded forms replaced by
     [recall:ID], as whole tokens; the identity when the vault is empty. Raises VaultClosed when
     the vault holds values but cannot be opened here: no text is ever shown unchecked."""
     if not holds_values(con):
         return _identity
-    from .vault import load_values
     try:
         values = load_values(con, cfg)
     except RecallError as exc:

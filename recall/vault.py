@@ -10,7 +10,11 @@ import time
 
 from . import audit, db, keyfile, status, terms
 from .errors import RecallError
+from .keyfile import bound
+from .keyfile import row_bound as _row_bound
 from .records import Record
+from .redact import VaultValues, load_values  # noqa: F401 (re-exported: the stored values, decrypted)
+from .redact import probe_row as _probe
 
 CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
 
@@ -105,19 +109,6 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
                           "'recall secret sync --prune' if they are meant to go")
 
 
-def bound(inject: str, check: str, variables: dict, url: str, public: list, proxy=None) -> bytes:
-    """Every stored column that changes how a value is used (and which fields go unmasked), as
-    authenticated with its ciphertext; a host-bound secret's proxy settings too (paths, ca, query)."""
-    return json.dumps([inject, check, variables, url, sorted(public)] + ([proxy] if proxy else []),
-                      sort_keys=True).encode()
-
-
-def _row_bound(row) -> bytes:
-    meta = json.loads(row["meta"])
-    return bound(row["inject"], row["check_cmd"], json.loads(row["variables"]), meta.get("url", ""),
-                 meta.get("public") or [], meta.get("proxy"))
-
-
 def embed_metadata(con, cfg) -> int:
     """Embed each secret's metadata text that has no vector for the configured model (values are
     never part of it, and every vault value is redacted from it all the same)."""
@@ -193,12 +184,6 @@ def rotate_key(con, cfg) -> int:
     except FileNotFoundError:
         pass
     return len(rows)
-
-
-def _probe(con):
-    """One stored row, for load_key to tell which key the DB is under."""
-    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
-    return (row["id"], row["nonce"], row["ciphertext"], _row_bound(row)) if row else None
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
@@ -371,31 +356,6 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     return line
 
 
-def load_values(con, cfg, ids=None, *, need=()) -> dict:
-    """{secret id: {field: value}} decrypted — for injection and masking only, never for output.
-    A row that does not open (changed in the DB, corrupt) fails only itself: it is left out,
-    unless it is in `need`; when no row opens at all, the key is wrong and that is the error."""
-    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    rows = con.execute("SELECT * FROM secrets").fetchall()
-    if ids is not None:
-        rows = [r for r in rows if r["id"] in set(ids)]
-    from .redact import public_fields
-    values, first_error = VaultValues(), None
-    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
-    for row in rows:
-        try:
-            plain = keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row))
-        except RecallError as exc:
-            if row["id"] in need:
-                raise
-            first_error = first_error or exc
-            continue
-        values[row["id"]] = json.loads(plain)
-    if rows and not values and first_error is not None:
-        raise first_error
-    return values
-
-
 def child_env(base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     for k in list(env):
@@ -425,11 +385,6 @@ def injection(row, values: dict, stdin_flag: bool):
         raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
                           "stdin injection writes one value; use env injection")
     return env, None
-
-
-class VaultValues(dict):
-    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret}."""
-    public: dict = {}
 
 
 def masker_for(all_values: dict):

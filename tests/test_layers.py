@@ -36,8 +36,6 @@ LAYERS = [
 # import is gone fails the test until it is removed here.
 KNOWN_UPWARD = {
     ("db", "repair"),         # a storage fault explained where the DB is opened
-    ("embed", "vault"),       # the Voyage key named by embedding.api_key_secret
-    ("redact", "vault"),      # the decrypted values to redact
     ("search", "inventory"),  # access pins
 }
 
