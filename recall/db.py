@@ -1,4 +1,5 @@
-"""The one SQLite database: its driver (sqlite3/sqlean + sqlite-vec), connect (WAL, busy timeout, 0600), migrations, helpers."""
+"""The one SQLite database: its driver (sqlite3/sqlean + sqlite-vec), connect (WAL, busy timeout, 0600),
+migrations, its storage faults said in one line (explain), helpers."""
 from __future__ import annotations
 
 import errno
@@ -28,6 +29,70 @@ def is_sqlite_error(exc) -> bool:
     return isinstance(exc, sqlite3.Error) or any(
         cls.__name__ == "Error" and ("sqlite" in cls.__module__ or "sqlean" in cls.__module__)
         for cls in type(exc).__mro__)
+
+# -- storage faults in one line each ------------------------------------------------------------
+
+_OS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def _kind(exc) -> str:
+    """full | readonly | cantopen | damaged | ioerr | locked | '' for an SQLite or OS error."""
+    if isinstance(exc, OSError):
+        return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "readonly",
+                errno.EIO: "ioerr"}.get(exc.errno, "cantopen")
+    name, text = getattr(exc, "sqlite_errorname", "") or "", str(exc).lower()
+    for kind, names, words in (
+            ("full", ("SQLITE_FULL",), ("database or disk is full",)),
+            ("readonly", ("SQLITE_READONLY",), ("readonly database", "read-only")),
+            ("cantopen", ("SQLITE_CANTOPEN",), ("unable to open database",)),
+            ("damaged", ("SQLITE_CORRUPT", "SQLITE_NOTADB"),
+             ("malformed", "not a database", "corrupt", "no such table", "no such column")),
+            ("ioerr", ("SQLITE_IOERR",), ("disk i/o error",)),
+            ("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked",))):
+        if name.startswith(names) or any(w in text for w in words):
+            return kind
+    return ""
+
+
+def explain(exc, path=None):
+    """The RecallError a user should see for a storage fault (a full disk, a read-only or damaged
+    DB, a folder recall may not use); None when `exc` is not one (a bug keeps its traceback)."""
+    if isinstance(exc, RecallError):
+        return exc
+    if isinstance(exc, OSError):
+        if exc.errno not in _OS_FAULTS:
+            return None
+        home = Path(path or (OPENED[-1] if OPENED else "")).parent
+        if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename and path is None \
+                and home not in Path(os.path.abspath(exc.filename)).parents:   # not recall's own files
+            return RecallError(f"cannot use {exc.filename} ({exc.strerror})", "check its permissions (ls -l)")
+        path = exc.filename or path
+    elif not is_sqlite_error(exc):
+        return None
+    path = Path(path or (OPENED[-1] if OPENED else "the index"))
+    folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
+    kind = _kind(exc)
+    if kind == "full":
+        return RecallError(f"the disk holding {path} is full ({what})",
+                           "free some space and run it again; what was committed before is kept")
+    if kind == "readonly":
+        return RecallError(f"{path} is read-only ({what})",
+                           f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME "
+                           "to a writable folder")
+    if kind == "cantopen":
+        return RecallError(f"cannot open {path} ({what})",
+                           f"make {folder} and the files in it yours, readable and writable (ls -l "
+                           f"{folder}; chmod 700 {folder}), or set RECALL_HOME to another folder")
+    if kind == "damaged":
+        return BrokenDatabase(path, f"damaged ({what})")
+    if kind == "ioerr":
+        return RecallError(f"a disk I/O error on {path} ({what})",
+                           "check the disk; if the index is damaged, 'recall index --full' rebuilds it")
+    if kind == "locked":
+        return RecallError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_MS // 1000} s",
+                           "let the other recall finish (an index or a sync?), then run it again")
+    return None
+
 
 # Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
 MIGRATIONS: list = [
@@ -292,7 +357,6 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         if not readonly:
             _secure_file(path)
     except OSError as exc:          # a home folder recall may not use, a full or read-only disk
-        from .repair import explain
         raise (explain(exc, path) or RecallError(
             f"cannot make {path} ({exc.strerror}: {exc.filename})",
             "RECALL_HOME (or 'home:' in the config) must name a folder you can create and write")) from None
@@ -313,7 +377,6 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         _use_wal(con, module)
         migrate(con, path)
     except (sqlite3.Error, module.Error) as exc:
-        from .repair import explain
         raise (explain(exc, path) or RecallError(f"cannot open the database {path}: {exc}",
                                                  "it is a cache: run 'recall index --full'")) from None
     return con

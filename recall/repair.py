@@ -1,76 +1,16 @@
-"""Storage faults in one line each, and the rebuild that moves a damaged or foreign DB aside."""
+"""The quick check, and the rebuild that moves a damaged or foreign DB aside (a fault's one line is db.explain)."""
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 import time
 from pathlib import Path
 
 from . import db
+from .db import explain  # also imported from here (cli, mcp_server)
 from .errors import RecallError
 
 LEDGER_COLUMNS = "at, provider, model, kind, state, estimate, tokens, items, pid, run"
-_OS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
-
-
-def _kind(exc) -> str:
-    """full | readonly | cantopen | damaged | ioerr | locked | '' for an SQLite or OS error."""
-    if isinstance(exc, OSError):
-        return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "readonly",
-                errno.EIO: "ioerr"}.get(exc.errno, "cantopen")
-    name, text = getattr(exc, "sqlite_errorname", "") or "", str(exc).lower()
-    for kind, names, words in (
-            ("full", ("SQLITE_FULL",), ("database or disk is full",)),
-            ("readonly", ("SQLITE_READONLY",), ("readonly database", "read-only")),
-            ("cantopen", ("SQLITE_CANTOPEN",), ("unable to open database",)),
-            ("damaged", ("SQLITE_CORRUPT", "SQLITE_NOTADB"),
-             ("malformed", "not a database", "corrupt", "no such table", "no such column")),
-            ("ioerr", ("SQLITE_IOERR",), ("disk i/o error",)),
-            ("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked",))):
-        if name.startswith(names) or any(w in text for w in words):
-            return kind
-    return ""
-
-
-def explain(exc, path=None):
-    """The RecallError a user should see for a storage fault (a full disk, a read-only or damaged
-    DB, a folder recall may not use); None when `exc` is not one (a bug keeps its traceback)."""
-    if isinstance(exc, RecallError):
-        return exc
-    if isinstance(exc, OSError):
-        if exc.errno not in _OS_FAULTS:
-            return None
-        home = Path(path or (db.OPENED[-1] if db.OPENED else "")).parent
-        if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename and path is None \
-                and home not in Path(os.path.abspath(exc.filename)).parents:   # not recall's own files
-            return RecallError(f"cannot use {exc.filename} ({exc.strerror})", "check its permissions (ls -l)")
-        path = exc.filename or path
-    elif not db.is_sqlite_error(exc):
-        return None
-    path = Path(path or (db.OPENED[-1] if db.OPENED else "the index"))
-    folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
-    kind = _kind(exc)
-    if kind == "full":
-        return RecallError(f"the disk holding {path} is full ({what})",
-                           "free some space and run it again; what was committed before is kept")
-    if kind == "readonly":
-        return RecallError(f"{path} is read-only ({what})",
-                           f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME "
-                           "to a writable folder")
-    if kind == "cantopen":
-        return RecallError(f"cannot open {path} ({what})",
-                           f"make {folder} and the files in it yours, readable and writable (ls -l "
-                           f"{folder}; chmod 700 {folder}), or set RECALL_HOME to another folder")
-    if kind == "damaged":
-        return db.BrokenDatabase(path, f"damaged ({what})")
-    if kind == "ioerr":
-        return RecallError(f"a disk I/O error on {path} ({what})",
-                           "check the disk; if the index is damaged, 'recall index --full' rebuilds it")
-    if kind == "locked":
-        return RecallError(f"{path} stayed locked by another process for {db.BUSY_TIMEOUT_MS // 1000} s",
-                           "let the other recall finish (an index or a sync?), then run it again")
-    return None
 
 
 def quick_check(path) -> tuple:
