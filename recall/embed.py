@@ -504,17 +504,38 @@ def release(con, lid, err) -> None:
         con.execute("DELETE FROM embed_claims WHERE ledger_id=?", (lid,))
 
 
+def ledgered(con, cfg, provider, kind: str, estimate: int, items: int, call, *, claims=None, model=None,
+             store=None):
+    """The one ledger step of every paid request: reserve (paid providers only; `claims` = (model id,
+    hashes) an index run takes), `call(claimed)` -> (answer, billed tokens), then `store(result,
+    claimed)` and the settlement in one transaction; a failure releases the reservation.
+    Returns (result, claimed), or (None, []) when another run already holds every claimed text."""
+    lid, claimed = None, (claims[1] if claims is not None else None)
+    if provider.paid:
+        lid, claimed = reserve(con, cfg, provider, kind, estimate, items, claims=claims, model=model)
+        if lid is None:
+            return None, []            # another run embedded or claimed all of it
+    try:
+        result = call(claimed)
+    except BaseException as exc:
+        if lid is not None:
+            release(con, lid, exc if isinstance(exc, RecallError) else ProviderError("interrupted", uncertain=True))
+        raise
+    if lid is None and store is None:
+        return result, claimed
+    from .db import transaction
+    with transaction(con):
+        if store is not None:
+            store(result, claimed)
+        if lid is not None:
+            settle(con, lid, result[1])
+    return result, claimed
+
+
 def paid_call(con, cfg, provider, kind: str, texts: list, call, model=None):
     """Reserve, call, settle — for the one-off paid requests of a search (query, rerank)."""
     if not provider.paid:
         return call()
-    lid, _ = reserve(con, cfg, provider, kind, sum(estimate_tokens(t) for t in texts), len(texts), model=model)
-    try:
-        result = call()
-    except BaseException as exc:
-        release(con, lid, exc if isinstance(exc, RecallError) else ProviderError("interrupted", uncertain=True))
-        raise
-    from .db import transaction
-    with transaction(con):
-        settle(con, lid, result[1])
+    result, _ = ledgered(con, cfg, provider, kind, sum(estimate_tokens(t) for t in texts), len(texts),
+                         lambda _claimed: call(), model=model)
     return result

@@ -379,26 +379,19 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     """Reserve (paid providers), send, then store the vectors and settle the ledger in one
     transaction: a kill loses at most this batch, and counts it at most as 'unconfirmed'."""
     from . import embed
-    lid, texts = None, _texts(con, batch)
+    texts = _texts(con, batch)
     inputs = {h: redact(texts[h]) for h in batch}
-    if provider.paid:
-        est = sum(embed.estimate_tokens(t) for t in inputs.values())
-        lid, batch = embed.reserve(con, cfg, provider, "document", est, len(batch), claims=(mid, batch))
-        if lid is None:
-            return 0, 0            # another run embedded or claimed all of it
-    try:
-        vectors, tokens = provider.embed([inputs[h] for h in batch], "document")
-    except BaseException as exc:
-        if lid is not None:
-            embed.release(con, lid, exc if isinstance(exc, RecallError)
-                          else embed.ProviderError("interrupted", uncertain=True))
-        raise
-    with db.transaction(con):
-        store.dim = store.dim or len(vectors[0])
-        store.put_many(zip(batch, vectors))
-        if lid is not None:
-            embed.settle(con, lid, tokens)
-    return len(batch), tokens
+
+    def write(result, claimed):
+        store.dim = store.dim or len(result[0][0])
+        store.put_many(zip(claimed, result[0]))
+    est = sum(embed.estimate_tokens(t) for t in inputs.values()) if provider.paid else 0
+    result, claimed = embed.ledgered(con, cfg, provider, "document", est, len(batch),
+                                     lambda claimed: provider.embed([inputs[h] for h in claimed], "document"),
+                                     claims=(mid, batch), store=write)
+    if result is None:
+        return 0, 0                # another run embedded or claimed all of it
+    return len(claimed), result[1]
 
 
 def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None) -> EmbedReport:
