@@ -360,6 +360,7 @@ def test_a_search_does_not_load_the_chunker(config, notes):
     import os
     import subprocess
     import sys
+
     from tests.conftest import REPO
     cfg = load_config()
     run_index(db.connect(cfg.db_path), cfg)
