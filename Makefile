@@ -2,6 +2,8 @@
 PYTHON ?= python3
 DEMO_HOME ?= $(CURDIR)/.demo-home
 VENV ?= .venv
+# two pytest workers (one test file each at a time): the suite in ~3 min on 2 cores; PYTEST_WORKERS= runs one
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: demo test venv test-core bench golden lint inspect clean
 
@@ -12,7 +14,7 @@ demo:            ## index the sample notes in golden/notes and search them (no i
 
 test: venv       ## the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
 	@echo "make test: running the suite in $(VENV) (a few minutes)"
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" RECALL_TEST_HEARTBEAT_FD=3 $(VENV)/bin/python -m pytest -q 3>&1
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" RECALL_TEST_HEARTBEAT_FD=3 $(VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) 3>&1
 
 venv:            ## .venv/ with every extra the tests use, plus missing system tools (sshd, openssl); reused while pyproject.toml is unchanged
 	@VENV=$(VENV) PYTHON=$(PYTHON) bash .ci/install

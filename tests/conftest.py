@@ -40,8 +40,8 @@ def pytest_runtest_logfinish(nodeid, location):
 
 def pytest_sessionstart(session):
     fd = os.environ.get("RECALL_TEST_HEARTBEAT_FD", "")
-    if not fd.isdigit():
-        return
+    if not fd.isdigit() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return      # only the process that reports (a worker's descriptor 3 is something else)
     import threading
     import time
     every = float(os.environ.get("RECALL_TEST_HEARTBEAT_SECONDS", "10"))
