@@ -74,7 +74,8 @@ def test_a_long_test_is_never_silent_under_make_test():
               "c.pytest_runtest_logstart('tests/test_x.py::test_long', None); time.sleep(1.8)")
     r = subprocess.run(f"{sys.executable} -c \"{script}\" 3>&1", shell=True, cwd=REPO, capture_output=True,
                        text=True, timeout=120,
-                       env={**os.environ, "RECALL_TEST_HEARTBEAT_FD": "3", "RECALL_TEST_HEARTBEAT_SECONDS": "0.5"})
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+                            "RECALL_TEST_HEARTBEAT_FD": "3", "RECALL_TEST_HEARTBEAT_SECONDS": "0.5"})
     assert r.returncode == 0, r.stderr
     beats = [line.strip() for line in r.stdout.splitlines() if line.strip()]
     assert len(beats) >= 2 and all(re.fullmatch(r"… tests/test_x\.py::test_long: \d+ s so far", b) for b in beats), beats
