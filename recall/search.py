@@ -463,6 +463,13 @@ def vector_searcher(con, cfg, notices=None):
     return run
 
 
+def query_key(query: str) -> str:
+    """What the query-vector cache is keyed by: a hash, so a query holding something the user
+    pasted by mistake (a token) is not kept in the DB as text."""
+    import hashlib
+    return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def query_vector(con, cfg, query: str, notices=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before (no model load,
     no request), else from the provider — then cached."""
@@ -471,7 +478,8 @@ def query_vector(con, cfg, query: str, notices=None) -> list:
     fp = embed.fingerprint(cfg.embedding, "query")
     mid = embed.model_id(con, fp, create=False)
     if mid is not None:
-        row = con.execute("SELECT vector FROM query_vectors WHERE model_id=? AND query=?", (mid, query)).fetchone()
+        row = con.execute("SELECT vector FROM query_vectors WHERE model_id=? AND query=?",
+                          (mid, query_key(query))).fetchone()
         if row is not None:
             return unpack(row[0])
     provider = embed.provider_for(cfg, con)
@@ -485,7 +493,7 @@ def query_vector(con, cfg, query: str, notices=None) -> list:
         with db.transaction(con):
             mid = embed.model_id(con, fp)
             con.execute("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
-                        (mid, query, pack(vectors[0]), time.time()))
+                        (mid, query_key(query), pack(vectors[0]), time.time()))
             con.execute("DELETE FROM query_vectors WHERE used_at < (SELECT used_at FROM query_vectors "
                         "ORDER BY used_at DESC LIMIT 1 OFFSET ?)", (QUERY_CACHE_MAX,))
     except Exception as exc:        # the cache is an optimisation; a busy DB must not fail a search

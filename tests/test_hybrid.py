@@ -13,7 +13,7 @@ from recall import db, embed
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import run_index
-from recall.search import fuse, search
+from recall.search import fuse, query_key, search
 from tests.conftest import REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage
 
@@ -320,9 +320,11 @@ def test_a_new_cli_query_needs_no_torch_and_ranks_as_the_model_does(golden_local
     assert json.loads(cold["out"])["route"] == "hybrid"
     warm = probe("--json", "search", q, env=env)
     assert warm["code"] == 0 and warm["heavy"] == [] and warm["out"] == cold["out"]
+    state = [os.path.join(env["RECALL_HOME"], n) for n in os.listdir(env["RECALL_HOME"])]
+    assert not any(q.encode() in open(p, "rb").read() for p in state if os.path.isfile(p))   # cached by hash
     con = db.connect(os.path.join(env["RECALL_HOME"], "recall.db"), vectors=True)   # the SQLite eval uses
     with db.transaction(con):
-        assert con.execute("DELETE FROM query_vectors WHERE query=?", (q,)).rowcount == 1
+        assert con.execute("DELETE FROM query_vectors WHERE query=?", (query_key(q),)).rowcount == 1
     con.close()
     full = probe("--json", "search", q, env=dict(env, RECALL_QUERY_ENCODER="model"))
     assert "torch" in full["heavy"]

