@@ -12,8 +12,9 @@ demo:            ## index the sample notes in golden/notes and search them (no i
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search INC-10963
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml search "disk filled up on the build server"
 
-test: venv       ## the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
-	@echo "make test: running the suite in $(VENV) (a few minutes)"
+test: venv       ## ruff, then the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
+	@echo "make test: ruff over the tree (ruff.toml), then the suite in $(VENV) (a few minutes)"
+	$(VENV)/bin/python -m ruff check --quiet .
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" RECALL_TEST_HEARTBEAT_FD=3 $(VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) 3>&1
 
 venv:            ## .venv/ with every extra the tests use, plus missing system tools (sshd, openssl); reused while pyproject.toml is unchanged

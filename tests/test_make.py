@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -80,3 +82,17 @@ def test_a_long_test_is_never_silent_under_make_test():
     beats = [line.strip() for line in r.stdout.splitlines() if line.strip()]
     assert len(beats) >= 2 and all(re.fullmatch(r"… tests/test_x\.py::test_long: \d+ s so far", b) for b in beats), beats
     assert "RECALL_TEST_HEARTBEAT_FD=3" in (REPO / "Makefile").read_text()
+
+
+def test_make_test_runs_a_lint_that_can_fail(tmp_path):
+    """make test runs ruff first, with the project's rules: the tree is clean, and an unused import fails it."""
+    pytest.importorskip("ruff")
+    assert "-m ruff check" in (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    clean = subprocess.run([sys.executable, "-m", "ruff", "check", "--quiet", "."], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0, clean.stdout
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n")
+    dirty = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(REPO / "ruff.toml"), str(bad)],
+                           capture_output=True, text=True, timeout=120)
+    assert dirty.returncode == 1 and "F401" in dirty.stdout
