@@ -122,7 +122,7 @@ def test_unreadable_file_is_reported_and_kept(tmp_path, monkeypatch):
         (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
         monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
         monkeypatch.setenv("RECALL_HOME", str(base / "state"))
-        _index()
+        _index()[1].close()       # closed now, not by a later GC while the owners change (it drops the WAL)
         p = notes / "runbooks/jump-hosts.md"
         p.chmod(0)
 
