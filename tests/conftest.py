@@ -60,6 +60,16 @@ def pytest_sessionstart(session):
     threading.Thread(target=beat, daemon=True).start()
 
 
+def give_to_nobody(base) -> None:
+    """Hand a test tree to 'nobody' (uid 65534), so a test running as root can run recall as a user
+    permissions apply to; a -wal/-shm file SQLite removes as a connection closes is passed over."""
+    for path in [base, *base.rglob("*")]:
+        try:
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+
+
 # The one test-only secret value: it must never appear in any output, file, request or argv.
 CANARY = "rc4n4ry-7Qx9-Zt2v-K8m3"
 

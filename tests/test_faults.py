@@ -10,7 +10,7 @@ import pytest
 from recall import db
 from recall.config import load_config
 from recall.index import run_index
-from tests.conftest import CANARY, NOTES, run_recall, write_tree
+from tests.conftest import CANARY, NOTES, give_to_nobody, run_recall, write_tree
 from tests.test_index import _as_nobody
 
 LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
@@ -69,11 +69,7 @@ def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatc
             rep = run_index(con, cfg)
             return {"skipped": rep.skipped, "removed": rep.removed, "relpaths": _relpaths(con)}
         if os.geteuid() == 0:                        # root lists every folder: run as 'nobody'
-            for path in [base, *base.rglob("*")]:
-                try:
-                    os.chown(path, 65534, 65534, follow_symlinks=False)
-                except FileNotFoundError:      # a -wal/-shm file SQLite removed as a connection closed
-                    pass
+            give_to_nobody(base)
             seen = _as_nobody(again)
         else:
             seen = again()
@@ -296,8 +292,7 @@ def test_a_read_only_db_and_an_unreadable_home_are_one_line(monkeypatch):
         monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
         monkeypatch.setenv("RECALL_HOME", str(state))
         assert run_recall("index").returncode == 0
-        for path in [base, *base.rglob("*")]:
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        give_to_nobody(base)
         (state / "recall.db").chmod(0o400)                    # read-only: search still works
         r = _as_user(NOBODY, "search", "jump01")
         assert r.returncode == 0 and "jump-hosts.md" in r.stdout, r.stderr

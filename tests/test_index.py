@@ -11,7 +11,7 @@ from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import glob_to_regex, run_index
-from tests.conftest import NOTES, write_tree
+from tests.conftest import NOTES, give_to_nobody, write_tree
 
 
 def _index(**kw):
@@ -130,11 +130,7 @@ def test_unreadable_file_is_reported_and_kept(tmp_path, monkeypatch):
             _, con, rep = _index(full=True)
             return {"skipped": rep.skipped, "relpaths": _relpaths(con)}
         if os.geteuid() == 0:
-            for path in [base, *base.rglob("*")]:
-                try:
-                    os.chown(path, 65534, 65534, follow_symlinks=False)
-                except FileNotFoundError:      # a -wal/-shm file SQLite removed as a connection closed
-                    pass
+            give_to_nobody(base)
             seen = _as_nobody(again)
         else:
             seen = again()
