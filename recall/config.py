@@ -106,16 +106,6 @@ def load_config(explicit: str | None = None) -> Config:
 
 # -- validation -------------------------------------------------------------------------------
 
-def _line(mapping, key):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
-    return line_of(mapping, key, getattr(mapping, "line", None))
-
-
-def _item_line(seq, i):
-    from .yamlish import line_of
-    return line_of(seq, i, getattr(seq, "line", None))
-
-
 def _expect(value, kind, path, line, what):
     names = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping",
              bool: "true or false", float: "a number"}
@@ -145,18 +135,20 @@ def _resolve(base: Path, text: str) -> Path:
 
 
 def _paths(value, path, line, what, base):
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     if isinstance(value, str):
         value = [value]
     _expect(value, list, path, line, what)
-    return [_resolve(base, _expect(v, str, path, _item_line(value, i), what))
+    return [_resolve(base, _expect(v, str, path, line_of(value, i), what))
             for i, v in enumerate(value)]
 
 
 def _strings(value, path, line, what):
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     if isinstance(value, str):
         value = [value]
     _expect(value, list, path, line, what)
-    return [_expect(v, str, path, _item_line(value, i), what) for i, v in enumerate(value)]
+    return [_expect(v, str, path, line_of(value, i), what) for i, v in enumerate(value)]
 
 
 TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file_bytes", "home"}
@@ -168,11 +160,12 @@ REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
 
 def _unknown_fields(doc, path: str) -> None:
     """Every unknown key of the config in one error: at the first one in file order, naming the rest."""
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     found = []
 
     def scan(mapping, allowed, what):
         if isinstance(mapping, dict):
-            found.extend((_line(mapping, k) or 0, str(k), what, allowed) for k in mapping if k not in allowed)
+            found.extend((line_of(mapping, k) or 0, str(k), what, allowed) for k in mapping if k not in allowed)
 
     scan(doc, TOP_KEYS, "the config")
     for key, allowed, what in (("sources", SOURCE_KEYS, "a source"), ("remotes", REMOTE_KEYS, "a remote")):
@@ -188,91 +181,95 @@ def _unknown_fields(doc, path: str) -> None:
 
 
 def _apply(cfg: Config, doc, path: str) -> None:
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")
     _unknown_fields(doc, path)
     base = Path(path).parent
-    cfg.lines = {k: _line(doc, k) for k in doc}
+    cfg.lines = {k: line_of(doc, k) for k in doc}
     if "home" in doc and not os.environ.get("RECALL_HOME"):
-        cfg.home = _resolve(base, _expect(doc["home"], str, path, _line(doc, "home"), "home"))
+        cfg.home = _resolve(base, _expect(doc["home"], str, path, line_of(doc, "home"), "home"))
     if "sources" in doc:
-        cfg.sources = _sources(doc["sources"], path, _line(doc, "sources"), base)
+        cfg.sources = _sources(doc["sources"], path, line_of(doc, "sources"), base)
     for key in ("secrets", "inventory"):
         if key in doc and doc[key] is not None:
-            setattr(cfg, key, _paths(doc[key], path, _line(doc, key), key, base))
+            setattr(cfg, key, _paths(doc[key], path, line_of(doc, key), key, base))
     if "embedding" in doc:
-        cfg.embedding = _embedding(doc["embedding"], path, _line(doc, "embedding"))
+        cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
-        cfg.remotes = _remotes(doc["remotes"], path, _line(doc, "remotes"))
+        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"))
     if "max_file_bytes" in doc:
-        line = _line(doc, "max_file_bytes")
+        line = line_of(doc, "max_file_bytes")
         cfg.max_file_bytes = _at_least(_expect(doc["max_file_bytes"], int, path, line, "max_file_bytes"),
                                        1, path, line, "max_file_bytes")
 
 
 def _sources(value, path, line, base):
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "sources")
     out, seen = [], set()
     for i, item in enumerate(value):
-        iline = _item_line(value, i)
+        iline = line_of(value, i)
         _expect(item, dict, path, iline, "sources[]")
         _keys(item, SOURCE_KEYS, path, "a source")
         if "path" not in item:
             raise InputError(path, iline, "a source needs a 'path'")
-        src_path = _resolve(base, _expect(item["path"], str, path, _line(item, "path"), "path"))
+        src_path = _resolve(base, _expect(item["path"], str, path, line_of(item, "path"), "path"))
         name = item.get("name") or src_path.name
-        _expect(name, str, path, _line(item, "name"), "name")
+        _expect(name, str, path, line_of(item, "name"), "name")
         if name in seen:
-            raise InputError(path, _line(item, "name"), f"duplicate source name '{name}'")
+            raise InputError(path, line_of(item, "name", getattr(item, "line", None)), f"duplicate source name '{name}'")
         seen.add(name)
         src = Source(name=name, path=src_path, line=iline)
         if "include" in item:
-            src.include = _strings(item["include"], path, _line(item, "include"), "include")
+            src.include = _strings(item["include"], path, line_of(item, "include"), "include")
         if "exclude" in item:
-            src.exclude = _strings(item["exclude"], path, _line(item, "exclude"), "exclude")
+            src.exclude = _strings(item["exclude"], path, line_of(item, "exclude"), "exclude")
         out.append(src)
     return out
 
 
 def _embedding(value, path, line):
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     _expect(value, dict, path, line, "embedding")
     emb = Embedding()
     types = EMBEDDING_TYPES
     _keys(value, set(types), path, "embedding")
     for key, kind in types.items():
         if key in value:
-            setattr(emb, key, _expect(value[key], kind, path, _line(value, key), f"embedding.{key}"))
+            setattr(emb, key, _expect(value[key], kind, path, line_of(value, key), f"embedding.{key}"))
     if emb.provider not in ("voyage", "local", "none"):
-        raise InputError(path, _line(value, "provider"),
+        raise InputError(path, line_of(value, "provider"),
                          f"unknown embedding provider '{emb.provider}'", hint="use voyage, local or none")
     for key, minimum in (("token_cap", 0), ("batch_size", 1), ("dimension", 0)):
         if key in value:
-            _at_least(getattr(emb, key), minimum, path, _line(value, key), f"embedding.{key}")
+            _at_least(getattr(emb, key), minimum, path, line_of(value, key), f"embedding.{key}")
     return emb
 
 
 def _remotes(value, path, line):
+    from .yamlish import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "remotes")
     out = []
     for i, item in enumerate(value):
-        iline = _item_line(value, i)
+        iline = line_of(value, i)
         _expect(item, dict, path, iline, "remotes[]")
         _keys(item, REMOTE_KEYS, path, "a remote")
         for req in ("name", "host"):
             if req not in item:
                 raise InputError(path, iline, f"a remote needs a '{req}'")
-        rem = Remote(name=_expect(item["name"], str, path, _line(item, "name"), "name"),
-                     host=_expect(item["host"], str, path, _line(item, "host"), "host"))
+        rem = Remote(name=_expect(item["name"], str, path, line_of(item, "name"), "name"),
+                     host=_expect(item["host"], str, path, line_of(item, "host"), "host"))
         if "path" in item:
-            rem.path = _expect(item["path"], str, path, _line(item, "path"), "path")
+            rem.path = _expect(item["path"], str, path, line_of(item, "path"), "path")
         if "config" in item:
-            rem.config = _expect(item["config"], str, path, _line(item, "config"), "config")
+            rem.config = _expect(item["config"], str, path, line_of(item, "config"), "config")
         if "ssh_config" in item:
             rem.ssh_config = os.path.expanduser(
-                _expect(item["ssh_config"], str, path, _line(item, "ssh_config"), "ssh_config"))
+                _expect(item["ssh_config"], str, path, line_of(item, "ssh_config"), "ssh_config"))
         if "timeout" in item:
-            rem.timeout = float(_at_least(_expect(item["timeout"], float, path, _line(item, "timeout"), "timeout"),
-                                          0.1, path, _line(item, "timeout"), "timeout"))
+            rem.timeout = float(_at_least(_expect(item["timeout"], float, path, line_of(item, "timeout"), "timeout"),
+                                          0.1, path, line_of(item, "timeout"), "timeout"))
         if any(r.name == rem.name for r in out):
-            raise InputError(path, _line(item, "name"), f"duplicate remote name '{rem.name}'")
+            raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)
     return out

@@ -426,16 +426,6 @@ def reranker_for(cfg, con=None):
 RUN_ID = os.urandom(6).hex()      # this process's reservations
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def ledger_totals(con) -> tuple:
     """(billed tokens, tokens held by reservations and requests of unknown outcome)."""
     row = con.execute("SELECT COALESCE(SUM(CASE WHEN state='billed' THEN tokens END), 0), "
@@ -445,9 +435,10 @@ def ledger_totals(con) -> tuple:
 
 def _expire(con) -> None:
     """Reservations of processes that died (kill -9) become 'unconfirmed': maybe billed, still counted."""
+    from .pids import alive
     now = time.time()
     for lid, pid, run, at in con.execute("SELECT id, pid, run, at FROM embed_ledger WHERE state='reserved'").fetchall():
-        if run != RUN_ID and (not _alive(pid) or now - at > STALE_RESERVATION_S):
+        if run != RUN_ID and (not alive(pid) or now - at > STALE_RESERVATION_S):
             con.execute("UPDATE embed_ledger SET state='unconfirmed' WHERE id=?", (lid,))
             con.execute("DELETE FROM embed_claims WHERE ledger_id=?", (lid,))
 

@@ -160,6 +160,7 @@ class EphemeralCA:
 
 def _sweep_left_behind() -> None:
     """Remove the CA folders of runs that were killed (kill -9) before `close`: ours, their pid gone."""
+    from .pids import alive
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith("recall-proxy-")]
@@ -169,23 +170,13 @@ def _sweep_left_behind() -> None:
         pid = name.split("-")[2]
         path = os.path.join(root, name)
         try:
-            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or _alive(int(pid)):
+            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or alive(int(pid)):
                 continue
             for leftover in os.listdir(path):
                 os.unlink(os.path.join(path, leftover))
             os.rmdir(path)
         except OSError:
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _load_chain_from_memory(ctx, chain: bytes, key: bytes) -> None:

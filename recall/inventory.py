@@ -58,20 +58,15 @@ def hide_values(step: str) -> str:
 
 # -- loading and validation ------------------------------------------------------------------------
 
-def _line(m, key, default):
-    from .yamlish import line_of  # loaded already: only a parsed file has lines
-    return line_of(m, key, default)
-
-
 def _entry(item, path: str, line) -> Entry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    from .yamlish import check_keys
+    from .yamlish import check_keys, line_of  # loaded already: only a parsed file has lines
     check_keys(item, FIELDS, path, "an inventory entry", line)
     entry = Entry(id="", file=path, line=line)
     for key, value in item.items():
-        kline = _line(item, key, line)
+        kline = line_of(item, key, line)
         if key in LIST_FIELDS:
             value = [value] if isinstance(value, str) else (value or [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -91,7 +86,7 @@ def _entry(item, path: str, line) -> Entry:
     if entry.check and not _TCP.match(entry.check.strip()):
         from .guard import verdict_for
         if not verdict_for(entry.check).allow:
-            raise InputError(path, _line(item, "check", line),
+            raise InputError(path, line_of(item, "check", line),
                              f"check '{entry.check}' is not a read-only command recall may run",
                              hint="use 'tcp HOST:PORT' or a command 'recall verify --dry-run' allows")
     return entry

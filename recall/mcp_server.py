@@ -11,6 +11,7 @@ from typing import Literal
 
 from . import audit
 from .errors import MissingExtra, RecallError
+from .search import MODES  # the search modes, spelled once (search's own list)
 
 MAX_CHARS = 15_000          # ≈ 4k tokens: the most one response carries (< 16,000 with its footer)
 READ_CHARS = 12_000         # one recall_read page; its own `offset` continues it
@@ -187,7 +188,7 @@ def _invalid(tool: str, exc) -> str:
 
 # -- the tools: each opens, makes one core call, formats, bounds ---------------------------------
 
-def recall_search(query: str, limit: int = 10, mode: Literal["auto", "keyword", "semantic", "hybrid"] = "auto",
+def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
                   offset: int = 0) -> str:
     """Search my notes (runbooks, incidents, decisions). Use it FIRST for any question about my
     systems, past incidents or how something is done here, instead of grep over the notes.

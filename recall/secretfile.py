@@ -117,17 +117,13 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
     return clean
 
 
-def _line(m, key, default):
-    from .yamlish import line_of  # loaded already: only a parsed file has lines
-    return line_of(m, key, default)
-
-
 def _str(item, key, path, line) -> str:
+    from .yamlish import line_of  # loaded already: only a parsed file has lines
     value = item.get(key)
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise InputError(path, _line(item, key, line), f"'{key}' must be a string",
+        raise InputError(path, line_of(item, key, line), f"'{key}' must be a string",
                          hint="quote it: YAML reads 0123 as a number and true as a boolean")
     return value
 
@@ -136,25 +132,25 @@ def _entry(item, path: str, line) -> SecretEntry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each secret is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    from .yamlish import check_keys
+    from .yamlish import check_keys, line_of  # loaded already: only a parsed file has lines
     check_keys(item, ALLOWED, path, "a secret", line)
     sid = _str(item, "id", path, line)
     if not sid:
         raise InputError(path, line, "a secret needs an 'id'")
     if not _ID.match(sid):
-        raise InputError(path, _line(item, "id", line), "a secret id may hold only letters, digits, '-', '_', '.'")
+        raise InputError(path, line_of(item, "id", line), "a secret id may hold only letters, digits, '-', '_', '.'")
     inject = _str(item, "inject", path, line) or "env"
     if inject not in ("env", "stdin", "proxy"):
-        raise InputError(path, _line(item, "inject", line), "inject must be env or stdin (or proxy, with an https url:)")
+        raise InputError(path, line_of(item, "inject", line), "inject must be env or stdin (or proxy, with an https url:)")
     env = _str(item, "env", path, line) or default_var(sid)
     if "fields" not in item:           # with fields, env is a prefix: the derived names are checked
-        check_variable_name(env, path, _line(item, "env", line),
+        check_variable_name(env, path, line_of(item, "env", line),
                             "env" if "env" in item else f"secret '{sid}' (its variable, from the id)")
     tags = item.get("tags") or []
     if isinstance(tags, str):
         tags = [tags]
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise InputError(path, _line(item, "tags", line), "tags must be a list of strings")
+        raise InputError(path, line_of(item, "tags", line), "tags must be a list of strings")
     values, variables, public = _values(item, sid, env, path, line)
     meta = {k: _str(item, k, path, line) for k in META_FIELDS}
     if public:
@@ -169,14 +165,15 @@ def _entry(item, path: str, line) -> SecretEntry:
 
 def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> dict:
     """{paths, ca, query} of a host-bound secret: an https url is required; the other keys only here."""
+    from .yamlish import line_of  # loaded already: only a parsed file has lines
     if inject != "proxy":
         for key in PROXY_FIELDS:
             if key in item:
-                raise InputError(path, _line(item, key, line), f"'{key}' applies only to inject: proxy",
+                raise InputError(path, line_of(item, key, line), f"'{key}' applies only to inject: proxy",
                                  hint="add 'inject: proxy' (with an https url:), or remove the line")
         return {}
     from urllib.parse import urlsplit
-    where = _line(item, "url", _line(item, "inject", line))
+    where = line_of(item, "url", line_of(item, "inject", line))
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -189,48 +186,49 @@ def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> d
     if isinstance(paths, str):
         paths = [paths]
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/") for p in paths):
-        raise InputError(path, _line(item, "paths", line), "paths must be a list of path prefixes starting with '/'")
+        raise InputError(path, line_of(item, "paths", line), "paths must be a list of path prefixes starting with '/'")
     in_query = item.get("in_query", False)
     if in_query not in (True, False):
-        raise InputError(path, _line(item, "in_query", line), "in_query must be true or false")
+        raise InputError(path, line_of(item, "in_query", line), "in_query must be true or false")
     ca = _str(item, "ca", path, line)
     if ca:
         ca = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(ca))
         if not os.path.isfile(ca) or not os.access(ca, os.R_OK):
-            raise InputError(path, _line(item, "ca", line), f"ca: no readable file {ca}",
+            raise InputError(path, line_of(item, "ca", line), f"ca: no readable file {ca}",
                              hint="name a PEM file of the CA that signed the service's certificate")
     return {"host": parts.hostname.lower(), "port": port or 443, "paths": list(paths), "ca": ca,
             "query": bool(in_query)}
 
 
 def _values(item, sid, env, path, line):
+    from .yamlish import line_of  # loaded already: only a parsed file has lines
     has_value, has_fields = "value" in item, "fields" in item
     if has_value == has_fields:
         raise InputError(path, line, f"secret '{sid}' needs exactly one of 'value' or 'fields'")
     if has_value:
         value = _str(item, "value", path, line)
         if not value:
-            raise InputError(path, _line(item, "value", line), f"secret '{sid}' has an empty value")
-        _refuse_placeholder(value, sid, path, _line(item, "value", line))
+            raise InputError(path, line_of(item, "value", line), f"secret '{sid}' has an empty value")
+        _refuse_placeholder(value, sid, path, line_of(item, "value", line))
         return {"": value}, {env: ""}, []
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
-        raise InputError(path, _line(item, "fields", line), "fields must be a mapping of name: value")
+        raise InputError(path, line_of(item, "fields", line), "fields must be a mapping of name: value")
     values, variables, public = {}, {}, []
     for name, value in fields.items():
         if isinstance(value, dict) and set(value) <= {"value", "public"} and "value" in value:
             if value.get("public") not in (True, False, None):
-                raise InputError(path, _line(value, "public", line), "public must be true or false")
+                raise InputError(path, line_of(value, "public", line), "public must be true or false")
             if value.get("public"):
                 public.append(str(name))
             value = value["value"]
         if not isinstance(value, str) or not value:
-            raise InputError(path, _line(fields, name, line), f"field '{name}' must be a non-empty string",
+            raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
                              hint="quote it, or write {value: …, public: true}")
-        _refuse_placeholder(value, f"{sid}.{name}", path, _line(fields, name, line))
+        _refuse_placeholder(value, f"{sid}.{name}", path, line_of(fields, name, line))
         values[str(name)] = value
         variable = f"{env}_{default_var(str(name))}"
-        check_variable_name(variable, path, _line(fields, name, line), f"field '{name}' (variable {variable})")
+        check_variable_name(variable, path, line_of(fields, name, line), f"field '{name}' (variable {variable})")
         variables[variable] = str(name)
     return values, variables, public
 

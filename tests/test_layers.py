@@ -16,7 +16,7 @@ LAYERS = [
     ("storage faults", {"repair"}),
     ("leaves", {"terms", "chunk", "snippets", "walk", "names", "mask", "keyfile", "redact", "audit", "status", "classify",
                 "guard_parse", "guard_tools", "guard_cloud", "http1", "proxy", "ephemeral_ca", "hostbound",
-                "query_encoder", "secretfile"}),   # secretfile: the names that change how programs run
+                "query_encoder", "pids", "secretfile"}),   # secretfile: the names that change how programs run
     ("guard", {"guard"}),
     ("vectors", {"vectors"}),
     ("embed", {"embed"}),

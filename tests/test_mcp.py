@@ -172,6 +172,13 @@ def test_nine_tools_with_plain_args_model_descriptions_and_all_four_annotations(
     assert exec_tool.input_schema["properties"]["command"]["type"] == "string"    # one string
 
 
+def test_the_search_tool_lists_the_search_modes_as_search_defines_them(world):
+    from recall.search import MODES
+    listed = run_calls([("tools/list", None)])[0].tools
+    mode = next(t for t in listed if t.name == "recall_search").input_schema["properties"]["mode"]
+    assert mode["enum"] == list(MODES) == ["auto", "keyword", "semantic", "hybrid"] and mode["default"] == "auto"
+
+
 def test_server_instructions_carry_the_rules(world):
     async def get(server):
         async with Client(server) as client:
