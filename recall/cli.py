@@ -352,6 +352,12 @@ def _ask_remotes(cfg, query: str, n: int, mode: str):
     return ask_remotes(cfg, query, n, mode)
 
 
+def _pin_access(con, cfg, result) -> None:
+    if getattr(cfg, "inventory", None):
+        from .inventory import pin_access  # loaded only when an inventory is configured
+        pin_access(con, cfg, result)
+
+
 def cmd_search(args) -> int:
     from . import db
     from .search import needs_vectors, search
@@ -360,7 +366,7 @@ def cmd_search(args) -> int:
     query = " ".join(args.query)
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes)
+                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes, pins=_pin_access)
     if _json_done(args, result.public()):
         return 0
     for notice in result.notices:
@@ -473,8 +479,8 @@ def cmd_secret_exec(args) -> int:
     cmd = _command(args)
     vault, cfg, con = _vault(args)
     sys.stdout.flush()
-    result = vault.exec_with(con, cfg, args.id, cmd, stdin=args.stdin,
-                             out=sys.stdout.buffer, err=sys.stderr.buffer)
+    from .runner import secret_exec
+    result = secret_exec(con, cfg, args.id, cmd, stdin=args.stdin, out=sys.stdout.buffer, err=sys.stderr.buffer)
     for note in result.notes:
         sys.stderr.write(f"recall: {note}\n")
     return result.code

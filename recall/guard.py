@@ -287,7 +287,7 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 def _export_value(name: str, value: str, home: str) -> None:
     """An inline export of a name that changes how programs run: PATH and config paths must be
     directories/files no one else can write; the rest belongs in a file you own and source."""
-    from .secretfile import RUN_CHANGING, RUN_CHANGING_PREFIXES
+    from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
             path = home + part[1:] if part.startswith("~/") else part

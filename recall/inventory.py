@@ -8,7 +8,7 @@ import socket
 import time
 
 from . import status
-from .errors import InputError, PrerequisiteDown
+from .errors import InputError, PrerequisiteDown, RecallError
 from .records import Record
 
 FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
@@ -248,6 +248,19 @@ def describe(con, e: Entry) -> dict:
     d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
+
+
+def pin_access(con, cfg, result) -> None:
+    """A search's pins (search passes its result to the function the faces give it): the entries
+    the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
+    if not getattr(cfg, "inventory", None):
+        return
+    try:
+        entries = load_inventory(cfg, con)
+    except RecallError as exc:
+        result.notices.append(f"inventory not loaded: {exc}")
+        return
+    result.access = [describe(con, e) for e in mentioned(entries, result.query)]
 
 
 def block_text(e: Entry, last_verified: str) -> str:

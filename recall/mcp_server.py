@@ -202,7 +202,8 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
         ask = None
         if getattr(cfg, "remotes", None):  # the remote code is loaded only when remotes are configured
             from .remote import ask_remotes as ask
-        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask)
+        from .inventory import pin_access
+        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask, pins=pin_access)
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
         return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")

@@ -1,4 +1,5 @@
-"""Run a child with injected env/stdin and masked output (shared by the vault and access exec)."""
+"""Run a child with injected env/stdin and masked output: `secret exec` (the value asked of the vault), and
+the pump access exec shares."""
 from __future__ import annotations
 
 import os
@@ -196,3 +197,43 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             continue
     proc.wait()
+
+
+def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
+                timeout=None):
+    """`secret exec`: run argv with the secret injected (its value asked of the vault) and every
+    vault value masked in its output."""
+    import shlex
+
+    from . import audit, vault
+    if not argv:
+        raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
+    row = vault.row_named(con, secret_id)
+    secret_id = row["id"]
+    all_values = vault.load_values(con, cfg, need=(secret_id,))
+    masker = vault.masker_for(all_values)
+    masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
+    session = None
+    if row["inject"] == "proxy":        # the child gets a placeholder; the proxy attaches the value
+        if stdin:
+            raise RecallError(f"secret '{secret_id}' is host-bound (inject: proxy): it is never written to stdin",
+                              f"recall secret exec {secret_id} -- CMD (without --stdin)")
+        from .hostbound import Session
+        session = Session([row], all_values, masker)
+        env = session.child_env(vault.child_env())
+        data = None
+    else:
+        extra, data = vault.injection(row, all_values[secret_id], stdin)
+        env = {**vault.child_env(), **extra}
+    try:
+        result = run_masked(list(argv), env=env, masker=masker, stdin=data, out=out, err=err, timeout=timeout)
+    except RecallError:
+        audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="not run")
+        raise
+    finally:
+        if session is not None:
+            session.close()
+            session.log(con, "secret.exec")
+    audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="ran", exit_code=result.code)
+    result.notes = session.notes() if session is not None else []
+    return result

@@ -245,19 +245,6 @@ def shape(con, cfg, query: str, scored: list, n: int, explain: bool, file_share:
     return hits
 
 
-def pin_access(con, cfg, result: SearchResult) -> None:
-    """Entries the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
-    if not getattr(cfg, "inventory", None):
-        return
-    from . import inventory
-    try:
-        entries = inventory.load_inventory(cfg, con)
-    except RecallError as exc:
-        result.notices.append(f"inventory not loaded: {exc}")
-        return
-    result.access = [inventory.describe(con, e) for e in inventory.mentioned(entries, result.query)]
-
-
 def route_for(mode: str, query: str, provider: str) -> str:
     if mode not in MODES:
         raise RecallError(f"unknown mode '{mode}'", "use one of: " + ", ".join(MODES))
@@ -275,9 +262,11 @@ def route_for(mode: str, query: str, provider: str) -> str:
 
 
 def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: bool = False,
-           explain: bool = False, vector_search=None, remotes: bool = True, ask_remotes=None) -> SearchResult:
+           explain: bool = False, vector_search=None, remotes: bool = True, ask_remotes=None,
+           pins=None) -> SearchResult:
     """Search the notes. `vector_search(query, limit) -> [(chunk_id, similarity)]` is supplied by
-    the caller when a provider is configured, so keyword-only searches never load it."""
+    the caller when a provider is configured, so keyword-only searches never load it; `pins(con,
+    cfg, result)` (inventory.pin_access, passed in by the faces) puts the access blocks first."""
     query = check_query(query)
     if n < 1:
         raise RecallError("-n must be at least 1")
@@ -293,7 +282,8 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
                                       vector_search=vector_search, notices=notices, auto=mode == "auto")
     result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
-    pin_access(con, cfg, result)
+    if pins is not None:
+        pins(con, cfg, result)
     if remote_job is not None:
         remote_job.merge_into(result, n)
     if explain:

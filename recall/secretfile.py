@@ -6,6 +6,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
 from .errors import InputError, RecallError
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
@@ -39,21 +40,6 @@ class SecretEntry:
                 "line": self.line}
 
 
-# Variables that change how programs run (loaders, shells, interpreters, config and trust paths):
-# a secret may never set one (issue 14). Exact names, then prefixes.
-RUN_CHANGING = frozenset({
-    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
-    "CDPATH", "GLOBIGNORE", "TMPDIR", "CURL_HOME", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "KUBECONFIG",
-    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AZURE_CONFIG_DIR",
-    "CLOUDSDK_CONFIG", "SSH_AUTH_SOCK", "SSH_ASKPASS", "SUDO_ASKPASS", "GNUPGHOME", "GCONV_PATH", "LOCPATH",
-    "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "GLIBC_TUNABLES", "NODE_OPTIONS", "NODE_PATH",
-    "RUBYOPT", "RUBYLIB", "PERLLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "EDITOR", "VISUAL", "PAGER",
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "OPENSSL_CONF", "TZDIR", "TERMINFO", "XDG_CONFIG_HOME",
-    "SSLKEYLOGFILE", "GODEBUG", "AZURE_CLI_DISABLE_CONNECTION_VERIFICATION", "ADAL_PYTHON_SSL_NO_VERIFY",
-    "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE", "NODE_EXTRA_CA_CERTS"})
-RUN_CHANGING_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL5", "BASH_FUNC_", "SSL_CERT_", "GIT_", "RECALL_",
-                         "MALLOC_", "AWS_ENDPOINT_URL_", "KUBECTL_", "CLOUDSDK_AUTH_",
-                         "CLOUDSDK_API_ENDPOINT_OVERRIDES_", "CLOUDSDK_PROXY_")
 _SAFE_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 

@@ -218,7 +218,7 @@ def stored_row(con, secret_id: str):
     return con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
 
 
-def _row(con, secret_id: str):
+def row_named(con, secret_id: str):
     """The row an id names, in any case; else NotFound with the closest ids."""
     row = con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
     if row is None:
@@ -292,7 +292,7 @@ def _masked_query(con, cfg, query: str):
 
 
 def show(con, secret_id: str) -> dict:
-    row = _row(con, secret_id)
+    row = row_named(con, secret_id)
     secret_id = row["id"]
     out = _public(row, status.describe(con, f"secret:{secret_id}"))
     audit.log(con, "secret.show", secret_id, argv="", verdict="shown")
@@ -332,7 +332,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     list, or one string (split like a shell; if it names the secret's variables it runs under
     `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
     names the config and state folder it came from (see `invocation`)."""
-    row = _row(con, secret_id)
+    row = row_named(con, secret_id)
     secret_id = row["id"]
     variables = json.loads(row["variables"])
     if not command:
@@ -394,43 +394,6 @@ def masker_for(all_values: dict):
     return Masker(secret_parts(all_values, getattr(all_values, "public", {})))
 
 
-def exec_with(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
-              timeout=None):
-    """Run argv with the secret injected and every vault value masked in its output."""
-    from .runner import run_masked
-    if not argv:
-        raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
-    row = _row(con, secret_id)
-    secret_id = row["id"]
-    all_values = load_values(con, cfg, need=(secret_id,))
-    masker = masker_for(all_values)
-    masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
-    session = None
-    if row["inject"] == "proxy":        # the child gets a placeholder; the proxy attaches the value
-        if stdin:
-            raise RecallError(f"secret '{secret_id}' is host-bound (inject: proxy): it is never written to stdin",
-                              f"recall secret exec {secret_id} -- CMD (without --stdin)")
-        from .hostbound import Session
-        session = Session([row], all_values, masker)
-        env = session.child_env(child_env())
-        data = None
-    else:
-        extra, data = injection(row, all_values[secret_id], stdin)
-        env = {**child_env(), **extra}
-    try:
-        result = run_masked(list(argv), env=env, masker=masker, stdin=data, out=out, err=err, timeout=timeout)
-    except RecallError:
-        audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="not run")
-        raise
-    finally:
-        if session is not None:
-            session.close()
-            session.log(con, "secret.exec")
-    audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="ran", exit_code=result.code)
-    result.notes = session.notes() if session is not None else []
-    return result
-
-
 GET_TIMEOUT = 30.0      # seconds a person has to type the confirmation
 
 
@@ -439,7 +402,7 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
     """Show the value to a person: stdin and stdout must be a real terminal, the secret's id must
     be typed on the controlling terminal within `timeout`, and the value is written to that
     terminal — never to stdout, so a pipe or a captured stdout never holds it."""
-    secret_id = _row(con, secret_id)["id"]          # NotFound before anything else
+    secret_id = row_named(con, secret_id)["id"]          # NotFound before anything else
     keyfile.require_crypto()
     hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):

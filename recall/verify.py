@@ -244,6 +244,7 @@ class _Missing(RecallError):
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
     from . import vault
     from .access import exec_entry
+    from .runner import secret_exec
     started = time.monotonic()
     con = db.connect(cfg.db_path)
     try:
@@ -274,7 +275,7 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             row = vault.stored_row(con, p.id)
             if p.tool == "sudo" and row["inject"] == "stdin":
                 argv = [argv[0], "-S", *argv[1:]]      # the password arrives on stdin
-            res = vault.exec_with(con, cfg, p.id, argv, timeout=timeout)
+            res = secret_exec(con, cfg, p.id, argv, timeout=timeout)
         text = (res.stdout + b"\n" + res.stderr).decode("utf-8", "replace")
         p.status, p.detail = classify(p.tool, res.code, text, timed_out=res.timed_out)
     except _Missing as exc:

@@ -349,11 +349,12 @@ def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
     cfg = load_config()
     con = db.connect(cfg.db_path)
     run_index(con, cfg)
+    from recall.inventory import pin_access  # the faces pass it in
     for query in ("jump host", "how do I get onto the Jump Host", "jump_host", "jump-host"):
-        res = search(con, cfg, query)
+        res = search(con, cfg, query, pins=pin_access)
         assert [a["id"] for a in res.access] == ["jump-host"], query
         assert res.hits and res.hits[0].relpath == "runbooks/jump-hosts.md", query
-    assert search(con, cfg, "jumping hosts").access == []
+    assert search(con, cfg, "jumping hosts", pins=pin_access).access == []
 
 
 def test_a_search_does_not_load_the_chunker(config, notes):

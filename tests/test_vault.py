@@ -13,6 +13,7 @@ pytestmark = pytest.mark.extras
 from recall import db, keyfile, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
+from recall.runner import secret_exec  # noqa: E402
 from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
 
 SECRETS = f"""\
@@ -71,7 +72,7 @@ def test_loose_key_permissions_are_refused(vault_cfg):
     key = cfg.home / "vault.key"
     key.chmod(0o644)
     with pytest.raises(RecallError, match="chmod 600"):
-        vault.exec_with(con, cfg, "jira-api-token", ["true"])
+        secret_exec(con, cfg, "jira-api-token", ["true"])
     key.chmod(0o600)
     cfg.home.chmod(0o755)
     with pytest.raises(RecallError, match="chmod 700"):
@@ -171,7 +172,7 @@ def test_command_uses_launcher_when_not_installed(vault_cfg, monkeypatch, tmp_pa
 
 def test_exec_injects_env_masks_output_and_passes_exit_code(vault_cfg, capfdbinary):
     cfg, con, _ = vault_cfg
-    res = vault.exec_with(con, cfg, "jira-api-token", _py("""
+    res = secret_exec(con, cfg, "jira-api-token", _py("""
         import os, sys
         v = os.environ['JIRA_API_TOKEN']
         print('token=' + v); print('len', len(v)); sys.stderr.write(v[::-1] + v + '\\n'); sys.exit(3)"""))
@@ -183,7 +184,7 @@ def test_exec_injects_env_masks_output_and_passes_exit_code(vault_cfg, capfdbina
 def test_exec_multi_field_and_no_recall_vars_and_no_shell(vault_cfg, monkeypatch):
     cfg, con, _ = vault_cfg
     monkeypatch.setenv("RECALL_SOMETHING", "x")
-    res = vault.exec_with(con, cfg, "db-admin", _py("""
+    res = secret_exec(con, cfg, "db-admin", _py("""
         import os, sys
         print(os.environ['DB_ADMIN_USERNAME'], os.environ['DB_ADMIN_PASSWORD'])
         print(sorted(k for k in os.environ if k.startswith('RECALL_')))
@@ -205,9 +206,9 @@ print('authenticated' if ok else 'denied'); sys.exit(0 if ok else 1)
 
 def test_stdin_injection_like_sudo_S(vault_cfg):
     cfg, con, _ = vault_cfg
-    res = vault.exec_with(con, cfg, "sudo-pass", _py(PASSWORD_READER))
+    res = secret_exec(con, cfg, "sudo-pass", _py(PASSWORD_READER))
     assert (res.code, res.stdout) == (0, b"authenticated\n")
-    res = vault.exec_with(con, cfg, "jira-api-token", _py(PASSWORD_READER))   # env secret: stdin empty
+    res = secret_exec(con, cfg, "jira-api-token", _py(PASSWORD_READER))   # env secret: stdin empty
     assert res.code == 1
 
 
@@ -235,7 +236,7 @@ def test_too_short_value_is_refused_for_exec(vault_cfg):
     secrets.write_text("- id: pin\n  value: '1234'\n")
     vault.sync(con, cfg, prune=True)
     with pytest.raises(RecallError, match="too short"):
-        vault.exec_with(con, cfg, "pin", ["true"])
+        secret_exec(con, cfg, "pin", ["true"])
 
 
 def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
@@ -308,7 +309,7 @@ def test_access_log_records_every_use(vault_cfg, cli, monkeypatch):
     from recall import audit
     monkeypatch.setitem(audit.CALLER, "name", "cli")    # an earlier MCP test may have marked the process
     cfg, con, _ = vault_cfg
-    vault.exec_with(con, cfg, "jira-api-token", ["true"])
+    secret_exec(con, cfg, "jira-api-token", ["true"])
     vault.show(con, "jira-api-token")
     code, out, _ = cli("secret", "log", "jira-api-token")
     assert code == 0
@@ -326,7 +327,7 @@ def test_rotate_key_keeps_values_usable(vault_cfg):
     old = key.read_bytes()
     assert vault.rotate_key(con, cfg) == 3
     assert key.read_bytes() != old and oct(key.stat().st_mode & 0o777) == "0o600"
-    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
+    res = secret_exec(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
     assert res.stdout == f"{len(CANARY)}\n".encode()
 
 
@@ -371,7 +372,7 @@ def test_rotate_key_failing_part_way_changes_nothing(vault_cfg, monkeypatch):
         vault.rotate_key(con, cfg)
     assert key.read_bytes() == old and not (cfg.home / "vault.key.next").exists()
     assert con.execute("SELECT id, nonce, ciphertext FROM secrets ORDER BY id").fetchall() == before
-    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
+    res = secret_exec(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
     assert res.stdout == f"{len(CANARY)}\n".encode()
 
 
@@ -456,12 +457,12 @@ def test_an_edited_row_refuses_exec_and_fails_only_its_own_id(vault_cfg, column,
         value = json.dumps({**meta, "url": "https://attacker.example"})
     con.execute(f"UPDATE secrets SET {column}=? WHERE id='jira-api-token'", (value,))
     with pytest.raises(RecallError) as err:
-        vault.exec_with(con, cfg, "jira-api-token", ["true"])
+        secret_exec(con, cfg, "jira-api-token", ["true"])
     assert "secret 'jira-api-token' does not decrypt" in str(err.value) and "recall secret sync" in str(err.value)
-    res = vault.exec_with(con, cfg, "sudo-pass", _py("import sys; print(sys.stdin.read())"))
+    res = secret_exec(con, cfg, "sudo-pass", _py("import sys; print(sys.stdin.read())"))
     assert (res.code, res.stdout) == (0, b"[recall:sudo-pass]\n\n")
     vault.sync(con, cfg)                       # the files are the truth: sync puts it right
-    assert vault.exec_with(con, cfg, "jira-api-token", ["true"]).code == 0
+    assert secret_exec(con, cfg, "jira-api-token", ["true"]).code == 0
 
 
 def test_a_corrupt_ciphertext_fails_only_its_own_id(vault_cfg):
@@ -470,8 +471,8 @@ def test_a_corrupt_ciphertext_fails_only_its_own_id(vault_cfg):
     blob[3] ^= 1
     con.execute("UPDATE secrets SET ciphertext=? WHERE id='db-admin'", (bytes(blob),))
     with pytest.raises(RecallError, match="secret 'db-admin' does not decrypt"):
-        vault.exec_with(con, cfg, "db-admin", ["true"])
-    res = vault.exec_with(con, cfg, "jira-api-token", _py("import os; print(os.environ['JIRA_API_TOKEN'])"))
+        secret_exec(con, cfg, "db-admin", ["true"])
+    res = secret_exec(con, cfg, "jira-api-token", _py("import os; print(os.environ['JIRA_API_TOKEN'])"))
     assert res.stdout == b"[recall:jira-api-token]\n"
 
 
@@ -488,14 +489,14 @@ def test_usernames_and_public_fields_are_injected_not_masked(tmp_path, config):
     cfg = load_config()
     con = db.connect(cfg.db_path)
     vault.sync(con, cfg)
-    res = vault.exec_with(con, cfg, "db-admin", _py("""
+    res = secret_exec(con, cfg, "db-admin", _py("""
         import os
         print(os.environ['DB_ADMIN_USERNAME'], os.environ['DB_ADMIN_REGION'], os.environ['DB_ADMIN_PASSWORD'])"""))
     assert (res.code, res.stdout) == (0, b"admin eu-west-1 [recall:db-admin]\n")
     assert vault.show(con, "db-admin")["public"] == ["region"]
     con.execute("UPDATE secrets SET meta=json_set(meta, '$.public', json('[\"region\", \"password\"]'))")
     with pytest.raises(RecallError, match="does not decrypt"):      # unmasking is bound to the row
-        vault.exec_with(con, cfg, "db-admin", ["true"])
+        secret_exec(con, cfg, "db-admin", ["true"])
 
 
 def test_redaction_replaces_whole_tokens_only(tmp_path, config):
