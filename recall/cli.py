@@ -325,12 +325,14 @@ def cmd_index(args) -> int:
                  f"{data['seconds']:.2f}s")
         return 0
     cfg.require_sources()
+    from . import vault
     from .repair import index_repairing
     embed = not args.no_embed and cfg.embedding.provider != "none"
     say = lambda line: sys.stderr.write(f"recall: {line}\n")  # noqa: E731
     report = index_repairing(cfg.db_path, lambda con: run_index(      # --full rebuilds a broken DB
-        con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say),
-        full=args.full, vectors=embed, notify=say)
+        con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say,
+        redactor=vault.redactor, load_values=vault.load_values),
+        full=args.full, vectors=embed, notify=say, holds_values=vault.holds_values)
     if _json_done(args, report.__dict__):
         return 0
     for path, why in report.skipped:
@@ -359,14 +361,15 @@ def _pin_access(con, cfg, result) -> None:
 
 
 def cmd_search(args) -> int:
-    from . import db
+    from . import db, vault
     from .search import needs_vectors, search
     cfg = _config(args)
     cfg.require_sources()
     query = " ".join(args.query)
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes, pins=_pin_access)
+                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes, pins=_pin_access,
+                    require_open=vault.require_open, load_values=vault.load_values)
     if _json_done(args, result.public()):
         return 0
     for notice in result.notices:
@@ -395,9 +398,11 @@ def _read_remote(cfg, name: str, target: str, **kw) -> dict:
 
 def cmd_read(args) -> int:
     from .read import read_note
+    from .vault import redactor
     cfg = _config(args)
     con = _db(cfg, readonly=True)
-    res = read_note(con, cfg, args.target, max_chars=args.max_chars, offset=args.offset, read_remote=_read_remote)
+    res = read_note(con, cfg, args.target, redactor=redactor, max_chars=args.max_chars, offset=args.offset,
+                    read_remote=_read_remote)
     if _json_done(args, res.public()):
         return 0
     _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.total_lines or res.range_end}")
@@ -619,7 +624,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from . import db
+    from . import db, vault
     from .evaluate import evaluate, judged_not_indexed, load_golden
     from .search import search
     cfg = _config(args)
@@ -638,8 +643,8 @@ def cmd_eval(args) -> int:
 
     def run_query(q, mode):
         plain = mode.replace("+rerank", "")
-        return [h.relpath for h in search(con, cfg, q, n=20, mode=plain, rerank=plain != mode,
-                                          remotes=False).hits]
+        return [h.relpath for h in search(con, cfg, q, n=20, mode=plain, rerank=plain != mode, remotes=False,
+                                          require_open=vault.require_open, load_values=vault.load_values).hits]
 
     modes = args.mode or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
     rows = [r for mode in modes for r in evaluate(golden, run_query, mode)]

@@ -263,13 +263,14 @@ class SdkTransport:
             raise ProviderError("Voyage's rerank answer lacks data or usage") from None
 
 
-def voyage_key(cfg, con=None) -> str:
+def voyage_key(cfg, con=None, load_values=None) -> str:
+    """VOYAGE_API_KEY, else the vault secret embedding.api_key_secret names (`load_values` is the
+    vault's, passed in by the faces)."""
     key = os.environ.get("VOYAGE_API_KEY", "").strip()
     if key:
         return key
     sid = cfg.embedding.api_key_secret
-    if sid and con is not None:
-        from .redact import load_values
+    if sid and con is not None and load_values is not None:
         values = load_values(con, cfg, [sid]).get(sid)
         if not values:
             raise RecallError(f"embedding.api_key_secret names '{sid}', which is not in the vault",
@@ -396,7 +397,9 @@ class LocalProvider:
 _PROVIDERS: dict = {}      # one per config per process: the MCP server keeps a loaded model alive
 
 
-def provider_for(cfg, con=None):
+def provider_for(cfg, con=None, load_values=None):
+    """The configured provider, one per config per process (`con` and `load_values`: for a Voyage
+    key kept in the vault)."""
     emb = cfg.embedding
     if emb.provider == "none":
         raise RecallError("no embedding provider is configured",
@@ -404,20 +407,20 @@ def provider_for(cfg, con=None):
     key = (emb.provider, emb.model, emb.dimension, emb.batch_size, voyage_base_url(emb),
            os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret, os.environ.get("RECALL_VOYAGE_TRANSPORT", ""))
     if key not in _PROVIDERS:
-        _PROVIDERS[key] = (VoyageProvider(emb, voyage_key(cfg, con)) if emb.provider == "voyage"
+        _PROVIDERS[key] = (VoyageProvider(emb, voyage_key(cfg, con, load_values)) if emb.provider == "voyage"
                            else LocalProvider(emb))
     return _PROVIDERS[key]
 
 
-def reranker_for(cfg, con=None):
+def reranker_for(cfg, con=None, load_values=None):
     """Voyage's reranker, whatever provider embeds: it needs a Voyage key either way."""
     emb = cfg.embedding
     if emb.provider == "voyage":
-        return provider_for(cfg, con)
+        return provider_for(cfg, con, load_values)
     key = ("rerank", voyage_base_url(emb), os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret,
            emb.rerank_model, os.environ.get("RECALL_VOYAGE_TRANSPORT", ""))
     if key not in _PROVIDERS:
-        _PROVIDERS[key] = VoyageProvider(emb, voyage_key(cfg, con))
+        _PROVIDERS[key] = VoyageProvider(emb, voyage_key(cfg, con, load_values))
     return _PROVIDERS[key]
 
 

@@ -125,11 +125,10 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
                     [(t, chunk_id, n) for t, n in idents.items()])
 
 
-def redact_indexed(con, values: dict) -> int:
+def redact_indexed(con, redact) -> int:
     """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
-    pasted into a note), so that no table of the DB keeps it; the note on disk is the user's."""
-    from .redact import publics_of, text_redactor
-    redact = text_redactor(values, publics_of(con))
+    pasted into a note), so that no table of the DB keeps it; the note on disk is the user's.
+    `redact` is the vault's redactor for the values it has just stored (vault.sync passes it)."""
     hit = []           # (row, redacted breadcrumb, redacted body): each text redacted once
     for row in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id"):
         crumb, body = redact(row["breadcrumb"]), redact(row["body"])
@@ -173,10 +172,12 @@ def _decode(data: bytes):
 
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
-              embed: bool = True, notify=None) -> IndexReport:
+              embed: bool = True, notify=None, redactor=None, load_values=None) -> IndexReport:
     """Bring the index up to date with the configured sources, then embed the chunk texts that
     have no vector yet (unless `embed` is False or no provider is configured); `notify(line)`
-    hears what is about to be spent before it is."""
+    hears what is about to be spent before it is. The face that starts the run passes the vault's
+    `redactor(con, cfg)` (every vault value in a note is indexed and embedded as [recall:ID]; a
+    vault that cannot be opened stops the run) and `load_values` (a Voyage key kept in the vault)."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -195,7 +196,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             report.skipped.append((where, f"unreadable folder: {why}"))
         plan.append((source, files, tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)
-    redact = note_redactor(con, cfg, report)
+    redact = redactor(con, cfg) if redactor is not None else None    # fail closed: before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
         if report.chunks >= OPTIMIZE_AFTER:
@@ -204,7 +205,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             with db.transaction(con):
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
-        done = embed_pending(con, cfg, notify=notify, progress=progress)
+        done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
+                             load_values=load_values)
         report.embedded, report.tokens = done.embedded, done.tokens
     report.seconds = time.monotonic() - started
     return report
@@ -315,20 +317,6 @@ class EmbedReport:
     removed: int = 0           # vectors no chunk uses any more
 
 
-def vault_redactor(con, cfg):
-    """A function that replaces every vault value in a text with [recall:ID] before it is embedded
-    (recall.redact; refuses when the vault holds values that cannot be opened here)."""
-    from .redact import redactor
-    return redactor(con, cfg)
-
-
-def note_redactor(con, cfg, report=None):
-    """vault_redactor for the keyword index (None: nothing to redact); a vault that holds values
-    but cannot be opened here stops the index (fail closed: nothing is indexed unredacted)."""
-    from .redact import holds_values, redactor
-    return redactor(con, cfg) if holds_values(con) else None
-
-
 def _estimate(chars: int) -> int:
     from .embed import MAX_TEXT_CHARS
     return min(chars, MAX_TEXT_CHARS) // 3 + 1
@@ -394,9 +382,11 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     return len(claimed), result[1]
 
 
-def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None) -> EmbedReport:
+def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None, redactor=None,
+                  load_values=None) -> EmbedReport:
     """Embed every chunk text that has no vector for the configured model, one committed batch
-    at a time; say first how many texts and (paid) tokens; drop vectors no chunk uses any more."""
+    at a time; say first how many texts and (paid) tokens; drop vectors no chunk uses any more.
+    `redactor` and `load_values` are the vault's, as run_index takes them."""
     from . import embed
     from .vectors import VectorStore
     report = EmbedReport()
@@ -416,11 +406,12 @@ def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backen
     # Longest first, as SentenceTransformer.encode orders its own input: a batch holds texts of
     # about one length, so little of the model's time goes on padding.
     pending.sort(key=lambda p: -p[1])
-    provider = provider or embed.provider_for(cfg, con)
+    provider = provider or embed.provider_for(cfg, con, load_values)
     report.estimate = sum(_estimate(c) for _, c in pending)
     if notify:
         notify(_announcement(con, cfg, fp, mid, provider, pending, report.estimate))
-    redact = vault_redactor(con, cfg)
+    from .redact import identity
+    redact = redactor(con, cfg) if redactor is not None else identity
     for batch in embed_batches(pending, provider.batch_items, int(provider.request_tokens * 0.8)):
         if store.dim:
             store.ensure_index()        # before the first write, so vec0 stays current batch by batch

@@ -1,5 +1,5 @@
-"""The vault key: 32 random bytes in a 0600 file inside a 0700 folder; AES-256-GCM around it, and what
-each ciphertext is bound to."""
+"""The vault key: 32 random bytes in a 0600 file inside a 0700 folder; AES-256-GCM around it, what
+each ciphertext is bound to, and decrypting stored rows."""
 from __future__ import annotations
 
 import json
@@ -118,6 +118,25 @@ def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes, bound: 
     except Exception:
         raise RecallError(f"secret '{secret_id}' does not decrypt with this key, or its stored row "
                           "was changed", "run 'recall secret sync' to re-encrypt from the secrets files") from None
+
+
+def decrypt_rows(key: bytes, rows: list, values: dict, *, need=()) -> dict:
+    """`values` filled with {secret id: {field: value}} from stored rows (the vault reads them). A
+    row that does not open (changed in the DB, corrupt) fails only itself: it is left out, unless
+    it is in `need`; when no row opens at all, the key is wrong and that is the error."""
+    first_error = None
+    for row in rows:
+        try:
+            plain = decrypt(key, row["id"], row["nonce"], row["ciphertext"], row_bound(row))
+        except RecallError as exc:
+            if row["id"] in need:
+                raise
+            first_error = first_error or exc
+            continue
+        values[row["id"]] = json.loads(plain)
+    if rows and not values and first_error is not None:
+        raise first_error
+    return values
 
 
 # -- what each ciphertext is bound to (AES-GCM associated data) --------------------------------------

@@ -202,8 +202,10 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
         ask = None
         if getattr(cfg, "remotes", None):  # the remote code is loaded only when remotes are configured
             from .remote import ask_remotes as ask
+        from . import vault
         from .inventory import pin_access
-        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask, pins=pin_access)
+        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask, pins=pin_access,
+                        require_open=vault.require_open, load_values=vault.load_values)
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
         return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")
@@ -217,7 +219,8 @@ def recall_read(path: str, offset: int = 0) -> str:
     from .read import read_note
     from .remote import read_remote
     with _opened(readonly=True, notes=True) as (cfg, con):
-        res = read_note(con, cfg, path, max_chars=READ_CHARS, offset=offset, read_remote=read_remote)
+        from .vault import redactor
+        res = read_note(con, cfg, path, redactor=redactor, max_chars=READ_CHARS, offset=offset, read_remote=read_remote)
         head = f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}\n"
         tail = ("" if res.next_offset is None else
                 f"… more: call recall_read with path={path!r} and offset={res.next_offset}\n")

@@ -87,10 +87,13 @@ def _section(text: str, rel: str, line: int, total: int):
     return start, end
 
 
-def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,
+def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,
               read_remote=None) -> ReadResult:
-    """A note (or a section of one) by target. `read_remote(cfg, name, target, max_chars=, offset=)`
-    is passed in by the faces (remote.read_remote) for a NAME:path on a configured remote."""
+    """A note (or a section of one) by target. The faces pass in the vault's `redactor(con, cfg)`:
+    a vault value pasted into a note reads as [recall:ID], as it is in the index — redacted per line
+    before any cut, so a cut never leaves half a value unrecognised; a vault that holds values but
+    cannot be opened here refuses the read. `read_remote(cfg, name, target, max_chars=, offset=)`
+    (remote.read_remote) reads a NAME:path on a configured remote."""
     if max_chars < 200:
         raise RecallError("--max-chars must be at least 200")
     if offset < 0:
@@ -100,7 +103,7 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
         if read_remote is None:
             raise RecallError(f"'{source}' is a remote, and this caller cannot read from remotes",
                               f"run 'recall read {target}'")
-        redact = _redactor(con, cfg)       # the remote redacts with its vault; this side with ours
+        redact = redactor(con, cfg)       # the remote redacts with its vault; this side with ours
         data = read_remote(cfg, source, f"{path}:{line}" if line else path, max_chars=max_chars, offset=offset)
         data = {k: redact(v) if isinstance(v, str) else v for k, v in data.items()}
         data["source"] = source
@@ -131,7 +134,7 @@ def read_note(con, cfg, target: str, *, max_chars: int = DEFAULT_MAX_CHARS, offs
         below = f"use an --offset below {end - start + 1}, or " if end >= start else ""
         raise RecallError(f"{where}; --offset {offset} is past its end",
                           below + "leave it out to start at the top")
-    shown, shown_end = _numbered(lines, first, end, max_chars, _redactor(con, cfg))
+    shown, shown_end = _numbered(lines, first, end, max_chars, redactor(con, cfg))
     next_offset = shown_end - start + 1 if shown_end < end else None
     return ReadResult(source=source, relpath=rel, path=str(real), start_line=first,
                       end_line=shown_end, range_end=end, text=shown, next_offset=next_offset,
@@ -163,11 +166,3 @@ def _cut(text: str, n: int, width: int, max_chars: int) -> str:
     marker = f"… [line {n} cut: {{}} of {body} characters shown; --max-chars {len(text)} shows it whole]\n"
     keep = max_chars - len(marker.format(body))          # the shown count has at most as many digits
     return text[:keep] + marker.format(keep - width - 2)
-
-
-def _redactor(con, cfg):
-    """A vault value pasted into a note reads as [recall:ID], as it is in the index — redacted per
-    line before any cut, so a cut never leaves half a value unrecognised. A vault that holds
-    values but cannot be opened here refuses the read (recall.redact fails closed)."""
-    from .redact import redactor
-    return redactor(con, cfg)

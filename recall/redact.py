@@ -1,8 +1,7 @@
 """Redaction: every vault value in note text that is shown, indexed or embedded becomes [recall:ID]
-(the stored values decrypted here, for redaction and masking only); fail closed."""
+(the values, and whether there are any, are the vault's: the faces pass its redactor in); fail closed."""
 from __future__ import annotations
 
-import json
 import os
 
 from .errors import RecallError
@@ -26,88 +25,32 @@ def secret_parts(values: dict, publics: dict) -> dict:
             for sid, vals in values.items()}
 
 
-def publics_of(con) -> dict:
-    return {r[0]: public_fields(json.loads(r[1])) for r in con.execute("SELECT id, meta FROM secrets")}
-
-
-def holds_values(con) -> bool:
-    return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
-
-
-def _closed(exc: RecallError) -> VaultClosed:
+def closed(exc: RecallError) -> VaultClosed:
+    """Why a vault that holds values cannot redact here, as the one error every reader gets."""
     return VaultClosed(f"the vault holds values but cannot be opened here ({exc.message}), so note "
                        "text cannot be checked for them and is not shown",
                        exc.hint or "run 'recall secret sync'")
 
 
-def require_open(con, cfg) -> None:
-    """Cheap check for the search path: refuse when the vault holds values and plainly cannot be
-    opened here (no crypto package, key missing or unreadable); the full check is in `redactor`."""
-    if not holds_values(con):
-        return
+def require_openable(cfg) -> None:
+    """Cheap check for the search path, for a vault that holds values (vault.require_open asks):
+    refuse when it plainly cannot be opened here (no crypto package, key missing or unreadable)."""
     from importlib.util import find_spec
 
     from .errors import MissingExtra
     from .keyfile import key_path
     if find_spec("cryptography") is None:
-        raise _closed(MissingExtra("crypto", "the vault"))
+        raise closed(MissingExtra("crypto", "the vault"))
     path = key_path(cfg.home)
     if not path.exists():
-        raise _closed(RecallError(f"no vault key at {path}", "restore the key, or run 'recall secret sync'"))
+        raise closed(RecallError(f"no vault key at {path}", "restore the key, or run 'recall secret sync'"))
     if not os.access(path, os.R_OK):
-        raise _closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
+        raise closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
 
-
-# -- the stored values, decrypted (vault.load_values is this one) -----------------------------------
 
 class VaultValues(dict):
-    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret}."""
+    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret} (vault.load_values)."""
     public: dict = {}
-
-
-def probe_row(con):
-    """One stored row, for load_key to tell which key the DB is under."""
-    from . import keyfile
-    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
-    return (row["id"], row["nonce"], row["ciphertext"], keyfile.row_bound(row)) if row else None
-
-
-def load_values(con, cfg, ids=None, *, need=()) -> dict:
-    """{secret id: {field: value}} decrypted — for injection and masking only, never for output.
-    A row that does not open (changed in the DB, corrupt) fails only itself: it is left out,
-    unless it is in `need`; when no row opens at all, the key is wrong and that is the error."""
-    from . import keyfile
-    key = keyfile.load_key(cfg.home, create=False, probe=probe_row(con))
-    rows = con.execute("SELECT * FROM secrets").fetchall()
-    if ids is not None:
-        rows = [r for r in rows if r["id"] in set(ids)]
-    values, first_error = VaultValues(), None
-    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
-    for row in rows:
-        try:
-            plain = keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], keyfile.row_bound(row))
-        except RecallError as exc:
-            if row["id"] in need:
-                raise
-            first_error = first_error or exc
-            continue
-        values[row["id"]] = json.loads(plain)
-    if rows and not values and first_error is not None:
-        raise first_error
-    return values
-
-
-def redactor(con, cfg):
-    """text -> text with every (non-public) vault value and its encoded forms replaced by
-    [recall:ID], as whole tokens; the identity when the vault is empty. Raises VaultClosed when
-    the vault holds values but cannot be opened here: no text is ever shown unchecked."""
-    if not holds_values(con):
-        return _identity
-    try:
-        values = load_values(con, cfg)
-    except RecallError as exc:
-        raise _closed(exc) from None
-    return text_redactor(values, publics_of(con))
 
 
 _INLINE = None
@@ -138,7 +81,8 @@ def scrub_inline(text: str) -> str:
     return text
 
 
-def _identity(text: str) -> str:
+def identity(text: str) -> str:
+    """The redactor of an empty vault."""
     return text
 
 

@@ -245,9 +245,10 @@ def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
 
 def _redacted(cfg, answers: list) -> list:
     """Remote hits pass the local redactor too (this vault may hold what the remote's does not);
-    a local vault that cannot be opened refuses them (recall.redact fails closed)."""
+    a local vault that cannot be opened refuses them (vault.redactor fails closed)."""
     from . import db
-    from .redact import redact_hits, redactor
+    from .redact import redact_hits
+    from .vault import redactor
     con = db.connect(cfg.db_path)
     try:
         redact = redactor(con, cfg)

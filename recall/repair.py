@@ -36,10 +36,11 @@ def quick_check(path) -> tuple:
     return True, f"quick_check ok, schema {version}"
 
 
-def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None):
+def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None, holds_values=None):
     """run(connection) for `recall index`. With `full`, a damaged or foreign DB — found by
     quick_check before, or by the run itself (damage inside a page, which quick_check cannot
-    see) — is moved aside to recall.db.broken-<time> and the run made again on a new one."""
+    see) — is moved aside to recall.db.broken-<time> and the run made again on a new one.
+    `holds_values(con)` (the vault's, passed in by the face) tells whether the old file held secrets."""
     say = notify or (lambda line: None)
     if not full:
         return run(db.connect(path, vectors=vectors))
@@ -59,13 +60,13 @@ def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None
         con.close()
     except db.BrokenDatabase as exc:
         why = exc.why
-    return run(_rebuild(Path(path), why, vectors, say))
+    return run(_rebuild(Path(path), why, vectors, say, holds_values))
 
 
-def _rebuild(path: Path, why: str, vectors: bool, say):
+def _rebuild(path: Path, why: str, vectors: bool, say, holds_values=None):
     """Move the DB aside, open a new one, copy the token ledger over; say what happened."""
     moved = _move_aside(path)
-    ledger, had_secrets = _salvage(moved)
+    ledger, had_secrets = _salvage(moved, holds_values)
     con = db.connect(path, vectors=vectors)
     say(f"{path} was {why}: moved it to {moved.name} and rebuilding the index")
     if ledger is None:
@@ -95,7 +96,7 @@ def _move_aside(path: Path) -> Path:
     return moved
 
 
-def _salvage(moved: Path) -> tuple:
+def _salvage(moved: Path, holds_values=None) -> tuple:
     """(ledger rows or None when unreadable, whether it held secrets: True/False/None unknown)."""
     try:
         con = sqlite3.connect(f"file:{moved}?mode=ro", uri=True)
@@ -109,7 +110,7 @@ def _salvage(moved: Path) -> tuple:
         except sqlite3.Error as exc:
             ledger = [] if "no such table" in str(exc) else None     # another program's file: none
         try:
-            had = con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
+            had = holds_values(con) if holds_values is not None else None
         except sqlite3.Error as exc:
             had = False if "no such table" in str(exc) else None
         return ledger, had

@@ -263,15 +263,17 @@ def route_for(mode: str, query: str, provider: str) -> str:
 
 def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: bool = False,
            explain: bool = False, vector_search=None, remotes: bool = True, ask_remotes=None,
-           pins=None) -> SearchResult:
+           pins=None, require_open=None, load_values=None) -> SearchResult:
     """Search the notes. `vector_search(query, limit) -> [(chunk_id, similarity)]` is supplied by
-    the caller when a provider is configured, so keyword-only searches never load it; `pins(con,
-    cfg, result)` (inventory.pin_access, passed in by the faces) puts the access blocks first."""
+    the caller when a provider is configured, so keyword-only searches never load it. The faces
+    pass in `pins(con, cfg, result)` (inventory.pin_access: the access blocks first) and the
+    vault's `require_open(con, cfg)` (a vault that holds values but cannot be opened here: nothing
+    is shown) and `load_values` (a Voyage key kept in the vault)."""
     query = check_query(query)
     if n < 1:
         raise RecallError("-n must be at least 1")
-    from .redact import require_open
-    require_open(con, cfg)        # a vault that holds values but cannot be opened: nothing is shown
+    if require_open is not None:
+        require_open(con, cfg)
     provider = getattr(getattr(cfg, "embedding", None), "provider", "none")
     route = route_for(mode, query, provider)
     # remotes: `ask_remotes(cfg, query, n, mode)` (remote.ask_remotes, passed in by the faces) starts
@@ -280,7 +282,8 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     started = time.perf_counter()
     notices: list = []
     route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
-                                      vector_search=vector_search, notices=notices, auto=mode == "auto")
+                                      vector_search=vector_search, notices=notices, auto=mode == "auto",
+                                      load_values=load_values)
     result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
     if pins is not None:
         pins(con, cfg, result)
@@ -345,14 +348,14 @@ def keyword_first(kw: list, vec: list) -> list:
 
 
 def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rerank=False,
-                vector_search=None, notices=None, auto=False):
+                vector_search=None, notices=None, auto=False, load_values=None):
     """(route, hits, candidates): the keyword list alone, or keyword + vector lists fused by RRF;
     then recency and the per-file cap, over-fetching until the page is full; then the reranker."""
     notices = notices if notices is not None else []
     want = max(n, RERANK_POOL) if rerank else n
     pool = max(50, want * 5)
     if not route.startswith("keyword") and vector_search is None:
-        vector_search = vector_searcher(con, cfg, notices)
+        vector_search = vector_searcher(con, cfg, notices, load_values)
     ident_query = terms.is_identifier_query(query)
     while True:
         if route.startswith("keyword"):
@@ -387,7 +390,7 @@ def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rera
             break
         pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper
     if rerank and hits:
-        hits = rerank_hits(con, cfg, query, hits, explain)
+        hits = rerank_hits(con, cfg, query, hits, explain, load_values)
     hits = hits[:n]
     if explain:
         for h in hits:
@@ -428,7 +431,7 @@ def _own_connection(con):
     return side
 
 
-def vector_searcher(con, cfg, notices=None):
+def vector_searcher(con, cfg, notices=None, load_values=None):
     """`(query, limit) -> [(chunk id, similarity)]` over the configured model's vectors; the query
     is embedded (or read from the cache) only once vectors are known to exist. It works on its
     own connection, so it can run beside the keyword list."""
@@ -446,7 +449,7 @@ def vector_searcher(con, cfg, notices=None):
         if row is None:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
         if query not in memo:
-            memo[query] = query_vector(con_, cfg, query, notices)
+            memo[query] = query_vector(con_, cfg, query, notices, load_values)
         store = VectorStore(con_, mid, row[0])
         return store.chunks_for(store.knn(memo[query], limit))
     run.own_connection = side is not None
@@ -460,7 +463,7 @@ def query_key(query: str) -> str:
     return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def query_vector(con, cfg, query: str, notices=None) -> list:
+def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before (no model load,
     no request), else from the provider — then cached."""
     from . import db, embed
@@ -472,7 +475,7 @@ def query_vector(con, cfg, query: str, notices=None) -> list:
                           (mid, query_key(query))).fetchone()
         if row is not None:
             return unpack(row[0])
-    provider = embed.provider_for(cfg, con)
+    provider = embed.provider_for(cfg, con, load_values)
     vectors, _ = embed.paid_call(con, cfg, provider, "query", [query], lambda: provider.embed([query], "query"))
     seconds = getattr(provider, "load_seconds", 0.0)
     if seconds > 0.5 and notices is not None and not getattr(provider, "load_noticed", False):
@@ -492,10 +495,10 @@ def query_vector(con, cfg, query: str, notices=None) -> list:
     return vectors[0]
 
 
-def rerank_hits(con, cfg, query: str, hits: list, explain: bool) -> list:
+def rerank_hits(con, cfg, query: str, hits: list, explain: bool, load_values=None) -> list:
     """Reorder shaped hits by Voyage's reranker (one paid request, checked against the cap)."""
     from . import embed
-    provider = embed.reranker_for(cfg, con)
+    provider = embed.reranker_for(cfg, con, load_values)
     rows = _load_chunks(con, [h.chunk_id for h in hits])
     docs = [embed.document_text(rows[h.chunk_id]["breadcrumb"], rows[h.chunk_id]["body"])[:8000] for h in hits]
     order, _ = embed.paid_call(con, cfg, provider, "rerank", [query] * len(docs) + docs,

@@ -1,11 +1,9 @@
-"""Secrets: sync files → encrypted rows; find / show / command / exec / get; never return a value."""
+"""Secrets: sync files → encrypted rows; find / show / command / get; the values, decrypted only for
+injection, masking and redaction (its redactor); the only reader of its tables; never returns a value."""
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
-import sys
 import time
 
 from . import audit, db, keyfile, status, terms
@@ -13,8 +11,7 @@ from .errors import RecallError
 from .keyfile import bound
 from .keyfile import row_bound as _row_bound
 from .records import Record
-from .redact import VaultValues, load_values  # noqa: F401 (re-exported: the stored values, decrypted)
-from .redact import probe_row as _probe
+from .redact import VaultValues, closed, public_fields, require_openable, text_redactor
 
 CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
 
@@ -80,8 +77,8 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
                         (e.id, e.id, e.meta["service"], e.meta["environment"],
                          e.meta["kind"], e.meta["username"], e.meta["url"], " ".join(e.tags),
                          e.meta["notes"], e.meta["use"]))
-    from .index import redact_indexed
-    redact_indexed(con, {e.id: e.values for e in entries})      # a value pasted into a note leaves the index
+    from .index import redact_indexed  # a value pasted into a note leaves the index
+    redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics(con)))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
     new = {e.id for e in entries}
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
@@ -113,7 +110,6 @@ def embed_metadata(con, cfg) -> int:
     """Embed each secret's metadata text that has no vector for the configured model (values are
     never part of it, and every vault value is redacted from it all the same)."""
     from . import embed
-    from .index import vault_redactor
     from .vectors import pack
     fp = embed.fingerprint(cfg.embedding, "document")
     with db.transaction(con):
@@ -126,8 +122,8 @@ def embed_metadata(con, cfg) -> int:
     todo = [h for h in texts if h not in have]
     if not todo:
         return 0
-    redact = vault_redactor(con, cfg)
-    provider = embed.provider_for(cfg, con)
+    redact = redactor(con, cfg)
+    provider = embed.provider_for(cfg, con, load_values)
     inputs = [redact(texts[h]) for h in todo]
     vectors, _ = embed.paid_call(con, cfg, provider, "document", inputs,
                                  lambda: provider.embed(inputs, "document"))
@@ -152,7 +148,7 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
             "SELECT hash, vector FROM secret_vectors WHERE model_id=?", (mid,))}
         if not stored:
             return []
-        q = normalize(query_vector(con, cfg, query))
+        q = normalize(query_vector(con, cfg, query, load_values=load_values))
     except RecallError:
         return []
     scored = []
@@ -187,6 +183,23 @@ def rotate_key(con, cfg) -> int:
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
+
+def holds_values(con) -> bool:
+    """Whether the vault holds any secret (so note text must be checked for its values)."""
+    return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
+
+
+def publics(con) -> dict:
+    """{secret id: its fields that are not secret (usernames, logins, any marked public)}."""
+    return {r[0]: public_fields(json.loads(r[1])) for r in con.execute("SELECT id, meta FROM secrets")}
+
+
+def _probe(con):
+    """One stored row, for load_key to tell which key the DB is under."""
+    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
+    return (row["id"], row["nonce"], row["ciphertext"], _row_bound(row)) if row else None
+
+
 
 def count(con) -> int:
     """How many secrets the vault holds."""
@@ -280,7 +293,6 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
 def _masked_query(con, cfg, query: str):
     """The query with every vault value masked, as it may be logged or embedded; None when the
     vault holds values that cannot be opened here (a pasted token is never logged as written)."""
-    from .redact import holds_values, redactor
     if not holds_values(con):
         return query
     if cfg is None:
@@ -299,11 +311,49 @@ def show(con, secret_id: str) -> dict:
     return out
 
 
+# -- the values, decrypted: for injection, masking and redaction only, never for output -------------
+
+def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
+    """{secret id: {field: value}} decrypted (keyfile.decrypt_rows: a row that does not open fails
+    only itself unless it is in `need`), and `.public`: the fields of each that are not secret."""
+    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
+    rows = con.execute("SELECT * FROM secrets").fetchall()
+    if ids is not None:
+        rows = [r for r in rows if r["id"] in set(ids)]
+    values = VaultValues()
+    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
+    return keyfile.decrypt_rows(key, rows, values, need=need)
+
+
+def redactor(con, cfg):
+    """text -> text with every (non-public) vault value and its encoded forms replaced by
+    [recall:ID], as whole tokens (redact.text_redactor); the identity when the vault is empty.
+    Raises VaultClosed when the vault holds values but cannot be opened here: no text is ever
+    shown unchecked. The faces pass it to index and read."""
+    from .redact import identity
+    if not holds_values(con):
+        return identity
+    try:
+        values = load_values(con, cfg)
+    except RecallError as exc:
+        raise closed(exc) from None
+    return text_redactor(values, publics(con))
+
+
+def require_open(con, cfg) -> None:
+    """Cheap check for the search path (the faces pass it to search): refuse when the vault holds
+    values and plainly cannot be opened here (no crypto package, key missing or unreadable)."""
+    if holds_values(con):
+        require_openable(cfg)
+
+
 # -- using a value ---------------------------------------------------------------------------------
 
 def launcher() -> list:
     """How the agent should call recall: the installed command, else this Python (the one that has
     recall's extras) and this checkout's launcher."""
+    import shutil
+    import sys
     installed = shutil.which("recall")
     if installed:
         return ["recall"]
@@ -315,6 +365,7 @@ def invocation(cfg=None) -> str:
     """The start of a line that reaches this vault from a shell holding none of this process's
     environment: RECALL_HOME=… when the state is not in the default place, then the launcher,
     then --config FILE when the config is not the default file."""
+    import shlex
     from pathlib import Path
     words = [shlex.quote(w) for w in launcher()]
     if cfg is None:
@@ -332,6 +383,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     list, or one string (split like a shell; if it names the secret's variables it runs under
     `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
     names the config and state folder it came from (see `invocation`)."""
+    import shlex
     row = row_named(con, secret_id)
     secret_id = row["id"]
     variables = json.loads(row["variables"])
@@ -367,7 +419,6 @@ def child_env(base: dict | None = None) -> dict:
 def injection(row, values: dict, stdin_flag: bool):
     """(extra env, stdin bytes or None) for one secret."""
     from .mask import check_maskable
-    from .redact import public_fields
     public = public_fields(json.loads(row["meta"]))
     for name, part in values.items():
         if name not in public:               # a username is injected, not masked

@@ -145,21 +145,33 @@ def test_the_check_sees_imports_inside_functions_and_names_the_pair(tmp_path):
     assert _cycle(graph) in (["high", "low", "high"], ["low", "high", "low"])
 
 
-# Modules below the vault that still read its tables themselves (may only shrink): redact asks
-# whether the vault holds values and which fields are public; repair, whether a DB it rebuilds had any.
-SECRETS_TABLE_READERS = {"redact", "repair"}
+# The modules that may read or write the vault's tables (secrets, secrets_fts, secret_vectors); db's
+# migrations make them (CREATE TABLE, which this does not match). Everyone else calls a vault
+# function, or is passed one by the faces (a redactor, require_open, load_values, holds_values).
+SECRETS_TABLE_OWNERS = {"vault"}
+_SECRETS_SQL = r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(?:secrets|secrets_fts|secret_vectors)\b"
 
 
-def test_only_the_vault_touches_the_secrets_tables():
+def _secrets_sql(paths) -> dict:
+    """{module: first file:line} of every module outside the owners whose SQL names a vault table."""
     import re
-    sql = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+secrets(?:_fts)?\b")
+    sql = re.compile(_SECRETS_SQL)
     found = {}
-    for path in sorted((REPO / "recall").glob("*.py")):
-        if path.stem not in ("vault", "db"):               # db holds the migrations that make them
+    for path in sorted(paths):
+        if path.stem not in SECRETS_TABLE_OWNERS:
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
                 if sql.search(line):
                     found.setdefault(path.stem, f"recall/{path.name}:{n}")
-    others = {m: at for m, at in found.items() if m not in SECRETS_TABLE_READERS}
+    return found
+
+
+def test_only_the_vault_touches_the_secrets_tables():
+    others = _secrets_sql((REPO / "recall").glob("*.py"))
     assert not others, f"the secrets tables are the vault's: call a vault function instead ({others})"
-    gone = SECRETS_TABLE_READERS - set(found)
-    assert not gone, f"{sorted(gone)} no longer read the secrets tables: remove them from SECRETS_TABLE_READERS"
+
+
+def test_the_secrets_table_check_names_a_reader(tmp_path):
+    (tmp_path / "vault.py").write_text('con.execute("SELECT * FROM secrets")\n')
+    (tmp_path / "redact.py").write_text('x = 1\nhas = con.execute("SELECT 1 FROM secrets LIMIT 1")\n')
+    (tmp_path / "index.py").write_text('con.execute("INSERT INTO secret_vectors VALUES (?)")\n')
+    assert _secrets_sql(tmp_path.glob("*.py")) == {"index": "recall/index.py:1", "redact": "recall/redact.py:2"}
