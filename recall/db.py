@@ -268,6 +268,24 @@ MIGRATIONS: list = [
     END;
     INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
     """,
+    """
+    -- the common words' chunks by weighted frequency, as bitmaps (common_terms.py): built at the
+    -- end of an index run; a chunk written or deleted since is listed in common_dirty by trigger,
+    -- and while any is listed the search asks FTS5 instead
+    CREATE TABLE common_postings(
+        term TEXT NOT NULL, f REAL NOT NULL, n INTEGER NOT NULL, dmin INTEGER NOT NULL,
+        bits BLOB NOT NULL, ids BLOB,           -- ids: the chunk ids as well, for a group of few
+        PRIMARY KEY(term, f)) WITHOUT ROWID;
+    CREATE TABLE common_state(id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL,
+                              weights TEXT NOT NULL, lengths BLOB NOT NULL);
+    CREATE TABLE common_dirty(chunk_id INTEGER PRIMARY KEY);
+    CREATE TRIGGER chunks_common_ai AFTER INSERT ON chunks BEGIN
+        INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (new.id);
+    END;
+    CREATE TRIGGER chunks_common_ad AFTER DELETE ON chunks BEGIN
+        INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (old.id);
+    END;
+    """,
 ]
 
 

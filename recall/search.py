@@ -24,7 +24,8 @@ FILE_SUPPORT = 0.2            # keyword route: share of a file's next candidates
 FILE_SUPPORT_N = 2
 CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
 PATH_WEIGHT = 1.0             # and the file's path (runbooks/restore-etcd.md)
-_BM25 = f"bm25(chunks_fts, {CRUMB_WEIGHT}, 1.0, {PATH_WEIGHT})"
+_WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcrumb, body, path
+_BM25 = f"bm25(chunks_fts, {', '.join(map(str, _WEIGHTS))})"
 
 
 class Hit(Record):
@@ -103,7 +104,13 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         # Chunks holding every term rank first under BM25 anyway; asking for them first costs a
         # fraction when the terms are common, and the OR query runs only when they are too few.
         fq_and = terms.fts_query(query, "AND")
-        if fq_and != fq:
+        # common words: the same top chunks and scores from their precomputed postings (FTS5 would
+        # score every chunk holding them all); None when that does not apply
+        from .common_terms import top_k
+        fast = top_k(con, [p.strip('"') for p in fq_and.split(" AND ")], _WEIGHTS, limit)
+        if fast is not None:
+            bm25 = dict(fast)
+        elif fq_and != fq:
             bm25 = {cid: -r for cid, r in con.execute(sql, (fq_and, limit))}
         if len(bm25) < limit:
             bm25 = {cid: -r for cid, r in con.execute(sql, (fq, limit))}

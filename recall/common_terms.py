@@ -1,0 +1,479 @@
+"""Common words' chunks by weighted frequency (bitmaps kept in step with chunks_fts): an exact
+top-k of FTS5's bm25() for an AND of common words without scoring every chunk that holds them."""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from array import array
+
+# bm25()'s column weights the postings are built with (search.py's _WEIGHTS: a test holds them
+# equal; were they not, the search would ask FTS5 until they are)
+WEIGHTS = (3.0, 1.0, 1.0)
+COMMON_MIN = 3000           # chunks holding a term before it gets postings here (FTS5 is quick below)
+REBUILD_AFTER = 2000        # chunks changed in one index run after which the postings are rebuilt
+K1, B = 1.2, 0.75           # FTS5's bm25() constants (fts5_aux.c)
+SPARSE = 1024               # a group of at most this many chunks also keeps their ids (to filter
+                            # rather than scan a bitmap for the few chunks of a branch)
+SMALL = 64                  # a branch holding this few chunks is scored chunk by chunk
+LIST_AT = 512               # … and this few is carried as a list of ids rather than a bitmap
+FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned (~60 µs)
+IDF_FLOOR = 1e-6            # FTS5's idf for a term in more than half the rows
+STATS = {"served": 0}       # fast-path answers given (tests check the path is taken)
+
+_NONZERO = re.compile(rb"[^\x00]")
+_BITS = [tuple(i for i in range(8) if byte >> i & 1) for byte in range(256)]
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+def _bitmap(ids) -> int:
+    out = bytearray((max(ids) >> 3) + 1 if ids else 0)
+    for i in ids:
+        out[i >> 3] |= 1 << (i & 7)
+    return int.from_bytes(out, "little")
+
+
+def _ids(bits: int) -> list:
+    """The set bits of `bits`, ascending."""
+    raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+    out = []
+    for m in _NONZERO.finditer(raw):
+        pos = m.start()
+        base = pos << 3
+        out.extend(base + b for b in _BITS[raw[pos]])
+    return out
+
+
+def _count(bits: int) -> int:
+    return bits.bit_count() if hasattr(bits, "bit_count") else bin(bits).count("1")
+
+
+def _pack(bits: int) -> bytes:
+    """A bitmap as stored: its bytes as they are (decompressing costs more than reading them)."""
+    return bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+
+
+def _unpack(blob: bytes) -> int:
+    return int.from_bytes(blob, "little")
+
+
+def _varints(blob: bytes) -> list:
+    """SQLite's big-endian varints (FTS5's averages record and docsize rows)."""
+    out, i, n = [], 0, len(blob)
+    while i < n:
+        v = 0
+        for k in range(9):
+            byte = blob[i]
+            i += 1
+            if k == 8:
+                v = (v << 8) | byte
+                break
+            v = (v << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        out.append(v)
+    return out
+
+
+def _totals(con) -> tuple:
+    """(rows, tokens over all columns) from FTS5's averages record: what bm25() reads."""
+    row = con.execute("SELECT block FROM chunks_fts_data WHERE id=1").fetchone()
+    if not row or not row[0]:
+        return 0, 0
+    vals = _varints(bytes(row[0]))
+    return vals[0], sum(vals[1:])
+
+
+def _columns(con) -> list:
+    return [r[1] for r in con.execute("PRAGMA table_info(chunks_fts)")]
+
+
+def _tokenizer(con) -> str:
+    sql = con.execute("SELECT sql FROM sqlite_master WHERE name='chunks_fts'").fetchone()[0]
+    m = re.search(r"""tokenize\s*=\s*("[^"]*"|'[^']*')""", sql)
+    return f", tokenize={m.group(1)}" if m else ""
+
+
+def weighted(counts, weights) -> float:
+    """A row's frequency of one phrase as bm25() sums it: each hit adds its column's weight,
+    in column order (the order FTS5 visits the hits)."""
+    f = 0.0
+    for n, w in zip(counts, weights):
+        for _ in range(n):
+            f += w
+    return f
+
+
+# -- keeping them in step (the end of an index run) ---------------------------------------------
+
+def refresh(con, weights=WEIGHTS, *, common_min: int = COMMON_MIN, rebuild_after: int = REBUILD_AFTER) -> str:
+    """Bring the postings up to date with chunks_fts: apply the chunks changed since (recorded by
+    trigger), or rebuild them all. Returns what was done. A concurrent writer makes it give up
+    (the search then asks FTS5, as it does while chunks are pending)."""
+    weights = [float(w) for w in weights]
+    key = ",".join(repr(w) for w in weights)
+    try:
+        con.execute("BEGIN")                     # one snapshot for every read; the writes upgrade it
+        state = con.execute("SELECT weights FROM common_state WHERE id=1").fetchone()
+        dirty = [r[0] for r in con.execute("SELECT chunk_id FROM common_dirty")]
+        if state is None or state[0] != key or len(dirty) >= rebuild_after:
+            done = _rebuild(con, weights, key, common_min)
+        elif dirty:
+            done = _apply(con, weights, dirty)
+        else:
+            done = "up to date"
+        con.execute("COMMIT")
+        return done
+    except Exception as exc:
+        from .db import is_sqlite_error, rollback
+        rollback(con)
+        if is_sqlite_error(exc) and ("locked" in str(exc) or "busy" in str(exc)):
+            return "skipped: another writer"
+        raise
+
+
+def _lengths(con, ids=None, into=None):
+    """Each chunk's total tokens (what bm25() calls D), from FTS5's docsize rows."""
+    out = into if into is not None else array("I")
+    if ids is None:
+        rows = con.execute("SELECT id, sz FROM chunks_fts_docsize")
+    else:
+        from .db import in_batches
+        rows = [r for part, marks in in_batches(ids)
+                for r in con.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})", part)]
+    for rid, sz in rows:
+        if rid >= len(out):
+            out.extend([0] * (rid + 1 - len(out)))
+        out[rid] = sum(_varints(bytes(sz)))
+    return out
+
+
+def _rebuild(con, weights, key, common_min) -> str:
+    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_row USING fts5vocab(main, chunks_fts, row)")
+    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_inst "
+                "USING fts5vocab(main, chunks_fts, instance)")
+    cols = {name: i for i, name in enumerate(_columns(con))}
+    common = [t for (t,) in con.execute("SELECT term FROM temp.recall_vocab_row WHERE doc >= ?", (common_min,))]
+    lengths = _lengths(con)
+    rows, _ = _totals(con)
+    con.execute("DELETE FROM common_postings")
+    for term in common:
+        counts: dict = {}
+        for doc, col, n in con.execute("SELECT doc, col, count(*) FROM temp.recall_vocab_inst WHERE term=? "
+                                       "GROUP BY doc, col", (term,)):
+            c = counts.get(doc)
+            if c is None:
+                c = counts[doc] = [0] * len(cols)
+            c[cols[col]] = n
+        _write_term(con, term, _groups(counts, weights, lengths))
+    con.execute("DELETE FROM common_dirty")
+    con.execute("INSERT OR REPLACE INTO common_state(id, rows, weights, lengths) VALUES (1, ?, ?, ?)",
+                (rows, key, lengths.tobytes()))
+    return f"rebuilt: {len(common)} common terms"
+
+
+def _groups(counts: dict, weights, lengths) -> dict:
+    """{f: [ids, dmin]} for one term's {chunk_id: per-column hit counts}."""
+    groups: dict = {}
+    for doc, c in counts.items():
+        f = weighted(c, weights)
+        g = groups.get(f)
+        if g is None:
+            g = groups[f] = [[], lengths[doc]]
+        g[0].append(doc)
+        g[1] = min(g[1], lengths[doc])
+    return groups
+
+
+def _row(term: str, f: float, bits: int, dmin: int) -> tuple:
+    n = _count(bits)
+    ids = array("I", _ids(bits)).tobytes() if n <= SPARSE else None
+    return term, f, n, dmin, _pack(bits), ids
+
+
+def _write(con, rows) -> None:
+    con.executemany("INSERT INTO common_postings(term, f, n, dmin, bits, ids) VALUES (?,?,?,?,?,?)", rows)
+
+
+def _term_rows(term: str, groups: dict) -> list:
+    """A term's rows: one per frequency group ({f: [bitmap, dmin]}), and f = 0 for their union."""
+    rows, union = [], 0
+    for f, (bits, dmin) in groups.items():
+        if bits:
+            rows.append(_row(term, f, bits, dmin))
+            union |= bits
+    if rows:
+        rows.append((term, 0.0, _count(union), min(r[3] for r in rows), _pack(union), None))
+    return rows
+
+
+def _write_term(con, term, groups: dict) -> None:
+    _write(con, _term_rows(term, {f: [_bitmap(ids), dmin] for f, (ids, dmin) in groups.items()}))
+
+
+def _apply(con, weights, dirty: list) -> str:
+    """The changed chunks out of every term's bitmaps, then their current text back in (tokenized
+    by a temporary FTS5 table with the same tokenizer, so the terms are the index's own)."""
+    terms = {}
+    for term, f, n, dmin, bits in con.execute("SELECT term, f, n, dmin, bits FROM common_postings WHERE f > 0"):
+        terms.setdefault(term, {})[f] = [_unpack(bits), dmin]
+    mask = _bitmap(dirty)
+    for groups in terms.values():
+        for g in groups.values():
+            g[0] &= ~mask
+    state = con.execute("SELECT lengths FROM common_state WHERE id=1").fetchone()
+    lengths = array("I")
+    lengths.frombytes(state[0])
+    for cid in dirty:
+        if cid < len(lengths):
+            lengths[cid] = 0
+    names = _columns(con)
+    con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok USING fts5({', '.join(names)}{_tokenizer(con)})")
+    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok_inst USING fts5vocab(temp, recall_tok, instance)")
+    con.execute("DELETE FROM temp.recall_tok")
+    from .db import in_batches
+    for part, marks in in_batches(dirty):
+        con.execute(f"INSERT INTO temp.recall_tok(rowid, {', '.join(names)}) "
+                    f"SELECT id, {', '.join(names)} FROM chunks WHERE id IN ({marks})", part)
+    present = [r[0] for r in con.execute("SELECT rowid FROM temp.recall_tok")]
+    _lengths(con, present, lengths)
+    cols = {name: i for i, name in enumerate(names)}
+    counts: dict = {}
+    for term, doc, col in con.execute("SELECT term, doc, col FROM temp.recall_tok_inst"):
+        if term in terms:
+            c = counts.setdefault(term, {}).setdefault(doc, [0] * len(cols))
+            c[cols[col]] += 1
+    con.execute("DELETE FROM temp.recall_tok")
+    for term, docs in counts.items():
+        groups = terms[term]
+        for f, (ids, dmin) in _groups(docs, weights, lengths).items():
+            g = groups.setdefault(f, [0, dmin])
+            g[0] |= _bitmap(ids)
+            g[1] = min(g[1], dmin)       # a removed chunk's length may stay: still a lower bound
+    con.execute("DELETE FROM common_postings")
+    _write(con, [row for term, groups in terms.items() for row in _term_rows(term, groups)])
+    rows, _ = _totals(con)
+    con.execute("UPDATE common_state SET rows=?, lengths=? WHERE id=1", (rows, lengths.tobytes()))
+    con.execute("DELETE FROM common_dirty")
+    return f"updated: {len(dirty)} chunks"
+
+
+# -- the query ------------------------------------------------------------------------------------
+
+def _stems(con, words: list) -> list:
+    """Each query word as the index holds it (the same tokenizer: porter, diacritics …), or []
+    when one is not a single term there."""
+    con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_stem USING fts5(x{_tokenizer(con)})")
+    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_stem_v USING fts5vocab(temp, recall_stem, instance)")
+    con.execute("INSERT INTO temp.recall_stem(rowid, x) VALUES " + ",".join("(?,?)" for _ in words),
+                [v for i, w in enumerate(words, start=1) for v in (i, w)])
+    got: dict = {}
+    for doc, term in con.execute("SELECT doc, term FROM temp.recall_stem_v"):
+        got.setdefault(doc, []).append(term)
+    con.execute("DELETE FROM temp.recall_stem")
+    out = [got.get(i, []) for i in range(1, len(words) + 1)]
+    return [t[0] for t in out] if all(len(t) == 1 for t in out) else []
+
+
+def top_k(con, phrases: list, weights, limit: int):
+    """[(chunk_id, score)] best first (ties by id), exactly what
+    `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),
+    or None when this path does not apply: a phrase of several words, a term without postings,
+    chunks changed since the postings were made, fewer than `limit` chunks holding every term."""
+    if not phrases or any(" " in p for p in phrases):
+        return None
+    own = not con.in_transaction
+    if own:
+        con.execute("BEGIN")                 # the postings, the pending list and FTS5's totals: one snapshot
+    try:
+        return _top_k(con, phrases, [float(w) for w in weights], limit)
+    finally:
+        if own:
+            con.execute("COMMIT")
+
+
+def _top_k(con, phrases, weights, limit):
+    state = con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
+    if state is None or state[1] != ",".join(repr(w) for w in weights):
+        return None
+    if con.execute("SELECT 1 FROM common_dirty LIMIT 1").fetchone():
+        return None
+    stems = _stems(con, phrases)
+    if len(stems) != len(phrases) or len(set(stems)) != len(stems):
+        return None
+    rows, tokens = _totals(con)
+    if rows != state[0] or rows == 0:
+        return None
+    avgdl = tokens / rows
+    terms = []                              # per phrase: idf, [(f, [blobs], dmin)] by f descending
+    for stem in stems:
+        groups = con.execute("SELECT f, n, dmin, bits, ids FROM common_postings WHERE term=? ORDER BY f DESC",
+                             (stem,)).fetchall()
+        if len(groups) < 2 or groups[-1][0] != 0.0:
+            return None
+        union = groups.pop()
+        df = sum(g[1] for g in groups)
+        idf = math.log((rows - df + 0.5) / (df + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        terms.append(_Term(idf, groups, union[3]))
+    return _best(terms, memoryview(state[2]).cast("I"), avgdl, limit)
+
+
+def _part(f: float, d: float, avgdl: float) -> float:
+    return (f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl))
+
+
+class _Term:
+    """One query term's frequency groups (f descending), unpacked as they are first needed."""
+
+    def __init__(self, idf: float, groups: list, union: bytes):
+        self.idf, self.groups = idf, groups          # [(f, n, dmin, packed bitmap, packed ids or None)]
+        self._packed_union = union
+        self.by_size = sorted(range(len(groups)), key=lambda j: -groups[j][1])
+        self._raw: dict = {}
+        self._int: dict = {}
+        self._ids: dict = {}
+        self._union = self._union_raw = None
+
+    def raw(self, j: int) -> bytes:
+        got = self._raw.get(j)
+        if got is None:
+            got = self._raw[j] = bytes(self.groups[j][3])
+        return got
+
+    def bits(self, j: int) -> int:
+        got = self._int.get(j)
+        if got is None:
+            got = self._int[j] = int.from_bytes(self.raw(j), "little")
+        return got
+
+    def ids(self, j: int):
+        """The group's chunk ids when it keeps them (a group of few), else None."""
+        if self.groups[j][4] is None:
+            return None
+        got = self._ids.get(j)
+        if got is None:
+            got = self._ids[j] = array("I")
+            got.frombytes(self.groups[j][4])
+        return got
+
+    def union(self) -> bytes:
+        """Every chunk holding the term, as bitmap bytes."""
+        if self._union is None:
+            self._union = _unpack(self._packed_union)
+        return self._union
+
+    def group_of(self, cid: int):
+        """The index of the group holding the chunk, or None (the chunk lacks the term)."""
+        pos, bit = cid >> 3, 1 << (cid & 7)
+        if self._union_raw is None:
+            u = self.union()
+            self._union_raw = u.to_bytes((u.bit_length() + 7) >> 3, "little")
+        if pos >= len(self._union_raw) or not self._union_raw[pos] & bit:
+            return None
+        for j in self.by_size:
+            raw = self.raw(j)
+            if pos < len(raw) and raw[pos] & bit:
+                return j
+        return None
+
+
+def _extract(bits: int, hint) -> list:
+    """The chunk ids in `bits`: filtered from `hint` (the ids of a small group all of them are
+    in) when that is cheaper than scanning the bitmap."""
+    if hint is not None and len(hint) <= FILTER_MAX:
+        raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+        n = len(raw)
+        return [c for c in hint if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
+    return _ids(bits)
+
+
+def _best(terms: list, lengths, avgdl: float, limit: int):
+    """Branch and bound over the terms, most telling (highest idf) first: a node is one frequency
+    group chosen per term so far, its chunks the AND of their bitmaps; its bound is the score of
+    those frequencies, plus each remaining term's highest, at the shortest length any chunk has.
+    A node bounded below the limit-th score found so far is cut, its lower-frequency siblings with
+    it; a node of few chunks is scored chunk by chunk. A term whose idf is FTS5's floor (in more
+    than half the chunks) cannot change a bound: it only filters (its union), never branches."""
+    m = len(terms)
+    dlow = max(min(g[2] for g in t.groups) for t in terms)
+    ub = [[t.idf * _part(g[0], dlow, avgdl) for g in t.groups] for t in terms]
+    order = sorted((i for i in range(m) if terms[i].idf > IDF_FLOOR), key=lambda i: -terms[i].idf)
+    if not order:
+        order = list(range(m))           # only the floor's terms: they decide, so they branch
+    root = -1
+    for i in range(m):
+        if i not in order:
+            root &= terms[i].union()
+    mb = len(order)
+    rest = [0.0] * (mb + 1)
+    for depth in range(mb - 1, -1, -1):
+        rest[depth] = rest[depth + 1] + ub[order[depth]][0]
+    floor = sum(ub[i][0] for i in range(m) if i not in order)
+    top: list = []                     # min-heap of (score, -id): the best `limit` so far
+
+    def score(ids, fixed: dict) -> None:
+        known = [(terms[i].idf, terms[i].groups[j][0]) for i, j in fixed.items()]
+        known += [(terms[i].idf, terms[i].groups[0][0]) for i in range(m) if i not in fixed]   # their highest
+        for cid in ids:
+            d = lengths[cid]
+            if len(top) == limit:      # a chunk that cannot reach the list is not looked up further
+                kd = K1 * (1 - B + B * d / avgdl)
+                est = 0.0
+                for idf, f in known:
+                    est += idf * ((f * (K1 + 1.0)) / (f + kd))
+                if est * (1 + 1e-9) < top[0][0]:
+                    continue
+            s = 0.0
+            for i, t in enumerate(terms):
+                j = fixed.get(i)
+                if j is None:
+                    j = t.group_of(cid)
+                    if j is None:
+                        break          # a chunk without every term is not in the AND
+                f = t.groups[j][0]
+                s += t.idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl)))
+            else:
+                item = (s, -cid)
+                if len(top) < limit:
+                    heapq.heappush(top, item)
+                elif item > top[0]:
+                    heapq.heapreplace(top, item)
+
+    def visit(depth: int, node, bound: float, fixed: dict, hint) -> None:
+        i = order[depth]
+        t = terms[i]
+        last = depth + 1 == mb
+        for j, g in enumerate(t.groups):
+            b = bound + ub[i][j]
+            if len(top) == limit and (b + rest[depth + 1] + floor) * (1 + 1e-9) < top[0][0]:
+                break                  # the lower frequencies bound lower still
+            fixed[i] = j
+            if isinstance(node, list):     # few chunks: filter them by the group's bytes
+                raw = t.raw(j)
+                n = len(raw)
+                child = [c for c in node if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
+                if child:
+                    if last or len(child) <= SMALL:
+                        score(child, fixed)
+                    else:
+                        visit(depth + 1, child, b, fixed, None)
+            else:
+                child = node & t.bits(j)
+                if child:
+                    ids = t.ids(j)
+                    h = ids if ids is not None and (hint is None or len(ids) < len(hint)) else hint
+                    c = _count(child)
+                    if last or c <= SMALL:
+                        score(_extract(child, h), fixed)
+                    else:
+                        visit(depth + 1, _extract(child, h) if c <= LIST_AT else child, b, fixed, h)
+            del fixed[i]
+
+    visit(0, root, 0.0, {}, None)
+    if len(top) < limit:
+        return None                   # fewer chunks hold every term: the caller's OR query decides
+    STATS["served"] += 1
+    return [(-nid, s) for s, nid in sorted(top, reverse=True)]
