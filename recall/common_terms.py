@@ -107,10 +107,12 @@ def weighted(counts, weights) -> float:
 
 # -- keeping them in step (the end of an index run) ---------------------------------------------
 
-def refresh(con, weights=WEIGHTS, *, common_min: int = COMMON_MIN, rebuild_after: int = REBUILD_AFTER) -> str:
+def refresh(con, weights=WEIGHTS) -> str:
     """Bring the postings up to date with chunks_fts: apply the chunks changed since (recorded by
-    trigger), or rebuild them all. Returns what was done. A concurrent writer makes it give up
-    (the search then asks FTS5, as it does while chunks are pending)."""
+    trigger), or rebuild them all (the first time, after REBUILD_AFTER changes, or for other
+    weights). Returns what was done. A concurrent writer makes it give up (the search then asks
+    FTS5, as it does while any change is pending)."""
+    common_min, rebuild_after = COMMON_MIN, REBUILD_AFTER      # read now: tests lower them
     weights = [float(w) for w in weights]
     key = ",".join(repr(w) for w in weights)
     try:
