@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import sys
 from array import array
 
 # bm25()'s column weights the postings are built with (search.py's _WEIGHTS: a test holds them
@@ -114,7 +115,7 @@ def refresh(con, weights=WEIGHTS) -> str:
     FTS5, as it does while any change is pending)."""
     common_min, rebuild_after = COMMON_MIN, REBUILD_AFTER      # read now: tests lower them
     weights = [float(w) for w in weights]
-    key = ",".join(repr(w) for w in weights)
+    key = _key(weights)
     try:
         con.execute("BEGIN")                     # one snapshot for every read; the writes upgrade it
         state = con.execute("SELECT weights FROM common_state WHERE id=1").fetchone()
@@ -133,6 +134,12 @@ def refresh(con, weights=WEIGHTS) -> str:
         if is_sqlite_error(exc) and ("locked" in str(exc) or "busy" in str(exc)):
             return "skipped: another writer"
         raise
+
+
+def _key(weights) -> str:
+    """What the postings depend on besides the index: the weights, and the byte order of the
+    arrays stored (a DB copied to another machine is rebuilt rather than misread)."""
+    return ",".join(repr(float(w)) for w in weights) + ";" + sys.byteorder
 
 
 def _lengths(con, ids=None, into=None):
@@ -218,7 +225,7 @@ def _apply(con, weights, dirty: list) -> str:
     """The changed chunks out of every term's bitmaps, then their current text back in (tokenized
     by a temporary FTS5 table with the same tokenizer, so the terms are the index's own)."""
     terms = {}
-    for term, f, n, dmin, bits in con.execute("SELECT term, f, n, dmin, bits FROM common_postings WHERE f > 0"):
+    for term, f, dmin, bits in con.execute("SELECT term, f, dmin, bits FROM common_postings WHERE f > 0"):
         terms.setdefault(term, {})[f] = [_unpack(bits), dmin]
     mask = _bitmap(dirty)
     for groups in terms.values():
@@ -297,7 +304,7 @@ def top_k(con, phrases: list, weights, limit: int):
 
 def _top_k(con, phrases, weights, limit):
     state = con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
-    if state is None or state[1] != ",".join(repr(w) for w in weights):
+    if state is None or state[1] != _key(weights):
         return None
     if con.execute("SELECT 1 FROM common_dirty LIMIT 1").fetchone():
         return None
@@ -448,7 +455,7 @@ def _best(terms: list, lengths, avgdl: float, limit: int):
         i = order[depth]
         t = terms[i]
         last = depth + 1 == mb
-        for j, g in enumerate(t.groups):
+        for j in range(len(t.groups)):
             b = bound + ub[i][j]
             if len(top) == limit and (b + rest[depth + 1] + floor) * (1 + 1e-9) < top[0][0]:
                 break                  # the lower frequencies bound lower still

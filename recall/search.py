@@ -105,9 +105,12 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         # fraction when the terms are common, and the OR query runs only when they are too few.
         fq_and = terms.fts_query(query, "AND")
         # common words: the same top chunks and scores from their precomputed postings (FTS5 would
-        # score every chunk holding them all); None when that does not apply
-        from .common_terms import top_k
-        fast = top_k(con, [p.strip('"') for p in fq_and.split(" AND ")], _WEIGHTS, limit)
+        # score every chunk holding them all); None when that does not apply. An identifier is
+        # rare: FTS5 is quick then.
+        fast = None
+        if not idents:
+            from .common_terms import top_k
+            fast = top_k(con, [p.strip('"') for p in fq_and.split(" AND ")], _WEIGHTS, limit)
         if fast is not None:
             bm25 = dict(fast)
         elif fq_and != fq:
