@@ -142,6 +142,18 @@ def _key(weights) -> str:
     return ",".join(repr(float(w)) for w in weights) + ";" + sys.byteorder
 
 
+def _store_lengths(lengths) -> bytes:
+    """The lengths array in the narrowest type that holds them, its type code first."""
+    top = max(lengths) if len(lengths) else 0
+    code = "B" if top < 1 << 8 else "H" if top < 1 << 16 else "I"
+    return code.encode() + array(code, lengths).tobytes()
+
+
+def _load_lengths(blob: bytes):
+    """A read-only view of the stored lengths (no copy), indexed by chunk id."""
+    return memoryview(blob)[1:].cast(blob[:1].decode())
+
+
 def _lengths(con, ids=None, into=None):
     """Each chunk's total tokens (what bm25() calls D), from FTS5's docsize rows."""
     out = into if into is not None else array("I")
@@ -178,7 +190,7 @@ def _rebuild(con, weights, key, common_min) -> str:
         _write_term(con, term, _groups(counts, weights, lengths))
     con.execute("DELETE FROM common_dirty")
     con.execute("INSERT OR REPLACE INTO common_state(id, rows, weights, lengths) VALUES (1, ?, ?, ?)",
-                (rows, key, lengths.tobytes()))
+                (rows, key, _store_lengths(lengths)))
     return f"rebuilt: {len(common)} common terms"
 
 
@@ -205,15 +217,18 @@ def _write(con, rows) -> None:
     con.executemany("INSERT INTO common_postings(term, f, n, dmin, bits, ids) VALUES (?,?,?,?,?,?)", rows)
 
 
-def _term_rows(term: str, groups: dict) -> list:
-    """A term's rows: one per frequency group ({f: [bitmap, dmin]}), and f = 0 for their union."""
-    rows, union = [], 0
+def _term_rows(term: str, groups: dict, only=None) -> list:
+    """A term's rows: one per frequency group ({f: [bitmap, dmin]}; `only` those f), and f = 0
+    for their union."""
+    rows, union, dmin_all = [], 0, None
     for f, (bits, dmin) in groups.items():
         if bits:
-            rows.append(_row(term, f, bits, dmin))
+            if only is None or f in only:
+                rows.append(_row(term, f, bits, dmin))
             union |= bits
-    if rows:
-        rows.append((term, 0.0, _count(union), min(r[3] for r in rows), _pack(union), None))
+            dmin_all = dmin if dmin_all is None else min(dmin_all, dmin)
+    if union:
+        rows.append((term, 0.0, _count(union), dmin_all, _pack(union), None))
     return rows
 
 
@@ -224,16 +239,17 @@ def _write_term(con, term, groups: dict) -> None:
 def _apply(con, weights, dirty: list) -> str:
     """The changed chunks out of every term's bitmaps, then their current text back in (tokenized
     by a temporary FTS5 table with the same tokenizer, so the terms are the index's own)."""
-    terms = {}
+    terms: dict = {}               # {term: {f: [bitmap, dmin, changed]}}
     for term, f, dmin, bits in con.execute("SELECT term, f, dmin, bits FROM common_postings WHERE f > 0"):
-        terms.setdefault(term, {})[f] = [_unpack(bits), dmin]
+        terms.setdefault(term, {})[f] = [_unpack(bits), dmin, False]
     mask = _bitmap(dirty)
     for groups in terms.values():
         for g in groups.values():
-            g[0] &= ~mask
+            if g[0] & mask:
+                g[0] &= ~mask
+                g[2] = True
     state = con.execute("SELECT lengths FROM common_state WHERE id=1").fetchone()
-    lengths = array("I")
-    lengths.frombytes(state[0])
+    lengths = array("I", _load_lengths(state[0]))
     for cid in dirty:
         if cid < len(lengths):
             lengths[cid] = 0
@@ -257,13 +273,19 @@ def _apply(con, weights, dirty: list) -> str:
     for term, docs in counts.items():
         groups = terms[term]
         for f, (ids, dmin) in _groups(docs, weights, lengths).items():
-            g = groups.setdefault(f, [0, dmin])
+            g = groups.setdefault(f, [0, dmin, True])
             g[0] |= _bitmap(ids)
             g[1] = min(g[1], dmin)       # a removed chunk's length may stay: still a lower bound
-    con.execute("DELETE FROM common_postings")
-    _write(con, [row for term, groups in terms.items() for row in _term_rows(term, groups)])
+            g[2] = True
+    for term, groups in terms.items():   # only the terms a changed chunk held are written again
+        if any(g[2] for g in groups.values()):
+            con.execute("DELETE FROM common_postings WHERE term=? AND f=0", (term,))
+            con.executemany("DELETE FROM common_postings WHERE term=? AND f=?",
+                            [(term, f) for f, g in groups.items() if g[2]])
+            rows = _term_rows(term, {f: g[:2] for f, g in groups.items()}, {f for f, g in groups.items() if g[2]})
+            _write(con, rows)
     rows, _ = _totals(con)
-    con.execute("UPDATE common_state SET rows=?, lengths=? WHERE id=1", (rows, lengths.tobytes()))
+    con.execute("UPDATE common_state SET rows=?, lengths=? WHERE id=1", (rows, _store_lengths(lengths)))
     con.execute("DELETE FROM common_dirty")
     return f"updated: {len(dirty)} chunks"
 
@@ -327,7 +349,7 @@ def _top_k(con, phrases, weights, limit):
         if idf <= 0.0:
             idf = 1e-6
         terms.append(_Term(idf, groups, union[3]))
-    return _best(terms, memoryview(state[2]).cast("I"), avgdl, limit)
+    return _best(terms, _load_lengths(state[2]), avgdl, limit)
 
 
 def _part(f: float, d: float, avgdl: float) -> float:
