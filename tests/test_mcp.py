@@ -475,6 +475,14 @@ def test_a_vault_that_cannot_be_decrypted_fails_closed(world):
     assert err and "chmod 600" in text and CANARY not in text
 
 
+def test_a_vault_without_its_key_refuses_search_and_read(world):
+    (world["cfg"].home / "vault.key").rename(world["tmp"] / "vault.key.bak")   # the faces pass the check in
+    for tool, args in (("recall_search", {"query": "old Jira token rotated"}),
+                       ("recall_read", {"path": "jira/pasted-token.md"})):
+        text, err = call(tool, **args)
+        assert err and "cannot be opened here" in text and "no vault key" in text and CANARY not in text, tool
+
+
 @pytest.mark.skipif(not HAVE_VERIFY, reason="recall/verify.py (run_verify) has not landed yet")
 def test_verify_says_one_status_per_entry_with_its_kind_after_a_summary_line(world):
     text, err = call("recall_verify", id="JIRA-API-TOKEN jira")          # any case, an alias too
