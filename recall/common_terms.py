@@ -174,20 +174,26 @@ def _rebuild(con, weights, key, common_min) -> str:
     con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_row USING fts5vocab(main, chunks_fts, row)")
     con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_inst "
                 "USING fts5vocab(main, chunks_fts, instance)")
-    cols = {name: i for i, name in enumerate(_columns(con))}
+    names = _columns(con)
     common = [t for (t,) in con.execute("SELECT term FROM temp.recall_vocab_row WHERE doc >= ?", (common_min,))]
     lengths = _lengths(con)
     rows, _ = _totals(con)
     con.execute("DELETE FROM common_postings")
+    # each term's chunks grouped by their hits per column, in SQL (a few rows a term, not one a chunk)
+    per_col = ", ".join(f"sum(col = ?) AS c{i}" for i in range(len(names)))
+    cs = ", ".join(f"c{i}" for i in range(len(names)))
+    sql = (f"SELECT {cs}, group_concat(doc) FROM (SELECT doc, {per_col} FROM temp.recall_vocab_inst "
+           f"WHERE term = ? GROUP BY doc) GROUP BY {cs}")
     for term in common:
-        counts: dict = {}
-        for doc, col, n in con.execute("SELECT doc, col, count(*) FROM temp.recall_vocab_inst WHERE term=? "
-                                       "GROUP BY doc, col", (term,)):
-            c = counts.get(doc)
-            if c is None:
-                c = counts[doc] = [0] * len(cols)
-            c[cols[col]] = n
-        _write_term(con, term, _groups(counts, weights, lengths))
+        groups: dict = {}
+        for row in con.execute(sql, (*names, term)):
+            ids = [int(x) for x in row[-1].split(",")]
+            f = weighted(row[:-1], weights)
+            g = groups.setdefault(f, [[], None])
+            g[0].extend(ids)
+            low = min(map(lengths.__getitem__, ids))
+            g[1] = low if g[1] is None else min(g[1], low)
+        _write_term(con, term, groups)
     con.execute("DELETE FROM common_dirty")
     con.execute("INSERT OR REPLACE INTO common_state(id, rows, weights, lengths) VALUES (1, ?, ?, ?)",
                 (rows, key, _store_lengths(lengths)))
