@@ -20,6 +20,7 @@ SMALL = 64                  # a branch holding this few chunks is scored chunk b
 LIST_AT = 512               # … and this few is carried as a list of ids rather than a bitmap
 FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned (~60 µs)
 IDF_FLOOR = 1e-6            # FTS5's idf for a term in more than half the rows
+MAX_TERMS = 32              # a longer query (a pasted message) is left to FTS5
 STATS = {"served": 0}       # fast-path answers given (tests check the path is taken)
 
 _NONZERO = re.compile(rb"[^\x00]")
@@ -46,8 +47,11 @@ def _ids(bits: int) -> list:
     return out
 
 
+_BIT_COUNT = hasattr(0, "bit_count")
+
+
 def _count(bits: int) -> int:
-    return bits.bit_count() if hasattr(bits, "bit_count") else bin(bits).count("1")
+    return bits.bit_count() if _BIT_COUNT else bin(bits).count("1")
 
 
 def _pack(bits: int) -> bytes:
@@ -318,7 +322,7 @@ def top_k(con, phrases: list, weights, limit: int):
     `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),
     or None when this path does not apply: a phrase of several words, a term without postings,
     chunks changed since the postings were made, fewer than `limit` chunks holding every term."""
-    if not phrases or any(" " in p for p in phrases):
+    if not phrases or len(phrases) > MAX_TERMS or any(" " in p for p in phrases):
         return None
     own = not con.in_transaction
     if own:
@@ -479,7 +483,7 @@ def _best(terms: list, lengths, avgdl: float, limit: int):
                 elif item > top[0]:
                     heapq.heapreplace(top, item)
 
-    def visit(depth: int, node, bound: float, fixed: dict, hint) -> None:
+    def visit(depth: int, node, bound: float, fixed: dict, hint, cap: int) -> None:
         i = order[depth]
         t = terms[i]
         last = depth + 1 == mb
@@ -496,20 +500,21 @@ def _best(terms: list, lengths, avgdl: float, limit: int):
                     if last or len(child) <= SMALL:
                         score(child, fixed)
                     else:
-                        visit(depth + 1, child, b, fixed, None)
+                        visit(depth + 1, child, b, fixed, None, len(child))
             else:
                 child = node & t.bits(j)
                 if child:
                     ids = t.ids(j)
                     h = ids if ids is not None and (hint is None or len(ids) < len(hint)) else hint
-                    c = _count(child)
+                    # before 3.10 no int.bit_count: a bound on the size decides (as well, a bit later)
+                    c = _count(child) if _BIT_COUNT else min(cap, t.groups[j][1])
                     if last or c <= SMALL:
                         score(_extract(child, h), fixed)
                     else:
-                        visit(depth + 1, _extract(child, h) if c <= LIST_AT else child, b, fixed, h)
+                        visit(depth + 1, _extract(child, h) if c <= LIST_AT else child, b, fixed, h, c)
             del fixed[i]
 
-    visit(0, root, 0.0, {}, None)
+    visit(0, root, 0.0, {}, None, 1 << 62)
     if len(top) < limit:
         return None                   # fewer chunks hold every term: the caller's OR query decides
     STATS["served"] += 1
