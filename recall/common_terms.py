@@ -1,5 +1,5 @@
-"""Common words' chunks by weighted frequency (bitmaps kept in step with chunks_fts): an exact
-top-k of FTS5's bm25() for an AND of common words without scoring every chunk that holds them."""
+"""The exact top-k of FTS5's bm25() for an AND of common words, from their postings (postings.py)
+rather than by scoring every chunk that holds them all."""
 from __future__ import annotations
 
 import heapq
@@ -11,11 +11,7 @@ from array import array
 # bm25()'s column weights the postings are built with (search.py's _WEIGHTS: a test holds them
 # equal; were they not, the search would ask FTS5 until they are)
 WEIGHTS = (3.0, 1.0, 1.0)
-COMMON_MIN = 3000           # chunks holding a term before it gets postings here (FTS5 is quick below)
-REBUILD_AFTER = 2000        # chunks changed in one index run after which the postings are rebuilt
 K1, B = 1.2, 0.75           # FTS5's bm25() constants (fts5_aux.c)
-SPARSE = 1024               # a group of at most this many chunks also keeps their ids (to filter
-                            # rather than scan a bitmap for the few chunks of a branch)
 SMALL = 64                  # a branch holding this few chunks is scored chunk by chunk
 LIST_AT = 512               # … and this few is carried as a list of ids rather than a bitmap
 FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned (~60 µs)
@@ -27,16 +23,9 @@ _NONZERO = re.compile(rb"[^\x00]")
 _BITS = [tuple(i for i in range(8) if byte >> i & 1) for byte in range(256)]
 
 
-# -- storage ------------------------------------------------------------------------------------
+# -- bitmaps and FTS5's own numbers (shared with postings.py) ------------------------------------
 
-def _bitmap(ids) -> int:
-    out = bytearray((max(ids) >> 3) + 1 if ids else 0)
-    for i in ids:
-        out[i >> 3] |= 1 << (i & 7)
-    return int.from_bytes(out, "little")
-
-
-def _ids(bits: int) -> list:
+def set_bits(bits: int) -> list:
     """The set bits of `bits`, ascending."""
     raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
     out = []
@@ -50,20 +39,15 @@ def _ids(bits: int) -> list:
 _BIT_COUNT = hasattr(0, "bit_count")
 
 
-def _count(bits: int) -> int:
+def bit_count(bits: int) -> int:
     return bits.bit_count() if _BIT_COUNT else bin(bits).count("1")
 
 
-def _pack(bits: int) -> bytes:
-    """A bitmap as stored: its bytes as they are (decompressing costs more than reading them)."""
-    return bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
-
-
-def _unpack(blob: bytes) -> int:
+def unpack(blob: bytes) -> int:
     return int.from_bytes(blob, "little")
 
 
-def _varints(blob: bytes) -> list:
+def varints(blob: bytes) -> list:
     """SQLite's big-endian varints (FTS5's averages record and docsize rows)."""
     out, i, n = [], 0, len(blob)
     while i < n:
@@ -81,223 +65,30 @@ def _varints(blob: bytes) -> list:
     return out
 
 
-def _totals(con) -> tuple:
+def totals(con) -> tuple:
     """(rows, tokens over all columns) from FTS5's averages record: what bm25() reads."""
     row = con.execute("SELECT block FROM chunks_fts_data WHERE id=1").fetchone()
     if not row or not row[0]:
         return 0, 0
-    vals = _varints(bytes(row[0]))
+    vals = varints(bytes(row[0]))
     return vals[0], sum(vals[1:])
 
 
-def _columns(con) -> list:
-    return [r[1] for r in con.execute("PRAGMA table_info(chunks_fts)")]
-
-
-def _tokenizer(con) -> str:
+def tokenizer_clause(con) -> str:
     sql = con.execute("SELECT sql FROM sqlite_master WHERE name='chunks_fts'").fetchone()[0]
     m = re.search(r"""tokenize\s*=\s*("[^"]*"|'[^']*')""", sql)
     return f", tokenize={m.group(1)}" if m else ""
 
 
-def weighted(counts, weights) -> float:
-    """A row's frequency of one phrase as bm25() sums it: each hit adds its column's weight,
-    in column order (the order FTS5 visits the hits)."""
-    f = 0.0
-    for n, w in zip(counts, weights):
-        for _ in range(n):
-            f += w
-    return f
-
-
-# -- keeping them in step (the end of an index run) ---------------------------------------------
-
-def refresh(con, weights=WEIGHTS) -> str:
-    """Bring the postings up to date with chunks_fts: apply the chunks changed since (recorded by
-    trigger), or rebuild them all (the first time, after REBUILD_AFTER changes, or for other
-    weights). Returns what was done. A concurrent writer makes it give up (the search then asks
-    FTS5, as it does while any change is pending)."""
-    common_min, rebuild_after = COMMON_MIN, REBUILD_AFTER      # read now: tests lower them
-    weights = [float(w) for w in weights]
-    key = _key(weights)
-    try:
-        con.execute("BEGIN")                     # one snapshot for every read; the writes upgrade it
-        state = con.execute("SELECT weights FROM common_state WHERE id=1").fetchone()
-        dirty = [r[0] for r in con.execute("SELECT chunk_id FROM common_dirty")]
-        if state is None or state[0] != key or len(dirty) >= rebuild_after:
-            done = _rebuild(con, weights, key, common_min)
-        elif dirty:
-            done = _apply(con, weights, dirty)
-        else:
-            done = "up to date"
-        con.execute("COMMIT")
-        return done
-    except Exception as exc:
-        from .db import is_sqlite_error, rollback
-        rollback(con)
-        if is_sqlite_error(exc) and ("locked" in str(exc) or "busy" in str(exc)):
-            return "skipped: another writer"
-        raise
-
-
-def _key(weights) -> str:
+def state_key(weights) -> str:
     """What the postings depend on besides the index: the weights, and the byte order of the
     arrays stored (a DB copied to another machine is rebuilt rather than misread)."""
     return ",".join(repr(float(w)) for w in weights) + ";" + sys.byteorder
 
 
-def _store_lengths(lengths) -> bytes:
-    """The lengths array in the narrowest type that holds them, its type code first."""
-    top = max(lengths) if len(lengths) else 0
-    code = "B" if top < 1 << 8 else "H" if top < 1 << 16 else "I"
-    return code.encode() + array(code, lengths).tobytes()
-
-
-def _load_lengths(blob: bytes):
+def load_lengths(blob: bytes):
     """A read-only view of the stored lengths (no copy), indexed by chunk id."""
     return memoryview(blob)[1:].cast(blob[:1].decode())
-
-
-def _lengths(con, ids=None, into=None):
-    """Each chunk's total tokens (what bm25() calls D), from FTS5's docsize rows."""
-    out = into if into is not None else array("I")
-    if ids is None:
-        rows = con.execute("SELECT id, sz FROM chunks_fts_docsize")
-    else:
-        from .db import in_batches
-        rows = [r for part, marks in in_batches(ids)
-                for r in con.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})", part)]
-    for rid, sz in rows:
-        if rid >= len(out):
-            out.extend([0] * (rid + 1 - len(out)))
-        out[rid] = sum(_varints(bytes(sz)))
-    return out
-
-
-def _rebuild(con, weights, key, common_min) -> str:
-    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_row USING fts5vocab(main, chunks_fts, row)")
-    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_vocab_inst "
-                "USING fts5vocab(main, chunks_fts, instance)")
-    names = _columns(con)
-    common = [t for (t,) in con.execute("SELECT term FROM temp.recall_vocab_row WHERE doc >= ?", (common_min,))]
-    lengths = _lengths(con)
-    rows, _ = _totals(con)
-    con.execute("DELETE FROM common_postings")
-    # each term's chunks grouped by their hits per column, in SQL (a few rows a term, not one a chunk)
-    per_col = ", ".join(f"sum(col = ?) AS c{i}" for i in range(len(names)))
-    cs = ", ".join(f"c{i}" for i in range(len(names)))
-    sql = (f"SELECT {cs}, group_concat(doc) FROM (SELECT doc, {per_col} FROM temp.recall_vocab_inst "
-           f"WHERE term = ? GROUP BY doc) GROUP BY {cs}")
-    for term in common:
-        groups: dict = {}
-        for row in con.execute(sql, (*names, term)):
-            ids = [int(x) for x in row[-1].split(",")]
-            f = weighted(row[:-1], weights)
-            g = groups.setdefault(f, [[], None])
-            g[0].extend(ids)
-            low = min(map(lengths.__getitem__, ids))
-            g[1] = low if g[1] is None else min(g[1], low)
-        _write_term(con, term, groups)
-    con.execute("DELETE FROM common_dirty")
-    con.execute("INSERT OR REPLACE INTO common_state(id, rows, weights, lengths) VALUES (1, ?, ?, ?)",
-                (rows, key, _store_lengths(lengths)))
-    return f"rebuilt: {len(common)} common terms"
-
-
-def _groups(counts: dict, weights, lengths) -> dict:
-    """{f: [ids, dmin]} for one term's {chunk_id: per-column hit counts}."""
-    groups: dict = {}
-    for doc, c in counts.items():
-        f = weighted(c, weights)
-        g = groups.get(f)
-        if g is None:
-            g = groups[f] = [[], lengths[doc]]
-        g[0].append(doc)
-        g[1] = min(g[1], lengths[doc])
-    return groups
-
-
-def _row(term: str, f: float, bits: int, dmin: int) -> tuple:
-    n = _count(bits)
-    ids = array("I", _ids(bits)).tobytes() if n <= SPARSE else None
-    return term, f, n, dmin, _pack(bits), ids
-
-
-def _write(con, rows) -> None:
-    con.executemany("INSERT INTO common_postings(term, f, n, dmin, bits, ids) VALUES (?,?,?,?,?,?)", rows)
-
-
-def _term_rows(term: str, groups: dict, only=None) -> list:
-    """A term's rows: one per frequency group ({f: [bitmap, dmin]}; `only` those f), and f = 0
-    for their union."""
-    rows, union, dmin_all = [], 0, None
-    for f, (bits, dmin) in groups.items():
-        if bits:
-            if only is None or f in only:
-                rows.append(_row(term, f, bits, dmin))
-            union |= bits
-            dmin_all = dmin if dmin_all is None else min(dmin_all, dmin)
-    if union:
-        rows.append((term, 0.0, _count(union), dmin_all, _pack(union), None))
-    return rows
-
-
-def _write_term(con, term, groups: dict) -> None:
-    _write(con, _term_rows(term, {f: [_bitmap(ids), dmin] for f, (ids, dmin) in groups.items()}))
-
-
-def _apply(con, weights, dirty: list) -> str:
-    """The changed chunks out of every term's bitmaps, then their current text back in (tokenized
-    by a temporary FTS5 table with the same tokenizer, so the terms are the index's own)."""
-    terms: dict = {}               # {term: {f: [bitmap, dmin, changed]}}
-    for term, f, dmin, bits in con.execute("SELECT term, f, dmin, bits FROM common_postings WHERE f > 0"):
-        terms.setdefault(term, {})[f] = [_unpack(bits), dmin, False]
-    mask = _bitmap(dirty)
-    for groups in terms.values():
-        for g in groups.values():
-            if g[0] & mask:
-                g[0] &= ~mask
-                g[2] = True
-    state = con.execute("SELECT lengths FROM common_state WHERE id=1").fetchone()
-    lengths = array("I", _load_lengths(state[0]))
-    for cid in dirty:
-        if cid < len(lengths):
-            lengths[cid] = 0
-    names = _columns(con)
-    con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok USING fts5({', '.join(names)}{_tokenizer(con)})")
-    con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok_inst USING fts5vocab(temp, recall_tok, instance)")
-    con.execute("DELETE FROM temp.recall_tok")
-    from .db import in_batches
-    for part, marks in in_batches(dirty):
-        con.execute(f"INSERT INTO temp.recall_tok(rowid, {', '.join(names)}) "
-                    f"SELECT id, {', '.join(names)} FROM chunks WHERE id IN ({marks})", part)
-    present = [r[0] for r in con.execute("SELECT rowid FROM temp.recall_tok")]
-    _lengths(con, present, lengths)
-    cols = {name: i for i, name in enumerate(names)}
-    counts: dict = {}
-    for term, doc, col in con.execute("SELECT term, doc, col FROM temp.recall_tok_inst"):
-        if term in terms:
-            c = counts.setdefault(term, {}).setdefault(doc, [0] * len(cols))
-            c[cols[col]] += 1
-    con.execute("DELETE FROM temp.recall_tok")
-    for term, docs in counts.items():
-        groups = terms[term]
-        for f, (ids, dmin) in _groups(docs, weights, lengths).items():
-            g = groups.setdefault(f, [0, dmin, True])
-            g[0] |= _bitmap(ids)
-            g[1] = min(g[1], dmin)       # a removed chunk's length may stay: still a lower bound
-            g[2] = True
-    for term, groups in terms.items():   # only the terms a changed chunk held are written again
-        if any(g[2] for g in groups.values()):
-            con.execute("DELETE FROM common_postings WHERE term=? AND f=0", (term,))
-            con.executemany("DELETE FROM common_postings WHERE term=? AND f=?",
-                            [(term, f) for f, g in groups.items() if g[2]])
-            rows = _term_rows(term, {f: g[:2] for f, g in groups.items()}, {f for f, g in groups.items() if g[2]})
-            _write(con, rows)
-    rows, _ = _totals(con)
-    con.execute("UPDATE common_state SET rows=?, lengths=? WHERE id=1", (rows, _store_lengths(lengths)))
-    con.execute("DELETE FROM common_dirty")
-    return f"updated: {len(dirty)} chunks"
 
 
 # -- the query ------------------------------------------------------------------------------------
@@ -305,7 +96,7 @@ def _apply(con, weights, dirty: list) -> str:
 def _stems(con, words: list) -> list:
     """Each query word as the index holds it (the same tokenizer: porter, diacritics …), or []
     when one is not a single term there."""
-    con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_stem USING fts5(x{_tokenizer(con)})")
+    con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_stem USING fts5(x{tokenizer_clause(con)})")
     con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_stem_v USING fts5vocab(temp, recall_stem, instance)")
     con.execute("INSERT INTO temp.recall_stem(rowid, x) VALUES " + ",".join("(?,?)" for _ in words),
                 [v for i, w in enumerate(words, start=1) for v in (i, w)])
@@ -336,14 +127,14 @@ def top_k(con, phrases: list, weights, limit: int):
 
 def _top_k(con, phrases, weights, limit):
     state = con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
-    if state is None or state[1] != _key(weights):
+    if state is None or state[1] != state_key(weights):
         return None
     if con.execute("SELECT 1 FROM common_dirty LIMIT 1").fetchone():
         return None
     stems = _stems(con, phrases)
     if len(stems) != len(phrases) or len(set(stems)) != len(stems):
         return None
-    rows, tokens = _totals(con)
+    rows, tokens = totals(con)
     if rows != state[0] or rows == 0:
         return None
     avgdl = tokens / rows
@@ -359,7 +150,7 @@ def _top_k(con, phrases, weights, limit):
         if idf <= 0.0:
             idf = 1e-6
         terms.append(_Term(idf, groups, union[3]))
-    return _best(terms, _load_lengths(state[2]), avgdl, limit)
+    return _best(terms, load_lengths(state[2]), avgdl, limit)
 
 
 def _part(f: float, d: float, avgdl: float) -> float:
@@ -403,7 +194,7 @@ class _Term:
     def union(self) -> bytes:
         """Every chunk holding the term, as bitmap bytes."""
         if self._union is None:
-            self._union = _unpack(self._packed_union)
+            self._union = unpack(self._packed_union)
         return self._union
 
     def group_of(self, cid: int):
@@ -428,7 +219,7 @@ def _extract(bits: int, hint) -> list:
         raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
         n = len(raw)
         return [c for c in hint if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
-    return _ids(bits)
+    return set_bits(bits)
 
 
 def _best(terms: list, lengths, avgdl: float, limit: int):
@@ -507,7 +298,7 @@ def _best(terms: list, lengths, avgdl: float, limit: int):
                     ids = t.ids(j)
                     h = ids if ids is not None and (hint is None or len(ids) < len(hint)) else hint
                     # before 3.10 no int.bit_count: a bound on the size decides (as well, a bit later)
-                    c = _count(child) if _BIT_COUNT else min(cap, t.groups[j][1])
+                    c = bit_count(child) if _BIT_COUNT else min(cap, t.groups[j][1])
                     if last or c <= SMALL:
                         score(_extract(child, h), fixed)
                     else:

@@ -146,7 +146,7 @@ def redact_indexed(con, redact) -> int:
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-    from .common_terms import refresh
+    from .postings import refresh
     refresh(con)
     return len(hit) + len(titles)
 
@@ -206,7 +206,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             # them all (words 25 → 36 ms, identifiers 0.6 → 5.6 ms at 113k chunks); merge them now
             with db.transaction(con):
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        from .common_terms import refresh
+        from .postings import refresh
         refresh(con)        # the common words' postings follow the chunks written and deleted
     if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,

@@ -1,10 +1,11 @@
-"""The common words' postings: the same chunks, order and scores as FTS5's bm25(), kept in step."""
+"""The common words' postings (postings.py) and the top-k from them (common_terms.py): the same
+chunks, order and scores as FTS5's bm25(), kept in step with the index."""
 import itertools
 import random
 
 import pytest
 
-from recall import common_terms, db, search, terms
+from recall import common_terms, db, postings, search, terms
 from recall.config import load_config
 from recall.index import run_index
 
@@ -39,7 +40,7 @@ def _tree(root, rnd, files: int, start: int = 0):
 @pytest.fixture
 def common_index(tmp_path, monkeypatch):
     """A generated tree of common words, indexed with the commonness threshold lowered."""
-    monkeypatch.setattr(common_terms, "COMMON_MIN", 15)
+    monkeypatch.setattr(postings, "COMMON_MIN", 15)
     root = tmp_path / "gen"
     _tree(root, random.Random(13), 70)
     cfg_path = tmp_path / "gen.yaml"
@@ -108,7 +109,7 @@ def test_changed_chunks_are_never_served_from_old_postings(common_index):
     assert _fast(con, query, 5) is not None
     con.execute("DELETE FROM files WHERE id = (SELECT MIN(id) FROM files)")    # its chunks go by cascade
     assert _fast(con, query, 5) is None                 # pending: FTS5 answers
-    assert common_terms.refresh(con).startswith("updated")
+    assert postings.refresh(con).startswith("updated")
     assert _check_all(con, QUERIES) > 0
 
 
@@ -129,7 +130,7 @@ def test_incremental_index_keeps_them_exact(common_index):
 
 def test_many_changes_rebuild_them(common_index, monkeypatch):
     root, cfg, con = common_index
-    monkeypatch.setattr(common_terms, "REBUILD_AFTER", 10)
+    monkeypatch.setattr(postings, "REBUILD_AFTER", 10)
     for path in sorted(root.rglob("*.md"))[:20]:
         path.write_text(path.read_text() + "\n## Extra vpn host\n\njump jump host\n")
     con.execute("BEGIN")
@@ -145,7 +146,7 @@ def test_other_weights_are_not_served_until_rebuilt(common_index):
     phrases = ["certificate", "rotation"]
     assert common_terms.top_k(con, phrases, search._WEIGHTS, 5) is not None
     assert common_terms.top_k(con, phrases, (2.0, 1.0, 1.0), 5) is None
-    assert common_terms.refresh(con, (2.0, 1.0, 1.0)).startswith("rebuilt")
+    assert postings.refresh(con, (2.0, 1.0, 1.0)).startswith("rebuilt")
     sql = ("SELECT rowid, bm25(chunks_fts, 2.0, 1.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
            "ORDER BY bm25(chunks_fts, 2.0, 1.0, 1.0) LIMIT 5")
     want = [(c, -r) for c, r in con.execute(sql, ('"certificate" AND "rotation"',))]
