@@ -117,7 +117,7 @@ def main() -> int:
 | words ({len(WORDS)} queries: {", ".join(WORDS)}) | {ms(word_wall)} | {ms(word_cpu)} | p50 ≤ 10, p95 ≤ 30 |
 | identifiers ({", ".join(IDENTS)}) | {ms(ident_wall)} | {ms(ident_cpu)} | p50 ≤ 2 |
 
-The common words' postings (`common_terms.py`: {postings[0] or 0} terms, {(postings[1] or 0) / 1e6:.1f} MB) answered
+The common words' postings (`postings.py`: {postings[0] or 0} terms, {(postings[1] or 0) / 1e6:.1f} MB) answered
 {served} of the {len(WORDS) * 21} word searches; the rest asked FTS5.
 
 Whole processes (each query 4×, page cache warm, bytecode compiled), p50 / p95 ms:
