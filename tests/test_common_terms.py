@@ -166,3 +166,20 @@ def test_a_small_index_keeps_no_postings(config):
     assert con.execute("SELECT count(*) FROM common_postings").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM common_dirty").fetchone()[0] == 0
     assert con.execute("SELECT rows FROM common_state").fetchone()[0] > 0
+
+
+def test_a_refresh_that_meets_another_writer_gives_up_and_the_next_one_catches_up(common_index):
+    root, cfg, con = common_index
+    con.execute("DELETE FROM files WHERE id = (SELECT MIN(id) FROM files)")
+    other = db.connect(cfg.db_path)
+    other.execute("BEGIN IMMEDIATE")                    # a writer holds the DB (a vault sync, say)
+    con.execute("PRAGMA busy_timeout=100")
+    try:
+        assert postings.refresh(con) == "skipped: another writer"
+        assert not con.in_transaction
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert _fast(con, "certificate rotation", 5) is None        # still pending: FTS5 answers
+    assert postings.refresh(con).startswith("updated")
+    assert _check_all(con, QUERIES) > 0
