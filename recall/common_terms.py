@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 import sys
 from array import array
 
@@ -19,20 +18,23 @@ IDF_FLOOR = 1e-6            # FTS5's idf for a term in more than half the rows
 MAX_TERMS = 32              # a longer query (a pasted message) is left to FTS5
 STATS = {"served": 0}       # fast-path answers given (tests check the path is taken)
 
-_NONZERO = re.compile(rb"[^\x00]")
+_NONZERO = bytes([0] + [1] * 255)      # a translation table: each non-zero byte → 1
 _BITS = [tuple(i for i in range(8) if byte >> i & 1) for byte in range(256)]
 
 
 # -- bitmaps and FTS5's own numbers (shared with postings.py) ------------------------------------
 
 def set_bits(bits: int) -> list:
-    """The set bits of `bits`, ascending."""
+    """The set bits of `bits`, ascending. The non-zero bytes are found by bytes.find over a
+    translated copy (memchr speed): a regex scan took ~60 µs for 14 KB however few bits were set."""
     raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
+    flags = raw.translate(_NONZERO)
     out = []
-    for m in _NONZERO.finditer(raw):
-        pos = m.start()
+    pos = flags.find(1)
+    while pos >= 0:
         base = pos << 3
         out.extend(base + b for b in _BITS[raw[pos]])
+        pos = flags.find(1, pos + 1)
     return out
 
 
