@@ -9,10 +9,20 @@ _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"^[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+){2,}$")   # KubePodCrashLooping, alert names
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 
+# function words: never highlighted in a snippet, nor counted when a hit is pointed at its section
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have
 how i if in into is it its me my of on or our so that the their them then there these they this to
 up was we were what when where which who why will with would you your about after again did does
 doing done get got""".split())
+# What a query drops: the words that make it a question — question words and auxiliaries ("how
+# was …", "what did we …", "can I …"; notes seldom hold them, so BM25 would weigh them like a topic
+# word) — and the eight words in more than half of all prose chunks (FTS5 gives those an idf of ~0:
+# dropping them changes no score and saves scoring every chunk they are in). The rest stay, weighed
+# by BM25: prepositions and particles carry the relation ("back up", "after the upgrade", "on call"),
+# pronouns the voice of a write-up; dropping all of STOPWORDS cost 0.04 MRR@10 on the dev set
+# (docs/BENCHMARKS.md, dev set rows 21–26).
+QUERY_SKIP = frozenset("""how what when where which who why are be been can could did do does had has
+have was were will would the a and of to in for is""".split())
 
 
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
@@ -86,7 +96,7 @@ def fts_query(query: str, op: str = "OR") -> str:
         ws = words(token)
         if ws:
             phrases.append(ws)
-    content = [p for p in phrases if not (len(p) == 1 and p[0] in STOPWORDS)]
+    content = [p for p in phrases if not (len(p) == 1 and p[0] in QUERY_SKIP)]
     chosen = content or phrases
     seen, parts = set(), []
     for p in chosen:

@@ -398,3 +398,26 @@ def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, mon
     pieces = con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
     con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     assert con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0] == pieces
+
+
+# --- what a query's words count for (docs/BENCHMARKS.md, dev set rows 21–26) ----------------------
+
+def test_short_words_that_carry_meaning_count_in_a_query(tmp_path, config, notes):
+    write_tree(notes, {"wiki/outage.md": "# Wiki outage\n\nThe wiki came back.\n",
+                       "wiki/dumps.md": "# Wiki dumps\n\nTo back up the wiki, the nightly job runs wiki-dump and "
+                                        "keeps a week of copies on the NAS.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    # "back up" is not "back": the note saying how to back the wiki up comes first
+    assert _rels(search(con, cfg, "how do I back up the wiki", mode="keyword"))[0] == "wiki/dumps.md"
+
+
+def test_the_words_that_make_a_query_a_question_do_not_count(tmp_path, config, notes):
+    write_tree(notes, {"faq.md": "# How to restart\n\nWhen, why and how to restart: who knows.\n",
+                       "runbooks/nginx.md": "# Nginx\n\nRestart nginx with systemctl after a config change; "
+                                            "check the error log if the workers do not come back.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg)
+    assert _rels(search(con, cfg, "how and when do I restart nginx", mode="keyword"))[0] == "runbooks/nginx.md"
