@@ -120,9 +120,11 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         missing = [cid for cid in exact if cid not in bm25]
         from .db import in_batches
         for part, marks in in_batches(missing):
+            # `+rowid`: one MATCH pass filtered here; a plain `rowid IN` makes FTS5 run the MATCH
+            # once per id (11,796 holders of github.com on a 41k-chunk tree: 19 s → 0.4 s)
             rows = con.execute(
                 f"SELECT rowid, {_BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
-                f"AND rowid IN ({marks})", [fq] + part)
+                f"AND +rowid IN ({marks})", [fq] + part)
             bm25.update({cid: -r for cid, r in rows})
     if exact and len(exact) <= NAMED_CHECK:
         # the page named after the identifier (alerts/RouterErrorRatioTooHigh.md) is about it:
