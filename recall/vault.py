@@ -200,7 +200,6 @@ def _probe(con):
     return (row["id"], row["nonce"], row["ciphertext"], _row_bound(row)) if row else None
 
 
-
 def count(con) -> int:
     """How many secrets the vault holds."""
     return con.execute("SELECT count(*) FROM secrets").fetchone()[0]
