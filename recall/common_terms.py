@@ -121,8 +121,8 @@ def top_k(con, phrases: list, weights, limit: int):
     `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),
     or None when this path does not apply: a phrase of several words, a term without postings,
     chunks changed since the postings were made, fewer than `limit` chunks holding every term."""
-    if not phrases or len(phrases) > MAX_TERMS or any(" " in p for p in phrases):
-        return None
+    if not phrases or len(phrases) > MAX_TERMS or not all(p.isalnum() for p in phrases):
+        return None                          # a phrase of several words, a prefix, any FTS5 syntax
     own = not con.in_transaction
     if own:
         con.execute("BEGIN")                 # the postings, the pending list and FTS5's totals: one snapshot

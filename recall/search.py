@@ -108,9 +108,10 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         # score every chunk holding them all); None when that does not apply. An identifier is
         # rare: FTS5 is quick then.
         fast = None
-        if not idents:
+        phrases = [p[1:-1] for p in fq_and.split(" AND ")]
+        if not idents and " AND ".join(f'"{p}"' for p in phrases) == fq_and:      # "w1" AND "w2" …, no more
             from .common_terms import top_k
-            fast = top_k(con, [p.strip('"') for p in fq_and.split(" AND ")], _WEIGHTS, limit)
+            fast = top_k(con, phrases, _WEIGHTS, limit)
         if fast is not None:
             bm25 = dict(fast)
         elif fq_and != fq:

@@ -93,6 +93,7 @@ def test_fast_path_gives_fts5s_chunks_order_and_scores(common_index):
     # and not for what it cannot answer exactly: a rare word, a hyphenated phrase
     assert _fast(con, "etcd quorum", 1) is None
     assert _fast(con, "database-failover", 1) is None
+    assert common_terms.top_k(con, ['certificate"*', "rotation"], search._WEIGHTS, 1) is None   # not a word
 
 
 def test_keyword_list_is_the_same_with_or_without_the_fast_path(common_index, monkeypatch):
