@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass, field
+
+from .records import Record  # not dataclasses: `recall search` imports this module (sections_in)
 
 SEPARATOR = " › "
 
@@ -14,17 +15,19 @@ _FENCE_CLOSE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _THEMATIC = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _CONTAINER = re.compile(r"^ {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)")
-_YAML_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(.*)$")
-_YAML_ITEM = re.compile(r"^-(?:[ \t]+(.*))?$")
-_FLOW_ITEM = re.compile(r"""\s*("[^"]*"|'[^']*'|[^,]*)\s*(?:,|$)""")
-_DATE = re.compile(r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:$|[T ])")
 # ERB (Middleman, Rails) and Liquid/Jinja (Jekyll, Hugo) tags: not words of a heading
 _TEMPLATE_TAG = re.compile(r"<%.*?%>|\{\{.*?\}\}|\{%.*?%\}")
+# Front matter and dates: patterns compiled on first use (re's cache), as `recall search` imports
+# this module for sections_in and most notes it reads have neither.
+_YAML_KEY = r"^([A-Za-z_][\w.-]*)[ \t]*:(.*)$"
+_YAML_ITEM = r"^-(?:[ \t]+(.*))?$"
+_FLOW_ITEM = r"""\s*("[^"]*"|'[^']*'|[^,]*)\s*(?:,|$)"""
+_DATE = r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:$|[T ])"
 # a `Date:` line near the top of a note (`**Date:** 2024-03-04`, `Date: 28/03/2018`, `date - 5 May 2021`)
-_DATE_LINE = re.compile(r"^[\W_]*date[\W_]*[:\-][\W_]*(.+?)[\W_]*$", re.IGNORECASE)
-_DMY = re.compile(r"^(\d{1,2})[/.\-](\d{1,2})[/.\-](\d{4})\b")
-_NAMED = re.compile(r"^(?:(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})|([A-Za-z]{3,9})\s+(\d{1,2})(?:st|nd|rd|th)?,?)"
-                    r"\s+(\d{4})\b")
+_DATE_LINE = r"(?i)^[\W_]*date[\W_]*[:\-][\W_]*(.+?)[\W_]*$"
+_DMY = r"^(\d{1,2})[/.\-](\d{1,2})[/.\-](\d{4})\b"
+_NAMED = (r"^(?:(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})|([A-Za-z]{3,9})\s+(\d{1,2})(?:st|nd|rd|th)?,?)"
+          r"\s+(\d{4})\b")
 _MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdx", ".mkd", ".mdown")
 # a markdown file run through a template engine keeps its markdown: runbook.html.md.erb
@@ -41,27 +44,24 @@ def is_markdown(relpath: str) -> bool:
     return name.endswith(MARKDOWN_SUFFIXES)
 
 
-@dataclass
-class Chunk:
-    breadcrumb: str   # heading path joined with " › "; the title (or "") before any heading
-    start_line: int   # 1-based, inclusive, in the original file (front matter counted)
-    end_line: int     # 1-based, inclusive
-    text: str         # the lines as in the file, joined with "\n"
+class Chunk(Record):
+    FIELDS = {"breadcrumb": "",   # heading path joined with " › "; the title (or "") before any heading
+              "start_line": 0,    # 1-based, inclusive, in the original file (front matter counted)
+              "end_line": 0,      # 1-based, inclusive
+              "text": ""}         # the lines as in the file, joined with "\n"
 
 
-@dataclass
-class Document:
-    meta: dict = field(default_factory=dict)    # title (str), date ('YYYY-MM-DD'), tags (list[str])
-    chunks: list = field(default_factory=list)  # list[Chunk], in file order, never overlapping
+class Document(Record):
+    FIELDS = {"meta": {},         # title (str), date ('YYYY-MM-DD'), tags (list[str])
+              "chunks": []}       # list[Chunk], in file order, never overlapping
 
 
-@dataclass
-class _Section:
-    first: int        # 0-based line indexes, inclusive, trimmed of blank lines
-    last: int
-    breadcrumb: str
-    level: int = 0    # 0 for the text before the first heading
-    heading_only: bool = False
+class _Section(Record):
+    FIELDS = {"first": 0,         # 0-based line indexes, inclusive, trimmed of blank lines
+              "last": 0,
+              "breadcrumb": "",
+              "level": 0,         # 0 for the text before the first heading
+              "heading_only": False}
 
 
 def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) -> Document:
@@ -166,7 +166,7 @@ def _read_yamlish(lines: list) -> dict:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        match = _YAML_KEY.match(line)
+        match = re.match(_YAML_KEY, line)
         if match:
             key = match.group(1).lower()
             fields[key] = (match.group(2).strip(), [])
@@ -185,7 +185,7 @@ def _meta(fields: dict) -> dict:
             meta["title"] = title
     if "date" in fields:
         date = _value(*fields["date"])
-        match = _DATE.match(date) if isinstance(date, str) else None
+        match = re.match(_DATE, date) if isinstance(date, str) else None
         if match:
             try:
                 meta["date"] = datetime.date(*map(int, match.groups())).isoformat()
@@ -203,7 +203,7 @@ def _meta(fields: dict) -> dict:
 def _date_line(lines: list, body: int, within: int = 40) -> str:
     """The date of a `Date:` line among the first lines of the body, as YYYY-MM-DD, else ""."""
     for line in lines[body:body + within]:
-        match = _DATE_LINE.match(line.strip())
+        match = re.match(_DATE_LINE, line.strip())
         found = parse_date(match.group(1)) if match else ""
         if found:
             return found
@@ -215,16 +215,16 @@ def parse_date(text: str) -> str:
     'April 5, 2023' → 'YYYY-MM-DD'; "" when it is not one of those or not a real date."""
     text = text.strip()
     try:
-        match = _DATE.match(text + " ")
+        match = re.match(_DATE, text + " ")
         if match:
             return datetime.date(*map(int, match.groups())).isoformat()
-        match = _DMY.match(text)
+        match = re.match(_DMY, text)
         if match:
             day, month, year = map(int, match.groups())
             if month > 12 >= day:          # 04/28/2018 can only be month first
                 day, month = month, day
             return datetime.date(year, month, day).isoformat()
-        match = _NAMED.match(text)
+        match = re.match(_NAMED, text)
         if match:
             day, month = (match.group(1), match.group(2)) if match.group(1) else (match.group(4), match.group(3))
             number = _MONTHS.get(month[:3].lower())
@@ -237,13 +237,13 @@ def parse_date(text: str) -> str:
 
 def _value(value: str, more: list):
     """A scalar (str) or a list (list[str]) from a key's value and its continuation lines."""
-    items = [_YAML_ITEM.match(m) for m in more]
+    items = [re.match(_YAML_ITEM, m) for m in more]
     if not value and items and items[0]:  # a block list; lines that aren't `- item` are skipped
         return [_scalar(item.group(1) or "") for item in items if item]
     if value.startswith("["):
         inner = " ".join([value] + more).strip()[1:]
         inner = inner[:inner.rindex("]")] if "]" in inner else inner
-        return [_scalar(m.group(1)) for m in _FLOW_ITEM.finditer(inner) if m.group(1).strip()]
+        return [_scalar(m.group(1)) for m in re.finditer(_FLOW_ITEM, inner) if m.group(1).strip()]
     if value[:1] in ("|", ">"):  # a block scalar: the indented lines are the value
         return " ".join(more)
     return _scalar(" ".join([value] + more))

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 
 class Record:
-    """Keyword arguments over the class's FIELDS (name → default; a list or dict default is
-    copied per instance). Compares and prints by its fields."""
+    """Arguments over the class's FIELDS (name → default; a list or dict default is copied per
+    instance), positional ones in FIELDS order. Compares and prints by its fields."""
 
     FIELDS: dict = {}
 
-    def __init__(self, **values):
+    def __init__(self, *args, **values):
+        if args:
+            if len(args) > len(self.FIELDS):
+                raise TypeError(f"{type(self).__name__} takes {len(self.FIELDS)} fields, not {len(args)}")
+            named = dict(zip(self.FIELDS, args))
+            twice = set(named) & set(values)
+            if twice:
+                raise TypeError(f"{type(self).__name__} got {', '.join(sorted(twice))} twice")
+            values = {**named, **values}
         unknown = set(values) - set(self.FIELDS)
         if unknown:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
