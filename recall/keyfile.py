@@ -2,7 +2,6 @@
 each ciphertext is bound to, and decrypting stored rows."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -124,6 +123,7 @@ def decrypt_rows(key: bytes, rows: list, values: dict, *, need=()) -> dict:
     """`values` filled with {secret id: {field: value}} from stored rows (the vault reads them). A
     row that does not open (changed in the DB, corrupt) fails only itself: it is left out, unless
     it is in `need`; when no row opens at all, the key is wrong and that is the error."""
+    import json
     first_error = None
     for row in rows:
         try:
@@ -144,12 +144,14 @@ def decrypt_rows(key: bytes, rows: list, values: dict, *, need=()) -> dict:
 def bound(inject: str, check: str, variables: dict, url: str, public: list, proxy=None) -> bytes:
     """Every stored column that changes how a value is used (and which fields go unmasked), as
     authenticated with its ciphertext; a host-bound secret's proxy settings too (paths, ca, query)."""
+    import json
     return json.dumps([inject, check, variables, url, sorted(public)] + ([proxy] if proxy else []),
                       sort_keys=True).encode()
 
 
 def row_bound(row) -> bytes:
     """What a stored row's ciphertext is bound to (its columns, as `bound` takes them)."""
+    import json
     meta = json.loads(row["meta"])
     return bound(row["inject"], row["check_cmd"], json.loads(row["variables"]), meta.get("url", ""),
                  meta.get("public") or [], meta.get("proxy"))

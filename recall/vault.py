@@ -2,7 +2,6 @@
 injection, masking and redaction (its redactor); the only reader of its tables; never returns a value."""
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -35,12 +34,14 @@ def _metadata_hash(text: str) -> str:
 
 
 def _comparable(meta, tags, env, inject, check, variables, values) -> tuple:
+    import json
     return (json.dumps(meta, sort_keys=True), json.dumps(tags), env, inject, check,
             json.dumps(variables, sort_keys=True), json.dumps(values, sort_keys=True))
 
 
 def _stored(con, key) -> dict:
     """{id: comparable} of the vault as it is, so sync can say what it changed (values stay in memory)."""
+    import json
     out = {}
     for r in con.execute("SELECT id, meta, tags, env, inject, check_cmd, variables, nonce, ciphertext FROM secrets"):
         try:
@@ -54,6 +55,8 @@ def _stored(con, key) -> dict:
 def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     """Read every secrets file, then replace the vault rows in one transaction; a sync that would
     remove most of the vault, or all of one file's secrets, stops unless `prune`."""
+    import json
+
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not prune:
@@ -109,6 +112,8 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
 def embed_metadata(con, cfg) -> int:
     """Embed each secret's metadata text that has no vector for the configured model (values are
     never part of it, and every vault value is redacted from it all the same)."""
+    import json
+
     from . import embed
     from .vectors import pack
     fp = embed.fingerprint(cfg.embedding, "document")
@@ -135,6 +140,7 @@ def embed_metadata(con, cfg) -> int:
 
 def _by_meaning(con, cfg, query: str, limit: int) -> list:
     """Secret ids ranked by cosine similarity of their metadata to the query; [] when unavailable."""
+    import json
     if cfg is None or cfg.embedding.provider == "none":
         return []
     from . import embed
@@ -191,6 +197,7 @@ def holds_values(con) -> bool:
 
 def publics(con) -> dict:
     """{secret id: its fields that are not secret (usernames, logins, any marked public)}."""
+    import json
     return {r[0]: public_fields(json.loads(r[1])) for r in con.execute("SELECT id, meta FROM secrets")}
 
 
@@ -217,6 +224,7 @@ def synced(con) -> dict:
 
 def kinds(con) -> dict:
     """{secret id: its `kind` ('' when none)}."""
+    import json
     return {r[0]: json.loads(r[1]).get("kind") or "" for r in con.execute("SELECT id, meta FROM secrets")}
 
 
@@ -242,6 +250,7 @@ def row_named(con, secret_id: str):
 
 
 def _public(row, status=None) -> dict:
+    import json
     meta = json.loads(row["meta"])
     out = {"id": row["id"], **meta, "tags": json.loads(row["tags"]),
            "variables": sorted(json.loads(row["variables"])), "inject": row["inject"],
@@ -315,6 +324,7 @@ def show(con, secret_id: str) -> dict:
 def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
     """{secret id: {field: value}} decrypted (keyfile.decrypt_rows: a row that does not open fails
     only itself unless it is in `need`), and `.public`: the fields of each that are not secret."""
+    import json
     key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
     rows = con.execute("SELECT * FROM secrets").fetchall()
     if ids is not None:
@@ -382,6 +392,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     list, or one string (split like a shell; if it names the secret's variables it runs under
     `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
     names the config and state folder it came from (see `invocation`)."""
+    import json
     import shlex
     row = row_named(con, secret_id)
     secret_id = row["id"]
@@ -417,6 +428,8 @@ def child_env(base: dict | None = None) -> dict:
 
 def injection(row, values: dict, stdin_flag: bool):
     """(extra env, stdin bytes or None) for one secret."""
+    import json
+
     from .mask import check_maskable
     public = public_fields(json.loads(row["meta"]))
     for name, part in values.items():
