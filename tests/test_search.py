@@ -372,6 +372,38 @@ def test_a_search_does_not_load_the_chunker(config, notes):
     assert "INC-10963" in out.stdout and out.stdout.rstrip().endswith("loaded: False"), out.stderr
 
 
+# Modules a `recall search` has no use for (a keyword search; no vault values, inventory or
+# remotes), even when it re-reads a note to point a hit at its section: each one imported costs
+# every search its load time (dataclasses + inspect ~6 ms, json ~1.2 ms, against ~20 ms for all
+# of recall's own work).
+NOT_FOR_A_SEARCH = ("dataclasses", "inspect", "json", "typing", "ast", "tokenize", "subprocess", "threading",
+                    "hashlib", "shlex", "tempfile", "email", "http.client", "urllib.request", "ssl",
+                    "recall.index", "recall.walk", "recall.inventory", "recall.remote", "recall.embed",
+                    "recall.vectors", "recall.secretfile", "recall.mask", "recall.runner")
+
+
+def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(config, notes):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    write_tree(notes, {"runbooks/short.md": "# Disk replacement\n\n## Before you start\n\nDrain the node.\n\n"
+                                            "## After\n\nCheck the RAID rebuild finished and undrain.\n"})
+    cfg = load_config()
+    run_index(db.connect(cfg.db_path), cfg)
+    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); "
+            "from recall.cli import main; main(['search', 'raid rebuild undrain']); "
+            "print('imported:', *sorted(set(sys.modules) - before))")
+    # -S: no site-packages .pth file imports anything first, so the difference is recall's own
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=60)
+    assert "runbooks/short.md:7" in out.stdout, out.stdout + out.stderr    # pointed at "After"
+    imported = set(out.stdout.rsplit("imported:", 1)[1].split())
+    assert {"recall.chunk", "recall.vault", "sqlite3", "argparse"} <= imported     # the path was taken
+    assert sorted(imported & set(NOT_FOR_A_SEARCH)) == []
+
+
 def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, notes):
     write_tree(notes, {"source/lock.html.md.erb": "# <%= t %>\n\n## Find the lock id\n\nIt is in the message.\n"})
     cfg = load_config()
