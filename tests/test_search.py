@@ -376,8 +376,8 @@ def test_a_search_does_not_load_the_chunker(config, notes):
 # remotes), even when it re-reads a note to point a hit at its section: each one imported costs
 # every search its load time (dataclasses + inspect ~6 ms, json ~1.2 ms, against ~20 ms for all
 # of recall's own work).
-NOT_FOR_A_SEARCH = ("dataclasses", "inspect", "json", "typing", "ast", "tokenize", "subprocess", "threading",
-                    "hashlib", "shlex", "tempfile", "email", "http.client", "urllib.request", "ssl",
+NOT_FOR_A_SEARCH = ("dataclasses", "inspect", "json", "typing", "ast", "tokenize", "subprocess", "hashlib",
+                    "shlex", "tempfile", "email", "http.client", "urllib.request", "ssl",
                     "recall.index", "recall.walk", "recall.inventory", "recall.remote", "recall.embed",
                     "recall.vectors", "recall.secretfile", "recall.mask", "recall.runner")
 
