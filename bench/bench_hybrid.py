@@ -68,6 +68,7 @@ def fill_vectors(home, cfg_path, dim):
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db, embed
     from recall.config import load_config
+    from recall.search import query_key
     from recall.vectors import VectorStore
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
@@ -80,7 +81,7 @@ def fill_vectors(home, cfg_path, dim):
         con.executemany("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
                         ((mid, r[0], dim, mat[i].astype("<f4").tobytes()) for i, r in enumerate(rows)))
         con.executemany("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
-                        ((qid, q, qmat[i].astype("<f4").tobytes(), time.time()) for i, q in enumerate(QUERIES)))
+                        ((qid, query_key(q), qmat[i].astype("<f4").tobytes(), time.time()) for i, q in enumerate(QUERIES)))
         store = VectorStore(con, mid, dim)
         store._bump(False)
     t = time.perf_counter()
