@@ -78,7 +78,7 @@ def main() -> int:
     cfg_path.write_text(f"sources:\n  - name: devset\n    path: {devset / 'corpus'}\n{include}{emb}")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     sys.path.insert(0, str(REPO))
-    from recall import db
+    from recall import db, vault
     from recall.config import load_config
     from recall.index import run_index
     from recall.search import search
@@ -90,7 +90,7 @@ def main() -> int:
     def progress(done, total, what):
         if what == "embedding" and (done == total or done % 256 < 32):
             sys.stderr.write(f"\rembedding {done}/{total}")
-    rep = run_index(con, cfg, progress=progress, notify=lambda line: sys.stderr.write(line + "\n"))
+    rep = run_index(con, cfg, progress=progress, notify=lambda line: sys.stderr.write(line + "\n"), redactor=vault.redactor)
     sys.stderr.write(f"\nindexed in {time.perf_counter() - started:.1f}s: {rep.new} new, {rep.changed} changed, "
                      f"{rep.embedded} embedded\n")
     chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]

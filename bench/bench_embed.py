@@ -42,14 +42,14 @@ def use(home, cfg_path):
 
 def throughput(work, cfg_path):
     """[(encode chunks/s, embed_pending chunks/s)] per round, the texts' count and mean length."""
-    from recall import db, embed
+    from recall import db, embed, vault
     from recall.config import load_config
     from recall.index import _texts, embed_pending, run_index
     base = fresh_home(work, "home-base")
     use(base, cfg_path)
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    run_index(con, cfg, embed=False)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
     if TEXTS:                     # keep the first TEXTS distinct chunk texts, drop the rest
         keep = [r[0] for r in con.execute("SELECT hash FROM chunks GROUP BY hash ORDER BY MIN(id) LIMIT ?", (TEXTS,))]
         with db.transaction(con):
@@ -75,7 +75,7 @@ def throughput(work, cfg_path):
         run_cfg = load_config()
         con = db.connect(run_cfg.db_path, vectors=True)
         t = time.perf_counter()
-        rep = embed_pending(con, run_cfg, provider=provider, progress=lambda *a: None)
+        rep = embed_pending(con, run_cfg, provider=provider, progress=lambda *a: None, redactor=vault.redactor)
         took = time.perf_counter() - t
         con.close()
         assert rep.embedded == len(texts), (rep.embedded, len(texts))

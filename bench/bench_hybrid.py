@@ -140,18 +140,18 @@ def golden_eval(work):
     shutil.rmtree(home, ignore_errors=True)
     cfg_path = write_config(work / "golden.yaml", REPO / "golden" / "notes", "local")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db, embed
+    from recall import db, embed, vault
     from recall.config import load_config
     from recall.index import embed_pending, run_index
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    run_index(con, cfg, embed=False)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
     provider = embed.provider_for(cfg, con)
     t = time.perf_counter()
     provider._model()
     load_s = time.perf_counter() - t
     t = time.perf_counter()
-    rep = embed_pending(con, cfg, provider=provider)
+    rep = embed_pending(con, cfg, provider=provider, redactor=vault.redactor)
     embed_s = time.perf_counter() - t
     avg_chars = con.execute("SELECT AVG(length(breadcrumb) + length(body)) FROM chunks").fetchone()[0]
     con.close()

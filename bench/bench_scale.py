@@ -63,7 +63,7 @@ def main() -> int:
     cfg_path.write_text(f"sources:\n  - name: t\n    path: {tree}\n")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     sys.path.insert(0, str(REPO))
-    from recall import common_terms, db
+    from recall import common_terms, db, vault
     from recall.config import load_config
     from recall.index import run_index
     from recall.search import search
@@ -71,7 +71,7 @@ def main() -> int:
     cfg = load_config()
     con = db.connect(cfg.db_path)
     t = time.perf_counter()
-    rep = run_index(con, cfg)
+    rep = run_index(con, cfg, redactor=vault.redactor)
     index_s = time.perf_counter() - t
     chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
 

@@ -34,7 +34,7 @@ def main() -> None:
     cfg_path = OUT / "search.yaml"
     cfg_path.write_text(f"sources:\n  - name: bench\n    path: {tree}\n")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db
+    from recall import db, vault
     from recall.config import load_config
     from recall.index import run_index
     from recall.search import search
@@ -42,10 +42,10 @@ def main() -> None:
     cfg = load_config()
     con = db.connect(cfg.db_path)
     t = time.perf_counter()
-    rep = run_index(con, cfg)
+    rep = run_index(con, cfg, redactor=vault.redactor)
     full_s = time.perf_counter() - t
     chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    nochange = timed(lambda: run_index(con, cfg), 5)
+    nochange = timed(lambda: run_index(con, cfg, redactor=vault.redactor), 5)
     picks = [r[0].split()[0] for r in con.execute("SELECT title FROM files WHERE id % 2111 = 5 LIMIT 3")]
     host = con.execute("SELECT term FROM idents WHERE term LIKE 'kafka%.example.com' LIMIT 1").fetchone()[0]
     IDENT_QUERIES = picks + [host, host.split(".")[0]]

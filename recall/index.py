@@ -174,12 +174,13 @@ def _decode(data: bytes):
 
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
-              embed: bool = True, notify=None, redactor=None, load_values=None) -> IndexReport:
+              embed: bool = True, notify=None, redactor, load_values=None) -> IndexReport:
     """Bring the index up to date with the configured sources, then embed the chunk texts that
     have no vector yet (unless `embed` is False or no provider is configured); `notify(line)`
-    hears what is about to be spent before it is. The face that starts the run passes the vault's
-    `redactor(con, cfg)` (every vault value in a note is indexed and embedded as [recall:ID]; a
-    vault that cannot be opened stops the run) and `load_values` (a Voyage key kept in the vault)."""
+    hears what is about to be spent before it is. Every caller passes the vault's
+    `redactor(con, cfg)` — required, so no caller can index unchecked text by forgetting it (every
+    vault value in a note is indexed and embedded as [recall:ID]; a vault that cannot be opened
+    stops the run) — and `load_values` (a Voyage key kept in the vault)."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -198,7 +199,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             report.skipped.append((where, f"unreadable folder: {why}"))
         plan.append((source, files, tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)
-    redact = redactor(con, cfg) if redactor is not None else None    # fail closed: before any write
+    redact = redactor(con, cfg)         # fail closed: a vault that cannot be opened stops the run before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
         if report.chunks >= OPTIMIZE_AFTER:
@@ -386,7 +387,7 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     return len(claimed), result[1]
 
 
-def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backend=None, redactor=None,
+def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=None, backend=None,
                   load_values=None) -> EmbedReport:
     """Embed every chunk text that has no vector for the configured model, one committed batch
     at a time; say first how many texts and (paid) tokens; drop vectors no chunk uses any more.
@@ -414,8 +415,7 @@ def embed_pending(con, cfg, *, provider=None, notify=None, progress=None, backen
     report.estimate = sum(_estimate(c) for _, c in pending)
     if notify:
         notify(_announcement(con, cfg, fp, mid, provider, pending, report.estimate))
-    from .redact import identity
-    redact = redactor(con, cfg) if redactor is not None else identity
+    redact = redactor(con, cfg)
     for batch in embed_batches(pending, provider.batch_items, int(provider.request_tokens * 0.8)):
         if store.dim:
             store.ensure_index()        # before the first write, so vec0 stays current batch by batch

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from recall import common_terms, db, postings, search, terms
+from recall import common_terms, db, postings, search, terms, vault
 from recall.config import load_config
 from recall.index import run_index
 
@@ -48,7 +48,7 @@ def common_index(tmp_path, monkeypatch):
     monkeypatch.setenv("RECALL_CONFIG", str(cfg_path))
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     return root, cfg, con
 
 
@@ -123,7 +123,7 @@ def test_incremental_index_keeps_them_exact(common_index):
     for path in files[5:12]:                            # changed: different words, more sections
         path.write_text(path.read_text().replace("certificate", "kafka lag") + "\n## More rotation\n\nstate drift\n")
     _tree(root, rnd, 6, start=1000)                     # added
-    rep = run_index(con, cfg)
+    rep = run_index(con, cfg, redactor=vault.redactor)
     assert (rep.new, rep.changed, rep.removed) == (6, 7, 5)
     assert con.execute("SELECT count(*) FROM common_dirty").fetchone()[0] == 0
     assert _check_all(con, QUERIES + _random_queries(random.Random(7), 40)) > len(QUERIES)
@@ -137,7 +137,7 @@ def test_many_changes_rebuild_them(common_index, monkeypatch):
     con.execute("BEGIN")
     con.execute("DELETE FROM common_postings")          # a rebuild must not need what was there
     con.execute("COMMIT")
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert con.execute("SELECT count(DISTINCT term) FROM common_postings").fetchone()[0] >= 10
     assert _check_all(con, QUERIES) > len(QUERIES)
 
@@ -163,7 +163,7 @@ def test_postings_are_built_with_the_weights_search_asks_for():
 def test_a_small_index_keeps_no_postings(config):
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert con.execute("SELECT count(*) FROM common_postings").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM common_dirty").fetchone()[0] == 0
     assert con.execute("SELECT rows FROM common_state").fetchone()[0] > 0

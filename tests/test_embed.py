@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from recall import db, embed
+from recall import db, embed, vault
 from recall.config import Embedding, load_config
 from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
 from recall.errors import RecallError
@@ -49,7 +49,7 @@ def many_notes(root, n):
 def _index(cfg=None, **kw):
     cfg = cfg or load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    return run_index(con, cfg, **kw), con
+    return run_index(con, cfg, **kw, redactor=vault.redactor), con
 
 
 def _provider(fake, transport=None, **emb):
@@ -118,7 +118,7 @@ def test_texts_go_longest_first_in_committed_batches_with_progress_after_each(vo
         if label == "embedding":
             stored.append(con.execute("SELECT count(*) FROM embeddings").fetchone()[0])
             seen.append((done, total, len(fake.embed_requests())))
-    report = run_index(con, cfg, progress=progress)
+    report = run_index(con, cfg, progress=progress, redactor=vault.redactor)
     sizes = [[len(t) for t in r[2]["input"]] for r in fake.embed_requests()]
     flat = [n for batch in sizes for n in batch]
     assert flat == sorted(flat, reverse=True) and len(flat) == report.embedded

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recall import db
+from recall import db, vault
 from recall.config import load_config
 from recall.index import run_index
 from tests.conftest import CANARY, NOTES, give_to_nobody, run_recall, write_tree
@@ -60,13 +60,13 @@ def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatc
         monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
         monkeypatch.setenv("RECALL_HOME", str(base / "state"))
         cfg = load_config()
-        run_index(db.connect(cfg.db_path), cfg)
+        run_index(db.connect(cfg.db_path), cfg, redactor=vault.redactor)
         (notes / "incidents").chmod(0)
         (notes / "meetings/2024-01-15-standup.md").unlink()           # a real removal still counts
 
         def again():
             con = db.connect(cfg.db_path)
-            rep = run_index(con, cfg)
+            rep = run_index(con, cfg, redactor=vault.redactor)
             return {"skipped": rep.skipped, "removed": rep.removed, "relpaths": _relpaths(con)}
         if os.geteuid() == 0:                        # root lists every folder: run as 'nobody'
             give_to_nobody(base)

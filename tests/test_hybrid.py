@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from recall import db, embed
+from recall import db, embed, vault
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import run_index
@@ -46,7 +46,7 @@ def voyage(config, fake, monkeypatch):
     config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     return cfg, con
 
 
@@ -116,7 +116,7 @@ def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config,
     config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    run_index(con, cfg, embed=False)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
     res = search(con, cfg, "wildcard certificate renewal", remotes=False)
     assert res.route == "keyword (vector search unavailable)" and res.hits
     assert any("run 'recall index'" in n for n in res.notices)
@@ -132,7 +132,7 @@ def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
     config("embedding:\n  provider: local\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg, embed=False)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
     big_ids = [r[0] for r in con.execute("SELECT c.id FROM chunks c JOIN files f ON f.id=c.file_id "
                                          "WHERE f.relpath='kafka.md' ORDER BY c.id")]
     rest = [r[0] for r in con.execute("SELECT c.id FROM chunks c JOIN files f ON f.id=c.file_id "
@@ -198,7 +198,7 @@ def test_rerank_with_the_local_provider_needs_a_voyage_key(config):
     config("embedding:\n  provider: local\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg, embed=False)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
     from recall.search import rerank_hits
     res = search(con, cfg, "INC-10963", remotes=False)
     with pytest.raises(RecallError, match="VOYAGE_API_KEY"):
@@ -284,7 +284,7 @@ def golden_local(tmp_path_factory):
     try:
         cfg = load_config()
         con = db.connect(cfg.db_path, vectors=True)
-        report = run_index(con, cfg)
+        report = run_index(con, cfg, redactor=vault.redactor)
         con.close()
     finally:
         for k, v in saved.items():
@@ -347,7 +347,7 @@ def test_the_voyage_path_with_the_local_models_vectors(config, monkeypatch):
         config(f"embedding:\n  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
         cfg = load_config()
         con = db.connect(cfg.db_path, vectors=True)
-        run_index(con, cfg)
+        run_index(con, cfg, redactor=vault.redactor)
         res = search(con, cfg, "the TLS certificate on the load balancer ran out", mode="semantic", remotes=False)
         assert res.hits[0].relpath == "projects/cert-rotation.md"
         assert all(len(r[2]["input"]) for r in server.embed_requests())
@@ -365,7 +365,7 @@ def test_recency_date_falls_back_to_the_last_git_commit(config, notes):
         subprocess.run(["git", "-C", str(notes), *cmd], check=True, env=env, capture_output=True)
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     dates = dict(con.execute("SELECT relpath, date FROM files"))
     assert dates["undated.md"] == "2021-03-04"                              # the commit, not the mtime
     assert dates["projects/cert-rotation.md"] == "2025-06-01"               # front matter still wins

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recall import db
+from recall import db, vault
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import glob_to_regex, run_index
@@ -17,7 +17,7 @@ from tests.conftest import NOTES, give_to_nobody, write_tree
 def _index(**kw):
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    return cfg, con, run_index(con, cfg, **kw)
+    return cfg, con, run_index(con, cfg, **kw, redactor=vault.redactor)
 
 
 def _relpaths(con):

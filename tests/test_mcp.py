@@ -118,7 +118,7 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     config(f"secrets: [{secrets}]\ninventory: [{inv}]\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     vault.sync(con, cfg)
     inventory.forget_checks()
     # the lines recall_secret_command gives run this checkout's code, not another installed recall
@@ -387,7 +387,7 @@ def test_offset_without_an_earlier_output_says_how_to_start(world):
 
 def test_long_note_reads_page_by_page(world, notes):
     write_tree(notes, {"big.md": "# Big\n\n" + "".join(f"row {i} " + "z" * 80 + "\n" for i in range(600))})
-    run_index(world["con"], world["cfg"])
+    run_index(world["con"], world["cfg"], redactor=vault.redactor)
     text, err = call("recall_read", path="big.md")
     assert not err and len(text) <= mcp_server.MAX_CHARS
     assert text.rstrip().endswith("offset=" + text.rstrip().rsplit("offset=", 1)[1])
@@ -571,7 +571,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     config("embedding:\n  provider: local\n")
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    assert run_index(con, cfg).embedded > 0
+    assert run_index(con, cfg, redactor=vault.redactor).embedded > 0
     monkeypatch.setattr(embed, "_PROVIDERS", {})          # the server starts with no model loaded
     monkeypatch.setattr(embed, "LOADED_MODELS", [])
     monkeypatch.setattr(query_encoder, "_CACHE", {})       # nor a query encoder built

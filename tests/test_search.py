@@ -1,7 +1,7 @@
 """Keyword search: identifiers exactly, words by BM25, hostile queries as text, shaping."""
 import pytest
 
-from recall import db
+from recall import db, vault
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.index import run_index
@@ -13,7 +13,7 @@ from tests.conftest import write_tree
 def indexed(config):
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     return cfg, con
 
 
@@ -94,7 +94,7 @@ def test_at_most_two_chunks_per_file(tmp_path, config, notes):
     write_tree(notes, {"kafka.md": "# Kafka\n\n" + sections})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     res = search(con, cfg, "kafka broker rebalance", n=10)
     assert _rels(res).count("kafka.md") == 2
 
@@ -124,7 +124,7 @@ def test_recency_breaks_a_tie_but_never_outranks_clearly_better_matches(config, 
                                                            + "unrelated filler words " * 20)})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     rels = _rels(search(con, cfg, "haproxy keepalived failover"))
     assert rels.index("older-but-better.md") < rels.index("new.md") < rels.index("old.md")
     assert rels[-1] == "newest-passing-mention.md"
@@ -198,7 +198,7 @@ def test_words_match_their_forms_and_identifiers_stay_exact(tmp_path, config, no
     })
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     hit = search(con, cfg, "how did we fix the certificate rotation", mode="keyword").hits[0]
     assert (hit.relpath, hit.breadcrumb.split(" › ")[-1]) == ("incidents/cert-outage.md", "How we fixed it")
     assert _rels(search(con, cfg, "INC-8214"))[0] == "misc/inc-exact.md"
@@ -219,7 +219,7 @@ def test_template_markdown_is_chunked_by_its_headings(tmp_path, config, notes):
         """})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     hit = search(con, cfg, "ConditionalCheckFailedException").hits[0]
     assert hit.relpath == "source/state-lock.html.md.erb"
     assert hit.breadcrumb == "Delete a terraform state lock › Find the lock id"
@@ -230,7 +230,7 @@ def test_an_identifier_only_in_the_file_name_finds_the_file(tmp_path, config, no
                        "alerts/other.md": "# Router\n\nThe router error ratio is too high sometimes.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert _rels(search(con, cfg, "RouterErrorRatioTooHigh"))[0] == "alerts/RouterErrorRatioTooHigh.html.md"
 
 
@@ -242,7 +242,7 @@ def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path
                                 "authority, so no new rules could be made.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     res = search(con, cfg, "x509: certificate signed by unknown authority", mode="keyword")
     assert _rels(res)[0] == "incidents/ingress.md"
 
@@ -272,7 +272,7 @@ def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes
         "meetings/notes.md": "# Notes\n\n**Date:** 28/03/2018\n\nRAID talk.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert con.execute("SELECT count(*) FROM chunks c JOIN files f ON f.id = c.file_id "
                        "WHERE f.relpath='runbooks/short.md'").fetchone()[0] == 1
     hits = {h.relpath: h for h in search(con, cfg, "raid rebuild undrain", mode="keyword").hits}
@@ -316,7 +316,7 @@ def test_the_file_path_is_searched_and_a_note_answering_in_several_sections_lead
     write_tree(notes, files)
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert _rels(search(con, cfg, "restore etcd", mode="keyword"))[0] == "runbooks/restore-etcd.md"
     # each section alone scores about as the one-line mention; together they lead
     assert _rels(search(con, cfg, "lag", mode="keyword"))[:2] == ["runbooks/kafka-lag.md"] * 2
@@ -348,7 +348,7 @@ def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
     config(f"inventory: [{inv}]\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     from recall.inventory import pin_access  # the faces pass it in
     for query in ("jump host", "how do I get onto the Jump Host", "jump_host", "jump-host"):
         res = search(con, cfg, query, pins=pin_access)
@@ -364,7 +364,7 @@ def test_a_search_does_not_load_the_chunker(config, notes):
 
     from tests.conftest import REPO
     cfg = load_config()
-    run_index(db.connect(cfg.db_path), cfg)
+    run_index(db.connect(cfg.db_path), cfg, redactor=vault.redactor)
     code = ("import sys; from recall.cli import main; main(['search', 'promoted the WAL primary']); "
             "print('loaded:', 'recall.chunk' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), capture_output=True,
@@ -391,7 +391,7 @@ def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(
     write_tree(notes, {"runbooks/short.md": "# Disk replacement\n\n## Before you start\n\nDrain the node.\n\n"
                                             "## After\n\nCheck the RAID rebuild finished and undrain.\n"})
     cfg = load_config()
-    run_index(db.connect(cfg.db_path), cfg)
+    run_index(db.connect(cfg.db_path), cfg, redactor=vault.redactor)
     code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); "
             "from recall.cli import main; main(['search', 'raid rebuild undrain']); "
             "print('imported:', *sorted(set(sys.modules) - before))")
@@ -408,14 +408,14 @@ def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, note
     write_tree(notes, {"source/lock.html.md.erb": "# <%= t %>\n\n## Find the lock id\n\nIt is in the message.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     with db.transaction(con):            # as an older recall left it: the page chunked as plain text
         con.execute("UPDATE chunks SET breadcrumb = 'source/lock.html.md.erb'")
         db.set_meta(con, "chunk_format", "1")
-    assert run_index(con, cfg).chunks > 0
+    assert run_index(con, cfg, redactor=vault.redactor).chunks > 0
     crumbs = {r[0] for r in con.execute("SELECT breadcrumb FROM chunks")}
     assert "source/lock.html.md.erb" not in crumbs and "Find the lock id" in crumbs
-    assert run_index(con, cfg).chunks == 0          # once
+    assert run_index(con, cfg, redactor=vault.redactor).chunks == 0          # once
 
 
 def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, monkeypatch):
@@ -425,8 +425,8 @@ def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, mon
                                                                        for j in range(3)) for i in range(40)})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
-    run_index(con, cfg, full=True)
+    run_index(con, cfg, redactor=vault.redactor)
+    run_index(con, cfg, full=True, redactor=vault.redactor)
     pieces = con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
     con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     assert con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0] == pieces
@@ -440,7 +440,7 @@ def test_short_words_that_carry_meaning_count_in_a_query(tmp_path, config, notes
                                         "keeps a week of copies on the NAS.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     # "back up" is not "back": the note saying how to back the wiki up comes first
     assert _rels(search(con, cfg, "how do I back up the wiki", mode="keyword"))[0] == "wiki/dumps.md"
 
@@ -451,5 +451,5 @@ def test_the_words_that_make_a_query_a_question_do_not_count(tmp_path, config, n
                                             "check the error log if the workers do not come back.\n"})
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     assert _rels(search(con, cfg, "how and when do I restart nginx", mode="keyword"))[0] == "runbooks/nginx.md"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from recall import db, vectors
+from recall import db, vault, vectors
 from recall.vectors import VectorStore
 from tests.conftest import REPO
 
@@ -125,7 +125,7 @@ def test_knn_hits_map_to_every_chunk_with_that_text(tmp_path, config, notes):
     (notes / "copy.md").write_text((notes / "projects/cert-rotation.md").read_text())
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
-    run_index(con, cfg)
+    run_index(con, cfg, redactor=vault.redactor)
     mid = _model(con, 4)
     hashes = [r[0] for r in con.execute("SELECT DISTINCT hash FROM chunks")]
     with db.transaction(con):
