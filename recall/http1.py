@@ -76,33 +76,37 @@ def send_piece(client, data: bytes, chunked: bool) -> None:
         client.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
 
 
+def _chunked(reader: Reader):
+    """A chunked body's data in pieces (chunk extensions and trailers dropped)."""
+    while True:
+        size_line = reader.until(b"\r\n")
+        if size_line is None:
+            raise ValueError("cut chunked body")
+        size = int(size_line.split(b";")[0].strip(), 16)
+        if size == 0:
+            while reader.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
+                pass
+            return
+        yield from _sized(reader, size, "cut chunk")
+        reader.until(b"\r\n")
+
+
+def _sized(reader: Reader, left: int, cut: str = "cut body"):
+    """The next `left` bytes in pieces; ValueError(cut) when the peer closes first."""
+    while left:
+        piece = reader.some(min(left, READ_SIZE))
+        if not piece:
+            raise ValueError(cut)
+        left -= len(piece)
+        yield piece
+
+
 def response_body(up: Reader, headers: dict):
     """The response body's bytes in pieces (chunked, sized, or until close — then a None first)."""
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        while True:
-            size_line = up.until(b"\r\n")
-            if size_line is None:
-                raise ValueError("cut chunked body")
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                while up.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
-                    pass
-                return
-            while size:
-                piece = up.some(min(size, READ_SIZE))
-                if not piece:
-                    raise ValueError("cut chunk")
-                size -= len(piece)
-                yield piece
-            up.until(b"\r\n")
+        yield from _chunked(up)
     elif b"content-length" in headers:
-        left = int(headers[b"content-length"])
-        while left:
-            piece = up.some(min(left, READ_SIZE))
-            if not piece:
-                raise ValueError("cut body")
-            left -= len(piece)
-            yield piece
+        yield from _sized(up, int(headers[b"content-length"]))
     else:
         yield None
         while True:
@@ -113,33 +117,14 @@ def response_body(up: Reader, headers: dict):
 
 
 def copy_request_body(req: Request, reader: Reader, up) -> None:
-    """The request body as it came (chunked framing kept, trailers dropped); never rewritten."""
+    """The request body as it came, its bytes never rewritten (a chunked one re-chunked piece by
+    piece, trailers dropped)."""
     if req.get(b"transfer-encoding"):
-        while True:
-            size_line = reader.until(b"\r\n")
-            if size_line is None:
-                raise ValueError("cut chunked body")
-            size = int(size_line.split(b";")[0].strip(), 16)
-            up.sendall(b"%x\r\n" % size)
-            if size == 0:
-                while reader.until(b"\r\n") not in (b"\r\n", None):
-                    pass
-                up.sendall(b"\r\n")
-                return
-            while size:
-                piece = reader.some(min(size, READ_SIZE))
-                if not piece:
-                    raise ValueError("cut chunk")
-                size -= len(piece)
-                up.sendall(piece)
-            up.sendall(reader.until(b"\r\n") or b"\r\n")
+        for piece in _chunked(reader):
+            send_piece(up, piece, True)
+        up.sendall(b"0\r\n\r\n")
     else:
-        left = int(req.get(b"content-length") or 0)
-        while left:
-            piece = reader.some(min(left, READ_SIZE))
-            if not piece:
-                raise ValueError("cut body")
-            left -= len(piece)
+        for piece in _sized(reader, int(req.get(b"content-length") or 0)):
             up.sendall(piece)
 
 
