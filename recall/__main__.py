@@ -1,4 +1,4 @@
 """`python -m recall`."""
-from .cli import run
+from .launch import run
 
 run()

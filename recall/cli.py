@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .errors import RecallError
+from .launch import verb_of
 
 EX_USAGE = 2
 
@@ -47,10 +48,6 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
-VERBS = ("index", "search", "read", "secret", "access", "verify", "remote", "mcp", "instructions",
-         "doctor", "eval")
-
-
 class _Skipped:
     """Stands in for the parser of a verb this run does not use: building all of them costs more
     than the rest of a `recall search` (argparse looks up translations for every help string)."""
@@ -67,24 +64,12 @@ class _OnlyVerb:
         return self.sub.add_parser(name, **kwargs) if self.only in (None, name) else _Skipped()
 
 
-def _verb_of(argv: list):
-    """The verb argv names (None: unknown, or help asked of the top level)."""
-    after_config = False
-    for arg in argv:
-        if after_config:
-            after_config = False
-        elif arg == "--config":
-            after_config = True
-        elif not arg.startswith("-"):
-            return arg if arg in VERBS else None
-        elif arg in ("-h", "--help"):
-            return None
-    return None
-
-
 def _modes() -> list:
     from .search import MODES  # the one list, search's own; loaded only with the search or eval parser
     return list(MODES)
+
+
+BUILT: dict = {}     # {verb: parser} built ahead, each used once: the warm helper's, before it forks a search
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -668,7 +653,8 @@ def cmd_eval(args) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _Parser.argv = argv
-    args = build_parser(_verb_of(argv)).parse_args(argv)
+    verb = verb_of(argv)
+    args = (BUILT.pop(verb, None) or build_parser(verb)).parse_args(argv)
     try:
         return args.func(args)
     except RecallError as exc:

@@ -115,6 +115,22 @@ def _platform(ctx) -> list:
             Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5")]
 
 
+def _helper(ctx) -> list:
+    """The warm helper of `recall search` (launch.py): running, not yet, off, or unusable here."""
+    from .launch import status
+    st = status()
+    if st["state"] == "running":
+        detail = (f"running (pid {st['pid']}, {st['searches']} searches answered, leaves after "
+                  f"{st['idle_exit']:.0f} s more without one) at {st['socket']}")
+    elif st["state"] == "not running":
+        detail = f"not running: the next 'recall search' starts one at {st['socket']}"
+    elif st["state"] == "off":
+        detail = "off (RECALL_HELPER=off): every search starts its own process"
+    else:
+        detail = f"not used: {st['why']}"
+    return [Check("search helper", st["state"] != "unusable" or sys.platform != "linux", detail)]
+
+
 def _home(ctx) -> list:
     home, db_path = ctx.cfg.home, ctx.cfg.db_path
     home_mode, db_mode = _mode(home), _mode(db_path)
@@ -245,7 +261,7 @@ def _integrity(ctx) -> list:
     return [Check("database integrity", *quick_check(ctx.cfg.db_path))]
 
 
-SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
+SECTIONS = [_config_checks, _platform, _helper, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
 
 
 # -- remotes, the embedding provider, the extras ---------------------------------------------

@@ -79,10 +79,10 @@ def test_the_dash_hint_only_when_a_word_starts_with_dash(capsys):
 
 
 def test_every_verb_is_known_to_the_one_verb_parser():
-    from recall.cli import VERBS, _verb_of
+    from recall.launch import VERBS, verb_of
     assert tuple(_verbs()) == VERBS
-    assert _verb_of(["--config", "search", "secret", "find", "x"]) == "secret"
-    assert _verb_of(["--json", "search", "x"]) == "search" and _verb_of(["--help"]) is None
+    assert verb_of(["--config", "search", "secret", "find", "x"]) == "secret"
+    assert verb_of(["--json", "search", "x"]) == "search" and verb_of(["--help"]) is None
 
 
 def test_usage_error_exits_2(cli):
