@@ -1,4 +1,20 @@
-"""`python -m recall`."""
-from .launch import run
+"""The entry point of `recall`, `recall.py` and `python -m recall`: a search goes to the warm helper
+when one answers (launch.py); everything else, and a search none answered, runs here."""
+import os
+import sys
 
-run()
+from .launch import by_helper, verb_of
+
+
+def run() -> None:
+    argv = sys.argv[1:]
+    if verb_of(argv) == "search":
+        code = by_helper(argv)
+        if code is not None:
+            os._exit(code)
+    from .cli import run as run_here
+    run_here()
+
+
+if __name__ == "__main__":
+    run()

@@ -1,4 +1,4 @@
-"""The entry point of `recall`, `recall.py` and `python -m recall`, and the client of the warm helper.
+"""The client of the warm helper of `recall search`, and the verbs' one list (__main__.run uses both).
 
 A `recall search` is handed to the helper (warm.py) when one runs for this very code: this process
 passes it the arguments, its folder, umask, environment and standard streams, and waits for the
@@ -34,16 +34,6 @@ def verb_of(argv: list):
         elif arg in ("-h", "--help"):
             return None
     return None
-
-
-def run() -> None:
-    argv = sys.argv[1:]
-    if verb_of(argv) == "search":
-        code = by_helper(argv)
-        if code is not None:
-            os._exit(code)
-    from .cli import run as run_here
-    run_here()
 
 
 def idle_seconds():

@@ -33,6 +33,7 @@ def serve(path: str, sig: str, idle: float) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return                          # another helper for this code starts or runs
+    _sweep(os.path.dirname(path))
     _warm_up()
     if launch.signature() != sig:       # edited while loading: the loaded code is not `sig`'s
         return
@@ -65,7 +66,32 @@ def serve(path: str, sig: str, idle: float) -> None:
     finally:
         if _still_ours(path, inode):
             os.unlink(path)
+            os.unlink(path + ".lock")   # still locked by this process: a helper starting now makes a new one
         listener.close()
+
+
+def _sweep(folder: str) -> None:
+    """Remove what killed helpers (of any code) left: a socket whose lock no process holds."""
+    import fcntl
+    for name in os.listdir(folder):
+        if not name.endswith(".sock.lock"):
+            continue
+        lock_path = os.path.join(folder, name)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue                    # a live helper's
+        for stale in (lock_path[:-len(".lock")], lock_path):
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
+        os.close(fd)
 
 
 def _warm_up() -> None:

@@ -82,6 +82,9 @@ def isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local/share"))
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
+    # no warm search helper unless a test asks for one (test_launch.py): nothing outlives a test
+    monkeypatch.setenv("RECALL_HELPER", "off")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / ".run"))
     for var in ("RECALL_CONFIG", "VOYAGE_API_KEY", "RECALL_KEY_FILE"):
         monkeypatch.delenv(var, raising=False)
     return home

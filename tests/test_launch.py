@@ -1,0 +1,340 @@
+"""The warm helper of `recall search` (launch.py, warm.py), through real processes: the first search
+starts it, later ones run in a fork of it with the caller's arguments, folder, environment and
+streams, and give exactly what a search in its own process gives."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CANARY, REPO, write_tree
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the helper runs on Linux only")
+
+
+@pytest.fixture
+def helper(tmp_path, config, monkeypatch):
+    """A runtime folder of its own (short: a socket's path holds 107 bytes) and the helper on, with
+    a short idle time; every helper started in it is killed at the end."""
+    run = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("RECALL_HELPER", "60")
+    yield run
+    for pid in _helpers(run):
+        _kill(pid)
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def _helpers(run: Path) -> list:
+    """Pids of the helpers whose socket is in `run` (their command line names it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(run).encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _recall(*args, env=None, cwd=None, launcher=None, input=None):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.run([sys.executable, str(launcher or REPO / "recall.py"), *map(str, args)],
+                          capture_output=True, text=True, env=full, cwd=cwd or REPO, timeout=60, input=input)
+
+
+def _sockets(run: Path) -> list:
+    return sorted((run / "recall").glob("*.sock")) if (run / "recall").is_dir() else []
+
+
+def _wait_for(what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"still not so after {timeout:g} s")
+
+
+def _status(env=None, launcher=None) -> dict:
+    """launch.status() as the launcher at `launcher` sees it (the same import path, so the same socket)."""
+    folder = str(Path(launcher or REPO / "recall.py").parent)
+    code = (f"import sys; sys.path[0] = {folder!r}; sys.path.insert(0, {folder!r}); "
+            "from recall import launch; print(repr(launch.status()))")
+    full = dict(os.environ, **(env or {}))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return eval(r.stdout)
+
+
+def _answered(env=None, launcher=None) -> int:
+    st = _status(env, launcher)
+    assert st["state"] == "running", st
+    return st["searches"]
+
+
+def _warm(run: Path, env=None, launcher=None):
+    """The first search (run in its own process) has started a helper; wait until it answers."""
+    _wait_for(lambda: _status(env, launcher)["state"] == "running")
+
+
+def test_the_first_search_starts_the_helper_and_the_next_ones_are_answered_by_it(helper):
+    assert _recall("index").returncode == 0
+    first = _recall("search", "failover")
+    assert first.returncode == 0 and "INC-10963-db-failover.md" in first.stdout, first.stderr
+    _warm(helper)
+    (sock,) = _sockets(helper)
+    assert oct(sock.stat().st_mode & 0o777) == "0o600"
+    assert oct((helper / "recall").stat().st_mode & 0o777) == "0o700"
+    before = _answered()
+    again = _recall("search", "failover")
+    assert (again.returncode, again.stdout, again.stderr) == (first.returncode, first.stdout, first.stderr)
+    assert _answered() == before + 1
+    doctor = _recall("doctor")
+    line = next(line for line in doctor.stdout.splitlines() if "search helper" in line)
+    assert line.startswith("ok") and f"{before + 1} searches answered" in line and str(sock) in line
+
+
+CASES = [
+    ("search", "failover"),                         # hits
+    ("search", "--json", "INC-10963"),              # an identifier, as JSON
+    ("--json", "search", "nothing-here-zzz"),       # the verb after an option; no hits
+    ("search", "--mode", "sideways", "x"),          # a usage error: 2 and the usage
+    ("search",),                                    # no query
+    ("search", "-n", "1", "--", "-rollback"),       # words after '--'
+]
+
+
+def test_a_search_answered_by_the_helper_is_the_search_in_its_own_process(helper):
+    """Output, errors and exit code, case by case, are those of RECALL_HELPER=off."""
+    assert _recall("index").returncode == 0
+    _recall("search", "warm-up")
+    _warm(helper)
+    before = _answered()
+    for case in CASES:
+        alone = _recall(*case, env={"RECALL_HELPER": "off"})
+        warm = _recall(*case)
+        assert (warm.returncode, warm.stdout, warm.stderr) == (alone.returncode, alone.stdout, alone.stderr), case
+    assert _answered() == before + len(CASES)
+    codes = {_recall(*case).returncode for case in CASES}
+    assert codes == {0, 2}
+
+
+def test_a_value_in_the_vault_stays_masked_in_a_search_the_helper_answers(helper, tmp_path, notes, config):
+    """The fork loads the vault's values to mask them, as a search in its own process does; the
+    helper itself never holds one (it only forks), and nothing of it is written anywhere."""
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"- id: deploy-token\n  service: deploy\n  value: {CANARY}\n")
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    assert _recall("secret", "sync").returncode == 0
+    (notes / "deploy.md").write_text(f"# Deploy key\n\nthe failover token is {CANARY} for now\n")
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    before = _answered()
+    for case in (("search", "failover", "token"), ("search", "--json", "deploy")):
+        warm = _recall(*case)
+        assert warm.returncode == 0 and "deploy.md" in warm.stdout, warm.stderr
+        assert CANARY not in warm.stdout + warm.stderr
+    assert _answered() == before + 2
+    (pid,) = _helpers(helper)
+    assert CANARY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+    for path in [*helper.rglob("*")]:
+        assert not path.is_file() or CANARY.encode() not in path.read_bytes()
+
+
+def test_each_search_has_the_callers_environment_and_folder(helper, tmp_path, config):
+    """One helper, two callers: each search reads the config its own environment (or its folder,
+    for a relative --config) names, not the first caller's."""
+    assert _recall("index").returncode == 0
+    other = write_tree(tmp_path / "other", {"kafka.md": "# Kafka consumer lag\n\nrebalance storms after deploys\n"})
+    (tmp_path / "cfg2").mkdir()
+    (tmp_path / "cfg2" / "other.yaml").write_text(f"sources:\n  - name: other\n    path: {other}\n")
+    env2 = {"RECALL_CONFIG": str(tmp_path / "cfg2" / "other.yaml"), "RECALL_HOME": str(tmp_path / "state2")}
+    assert _recall("index", env=env2).returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    before = _answered()
+    mine = _recall("search", "rebalance")
+    theirs = _recall("search", "rebalance", env=env2)
+    relative = _recall("--config", "other.yaml", "search", "rebalance", env={"RECALL_HOME": env2["RECALL_HOME"]},
+                       cwd=tmp_path / "cfg2")
+    assert "kafka.md" not in mine.stdout and "kafka.md" in theirs.stdout and "kafka.md" in relative.stdout
+    assert _answered() == before + 3
+
+
+def test_searches_at_the_same_time_each_get_their_own_answer(helper):
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    queries = ["failover", "jump01.example.com", "certificate", "INC-10963", "standup", "rollback"] * 2
+    alone = {q: _recall("search", q, env={"RECALL_HELPER": "off"}).stdout for q in set(queries)}
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda q: _recall("search", q), queries))
+    assert [r.stdout for r in got] == [alone[q] for q in queries]
+
+
+def test_an_edited_recall_is_never_answered_by_the_old_code(helper, tmp_path):
+    """The helper answers only the code it loaded: after an edit, the search runs in its own
+    process with the new code, and a new helper (a new socket) is started for it."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "recall", copy / "recall", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "recall.py", copy / "recall.py")
+    launcher = copy / "recall.py"
+    assert _recall("index", launcher=launcher).returncode == 0
+    _recall("search", "x", launcher=launcher)
+    _warm(helper, launcher=launcher)
+    old_sockets = _sockets(helper)
+    snippets = copy / "recall" / "cli.py"
+    text = snippets.read_text()
+    marker = 'lines.append(f"no notes match {result.query!r}")'
+    assert marker in text
+    snippets.write_text(text.replace(marker, 'lines.append(f"edited: nothing for {result.query!r}")'))
+    r = _recall("search", "zzz-nothing", launcher=launcher)
+    assert "edited: nothing for 'zzz-nothing'" in r.stdout, r.stdout + r.stderr
+    _wait_for(lambda: len(_sockets(helper)) == 2)
+    _warm(helper, launcher=launcher)
+    r = _recall("search", "zzz-nothing", launcher=launcher)
+    assert "edited: nothing for 'zzz-nothing'" in r.stdout
+    assert set(old_sockets) < set(_sockets(helper))
+
+
+def test_a_killed_helper_is_replaced_and_no_search_is_lost(helper):
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    (pid,) = _helpers(helper)
+    os.kill(pid, signal.SIGKILL)
+    _wait_for(lambda: not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes()[:200])
+    r = _recall("search", "failover")                  # its socket is left behind: nothing answers it
+    assert r.returncode == 0 and "INC-10963-db-failover.md" in r.stdout, r.stderr
+    _warm(helper)
+    assert _helpers(helper) and pid not in _helpers(helper)
+    assert len(_sockets(helper)) == 1 and len(list((helper / "recall").glob("*.lock"))) == 1
+
+
+def test_a_new_helper_sweeps_away_what_killed_ones_left(helper):
+    folder = helper / "recall"
+    folder.mkdir(mode=0o700)
+    for name in ("search-00000000deadbeef.sock", "search-00000000deadbeef.sock.lock"):
+        (folder / name).write_bytes(b"")            # as a helper of older code, killed, leaves them
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    assert [p.name for p in _sockets(helper)] != ["search-00000000deadbeef.sock"]
+    assert not (folder / "search-00000000deadbeef.sock.lock").exists() and len(_sockets(helper)) == 1
+
+
+def test_a_socket_folder_others_may_enter_is_not_used(helper):
+    assert _recall("index").returncode == 0
+    folder = helper / "recall"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    r = _recall("search", "failover")
+    assert r.returncode == 0 and "INC-10963-db-failover.md" in r.stdout
+    time.sleep(1.0)
+    assert _sockets(helper) == [] and _helpers(helper) == []
+    doctor = _recall("doctor")
+    line = next(line for line in doctor.stdout.splitlines() if "search helper" in line)
+    assert line.startswith("NO") and f"{folder} is not a folder of this user alone" in line
+    folder.rmdir()
+    folder.symlink_to(tempfile.mkdtemp(prefix="rx", dir="/tmp"))      # a link is not the folder itself
+    assert _recall("search", "failover").returncode == 0
+    time.sleep(1.0)
+    assert _helpers(helper) == []
+
+
+def test_off_starts_nothing_and_a_bad_value_is_named(helper):
+    assert _recall("index").returncode == 0
+    r = _recall("search", "failover", env={"RECALL_HELPER": "off"})
+    assert r.returncode == 0 and "INC-10963" in r.stdout
+    time.sleep(1.0)
+    assert _helpers(helper) == [] and _sockets(helper) == []
+    assert _status(env={"RECALL_HELPER": "off"})["state"] == "off"
+    bad = _recall("search", "failover", env={"RECALL_HELPER": "soon"})
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == ("recall: RECALL_HELPER is 'soon': give `off`, or the seconds the search helper stays "
+                          "after its last search (1-86400)\n")
+
+
+def test_an_idle_helper_leaves_and_takes_its_socket(helper):
+    assert _recall("index").returncode == 0
+    _recall("search", "failover", env={"RECALL_HELPER": "1"})
+    pids = _wait_for(lambda: _helpers(helper))
+    _wait_for(lambda: not _sockets(helper) and all(not Path(f"/proc/{p}").exists() for p in pids), timeout=30)
+    assert list((helper / "recall").iterdir()) == []
+
+
+def test_ctrl_c_stops_the_search_in_the_helper(helper, tmp_path, config):
+    """A search waiting on a remote that hangs: Ctrl-C (SIGINT to the caller) reaches the search in
+    the helper, which says so and exits 130, as it would in its own process."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text("#!/bin/sh\nexec sleep 29.5\n")
+    (bindir / "ssh").chmod(0o755)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    assert _recall("index", env=env).returncode == 0
+    _recall("search", "x", env=env)
+    _warm(helper, env=env)
+    config("remotes:\n  - name: far\n    host: far.example.net\n    timeout: 30\n")
+    full = dict(os.environ, **env)
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sleeping = _wait_for(lambda: _sleeps())
+    try:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130 and "recall: interrupted" in err, (proc.returncode, out, err)
+        assert time.monotonic() - started < 10
+        assert _answered() >= 1
+    finally:
+        for pid in sleeping:
+            _kill(pid)
+
+
+def _sleeps() -> list:
+    """Pids of this test's hanging ssh stand-ins."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x0029.5\x00":
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_remote_search_starts_no_helper_on_the_host(helper, tmp_path, config):
+    """`recall search` asks its remotes over ssh; what runs there (here: this checkout, through an
+    ssh that runs the command line locally, with this test's runtime folder) starts no helper."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text("#!/bin/sh\nfor last; do :; done\nexec env -u RECALL_HELPER sh -c \"$last\"\n")
+    (bindir / "ssh").chmod(0o755)
+    config(f"remotes:\n  - name: far\n    host: far.example.net\n    path: {REPO}\n    config: {config.path}\n")
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "RECALL_HELPER": "off"}
+    assert _recall("index", env=env).returncode == 0
+    r = _recall("search", "--json", "failover", env=env)
+    assert r.returncode == 0 and '"far"' in r.stdout, r.stdout + r.stderr
+    time.sleep(1.0)
+    assert _helpers(helper) == [] and _sockets(helper) == []
