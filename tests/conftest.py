@@ -60,6 +60,35 @@ def pytest_sessionstart(session):
     threading.Thread(target=beat, daemon=True).start()
 
 
+def helper_pids(marker: str) -> list:
+    """Pids of the warm search helpers (launch.py) whose command line holds `marker` (their socket's
+    folder, or this checkout)."""
+    pids = []
+    for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        try:
+            line = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if b"from recall.warm import serve" in line and marker.encode() in line:
+            pids.append(int(proc.name))
+    return pids
+
+
+def stop_helpers(marker: str) -> None:
+    import signal
+    for pid in helper_pids(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # nothing a test started outlives the run: a helper a test left (it would idle out anyway) ends here
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        stop_helpers(str(REPO))
+
+
 def give_to_nobody(base) -> None:
     """Hand a test tree to 'nobody' (uid 65534), so a test running as root can run recall as a user
     permissions apply to; a -wal/-shm file SQLite removes as a connection closes is passed over."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CANARY, REPO, write_tree
+from tests.conftest import CANARY, REPO, helper_pids, stop_helpers, write_tree
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the helper runs on Linux only")
 
@@ -28,21 +28,12 @@ def helper(tmp_path, config, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     monkeypatch.setenv("RECALL_HELPER", "60")
     yield run
-    for pid in _helpers(run):
-        _kill(pid)
+    stop_helpers(str(run))
     shutil.rmtree(run, ignore_errors=True)
 
 
 def _helpers(run: Path) -> list:
-    """Pids of the helpers whose socket is in `run` (their command line names it)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and str(run).encode() in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            pass
-    return pids
+    return helper_pids(str(run))
 
 
 def _kill(pid: int) -> None:
