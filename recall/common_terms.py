@@ -116,6 +116,17 @@ def _stems(con, words: list) -> list:
     return [t[0] for t in out] if all(len(t) == 1 for t in out) else []
 
 
+def prepare(con) -> None:
+    """Do ahead what the first query on a new connection does (the stemming tables, the state row),
+    for a connection opened before its query is known (warm.py)."""
+    con.execute("BEGIN")
+    try:
+        con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
+        _stems(con, ["prepare"])
+    finally:
+        con.execute("COMMIT")
+
+
 def top_k(con, phrases: list, weights, limit: int):
     """[(chunk_id, score)] best first (ties by id), exactly what
     `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),

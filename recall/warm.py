@@ -1,12 +1,17 @@
-"""The warm helper of `recall search`: a process with the search's imports done, that forks once per
-search and runs it in the fork with the caller's arguments, folder, umask, environment and standard
-streams (passed over a Unix socket in a folder only its user may enter, the caller's user id checked
+"""The warm helper of `recall search`: a process with the search's imports done, that runs each search
+in a fork of itself with the caller's arguments, folder, umask, environment and standard streams
+(passed over a Unix socket in a folder only its user may enter; the caller's user id is checked
 again). Started by launch.py, never by hand; it leaves after its idle time, or once its socket is
 gone or taken by another. The fork is the whole isolation: nothing of one search outlives it.
+
+The next fork is made ahead, as a spare: it has already opened (read-only) the index the last
+search read, and takes the next caller handed to it — unless that caller's index is another file,
+or this one was replaced or written since (db.AHEAD), when it opens its own as any search does.
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import struct
@@ -19,6 +24,16 @@ from . import launch
 WARM = ("recall.cli", "recall.search", "recall.db", "recall.vault", "recall.config", "recall.yamlish",
         "recall.common_terms", "recall.chunk", "recall.inventory", "recall.vectors", "recall.embed")
 _TICK = 2.0         # how often an idle helper looks whether its socket is still its own
+_HELD: list = []    # closers of the helper's lock and listening socket: a fork closes them (a search that outlives
+                    # the helper must not keep the next one from starting)
+
+
+class _State:
+    def __init__(self, idle: float):
+        self.idle, self.last, self.searches = idle, time.monotonic(), 0
+        self.hint = None            # (path, vectors) of the index the last search read
+        self.spare = None           # (pid, socket to it, the hint it opened)
+        self.reports: list = []     # sockets of forks at work, each says which index it read
 
 
 def serve(path: str, sig: str, idle: float) -> None:
@@ -29,6 +44,7 @@ def serve(path: str, sig: str, idle: float) -> None:
         return
     import fcntl
     lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    _HELD.append(lambda: os.close(lock))
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -48,50 +64,34 @@ def serve(path: str, sig: str, idle: float) -> None:
     finally:
         os.umask(mask)
     listener.listen(64)
+    _HELD.append(listener.close)
     inode = os.stat(path).st_ino
-    listener.settimeout(min(_TICK, idle))
-    state = {"searches": 0, "last": time.monotonic(), "idle": idle}
+    state = _State(idle)
     try:
-        while True:
-            _reap()
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                if time.monotonic() - state["last"] >= idle or not _still_ours(path, inode):
-                    break
-                continue
-            with conn:
-                if not _answer(conn, listener, sig, state):
-                    break
+        _loop(listener, sig, state, lambda: _still_ours(path, inode))
     finally:
         if _still_ours(path, inode):
             os.unlink(path)
             os.unlink(path + ".lock")   # still locked by this process: a helper starting now makes a new one
-        listener.close()
+        listener.close()                # a spare waiting on its socket sees this process gone, and leaves
 
 
-def _sweep(folder: str) -> None:
-    """Remove what killed helpers (of any code) left: a socket whose lock no process holds."""
-    import fcntl
-    for name in os.listdir(folder):
-        if not name.endswith(".sock.lock"):
-            continue
-        lock_path = os.path.join(folder, name)
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue                    # a live helper's
-        for stale in (lock_path[:-len(".lock")], lock_path):
-            try:
-                os.unlink(stale)
-            except OSError:
-                pass
-        os.close(fd)
+def _loop(listener, sig: str, state: _State, ours) -> None:
+    while True:
+        _reap()
+        if state.spare is None:
+            state.spare = _fork_spare(state)
+        ready, _, _ = select.select([listener, *state.reports], [], [], min(_TICK, state.idle))
+        for report in ready:
+            if report is not listener:
+                _take_report(report, state)
+        if listener in ready:
+            conn, _ = listener.accept()
+            with conn:
+                if not _answer(conn, sig, state):
+                    return
+        elif time.monotonic() - state.last >= state.idle or not ours():
+            return
 
 
 def _warm_up() -> None:
@@ -123,8 +123,34 @@ def _reap() -> None:
             return
 
 
-def _answer(conn, listener, sig: str, state: dict) -> bool:
-    """Fork one search for this caller; False when this helper should leave (its code is stale)."""
+def _sweep(folder: str) -> None:
+    """Remove what killed helpers (of any code) left: a socket whose lock no process holds."""
+    import fcntl
+    for name in os.listdir(folder):
+        if not name.endswith(".sock.lock"):
+            continue
+        lock_path = os.path.join(folder, name)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue                    # a live helper's
+        for stale in (lock_path[:-len(".lock")], lock_path):
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
+        os.close(fd)
+
+
+# -- the helper's side of a search ----------------------------------------------------------------
+
+def _answer(conn, sig: str, state: _State) -> bool:
+    """Hand this caller to the spare (or a fork of its own); False when this helper should leave."""
     fds: list = []
     try:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -133,17 +159,20 @@ def _answer(conn, listener, sig: str, state: dict) -> bool:
         conn.settimeout(2.0)
         fields, fds = _receive(conn)
         if fields[0] == launch.STATUS:
-            left = max(0.0, state["idle"] - (time.monotonic() - state["last"]))
-            conn.sendall(b"pid %d searches %d idle %.0f\n" % (os.getpid(), state["searches"], left))
+            left = max(0.0, state.idle - (time.monotonic() - state.last))
+            conn.sendall(b"pid %d searches %d idle %.0f\n" % (os.getpid(), state.searches, left))
             return True
         if fields[0] != launch.MAGIC or fields[1].decode("utf-8", "surrogateescape") != sig:
             conn.sendall(b"stale\n")
             return False
-        state["last"] = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            _child(conn, listener, fields, fds)     # never returns
-        state["searches"] += 1
+        if len(fds) != 4:
+            return True
+        state.last = time.monotonic()
+        if not _hand_over(state, conn, fields, fds):
+            if os.fork() == 0:
+                _forked()
+                _child(conn, fields, fds, report=None)      # never returns
+        state.searches += 1
     except (OSError, ValueError, IndexError):
         pass                                        # a caller that went away or spoke nonsense
     finally:
@@ -152,9 +181,69 @@ def _answer(conn, listener, sig: str, state: dict) -> bool:
     return True
 
 
+def _hand_over(state: _State, conn, fields: list, fds: list) -> bool:
+    """Pass the caller (its socket, streams and folder) and its request to the spare."""
+    if state.spare is None:
+        return False
+    _, to_spare, _ = state.spare
+    state.spare = None
+    try:
+        _send(to_spare, b"\0".join(fields), [conn.fileno(), *fds])
+    except OSError:
+        to_spare.close()
+        return False
+    state.reports.append(to_spare)
+    return True
+
+
+def _take_report(report, state: _State) -> None:
+    """A fork at work says which index it read: the next spare opens that one ahead."""
+    try:
+        line = report.recv(8192)
+    except OSError:
+        line = b""
+    state.reports.remove(report)
+    report.close()
+    if not line.startswith(b"db "):
+        return
+    vectors, _, path = line[3:].rstrip(b"\n").partition(b" ")
+    state.hint = (os.fsdecode(path), vectors == b"1")
+    if state.spare is not None and state.spare[2] != state.hint:    # made for another index: replace it
+        state.spare[1].close()
+        state.spare = _fork_spare(state)
+
+
+def _fork_spare(state: _State):
+    mine, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _forked()
+            mine.close()
+            for other in state.reports:
+                other.close()
+            _spare(theirs, state.hint)              # never returns
+        finally:
+            os._exit(1)
+    theirs.close()
+    return pid, mine, state.hint
+
+
+def _forked() -> None:
+    for close in _HELD:
+        close()
+
+
+def _send(sock, payload: bytes, fds: list) -> None:
+    data = b"%d\n" % len(payload) + payload
+    sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
 def _receive(conn):
     """(fields, passed descriptors) of one request: a length line, then NUL-separated fields."""
-    data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4 * struct.calcsize("i")))
+    data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(5 * struct.calcsize("i")))
     fds = []
     for level, kind, blob in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -174,22 +263,49 @@ def _receive(conn):
     return b"".join(chunks).split(b"\0"), fds
 
 
-def _child(conn, listener, fields: list, fds: list) -> None:
+# -- a fork: the spare, then the caller's search ----------------------------------------------------
+
+def _spare(from_helper, hint) -> None:
+    """Open the last search's index ahead, then wait for a caller (none: the helper left)."""
+    if hint is not None:
+        _open_ahead(*hint)
+    try:
+        fields, fds = _receive(from_helper)
+    except (OSError, ValueError):
+        os._exit(0)
+    if len(fds) != 5:
+        os._exit(0)
+    _child(socket.socket(fileno=fds[0]), fields, fds[1:], report=from_helper)
+
+
+def _open_ahead(path: str, vectors: bool) -> None:
+    from . import common_terms, db
+    try:
+        ident = db.file_identity(path)
+        con = db.connect(path, readonly=True, vectors=vectors)
+        common_terms.prepare(con)
+    except Exception:                   # whatever it is, the search meets it again and says it
+        db.AHEAD.clear()
+        return
+    db.AHEAD.update(key=(path, vectors), file=ident, con=con)
+    del db.OPENED[:]
+
+
+def _child(conn, fields: list, fds: list, report) -> None:
     """Become the caller's `recall search`: its streams, folder, umask, environment and arguments."""
     code = 1
     try:
-        listener.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         conn.settimeout(5.0)
         conn.sendall(b"pid %d\n" % os.getpid())
         if conn.recv(3) != b"go\n":
             os._exit(0)                             # the caller gave up waiting and runs it itself
         conn.settimeout(None)
-        if len(fds) != 4:
-            raise ValueError("expected stdin, stdout, stderr and the folder")
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         os.fchdir(fds[3])
+        for fd in fds:
+            os.close(fd)
         mask, streams, argv0, count = int(fields[2]), fields[3:6], fields[6], int(fields[7])
         argv = [os.fsdecode(a) for a in fields[8:8 + count]]
         env = dict(os.fsdecode(item).partition("=")[::2] for item in fields[8 + count:] if item)
@@ -205,16 +321,26 @@ def _child(conn, listener, fields: list, fds: list) -> None:
         traceback.print_exc()
         code = 1
     finally:
+        _leave(conn, code, report)
+
+
+def _leave(conn, code: int, report) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    try:
+        conn.sendall(b"exit %d\n" % code)
+    except Exception:
+        pass
+    read = sys.modules["recall.db"].LAST_READ
+    if report is not None and read:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            report.sendall(b"db %d %s\n" % (bool(read[1]), os.fsencode(read[0])))
         except Exception:
             pass
-        try:
-            conn.sendall(b"exit %d\n" % code)
-        except Exception:
-            pass
-        os._exit(code)
+    os._exit(code)
 
 
 def _streams(specs: list) -> None:

@@ -60,23 +60,24 @@ def pytest_sessionstart(session):
     threading.Thread(target=beat, daemon=True).start()
 
 
-def helper_pids(marker: str) -> list:
+def helper_pids(marker: str, forks: bool = False) -> list:
     """Pids of the warm search helpers (launch.py) whose command line holds `marker` (their socket's
-    folder, or this checkout)."""
-    pids = []
+    folder, or this checkout); with `forks`, their forks (a spare, a search at work) too."""
+    found = {}
     for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         try:
             line = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+            if b"from recall.warm import serve" in line and marker.encode() in line:
+                stat = (proc / "stat").read_text()
+                found[int(proc.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
         except OSError:
             continue
-        if b"from recall.warm import serve" in line and marker.encode() in line:
-            pids.append(int(proc.name))
-    return pids
+    return sorted(pid for pid, parent in found.items() if forks or parent not in found)
 
 
 def stop_helpers(marker: str) -> None:
     import signal
-    for pid in helper_pids(marker):
+    for pid in helper_pids(marker, forks=True):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CANARY, REPO, helper_pids, stop_helpers, write_tree
+from tests.conftest import CANARY, REPO, helper_pids, run_in_pty, stop_helpers, write_tree
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the helper runs on Linux only")
 
@@ -147,8 +147,8 @@ def test_a_value_in_the_vault_stays_masked_in_a_search_the_helper_answers(helper
         assert warm.returncode == 0 and "deploy.md" in warm.stdout, warm.stderr
         assert CANARY not in warm.stdout + warm.stderr
     assert _answered() == before + 2
-    (pid,) = _helpers(helper)
-    assert CANARY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+    for pid in helper_pids(str(helper), forks=True):         # the helper, and its spare fork
+        assert CANARY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
     for path in [*helper.rglob("*")]:
         assert not path.is_file() or CANARY.encode() not in path.read_bytes()
 
@@ -171,6 +171,50 @@ def test_each_search_has_the_callers_environment_and_folder(helper, tmp_path, co
                        cwd=tmp_path / "cfg2")
     assert "kafka.md" not in mine.stdout and "kafka.md" in theirs.stdout and "kafka.md" in relative.stdout
     assert _answered() == before + 3
+
+
+def test_a_search_on_a_terminal_writes_to_that_terminal(helper):
+    """The helper's fork writes to the caller's own terminal (a real pseudo-terminal here)."""
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    before = _answered()
+    code, seen = run_in_pty([sys.executable, str(REPO / "recall.py"), "search", "failover"])
+    assert code == 0 and b"INC-10963-db-failover.md" in seen and b"\r\n" in seen
+    assert _answered() == before + 1
+
+
+def _open_by_forks(run: Path, name: str) -> bool:
+    """Whether a fork of the helper (its spare) holds a file called `name` open."""
+    for pid in set(helper_pids(str(run), forks=True)) - set(helper_pids(str(run))):
+        try:
+            if any(os.readlink(fd).endswith(name) for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_the_index_opened_ahead_is_never_older_than_the_one_on_disk(helper, tmp_path, notes):
+    """The spare opens the last search's index ahead; a note indexed since (the same file), or an
+    index made anew (another file at the same path), is what the next search reads."""
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    _recall("search", "failover")                   # the helper learns which index its callers read
+    _wait_for(lambda: _open_by_forks(helper, "recall.db"))
+    (notes / "zebra.md").write_text("# Zebra crossing\n\nthe zebrafish incident\n")
+    assert _recall("index").returncode == 0
+    assert "zebra.md" in _recall("search", "zebrafish").stdout
+    _wait_for(lambda: _open_by_forks(helper, "recall.db"))
+    for path in (tmp_path / "state").glob("recall.db*"):
+        path.unlink()
+    (notes / "zebra.md").write_text("# Okapi\n\nthe okapi incident\n")
+    assert _recall("index").returncode == 0
+    before = _answered()
+    r = _recall("search", "okapi")
+    assert "zebra.md" in r.stdout and "no notes match 'zebrafish'" in _recall("search", "zebrafish").stdout
+    assert _answered() == before + 2
 
 
 def test_searches_at_the_same_time_each_get_their_own_answer(helper):
