@@ -58,13 +58,22 @@ def signature() -> str:
     """What makes a helper's answers the same as this process's: the interpreter, the import path
     and every file of this package (its size and time), so an edited or upgraded recall gets a new one."""
     pkg = os.path.dirname(os.path.abspath(__file__))
-    parts = [sys.executable, sys.version, pkg, *(os.path.abspath(p) for p in sys.path)]
+    parts = [sys.executable, sys.version, pkg, *import_path()]
     with os.scandir(pkg) as entries:
         for e in sorted(entries, key=lambda e: e.name):
             if e.name.endswith(".py"):
                 st = e.stat()
                 parts.append(f"{e.name} {st.st_size} {st.st_mtime_ns}")
     return "\n".join(parts)
+
+
+def import_path() -> list:
+    """sys.path as the helper gets it: absolute, and without the current folder (`python -m recall`
+    puts it first), so one helper serves every folder; the package's own parent stays first."""
+    here = os.getcwd()
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rest = [p for p in map(os.path.abspath, sys.path) if p not in (here, pkg_parent)]
+    return [pkg_parent, *rest]
 
 
 def run_dir_path() -> str:
@@ -205,9 +214,8 @@ def _wait(sock, pid, buf) -> int:
 
 def start(path, sig, idle) -> None:
     """Start a helper for later searches, detached: its own session, no terminal, no streams."""
-    paths = [os.path.abspath(p) for p in sys.path]
     code = ("import sys; sys.path[:] = %r; from recall.warm import serve; serve(%r, %r, %r)"
-            % (paths, path, sig, idle))
+            % (import_path(), path, sig, idle))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")}
     null = os.devnull
     try:

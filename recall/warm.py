@@ -301,6 +301,7 @@ def _child(conn, fields: list, fds: list, report) -> None:
         if conn.recv(3) != b"go\n":
             os._exit(0)                             # the caller gave up waiting and runs it itself
         conn.settimeout(None)
+        _follow(conn)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         os.fchdir(fds[3])
@@ -324,7 +325,26 @@ def _child(conn, fields: list, fds: list, report) -> None:
         _leave(conn, code, report)
 
 
+def _follow(conn) -> None:
+    """A caller that goes away before its search ends (killed, timed out) takes the search with it,
+    as it would a search in its own process."""
+    import threading
+
+    def wait():
+        try:
+            gone = conn.recv(1) == b""
+        except OSError:
+            gone = True
+        if gone and not _ENDING:
+            os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=wait, daemon=True).start()
+
+
+_ENDING: list = []      # set once the search has ended: the caller may leave now
+
+
 def _leave(conn, code: int, report) -> None:
+    _ENDING.append(code)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

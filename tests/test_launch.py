@@ -217,6 +217,25 @@ def test_the_index_opened_ahead_is_never_older_than_the_one_on_disk(helper, tmp_
     assert _answered() == before + 2
 
 
+def test_python_m_recall_from_any_folder_is_answered_by_one_helper(helper, tmp_path):
+    """`python -m recall` puts the current folder first on the import path; one helper still serves
+    every folder (the folder is not part of what the helper is for)."""
+    assert _recall("index").returncode == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def search_in(folder):
+        folder.mkdir(exist_ok=True)
+        return subprocess.run([sys.executable, "-m", "recall", "search", "failover"], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=60)
+    first = search_in(tmp_path / "a")
+    assert first.returncode == 0 and "INC-10963" in first.stdout
+    _warm(helper)
+    before = _answered()
+    for name in ("b", "c", "a"):
+        assert search_in(tmp_path / name).stdout == first.stdout
+    assert _answered() == before + 3 and len(_sockets(helper)) == 1
+
+
 def test_searches_at_the_same_time_each_get_their_own_answer(helper):
     assert _recall("index").returncode == 0
     _recall("search", "x")
@@ -319,32 +338,54 @@ def test_an_idle_helper_leaves_and_takes_its_socket(helper):
     assert list((helper / "recall").iterdir()) == []
 
 
-def test_ctrl_c_stops_the_search_in_the_helper(helper, tmp_path, config):
-    """A search waiting on a remote that hangs: Ctrl-C (SIGINT to the caller) reaches the search in
-    the helper, which says so and exits 130, as it would in its own process."""
+@pytest.fixture
+def hanging_remote(helper, tmp_path, config):
+    """A warm helper, then a remote whose ssh never answers (a stand-in that sleeps): a search
+    that waits. Yields the environment to search with; the stand-ins are stopped at the end."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "ssh").write_text("#!/bin/sh\nexec sleep 29.5\n")
     (bindir / "ssh").chmod(0o755)
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
     assert _recall("index", env=env).returncode == 0
     _recall("search", "x", env=env)
     _warm(helper, env=env)
     config("remotes:\n  - name: far\n    host: far.example.net\n    timeout: 30\n")
-    full = dict(os.environ, **env)
-    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"], env=full,
+    yield env
+    for pid in _sleeps():
+        _kill(pid)
+
+
+def test_ctrl_c_stops_the_search_in_the_helper(hanging_remote):
+    """Ctrl-C (SIGINT to the caller) reaches the search in the helper, which says so and exits 130,
+    as it would in its own process."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"], env=hanging_remote,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sleeping = _wait_for(lambda: _sleeps())
-    try:
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-        assert proc.returncode == 130 and "recall: interrupted" in err, (proc.returncode, out, err)
-        assert time.monotonic() - started < 10
-        assert _answered() >= 1
-    finally:
-        for pid in sleeping:
-            _kill(pid)
+    _wait_for(_sleeps)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "recall: interrupted" in err, (proc.returncode, out, err)
+    assert time.monotonic() - started < 10
+    assert _answered() >= 1
+
+
+def test_a_caller_that_is_killed_takes_its_search_with_it(hanging_remote, tmp_path):
+    """`timeout 5 recall search …`: the caller killed, its search in the helper ends too, and
+    writes nothing after it (to a file here, the caller's stdout)."""
+    out = tmp_path / "out.txt"
+    with open(out, "w") as stdout:
+        proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"],
+                                env=hanging_remote, stdout=stdout, stderr=subprocess.DEVNULL)
+    (sleeper,) = _wait_for(_sleeps)
+    stat = Path(f"/proc/{sleeper}/stat").read_text()
+    search = int(stat[stat.rindex(")") + 2:].split()[1])          # the fork that runs ssh: the search
+    assert search in helper_pids(str(hanging_remote["XDG_RUNTIME_DIR"]), forks=True)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=10)
+    _wait_for(lambda: search not in helper_pids(str(hanging_remote["XDG_RUNTIME_DIR"]), forks=True), timeout=10)
+    time.sleep(0.5)
+    assert out.read_text() == ""
 
 
 def _sleeps() -> list:
