@@ -316,7 +316,11 @@ def _child(conn, fields: list, fds: list, report) -> None:
         time.tzset()
         sys.argv = [os.fsdecode(argv0), *argv]
         _streams([s.decode() for s in streams])
-        code = _run(argv)
+        if launch.verb_of(argv) != "search":        # launch.py sends nothing else; a hand-made request may
+            sys.stderr.write("recall: the search helper runs `recall search` only\n")
+            code = 2
+        else:
+            code = _run(argv)
     except BaseException:                           # as an uncaught exception ends a process: traceback, 1
         import traceback
         traceback.print_exc()

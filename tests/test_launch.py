@@ -110,6 +110,7 @@ CASES = [
     ("search", "--mode", "sideways", "x"),          # a usage error: 2 and the usage
     ("search",),                                    # no query
     ("search", "-n", "1", "--", "-rollback"),       # words after '--'
+    ("search", "--help"),                           # argparse's help, and its exit
 ]
 
 
@@ -234,6 +235,20 @@ def test_python_m_recall_from_any_folder_is_answered_by_one_helper(helper, tmp_p
     for name in ("b", "c", "a"):
         assert search_in(tmp_path / name).stdout == first.stdout
     assert _answered() == before + 3 and len(_sockets(helper)) == 1
+
+
+def test_the_helper_runs_searches_and_nothing_else(helper, tmp_path):
+    """A request made by hand (not by launch.py) for another verb is refused: the helper's reach
+    is `recall search`, whatever reaches its socket."""
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    code = (f"import sys; sys.path[0] = {str(REPO)!r}; sys.path.insert(0, {str(REPO)!r}); "
+            "from recall import launch; print('code', launch.by_helper(sys.argv[1:]))")
+    for argv in (["doctor"], ["secret", "get", "jira-api-token"], ["index", "--full"]):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+        assert r.stdout.splitlines()[-1] == "code 2", r.stdout + r.stderr
+        assert r.stderr == "recall: the search helper runs `recall search` only\n"
 
 
 def test_searches_at_the_same_time_each_get_their_own_answer(helper):
