@@ -3,17 +3,17 @@ when one answers (launch.py); everything else, and a search none answered, runs 
 import os
 import sys
 
-from .launch import by_helper, verb_of
+from . import launch
 
 
 def run() -> None:
     argv = sys.argv[1:]
-    if verb_of(argv) == "search":
-        code = by_helper(argv)
+    if launch.verb_of(argv) == "search":
+        code = launch.by_helper(argv)
         if code is not None:
             os._exit(code)
     from .cli import run as run_here
-    run_here()
+    run_here(then=lambda: launch.start(*launch.TO_START) if launch.TO_START else None)
 
 
 if __name__ == "__main__":

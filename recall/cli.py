@@ -675,10 +675,10 @@ def main(argv=None) -> int:
         return err.exit_code
 
 
-def run() -> None:
-    """The entry point of `recall`, `recall.py` and `python -m recall`: main(), then leave without
-    the interpreter's teardown, which costs a `recall search` several ms. Everything is committed
-    or flushed by then; an exception still unwinds (and prints) as usual."""
+def run(then=None) -> None:
+    """main(), then `then()` (__main__ starts the warm search helper there, once the search is
+    out), then leave without the interpreter's teardown, which costs a `recall search` several ms.
+    Everything is committed or flushed by then; an exception still unwinds (and prints) as usual."""
     import os
     code = main()
     try:
@@ -686,4 +686,6 @@ def run() -> None:
         sys.stderr.flush()
     except BrokenPipeError:
         pass
+    if then is not None:
+        then()
     os._exit(code)

@@ -115,8 +115,12 @@ def socket_path(sig: str):
     return path if len(path.encode()) < 100 else None      # AF_UNIX holds 107 bytes
 
 
+TO_START: list = []         # [socket path, signature, idle]: no helper answered; start one once the search is done
+
+
 def by_helper(argv):
-    """The search's exit code from the helper, or None when none answered (it is started then)."""
+    """The search's exit code from the helper, or None when none answered (TO_START says which to
+    start, after this process's own search: started now, it would take CPU from that search)."""
     if sys.platform != "linux":        # the helper checks its caller's user id with SO_PEERCRED
         return None
     idle = idle_seconds()
@@ -147,7 +151,7 @@ def by_helper(argv):
         os.close(fds[3])
     if pid is None:
         sock.close()
-        start(path, sig, idle)
+        TO_START[:] = [path, sig, idle]
         return None
     return _wait(sock, pid, buf)
 
