@@ -37,20 +37,26 @@ def verb_of(argv: list):
 
 
 def idle_seconds():
-    """RECALL_HELPER as seconds of idling, or None when it is `off`; a bad value is an error."""
+    """RECALL_HELPER as seconds of idling, or None when it is `off`; a bad value ends the search."""
+    seconds = _setting()
+    if isinstance(seconds, str):
+        sys.stderr.write(f"recall: {seconds}\n")
+        os._exit(2)
+    return seconds
+
+
+def _setting():
+    """RECALL_HELPER: seconds, None (off), or what is wrong with it."""
     raw = os.environ.get("RECALL_HELPER", "").strip()
     if raw.lower() in ("off", "0", "no", "false"):
         return None
-    if not raw:
-        return IDLE_DEFAULT
     try:
-        seconds = float(raw)
+        seconds = float(raw) if raw else IDLE_DEFAULT
     except ValueError:
         seconds = -1.0
     if not 0 < seconds <= 86400:
-        sys.stderr.write(f"recall: RECALL_HELPER is {raw!r}: give `off`, or the seconds the search helper "
-                         "stays after its last search (1-86400)\n")
-        os._exit(2)
+        return (f"RECALL_HELPER is {raw!r}: give `off`, or the seconds the search helper stays after its "
+                "last search (1-86400)")
     return seconds
 
 
@@ -167,7 +173,8 @@ def _send(sock, sig, argv, fds) -> None:
     payload = b"\0".join(fields)
     head = b"%d\n" % len(payload)
     import _socket
-    sent = sock.sendmsg([head + payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+    rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+    sent = sock.sendmsg([head + payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     if sent < len(head) + len(payload):
         sock.sendall((head + payload)[sent:])
 
@@ -233,11 +240,13 @@ def start(path, sig, idle) -> None:
 
 def status():
     """{"state": off | not running | running | unusable, …} for `recall doctor`."""
-    idle = os.environ.get("RECALL_HELPER", "").strip()
+    setting = _setting()
     if sys.platform != "linux":
         return {"state": "unusable", "why": "the helper runs on Linux only"}
-    if idle.lower() in ("off", "0", "no", "false"):
+    if setting is None:
         return {"state": "off", "why": "RECALL_HELPER=off"}
+    if isinstance(setting, str):
+        return {"state": "unusable", "why": setting}
     path = socket_path(signature())
     if path is None:
         folder = run_dir_path()
@@ -249,8 +258,7 @@ def status():
     try:
         sock.settimeout(_CONNECT_WAIT)
         sock.connect(path)
-        body = STATUS
-        sock.sendall(b"%d\n" % len(body) + body)
+        sock.sendall(b"%d\n" % len(STATUS) + STATUS)
         words = _line(sock, bytearray()).decode().split()
     except OSError:
         return {"state": "not running", "socket": path}

@@ -124,7 +124,7 @@ def isolated_home(tmp_path, monkeypatch):
 # left (only in modules already imported; a module imported during a test starts empty anyway).
 # Caches of pure functions of their input (compiled patterns, model weights by folder) are kept.
 PROCESS_STATE = {
-    "recall.db": ("OPENED",),                      # paths opened, named by a later storage fault
+    "recall.db": ("OPENED", "AHEAD", "LAST_READ"),  # paths opened (named by a storage fault), opened ahead
     "recall.embed": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB

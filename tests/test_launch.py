@@ -343,6 +343,9 @@ def test_off_starts_nothing_and_a_bad_value_is_named(helper):
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == ("recall: RECALL_HELPER is 'soon': give `off`, or the seconds the search helper stays "
                           "after its last search (1-86400)\n")
+    doctor = _recall("doctor", env={"RECALL_HELPER": "soon"})
+    line = next(line for line in doctor.stdout.splitlines() if "search helper" in line)
+    assert line.startswith("NO") and "RECALL_HELPER is 'soon'" in line and doctor.returncode == 1
 
 
 def test_an_idle_helper_leaves_and_takes_its_socket(helper):
