@@ -120,7 +120,8 @@ def _helper(ctx) -> list:
     from .launch import status
     st = status()
     if st["state"] == "running":
-        detail = (f"running (pid {st['pid']}, {st['searches']} searches answered, leaves after "
+        searches = f"{st['searches']} search{'' if st['searches'] == 1 else 'es'}"
+        detail = (f"running (pid {st['pid']}, {searches} answered, leaves after "
                   f"{st['idle_exit']:.0f} s more without one) at {st['socket']}")
     elif st["state"] == "not running":
         detail = f"not running: the next 'recall search' starts one at {st['socket']}"

@@ -100,7 +100,8 @@ def test_the_first_search_starts_the_helper_and_the_next_ones_are_answered_by_it
     assert _answered() == before + 1
     doctor = _recall("doctor")
     line = next(line for line in doctor.stdout.splitlines() if "search helper" in line)
-    assert line.startswith("ok") and f"{before + 1} searches answered" in line and str(sock) in line
+    said = f"{before + 1} search{'' if before + 1 == 1 else 'es'} answered"
+    assert line.startswith("ok") and said in line and str(sock) in line, line
 
 
 CASES = [
