@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from tests.conftest import CANARY, NOTES, free_port, run_recall, write_tree  # noqa: E402
+from tests.conftest import CANARY, NOTES, free_port, run_recall, stop_helpers, write_tree  # noqa: E402
 
 B64 = base64.b64encode(CANARY.encode()).decode()
 FORMS = [CANARY, B64, CANARY[::-1]]
@@ -119,7 +119,24 @@ def _assert_db_clean(db_file: Path) -> None:
     assert not terms & set(PIECES), terms & set(PIECES)
 
 
-def test_the_canary_never_leaves(world):
+@pytest.fixture(params=["off", "on"])
+def search_helper(request, monkeypatch):
+    """Every verb run twice over: each search in its own process, then answered by the warm helper
+    (launch.py) — whose socket folder is checked too."""
+    if request.param == "off":
+        yield None
+        return
+    import shutil
+    import tempfile
+    run = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", run)
+    monkeypatch.setenv("RECALL_HELPER", "60")
+    yield Path(run)
+    stop_helpers(run)
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def test_the_canary_never_leaves(world, search_helper):
     tmp_path, secrets = world
     outputs = []
     for args in COMMANDS:
@@ -127,6 +144,13 @@ def test_the_canary_never_leaves(world):
         assert "Traceback" not in r.stderr, (args, r.stderr)
         _assert_clean(f"`recall {' '.join(map(str, args))}` output", r.stdout + r.stderr)
         outputs.append((args, r))
+    if search_helper is not None and sys.platform == "linux":
+        line = next(line for line in run_recall("doctor").stdout.splitlines() if "search helper" in line)
+        answered = re.search(r"(\d+) search(?:es)? answered", line)
+        assert answered and int(answered.group(1)) >= 3, line     # the later searches went to the helper
+        for path in search_helper.rglob("*"):
+            if path.is_file():
+                _assert_clean(str(path), path.read_bytes())
     by = {tuple(a): r for a, r in outputs}
     child = by[tuple(next(c for c in COMMANDS if c[:2] == ["secret", "exec"] and c[-1] == CHILD))]
     assert child.stdout.splitlines() == ["argv-clean", "[recall:canary-token]"]
