@@ -32,26 +32,12 @@ def timed(fn, repeat: int) -> list:
 
 def warm_env() -> dict:
     """The environment a user has: bytecode caches written and used (this sandbox disables them), and
-    a login's runtime folder, where `recall search` starts its warm helper (one of the bench's own,
-    whose helpers are stopped when the bench ends)."""
+    a login's runtime folder (see below)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["XDG_RUNTIME_DIR"] = _runtime_dir()
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "recall")], env=env,
                    stdout=subprocess.DEVNULL, check=False)
     return env
-
-
-_RUNTIME: list = []
-
-
-def _runtime_dir() -> str:
-    if not _RUNTIME:
-        import atexit
-        import tempfile
-        _RUNTIME.append(tempfile.mkdtemp(prefix="rb", dir="/tmp"))
-        atexit.register(stop_helpers, _RUNTIME[0])
-    return _RUNTIME[0]
 
 
 def stop_helpers(folder: str) -> None:
@@ -66,6 +52,19 @@ def stop_helpers(folder: str) -> None:
         except OSError:
             pass
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _runtime_dir() -> str:
+    import atexit
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="rb", dir="/tmp")
+    atexit.register(stop_helpers, folder)
+    return folder
+
+
+# Every `recall search` a bench starts finds its warm helper (launch.py) in a runtime folder of the
+# bench's own, as a user's would be in theirs; the helpers are stopped when the bench ends.
+os.environ["XDG_RUNTIME_DIR"] = _runtime_dir()
 
 
 def run_ms(argv: list, repeat: int, env=None) -> list:
