@@ -1,5 +1,5 @@
-"""The exact top-k of FTS5's bm25() for an AND of common words, from their postings (postings.py)
-rather than by scoring every chunk that holds them all."""
+"""The exact top-k of FTS5's bm25() for an AND (or an OR) of common words, from their postings
+(postings.py) rather than by scoring every chunk that holds them all (or any)."""
 from __future__ import annotations
 
 import heapq
@@ -16,6 +16,7 @@ LIST_AT = 256               # … and this few is carried as a list of ids rathe
 FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned (~60 µs)
 IDF_FLOOR = 1e-6            # FTS5's idf for a term in more than half the rows
 MAX_TERMS = 32              # a longer query (a pasted message) is left to FTS5
+ANY_MAX = 4                 # an OR of more common words (2**n - 1 ANDs) is left to FTS5
 STATS = {"served": 0}       # fast-path answers given (tests check the path is taken)
 
 _NONZERO = bytes([0] + [1] * 255)      # a translation table: each non-zero byte → 1
@@ -127,6 +128,16 @@ def prepare(con) -> None:
         con.execute("COMMIT")
 
 
+def top_k_any(con, phrases: list, weights, limit: int):
+    """[(chunk_id, score)] best first, exactly what the OR query `"p1" OR "p2" …` gives under
+    bm25() (as top_k for AND), or None when this path does not apply: a term held by some chunks but
+    too few for postings, more than ANY_MAX terms, and top_k's other cases. A term no chunk holds
+    adds nothing to any score, so it is left out; the rest is every subset's AND, a chunk's best."""
+    if not phrases or len(phrases) > MAX_TERMS or not all(p.isalnum() for p in phrases):
+        return None
+    return _snapshot(con, lambda: _top_k(con, phrases, [float(w) for w in weights], limit, any_of=True))
+
+
 def top_k(con, phrases: list, weights, limit: int):
     """[(chunk_id, score)] best first (ties by id), exactly what
     `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),
@@ -134,17 +145,21 @@ def top_k(con, phrases: list, weights, limit: int):
     chunks changed since the postings were made, fewer than `limit` chunks holding every term."""
     if not phrases or len(phrases) > MAX_TERMS or not all(p.isalnum() for p in phrases):
         return None                          # a phrase of several words, a prefix, any FTS5 syntax
+    return _snapshot(con, lambda: _top_k(con, phrases, [float(w) for w in weights], limit))
+
+
+def _snapshot(con, read):
     own = not con.in_transaction
     if own:
         con.execute("BEGIN")                 # the postings, the pending list and FTS5's totals: one snapshot
     try:
-        return _top_k(con, phrases, [float(w) for w in weights], limit)
+        return read()
     finally:
         if own:
             con.execute("COMMIT")
 
 
-def _top_k(con, phrases, weights, limit):
+def _top_k(con, phrases, weights, limit, any_of=False):
     state = con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
     if state is None or state[1] != state_key(weights):
         return None
@@ -158,9 +173,11 @@ def _top_k(con, phrases, weights, limit):
         return None
     avgdl = tokens / rows
     terms = []                              # per phrase: idf, [(f, [blobs], dmin)] by f descending
-    for stem in stems:
+    for phrase, stem in zip(phrases, stems):
         groups = con.execute("SELECT f, n, dmin, bits, ids FROM common_postings WHERE term=? ORDER BY f DESC",
                              (stem,)).fetchall()
+        if any_of and not groups and not _held(con, phrase):
+            continue                        # in no chunk: nothing to an OR's scores
         if len(groups) < 2 or groups[-1][0] != 0.0:
             return None
         union = groups.pop()
@@ -169,7 +186,41 @@ def _top_k(con, phrases, weights, limit):
         if idf <= 0.0:
             idf = 1e-6
         terms.append(_Term(idf, groups, union[3]))
-    return _best(terms, load_lengths(state[2]), avgdl, limit)
+    lengths = load_lengths(state[2])
+    if not any_of:
+        found = _best(terms, lengths, avgdl, limit)
+    elif len(terms) > ANY_MAX:
+        return None
+    else:
+        found = _best_of_any(terms, lengths, avgdl, limit)
+    if found is not None:
+        STATS["served"] += 1
+    return found
+
+
+def _held(con, word: str) -> bool:
+    """Whether any chunk holds the word (as FTS5 matches it: the same tokenizer)."""
+    return con.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1", (f'"{word}"',)).fetchone() is not None
+
+
+def _best_of_any(terms: list, lengths, avgdl: float, limit: int) -> list:
+    """The OR's top `limit`: the best of each subset's AND, scored on its own terms. A chunk's full
+    score is its AND over exactly the terms it holds; one that is not in that AND's top `limit` has
+    `limit` chunks above it there, each scoring at least as much in the OR, so it is not in the OR's."""
+    from itertools import combinations
+    # each term's highest part (its highest frequency at its shortest chunk): a subset's chunks score
+    # at most their sum, so the subsets go highest first, and stop once one cannot reach the list
+    tops = [t.idf * _part(t.groups[0][0], min(g[2] for g in t.groups), avgdl) for t in terms]
+    subsets = sorted((s for size in range(1, len(terms) + 1) for s in combinations(range(len(terms)), size)),
+                     key=lambda s: -sum(tops[i] for i in s))
+    best: dict = {}
+    for subset in subsets:
+        if len(best) >= limit and sum(tops[i] for i in subset) * (1 + 1e-9) < heapq.nlargest(limit, best.values())[-1]:
+            break
+        for cid, score in _best([terms[i] for i in subset], lengths, avgdl, limit, short=True):
+            if score > best.get(cid, -1.0):
+                best[cid] = score
+    return sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
 
 def _part(f: float, d: float, avgdl: float) -> float:
@@ -241,7 +292,7 @@ def _extract(bits: int, hint) -> list:
     return set_bits(bits)
 
 
-def _best(terms: list, lengths, avgdl: float, limit: int):
+def _best(terms: list, lengths, avgdl: float, limit: int, short: bool = False):
     """Branch and bound over the terms, most telling (highest idf) first: a node is one frequency
     group chosen per term so far, its chunks the AND of their bitmaps; its bound is the score of
     those frequencies, plus each remaining term's highest, at the shortest length any chunk has.
@@ -325,7 +376,6 @@ def _best(terms: list, lengths, avgdl: float, limit: int):
             del fixed[i]
 
     visit(0, root, 0.0, {}, None, 1 << 62)
-    if len(top) < limit:
+    if len(top) < limit and not short:
         return None                   # fewer chunks hold every term: the caller's OR query decides
-    STATS["served"] += 1
     return [(-nid, s) for s, nid in sorted(top, reverse=True)]

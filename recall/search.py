@@ -109,7 +109,8 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         # rare: FTS5 is quick then.
         fast = None
         phrases = [p[1:-1] for p in fq_and.split(" AND ")]
-        if not idents and " AND ".join(f'"{p}"' for p in phrases) == fq_and:      # "w1" AND "w2" …, no more
+        plain = not idents and " AND ".join(f'"{p}"' for p in phrases) == fq_and     # "w1" AND "w2" …, no more
+        if plain:
             from .common_terms import top_k
             fast = top_k(con, phrases, _WEIGHTS, limit)
         if fast is not None:
@@ -117,7 +118,10 @@ def keyword_ranked(con, query: str, limit: int) -> list:
         elif fq_and != fq:
             bm25 = {cid: -r for cid, r in con.execute(sql, (fq_and, limit))}
         if len(bm25) < limit:
-            bm25 = {cid: -r for cid, r in con.execute(sql, (fq, limit))}
+            # the OR query: from the postings too when it can be (a word no note has, beside common ones)
+            from .common_terms import top_k_any
+            fast = top_k_any(con, phrases, _WEIGHTS, limit) if plain and len(phrases) > 1 else None
+            bm25 = dict(fast) if fast is not None else {cid: -r for cid, r in con.execute(sql, (fq, limit))}
         missing = [cid for cid in exact if cid not in bm25]
         from .db import in_batches
         for part, marks in in_batches(missing):

@@ -18,6 +18,9 @@ QUERIES = ["certificate", "rotation", "certificate rotation", "database failover
            "terraform state lock drift", "jump host vpn", "state drift", "rotations certificate",
            "certificates rotated", "lag state", "host", "vpn jump kafka", "etcd quorum", "certificate etcd",
            "database-failover", "the lock", "kafka lag consumer state host"]
+# an OR of common words widens a search whose AND is short: above all when a word is in no note
+ABSENT = ["certificate nosuchword", "kafka zzzq lag", "zzzq yyyq", "rotation nosuchword state drift",
+          "vpn unheardof", "etcd nosuchword"]
 
 
 def _tree(root, rnd, files: int, start: int = 0):
@@ -52,28 +55,28 @@ def common_index(tmp_path, monkeypatch):
     return root, cfg, con
 
 
-def _fts(con, query, limit):
+def _fts(con, query, limit, op="AND"):
     sql = (f"SELECT rowid, {search._BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
            f"ORDER BY {search._BM25} LIMIT ?")
-    return [(cid, -r) for cid, r in con.execute(sql, (terms.fts_query(query, "AND"), limit))]
+    return [(cid, -r) for cid, r in con.execute(sql, (terms.fts_query(query, op), limit))]
 
 
-def _fast(con, query, limit):
+def _fast(con, query, limit, op="AND"):
     phrases = [p.strip('"') for p in terms.fts_query(query, "AND").split(" AND ")]
-    return common_terms.top_k(con, phrases, search._WEIGHTS, limit)
+    return (common_terms.top_k if op == "AND" else common_terms.top_k_any)(con, phrases, search._WEIGHTS, limit)
 
 
-def _check_all(con, queries) -> int:
-    """Every query at several depths: the fast path, when it answers, is FTS5's answer. Returns
-    how many it answered."""
+def _check_all(con, queries, ops=("AND", "OR")) -> int:
+    """Every query at several depths, as an AND and as an OR: the fast path, when it answers, is
+    FTS5's answer. Returns how many it answered."""
     served = 0
-    for query, limit in itertools.product(queries, (1, 5, 10, 50)):
-        got = _fast(con, query, limit)
+    for query, limit, op in itertools.product(queries, (1, 5, 10, 50), ops):
+        got = _fast(con, query, limit, op)
         if got is None:
             continue
-        want = _fts(con, query, limit)
-        assert [c for c, _ in got] == [c for c, _ in want], (query, limit)
-        assert all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for (_, a), (_, b) in zip(got, want)), (query, limit)
+        want = _fts(con, query, limit, op)
+        assert [c for c, _ in got] == [c for c, _ in want], (query, limit, op)
+        assert all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for (_, a), (_, b) in zip(got, want)), (query, limit, op)
         served += 1
     return served
 
@@ -96,11 +99,25 @@ def test_fast_path_gives_fts5s_chunks_order_and_scores(common_index):
     assert common_terms.top_k(con, ['certificate"*', "rotation"], search._WEIGHTS, 1) is None   # not a word
 
 
+def test_an_or_of_common_words_is_fts5s_too_and_a_word_in_no_note_is_left_out(common_index):
+    _, _, con = common_index
+    queries = ABSENT + QUERIES + _random_queries(random.Random(8), 30)
+    before = common_terms.STATS["served"]
+    served = _check_all(con, queries, ops=("OR",))
+    assert served >= len(queries) * 2 and common_terms.STATS["served"] - before == served
+    for query in ABSENT[:5]:                    # a word no chunk holds does not stop the postings
+        assert _fast(con, query, 10, "OR") is not None, query
+    assert _fast(con, "zzzq yyyq", 10, "OR") == [] == _fts(con, "zzzq yyyq", 10, "OR")
+    assert _fast(con, "etcd nosuchword", 10, "OR") is None             # a word too rare for postings
+    assert _fast(con, "certificate rotation kafka lag state", 10, "OR") is None     # more than ANY_MAX
+
+
 def test_keyword_list_is_the_same_with_or_without_the_fast_path(common_index, monkeypatch):
     _, _, con = common_index
-    queries = QUERIES + _random_queries(random.Random(6), 20)
+    queries = QUERIES + ABSENT + _random_queries(random.Random(6), 20)
     fast = [search.keyword_ranked(con, q, 50) for q in queries]
     monkeypatch.setattr(common_terms, "top_k", lambda *a, **k: None)
+    monkeypatch.setattr(common_terms, "top_k_any", lambda *a, **k: None)
     assert fast == [search.keyword_ranked(con, q, 50) for q in queries]
 
 
