@@ -25,7 +25,7 @@ IDENTS = ["OPS-77777", "host9999.example.net", "host9999", "OPS-12345"]
 # narrative: words in no note of this tree ("after", "upgrade") beside common ones, so the AND is
 # empty and the OR decides (common_terms.top_k_any)
 NARRATIVE = ["how did we recover the database after the disk filled up", "certificate rotation after the upgrade",
-             "kafka lag on the upgrade"]
+             "kafka consumer lag on the weekend"]
 
 
 def timed_cpu(fn, repeat: int):
