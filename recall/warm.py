@@ -248,18 +248,23 @@ def _receive(conn):
     for level, kind, blob in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds += struct.unpack(f"{len(blob) // 4}i", blob[: len(blob) // 4 * 4])
-    head, _, body = data.partition(b"\n")
-    size = int(head)
-    if size > 16 << 20:
-        raise ValueError("request too large")
-    chunks = [body]
-    got = len(body)
-    while got < size:
-        more = conn.recv(min(1 << 20, size - got))
-        if not more:
-            raise ValueError("request cut short")
-        chunks.append(more)
-        got += len(more)
+    try:
+        head, _, body = data.partition(b"\n")
+        size = int(head)
+        if size > 16 << 20:
+            raise ValueError("request too large")
+        chunks = [body]
+        got = len(body)
+        while got < size:
+            more = conn.recv(min(1 << 20, size - got))
+            if not more:
+                raise ValueError("request cut short")
+            chunks.append(more)
+            got += len(more)
+    except (OSError, ValueError):
+        for fd in fds:                  # a long-lived helper keeps no descriptor of a request it dropped
+            os.close(fd)
+        raise
     return b"".join(chunks).split(b"\0"), fds
 
 

@@ -252,6 +252,31 @@ def test_the_helper_runs_searches_and_nothing_else(helper, tmp_path):
         assert r.stderr == "recall: the search helper runs `recall search` only\n"
 
 
+def test_nonsense_on_the_socket_leaves_the_helper_answering_and_holding_nothing(helper):
+    """Requests cut short, not numbered, or carrying descriptors and then nothing: the helper drops
+    each, keeps none of the descriptors sent with them, and still answers the next search."""
+    import socket
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    (pid,) = _helpers(helper)
+    (path,) = _sockets(helper)
+    before = len(os.listdir(f"/proc/{pid}/fd"))
+    for payload in (b"100\nshort", b"not a number\n", b"", b"5\n"):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(path))
+            with open(os.devnull) as null:
+                fds = [null.fileno()] * 4
+                sock.sendmsg([payload or b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                     b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(5)
+            assert sock.recv(100) in (b"", b"stale\n")
+    r = _recall("search", "failover")
+    assert r.returncode == 0 and "INC-10963" in r.stdout
+    assert _helpers(helper) == [pid] and len(os.listdir(f"/proc/{pid}/fd")) == before
+
+
 def test_searches_at_the_same_time_each_get_their_own_answer(helper):
     assert _recall("index").returncode == 0
     _recall("search", "x")
