@@ -66,6 +66,7 @@ def serve(path: str, sig: str, idle: float) -> None:
     listener.listen(64)
     _HELD.append(listener.close)
     inode = os.stat(path).st_ino
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))      # `kill` it: it still takes its socket away
     state = _State(idle)
     try:
         _loop(listener, sig, state, lambda: _still_ours(path, inode))
@@ -230,6 +231,7 @@ def _fork_spare(state: _State):
 
 
 def _forked() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for close in _HELD:
         close()
 

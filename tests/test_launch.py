@@ -374,6 +374,18 @@ def test_off_starts_nothing_and_a_bad_value_is_named(helper):
     assert line.startswith("NO") and "RECALL_HELPER is 'soon'" in line and doctor.returncode == 1
 
 
+def test_a_helper_stopped_with_kill_takes_its_socket_and_its_spare(helper):
+    assert _recall("index").returncode == 0
+    _recall("search", "x")
+    _warm(helper)
+    _recall("search", "failover")
+    forks = _wait_for(lambda: set(helper_pids(str(helper), forks=True)) - set(_helpers(helper)))
+    (pid,) = _helpers(helper)
+    os.kill(pid, signal.SIGTERM)
+    _wait_for(lambda: not _sockets(helper) and not helper_pids(str(helper), forks=True))
+    assert list((helper / "recall").iterdir()) == [] and forks
+
+
 def test_an_idle_helper_leaves_and_takes_its_socket(helper):
     assert _recall("index").returncode == 0
     _recall("search", "failover", env={"RECALL_HELPER": "1"})
