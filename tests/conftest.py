@@ -84,10 +84,12 @@ def stop_helpers(marker: str) -> None:
             pass
 
 
-def pytest_sessionfinish(session, exitstatus):
-    # nothing a test started outlives the run: a helper a test left (it would idle out anyway) ends here
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        stop_helpers(str(REPO))
+@pytest.fixture(scope="session", autouse=True)
+def no_helper_outlives_the_run(tmp_path_factory):
+    """A helper a test started in its own runtime folder (every test's XDG_RUNTIME_DIR is below this
+    run's temporary folder) ends with the run; another run's helpers are left alone."""
+    yield
+    stop_helpers(str(tmp_path_factory.getbasetemp()))
 
 
 def give_to_nobody(base) -> None:
