@@ -3,6 +3,7 @@ starts it, later ones run in a fork of it with the caller's arguments, folder, e
 streams, and give exactly what a search in its own process gives."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import signal
@@ -72,7 +73,7 @@ def _status(env=None, launcher=None) -> dict:
     full = dict(os.environ, **(env or {}))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=30)
     assert r.returncode == 0, r.stderr
-    return eval(r.stdout)
+    return ast.literal_eval(r.stdout)
 
 
 def _answered(env=None, launcher=None) -> int:
