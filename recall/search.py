@@ -298,9 +298,19 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     remote_job = ask_remotes(cfg, query, n, mode) if remotes and ask_remotes is not None else None
     started = time.perf_counter()
     notices: list = []
-    route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
-                                      vector_search=vector_search, notices=notices, auto=mode == "auto",
-                                      load_values=load_values)
+    # a keyword search reads its list and the chunks it names in one snapshot: an index run committing
+    # in between (a note rewritten, its chunks under new ids) cannot leave the list naming chunks gone.
+    # (A vector route may write its query's vector to the cache, so it reads as before.)
+    own = route.startswith("keyword") and not con.in_transaction
+    if own:
+        con.execute("BEGIN")
+    try:
+        route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
+                                          vector_search=vector_search, notices=notices, auto=mode == "auto",
+                                          load_values=load_values)
+    finally:
+        if own:
+            con.execute("COMMIT")
     result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
     if pins is not None:
         pins(con, cfg, result)

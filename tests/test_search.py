@@ -453,3 +453,28 @@ def test_the_words_that_make_a_query_a_question_do_not_count(tmp_path, config, n
     con = db.connect(cfg.db_path)
     run_index(con, cfg, redactor=vault.redactor)
     assert _rels(search(con, cfg, "how and when do I restart nginx", mode="keyword"))[0] == "runbooks/nginx.md"
+
+
+def test_a_note_rewritten_while_a_search_reads_is_still_found(indexed, notes, monkeypatch):
+    """An index run that commits between the keyword list and the reading of the chunks it names
+    (the note rewritten: its chunks under new ids) does not leave the search without its hit: a
+    keyword search reads both in one snapshot."""
+    from recall import search as search_module
+    cfg, con = indexed
+    load = search_module._load_chunks
+    rewritten = []
+
+    def writer_commits_first(con_, ids):
+        if not rewritten:
+            note = notes / "incidents/2023/INC-10963-db-failover.md"
+            note.write_text(note.read_text() + "\nOne more line, written while a search reads.\n")
+            other = db.connect(cfg.db_path)
+            run_index(other, cfg, redactor=vault.redactor)     # its own connection: commits now
+            other.close()
+            rewritten.append(True)
+        return load(con_, ids)
+    monkeypatch.setattr(search_module, "_load_chunks", writer_commits_first)
+    reader = db.connect(cfg.db_path, readonly=True)
+    hits = search(reader, cfg, "INC-10963", mode="keyword").hits
+    assert rewritten and hits and hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
+    assert not reader.in_transaction
