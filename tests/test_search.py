@@ -9,12 +9,17 @@ from recall.search import recency_factor, rrf, search
 from tests.conftest import write_tree
 
 
-@pytest.fixture
-def indexed(config):
+def _index():
+    """The config's notes, indexed: (config, connection)."""
     cfg = load_config()
     con = db.connect(cfg.db_path)
     run_index(con, cfg, redactor=vault.redactor)
     return cfg, con
+
+
+@pytest.fixture
+def indexed(config):
+    return _index()
 
 
 def _rels(res):
@@ -92,9 +97,7 @@ def test_at_most_two_chunks_per_file(tmp_path, config, notes):
     sections = "".join(f"## Part {i}\n\nkafka broker rebalance details number {i} " + "filler " * 40 + "\n\n"
                        for i in range(6))
     write_tree(notes, {"kafka.md": "# Kafka\n\n" + sections})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     res = search(con, cfg, "kafka broker rebalance", n=10)
     assert _rels(res).count("kafka.md") == 2
 
@@ -122,9 +125,7 @@ def test_recency_breaks_a_tie_but_never_outranks_clearly_better_matches(config, 
                        "older-but-better.md": _dated("2018-05-05", "haproxy keepalived failover: " + same),
                        "newest-passing-mention.md": _dated("2026-02-01", "the failover of something else "
                                                            + "unrelated filler words " * 20)})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     rels = _rels(search(con, cfg, "haproxy keepalived failover"))
     assert rels.index("older-but-better.md") < rels.index("new.md") < rels.index("old.md")
     assert rels[-1] == "newest-passing-mention.md"
@@ -196,9 +197,7 @@ def test_words_match_their_forms_and_identifiers_stay_exact(tmp_path, config, no
         "misc/inc.md": "# Tickets\n\nSee INC 8214 and the fixing guide.\n",
         "misc/inc-exact.md": "# Ticket\n\nINC-8214 was the cert outage.\n",
     })
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     hit = search(con, cfg, "how did we fix the certificate rotation", mode="keyword").hits[0]
     assert (hit.relpath, hit.breadcrumb.split(" › ")[-1]) == ("incidents/cert-outage.md", "How we fixed it")
     assert _rels(search(con, cfg, "INC-8214"))[0] == "misc/inc-exact.md"
@@ -217,9 +216,7 @@ def test_template_markdown_is_chunked_by_its_headings(tmp_path, config, notes):
 
         The ConditionalCheckFailedException message names the lock id.
         """})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     hit = search(con, cfg, "ConditionalCheckFailedException").hits[0]
     assert hit.relpath == "source/state-lock.html.md.erb"
     assert hit.breadcrumb == "Delete a terraform state lock › Find the lock id"
@@ -228,9 +225,7 @@ def test_template_markdown_is_chunked_by_its_headings(tmp_path, config, notes):
 def test_an_identifier_only_in_the_file_name_finds_the_file(tmp_path, config, notes):
     write_tree(notes, {"alerts/RouterErrorRatioTooHigh.html.md": "# Router errors\n\nCheck the 5xx rate.\n",
                        "alerts/other.md": "# Router\n\nThe router error ratio is too high sometimes.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     assert _rels(search(con, cfg, "RouterErrorRatioTooHigh"))[0] == "alerts/RouterErrorRatioTooHigh.html.md"
 
 
@@ -240,9 +235,7 @@ def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path
                    "signed unknown authority x509.\n",
         "incidents/ingress.md": "# Ingress rules\n\nThe webhook failed: x509: certificate signed by unknown "
                                 "authority, so no new rules could be made.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     res = search(con, cfg, "x509: certificate signed by unknown authority", mode="keyword")
     assert _rels(res)[0] == "incidents/ingress.md"
 
@@ -270,9 +263,7 @@ def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes
         Check the RAID rebuild finished and undrain.
         """, "incidents/2024-02-03-outage.md": "# Outage\n\nDate: 5 March 2019\n\nThe RAID was slow.\n",
         "meetings/notes.md": "# Notes\n\n**Date:** 28/03/2018\n\nRAID talk.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     assert con.execute("SELECT count(*) FROM chunks c JOIN files f ON f.id = c.file_id "
                        "WHERE f.relpath='runbooks/short.md'").fetchone()[0] == 1
     hits = {h.relpath: h for h in search(con, cfg, "raid rebuild undrain", mode="keyword").hits}
@@ -314,9 +305,7 @@ def test_the_file_path_is_searched_and_a_note_answering_in_several_sections_lead
         "misc/one-mention.md": "# Lag on the bus\n\nSometimes there is lag on the bus, nobody knows why. "
                                "Other words here to pad it.\n"})
     write_tree(notes, files)
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     assert _rels(search(con, cfg, "restore etcd", mode="keyword"))[0] == "runbooks/restore-etcd.md"
     # each section alone scores about as the one-line mention; together they lead
     assert _rels(search(con, cfg, "lag", mode="keyword"))[:2] == ["runbooks/kafka-lag.md"] * 2
@@ -346,9 +335,7 @@ def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
     inv.write_text("- id: jump-host\n  kind: host\n  access:\n    - ssh jump01.example.com\n"
                    "- id: jumphost-lab\n  kind: host\n")
     config(f"inventory: [{inv}]\n")
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     from recall.inventory import pin_access  # the faces pass it in
     for query in ("jump host", "how do I get onto the Jump Host", "jump_host", "jump-host"):
         res = search(con, cfg, query, pins=pin_access)
@@ -406,9 +393,7 @@ def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(
 
 def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, notes):
     write_tree(notes, {"source/lock.html.md.erb": "# <%= t %>\n\n## Find the lock id\n\nIt is in the message.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     with db.transaction(con):            # as an older recall left it: the page chunked as plain text
         con.execute("UPDATE chunks SET breadcrumb = 'source/lock.html.md.erb'")
         db.set_meta(con, "chunk_format", "1")
@@ -423,9 +408,7 @@ def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, mon
     monkeypatch.setattr(index, "OPTIMIZE_AFTER", 50)
     write_tree(notes, {f"bulk/n{i}.md": f"# Note {i}\n\n" + "\n\n".join(f"## S{j}\n\n" + "words here " * 30
                                                                        for j in range(3)) for i in range(40)})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     run_index(con, cfg, full=True, redactor=vault.redactor)
     pieces = con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
     con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
@@ -438,9 +421,7 @@ def test_short_words_that_carry_meaning_count_in_a_query(tmp_path, config, notes
     write_tree(notes, {"wiki/outage.md": "# Wiki outage\n\nThe wiki came back.\n",
                        "wiki/dumps.md": "# Wiki dumps\n\nTo back up the wiki, the nightly job runs wiki-dump and "
                                         "keeps a week of copies on the NAS.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     # "back up" is not "back": the note saying how to back the wiki up comes first
     assert _rels(search(con, cfg, "how do I back up the wiki", mode="keyword"))[0] == "wiki/dumps.md"
 
@@ -449,9 +430,7 @@ def test_the_words_that_make_a_query_a_question_do_not_count(tmp_path, config, n
     write_tree(notes, {"faq.md": "# How to restart\n\nWhen, why and how to restart: who knows.\n",
                        "runbooks/nginx.md": "# Nginx\n\nRestart nginx with systemctl after a config change; "
                                             "check the error log if the workers do not come back.\n"})
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, redactor=vault.redactor)
+    cfg, con = _index()
     assert _rels(search(con, cfg, "how and when do I restart nginx", mode="keyword"))[0] == "runbooks/nginx.md"
 
 
