@@ -412,7 +412,7 @@ def hanging_remote(helper, tmp_path, config):
     _warm(helper, env=env)
     config("remotes:\n  - name: far\n    host: far.example.net\n    timeout: 30\n")
     yield env
-    for pid in _sleeps():
+    for pid in _sleeps(env):
         _kill(pid)
 
 
@@ -421,7 +421,7 @@ def test_ctrl_c_stops_the_search_in_the_helper(hanging_remote):
     as it would in its own process."""
     proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"], env=hanging_remote,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(_sleeps)
+    _wait_for(lambda: _sleeps(hanging_remote))
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
@@ -437,7 +437,7 @@ def test_a_caller_that_is_killed_takes_its_search_with_it(hanging_remote, tmp_pa
     with open(out, "w") as stdout:
         proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "search", "failover"],
                                 env=hanging_remote, stdout=stdout, stderr=subprocess.DEVNULL)
-    (sleeper,) = _wait_for(_sleeps)
+    (sleeper,) = _wait_for(lambda: _sleeps(hanging_remote))
     stat = Path(f"/proc/{sleeper}/stat").read_text()
     search = int(stat[stat.rindex(")") + 2:].split()[1])          # the fork that runs ssh: the search
     assert search in helper_pids(str(hanging_remote["XDG_RUNTIME_DIR"]), forks=True)
@@ -448,12 +448,14 @@ def test_a_caller_that_is_killed_takes_its_search_with_it(hanging_remote, tmp_pa
     assert out.read_text() == ""
 
 
-def _sleeps() -> list:
-    """Pids of this test's hanging ssh stand-ins."""
+def _sleeps(env) -> list:
+    """Pids of the hanging ssh stand-ins of this test (run with its PATH: another test's are not)."""
     found = []
+    mark = b"PATH=" + env["PATH"].encode() + b"\x00"
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x0029.5\x00":
+            if (proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x0029.5\x00"
+                    and mark in (proc / "environ").read_bytes()):
                 found.append(int(proc.name))
         except OSError:
             pass
