@@ -185,6 +185,21 @@ def _load_chunks(con, ids: list) -> dict:
     return out
 
 
+def _gone(con, scored: list) -> bool:
+    """Whether a chunk the vector list named (on its own connection) is missing from this
+    connection's snapshot of the index."""
+    ids = list(dict.fromkeys(cid for cid, _, info in scored if "vector" in info.get("lists", {})))
+    return len(_load_ids(con, ids)) < len(ids)
+
+
+def _load_ids(con, ids: list) -> set:
+    from .db import in_batches
+    found: set = set()
+    for part, marks in in_batches(ids):
+        found.update(r[0] for r in con.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", part))
+    return found
+
+
 def _source_roots(cfg) -> dict:
     return {s.name: Path(s.path) for s in getattr(cfg, "sources", [])}
 
@@ -298,19 +313,28 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     remote_job = ask_remotes(cfg, query, n, mode) if remotes and ask_remotes is not None else None
     started = time.perf_counter()
     notices: list = []
-    # a keyword search reads its list and the chunks it names in one snapshot: an index run committing
-    # in between (a note rewritten, its chunks under new ids) cannot leave the list naming chunks gone.
-    # (A vector route may write its query's vector to the cache, so it reads as before.)
-    own = route.startswith("keyword") and not con.in_transaction
-    if own:
-        con.execute("BEGIN")
-    try:
-        route, hits, scored = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank,
-                                          vector_search=vector_search, notices=notices, auto=mode == "auto",
-                                          load_values=load_values)
-    finally:
+    if not route.startswith("keyword") and vector_search is None:
+        vector_search = vector_searcher(con, cfg, notices, load_values)
+    # a search reads its lists and the chunks they name in one snapshot: an index run committing in
+    # between (a note rewritten, its chunks under new ids) cannot leave a list naming chunks gone. The
+    # vector list reads (and writes its query's vector) on a connection of its own: chunks it names
+    # that this snapshot lacks mean an index run came between the two, and the search is read again.
+    # (A rerank writes its paid request to the ledger on this connection, so it reads as before.)
+    own = not con.in_transaction and not rerank and (
+        route.startswith("keyword") or getattr(vector_search, "own_connection", False))
+    for attempt in (1, 2):
         if own:
-            con.execute("COMMIT")
+            con.execute("BEGIN")
+        try:
+            got = ranked_hits(con, cfg, query, route, n, explain=explain, rerank=rerank, vector_search=vector_search,
+                              notices=notices, auto=mode == "auto", load_values=load_values)
+            again = own and attempt == 1 and not got[0].startswith("keyword") and _gone(con, got[2])
+        finally:
+            if own:
+                con.execute("COMMIT")
+        if not again:
+            break
+    route, hits, scored = got
     result = SearchResult(query=query, mode=mode, route=route, hits=hits, notices=notices)
     if pins is not None:
         pins(con, cfg, result)

@@ -111,6 +111,51 @@ def test_semantic_mode_uses_only_the_vector_list(voyage):
     assert all(set(h.explain["lists"]) == {"vector"} for h in res.hits)
 
 
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_note_rewritten_between_the_vector_list_and_the_chunks_is_still_found(voyage, notes, monkeypatch, mode):
+    """The vector list reads on a connection of its own; an index run that commits after it and
+    before this connection reads (the note rewritten: its chunks under new ids) does not leave the
+    search without the note — the search is read again in one newer snapshot."""
+    from recall import search as search_module
+    cfg, _ = voyage
+    q = "how was the primary database failover handled"
+    reader = db.connect(cfg.db_path, readonly=True, vectors=True)
+    top = search(reader, cfg, q, mode="semantic", remotes=False).hits[0]
+    built = search_module.vector_searcher
+    rewritten = []
+
+    def vector_searcher(*args, **kwargs):
+        run = built(*args, **kwargs)
+
+        def then_an_index_run_commits(query, limit):
+            found = run(query, limit)
+            if not rewritten:
+                note = notes / top.relpath
+                note.write_text(note.read_text() + "\nOne more line, written while a search reads.\n")
+                other = db.connect(cfg.db_path, vectors=True)
+                run_index(other, cfg, redactor=vault.redactor)     # its own connection: commits now
+                other.close()
+                rewritten.append(found)
+            return found
+        then_an_index_run_commits.own_connection = run.own_connection
+        return then_an_index_run_commits
+    monkeypatch.setattr(search_module, "vector_searcher", vector_searcher)
+    if mode == "hybrid":      # the keyword list waits for the index run, as a slower list would
+        keyword_ranked = search_module.keyword_ranked
+        monkeypatch.setattr(search_module, "keyword_ranked",
+                            lambda *a: (_wait_until(lambda: rewritten), keyword_ranked(*a))[1])
+    res = search(reader, cfg, q, mode=mode, remotes=False, explain=True)
+    assert rewritten
+    assert any(h.relpath == top.relpath and "vector" in h.explain["lists"] for h in res.hits), _rels(res)
+    assert not reader.in_transaction
+
+
+def _wait_until(what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not what() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config, fake, monkeypatch):
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
     config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
@@ -180,12 +225,13 @@ def test_a_repeated_query_is_answered_from_the_cache(voyage, fake):
 
 # -- the reranker ----------------------------------------------------------------------------------
 
-def test_rerank_is_off_by_default_and_one_request_when_asked(voyage, fake):
+@pytest.mark.parametrize("mode", ["auto", "keyword"])
+def test_rerank_is_off_by_default_and_one_request_when_asked(voyage, fake, mode):
     cfg, con = voyage
     q = "certificate expired on the ingress"
-    search(con, cfg, q, remotes=False)
+    search(con, cfg, q, mode=mode, remotes=False)
     assert not [r for r in fake.requests if r[0] == "/v1/rerank"]
-    res = search(con, cfg, q, rerank=True, explain=True, remotes=False)
+    res = search(con, cfg, q, mode=mode, rerank=True, explain=True, remotes=False)
     reranks = [r for r in fake.requests if r[0] == "/v1/rerank"]
     assert len(reranks) == 1 and reranks[0][2]["model"] == "rerank-2.5-lite"
     assert len(reranks[0][2]["documents"]) == len(res.hits) or len(reranks[0][2]["documents"]) >= len(res.hits)
