@@ -680,6 +680,11 @@ def run(then=None) -> None:
     out), then leave without the interpreter's teardown, which costs a `recall search` several ms.
     Everything is committed or flushed by then; an exception still unwinds (and prints) as usual."""
     import os
+    if sys.stderr is None:                  # started with 2>&-: errors go nowhere, as asked
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:                  # started with >&-: say so, as grep does, not a traceback
+        sys.stderr.write("recall: standard output is closed; send it to a file or a pipe (recall … > out.txt)\n")
+        os._exit(2)
     code = main()
     try:
         sys.stdout.flush()

@@ -169,6 +169,22 @@ def test_launcher_runs_from_any_cwd(tmp_path, config):
     assert r.returncode == 0 and "jump-hosts.md" in r.stdout
 
 
+def test_closed_standard_streams_get_a_sentence_not_a_traceback(tmp_path, config):
+    """`recall search x >&-` (a tired slip, or a service manager) says the output is closed and
+    exits 2, as grep does; with stderr closed too nothing is printed, and it still exits 2; a
+    closed stderr alone does not stop a search."""
+    assert run_recall("index").returncode == 0
+    launcher = f"{sys.executable} {REPO / 'recall.py'}"
+    for verb in ("search jump01", "doctor", "secret find x"):
+        r = subprocess.run(["sh", "-c", f"exec {launcher} {verb} >&-"], capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stderr) == (2, "recall: standard output is closed; send it to a file or a pipe "
+                                               "(recall … > out.txt)\n"), (verb, r.stderr)
+    r = subprocess.run(["sh", "-c", f"exec {launcher} search jump01 >&- 2>&-"], capture_output=True, timeout=60)
+    assert r.returncode == 2
+    r = subprocess.run(["sh", "-c", f"exec {launcher} search jump01 2>&-"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "jump-hosts.md" in r.stdout
+
+
 def test_search_while_index_runs_in_another_process(tmp_path, config, notes):
     """WAL + busy timeout: readers never see 'database is locked' while a writer indexes."""
     for i in range(400):         # enough that several searches fall inside the writer's run
