@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from .errors import MissingExtra, RecallError
 
 DOC_FORMAT = "v1"                     # [breadcrumb + blank line +] body; part of every fingerprint
+# A local model reads at most max_seq_length tokens (all-MiniLM-L6-v2: 256, trained on 128): a longer
+# chunk is embedded as windows of WINDOW_TOKENS of its body, WINDOW_STRIDE apart, each under its
+# breadcrumb, and matches by its best window (docs/BENCHMARKS.md, dev set row 29).
+WINDOW_TOKENS, WINDOW_STRIDE = 128, 96
+LOCAL_DOC_FORMAT = f"v1 windows {WINDOW_TOKENS}/{WINDOW_STRIDE}"
 VOYAGE_DEFAULT_MODEL = "voyage-4"
 VOYAGE_URL = "https://api.voyageai.com/v1"
 LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -37,6 +42,25 @@ def document_text(breadcrumb: str, body: str) -> str:
     return text[:MAX_TEXT_CHARS]
 
 
+def windows(tokenizer, limit: int, breadcrumb: str, text: str) -> list:
+    """`text` (document_text of `breadcrumb` and a body) as the texts to embed: itself when the
+    tokenizer makes at most `limit` tokens of it, else its body in windows of WINDOW_TOKENS tokens,
+    WINDOW_STRIDE apart, each under the breadcrumb — cut at token boundaries of the text itself."""
+    if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= limit:
+        return [text]
+    head = f"{breadcrumb}\n\n" if breadcrumb and text.startswith(f"{breadcrumb}\n\n") else ""
+    body = text[len(head):]
+    spans = tokenizer(body, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    room = max(16, min(WINDOW_TOKENS, limit - len(tokenizer(head, add_special_tokens=False)["input_ids"])))
+    out = []
+    for start in range(0, len(spans), min(WINDOW_STRIDE, room)):
+        piece = spans[start:start + room]
+        out.append(head + body[piece[0][0]:piece[-1][1]])
+        if start + room >= len(spans):
+            break
+    return out
+
+
 # -- fingerprints ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -45,10 +69,11 @@ class Fingerprint:
     model: str
     dimension: int               # 0: the model's own
     input_type: str              # document | query
+    form: str = DOC_FORMAT       # how a chunk becomes the texts embedded
 
     @property
     def key(self) -> str:
-        return f"{self.provider}|{self.model}|{self.dimension}|{self.input_type}|{DOC_FORMAT}"
+        return f"{self.provider}|{self.model}|{self.dimension}|{self.input_type}|{self.form}"
 
 
 def fingerprint(emb, input_type: str) -> Fingerprint:
@@ -58,7 +83,8 @@ def fingerprint(emb, input_type: str) -> Fingerprint:
         return Fingerprint("voyage", model, emb.dimension or VOYAGE_MODELS.get(model, (0, 0))[0], input_type)
     if emb.provider == "local":
         model = emb.model or LOCAL_DEFAULT_MODEL
-        return Fingerprint("local", model, emb.dimension or LOCAL_DIMENSIONS.get(model, 0), input_type)
+        return Fingerprint("local", model, emb.dimension or LOCAL_DIMENSIONS.get(model, 0), input_type,
+                           LOCAL_DOC_FORMAT if input_type == "document" else DOC_FORMAT)
     raise RecallError("no embedding provider is configured",
                       "set embedding.provider to voyage or local in the config")
 
@@ -382,6 +408,11 @@ class LocalProvider:
             return None
         from .query_encoder import encode_with
         return encode_with(self.source, texts)
+
+    def parts(self, breadcrumb: str, text: str) -> list:
+        """The texts embedded for one chunk (`text`: document_text): windows of a long one."""
+        st = self._model()
+        return windows(st.tokenizer, st.max_seq_length - 2, breadcrumb, text)
 
     def embed(self, texts: list, input_type: str):
         vecs = self._light(texts) if input_type == "query" else None

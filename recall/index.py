@@ -342,13 +342,15 @@ def embed_batches(pending: list, items: int, tokens: int):
 
 
 def _texts(con, hashes: list) -> dict:
+    """{hash: (breadcrumb as embedded, document text)}."""
     from .embed import document_text
     out = {}
     for part, marks in db.in_batches(hashes):
         for h, crumb, body, rel in con.execute(
                 "SELECT c.hash, c.breadcrumb, c.body, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
                 f"WHERE c.hash IN ({marks})", part):
-            out.setdefault(h, document_text(embedded_breadcrumb(rel, crumb), body))
+            head = embedded_breadcrumb(rel, crumb)
+            out.setdefault(h, (head, document_text(head, body)))
     return out
 
 
@@ -373,14 +375,21 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     transaction: a kill loses at most this batch, and counts it at most as 'unconfirmed'."""
     from . import embed
     texts = _texts(con, batch)
-    inputs = {h: redact(texts[h]) for h in batch}
+    inputs = {h: redact(texts[h][1]) for h in batch}
+    # a long chunk may be embedded as windows (a local model): its first under its hash, the rest
+    # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces
+    split = getattr(provider, "parts", None)
+    parts = {h: split(redact(texts[h][0]), inputs[h]) if split else [inputs[h]] for h in batch}
+
+    def keys(claimed):
+        return [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]
 
     def write(result, claimed):
         store.dim = store.dim or len(result[0][0])
-        store.put_many(zip(claimed, result[0]))
+        store.put_many(zip(keys(claimed), result[0]))
     est = sum(embed.estimate_tokens(t) for t in inputs.values()) if provider.paid else 0
     result, claimed = embed.ledgered(con, cfg, provider, "document", est, len(batch),
-                                     lambda claimed: provider.embed([inputs[h] for h in claimed], "document"),
+                                     lambda claimed: provider.embed([t for h in claimed for t in parts[h]], "document"),
                                      claims=(mid, batch), store=write)
     if result is None:
         return 0, 0                # another run embedded or claimed all of it

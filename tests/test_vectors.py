@@ -138,6 +138,35 @@ def test_knn_hits_map_to_every_chunk_with_that_text(tmp_path, config, notes):
     assert len(chunks) == same_text
 
 
+def test_a_long_chunk_matches_by_its_best_window_and_its_windows_go_with_it(tmp_path, config, notes):
+    """A chunk embedded in windows ("hash", "hash#1", …): a search finds the chunk once, with its
+    best window's similarity; when the chunk's text is gone, every window goes."""
+    from recall.config import load_config
+    from recall.index import run_index
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    run_index(con, cfg, redactor=vault.redactor)
+    mid = _model(con, 4)
+    (long, other) = [r[0] for r in con.execute("SELECT DISTINCT hash FROM chunks LIMIT 2")]
+    for backend in _backends(con):
+        with db.transaction(con):
+            store = VectorStore(con, mid, 4, backend)
+            store.put_many([(long, [0, 1, 0, 0]), (f"{long}#1", [1, 0.1, 0, 0]), (f"{long}#2", [1, 0.2, 0, 0]),
+                            (other, [1, 0.5, 0, 0])])
+        near = store.knn([1, 0, 0, 0], 3)
+        assert len(near) == 3
+        found = store.chunks_for(near)
+        ids = [cid for cid, _ in found]
+        assert len(ids) == len(set(ids))                     # one entry per chunk, however many windows
+        long_ids = {r[0] for r in con.execute("SELECT id FROM chunks WHERE hash=?", (long,))}
+        assert set(ids[:len(long_ids)]) == long_ids
+        assert found[0][1] == pytest.approx(1 / (1 + 0.1 ** 2) ** 0.5, abs=1e-5)   # its best window's
+    with db.transaction(con):
+        con.execute("UPDATE chunks SET hash='changed' WHERE hash=?", (long,))
+        assert store.delete_orphans() == 3
+    assert {r[0] for r in con.execute("SELECT hash FROM embeddings")} == {other}
+
+
 def test_orphaned_vectors_are_dropped(tmp_path):
     con = _db(tmp_path)
     mid = _model(con, 4)
