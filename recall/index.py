@@ -357,10 +357,13 @@ def _texts(con, hashes: list) -> dict:
 def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
     from .embed import ledger_totals
     what = f"embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}"
-    others = con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e ON e.model_id = m.id "
-                         "WHERE m.id != ? LIMIT 3", (mid,)).fetchall()
-    if others:
-        what = (f"the embedding model changed (vectors exist for {', '.join(r[0] for r in others)}): "
+    others = [r[0] for r in con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e "
+                                        "ON e.model_id = m.id WHERE m.id != ? LIMIT 3", (mid,))]
+    if others == [fp.model]:        # the same model, an older way of turning chunks into its texts
+        what = (f"this recall embeds chunks differently ({fp.form}): re-embedding {len(pending):,} "
+                f"chunk texts with {fp.provider}/{fp.model}, once")
+    elif others:
+        what = (f"the embedding model changed (vectors exist for {', '.join(others)}): "
                 f"re-embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}")
     if provider.paid:
         billed, held = ledger_totals(con)

@@ -676,6 +676,11 @@ def test_a_fact_deep_in_a_long_section_is_found_by_meaning(config, notes, cli):
     # ranked below a nightly tape backup and a stand-up
     assert "office/kitchen.md" in files[:2], files
     con = db.connect(load_config().db_path)
+    with db.transaction(con):       # as an index written before windows: the same model, another text format
+        con.execute("UPDATE embed_models SET fingerprint = replace(fingerprint, ?, 'v1') WHERE input_type = 'document'",
+                    (embed.LOCAL_DOC_FORMAT,))
+    code, out, err = cli("index")
+    assert code == 0 and "this recall embeds chunks differently (v1 windows 128/96): re-embedding" in out + err, out + err
     (crumb_hash,) = con.execute("SELECT c.hash FROM chunks c JOIN files f ON f.id = c.file_id "
                                 "WHERE f.relpath = 'office/kitchen.md' ORDER BY length(c.body) DESC LIMIT 1").fetchone()
     assert con.execute("SELECT count(*) FROM embeddings WHERE hash LIKE ?", (crumb_hash + "#%",)).fetchone()[0] >= 2
