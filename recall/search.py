@@ -188,16 +188,11 @@ def _load_chunks(con, ids: list) -> dict:
 def _gone(con, scored: list) -> bool:
     """Whether a chunk the vector list named (on its own connection) is missing from this
     connection's snapshot of the index."""
-    ids = list(dict.fromkeys(cid for cid, _, info in scored if "vector" in info.get("lists", {})))
-    return len(_load_ids(con, ids)) < len(ids)
-
-
-def _load_ids(con, ids: list) -> set:
     from .db import in_batches
-    found: set = set()
-    for part, marks in in_batches(ids):
-        found.update(r[0] for r in con.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", part))
-    return found
+    ids = list(dict.fromkeys(cid for cid, _, info in scored if "vector" in info.get("lists", {})))
+    found = sum(con.execute(f"SELECT count(*) FROM chunks WHERE id IN ({marks})", part).fetchone()[0]
+                for part, marks in in_batches(ids))
+    return found < len(ids)
 
 
 def _source_roots(cfg) -> dict:
@@ -401,12 +396,11 @@ def keyword_first(kw: list, vec: list) -> list:
 def ranked_hits(con, cfg, query: str, route: str, n: int, *, explain=False, rerank=False,
                 vector_search=None, notices=None, auto=False, load_values=None):
     """(route, hits, candidates): the keyword list alone, or keyword + vector lists fused by RRF;
-    then recency and the per-file cap, over-fetching until the page is full; then the reranker."""
+    then recency and the per-file cap, over-fetching until the page is full; then the reranker.
+    A vector route needs `vector_search` (search() builds it before its snapshot starts)."""
     notices = notices if notices is not None else []
     want = max(n, RERANK_POOL) if rerank else n
     pool = max(50, want * 5)
-    if not route.startswith("keyword") and vector_search is None:
-        vector_search = vector_searcher(con, cfg, notices, load_values)
     ident_query = terms.is_identifier_query(query)
     while True:
         if route.startswith("keyword"):
@@ -507,7 +501,7 @@ def vector_searcher(con, cfg, notices=None, load_values=None):
             near = store.knn(memo[query], k)
             found = store.chunks_for(near)
             if len(found) >= limit or len(near) < k or k >= VEC_K_MAX:
-                return found[:limit]
+                return found
             k = min(k * 2, VEC_K_MAX)
     run.own_connection = side is not None
     return run
