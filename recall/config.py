@@ -96,11 +96,11 @@ def load_config(explicit: str | None = None) -> Config:
     cfg = Config(path=path, home=home_dir())
     if path is None:
         return cfg
-    from . import yamlish
-    doc = yamlish.load(str(path))
+    from . import yaml
+    doc = yaml.load(str(path))
     if doc is None:
         return cfg
-    _apply(cfg, doc, str(path))
+    apply_doc(cfg, doc, str(path))
     return cfg
 
 
@@ -125,7 +125,7 @@ def _at_least(value, minimum, path, line, what):
 
 
 def _keys(mapping, allowed, path, what):
-    from .yamlish import check_keys
+    from .yaml import check_keys
     check_keys(mapping, allowed, path, what)
 
 
@@ -135,7 +135,7 @@ def _resolve(base: Path, text: str) -> Path:
 
 
 def _paths(value, path, line, what, base):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     if isinstance(value, str):
         value = [value]
     _expect(value, list, path, line, what)
@@ -144,7 +144,7 @@ def _paths(value, path, line, what, base):
 
 
 def _strings(value, path, line, what):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     if isinstance(value, str):
         value = [value]
     _expect(value, list, path, line, what)
@@ -160,7 +160,7 @@ REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
 
 def _unknown_fields(doc, path: str) -> None:
     """Every unknown key of the config in one error: at the first one in file order, naming the rest."""
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     found = []
 
     def scan(mapping, allowed, what):
@@ -180,8 +180,8 @@ def _unknown_fields(doc, path: str) -> None:
                          hint="known fields: " + ", ".join(sorted(allowed)))
 
 
-def _apply(cfg: Config, doc, path: str) -> None:
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+def apply_doc(cfg: Config, doc, path: str) -> None:
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")
     _unknown_fields(doc, path)
     base = Path(path).parent
@@ -204,7 +204,7 @@ def _apply(cfg: Config, doc, path: str) -> None:
 
 
 def _sources(value, path, line, base):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "sources")
     out, seen = [], set()
     for i, item in enumerate(value):
@@ -229,7 +229,7 @@ def _sources(value, path, line, base):
 
 
 def _embedding(value, path, line):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, dict, path, line, "embedding")
     emb = Embedding()
     types = EMBEDDING_TYPES
@@ -247,7 +247,7 @@ def _embedding(value, path, line):
 
 
 def _remotes(value, path, line):
-    from .yamlish import line_of  # loaded already: only a parsed config has lines
+    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "remotes")
     out = []
     for i, item in enumerate(value):

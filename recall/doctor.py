@@ -63,7 +63,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
 def load_config_leniently(explicit: str | None):
     """(config, errors): the config as far as it is valid — a key with an error is left at its
     default and its error kept, so one mistake does not hide the checks of the rest."""
-    from .config import Config, _apply, find_config, home_dir, load_config
+    from .config import Config, apply_doc, find_config, home_dir, load_config
     from .errors import RecallError
     try:
         return load_config(explicit), []
@@ -71,20 +71,20 @@ def load_config_leniently(explicit: str | None):
         first = exc
     try:
         path = find_config(explicit)
-        from . import yamlish
-        doc = yamlish.load(str(path))
+        from . import yaml
+        doc = yaml.load(str(path))
     except RecallError:
         return Config(path=None, home=home_dir()), [first]
     cfg, errors = Config(path=path, home=home_dir()), [first]
-    if not isinstance(doc, yamlish.YMap):
+    if not isinstance(doc, yaml.YMap):
         return cfg, errors
     from .config import TOP_KEYS
     for key in (k for k in doc if k in TOP_KEYS):        # unknown keys are all in the first error
-        part = yamlish.YMap(doc.line)
+        part = yaml.YMap(doc.line)
         part[key] = doc[key]
         part.key_lines = {key: doc.key_lines.get(key)}
         try:
-            _apply(cfg, part, str(path))
+            apply_doc(cfg, part, str(path))
         except RecallError as exc:
             if _where(exc) not in map(_where, errors):
                 errors.append(exc)
@@ -234,12 +234,12 @@ def _vault_key(ctx) -> list:
 
 
 def _inventory(ctx) -> list:
-    from . import inventory, yamlish
+    from . import inventory, yaml
     from .errors import RecallError
     out, parsed = [], True
     for path in ctx.cfg.inventory:
         try:
-            count = len(yamlish.load_entries(str(path), "inventory", "inventory"))
+            count = len(yaml.load_entries(str(path), "inventory", "inventory"))
             out.append(Check(f"inventory {path.name}", True, f"{path}: {count} entries"))
         except RecallError as exc:
             parsed = False

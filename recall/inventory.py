@@ -62,7 +62,7 @@ def _entry(item, path: str, line) -> Entry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    from .yamlish import check_keys, line_of  # loaded already: only a parsed file has lines
+    from .yaml import check_keys, line_of  # loaded already: only a parsed file has lines
     check_keys(item, FIELDS, path, "an inventory entry", line)
     entry = Entry(id="", file=path, line=line)
     for key, value in item.items():
@@ -93,12 +93,12 @@ def _entry(item, path: str, line) -> Entry:
 
 
 def _secret_ids(cfg) -> set:
-    from . import yamlish
+    from . import yaml
     ids = set()
     for path in cfg.secrets:
         if os.path.exists(path):         # a top level that is not a list is an error at file:1
             try:
-                entries = yamlish.load_entries(path, "secrets", "secrets")
+                entries = yaml.load_entries(path, "secrets", "secrets")
             except InputError as exc:            # never quote a secrets file (issue 11)
                 from .secretfile import without_text
                 raise without_text(exc) from None
@@ -168,11 +168,11 @@ def load_inventory(cfg, con=None) -> list:
             data = json.loads(cached)
             if data["sig"] == sig:
                 return [Entry(**e) for e in data["entries"]]
-    from . import yamlish
+    from . import yaml
     entries, seen_ids, seen_names = [], {}, {}
     for path in cfg.inventory:
         path = str(path)
-        for item, line in yamlish.load_entries(path, "inventory", "inventory"):
+        for item, line in yaml.load_entries(path, "inventory", "inventory"):
             e = _entry(item, path, line)
             if e.id in seen_ids:
                 raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")

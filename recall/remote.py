@@ -65,16 +65,20 @@ def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = 
 
 
 def _bundle() -> tuple:
-    """The zero-dependency core as a gzip tar: recall.py and recall/*.py."""
+    """The zero-dependency core as a gzip tar: recall.py and every .py of the recall package."""
     buf = io.BytesIO()
     count = 0
+    top = os.path.join(REPO, "recall")
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(os.path.join(REPO, "recall.py"), arcname="recall.py")
         count += 1
-        for name in sorted(os.listdir(os.path.join(REPO, "recall"))):
-            if name.endswith(".py"):
-                tar.add(os.path.join(REPO, "recall", name), arcname=f"recall/{name}")
-                count += 1
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py")))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(folder, name), REPO)
+                    tar.add(os.path.join(REPO, rel), arcname=rel.replace(os.sep, "/"))
+                    count += 1
     return buf.getvalue(), count
 
 

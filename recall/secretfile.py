@@ -59,7 +59,7 @@ def default_var(secret_id: str) -> str:
 
 def load_secret_files(paths: list) -> tuple:
     """(entries, warnings); every problem in any file raises before anything is returned."""
-    from . import yamlish
+    from . import yaml
     entries, warnings, seen = [], [], {}
     for path in paths:
         path = str(path)
@@ -70,7 +70,7 @@ def load_secret_files(paths: list) -> tuple:
                                   f"chmod 600 {path}")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         try:
-            for item, line in yamlish.load_entries(path, "secrets", "secrets"):
+            for item, line in yaml.load_entries(path, "secrets", "secrets"):
                 if isinstance(item, dict) and isinstance(item.get("id"), str) and _ID.match(item["id"]):
                     ids.add(item["id"])
                     if isinstance(item.get("fields"), dict):      # field names are names too
@@ -104,7 +104,7 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
 
 
 def _str(item, key, path, line) -> str:
-    from .yamlish import line_of  # loaded already: only a parsed file has lines
+    from .yaml import line_of  # loaded already: only a parsed file has lines
     value = item.get(key)
     if value is None:
         return ""
@@ -118,7 +118,7 @@ def _entry(item, path: str, line) -> SecretEntry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each secret is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    from .yamlish import check_keys, line_of  # loaded already: only a parsed file has lines
+    from .yaml import check_keys, line_of  # loaded already: only a parsed file has lines
     check_keys(item, ALLOWED, path, "a secret", line)
     sid = _str(item, "id", path, line)
     if not sid:
@@ -151,7 +151,7 @@ def _entry(item, path: str, line) -> SecretEntry:
 
 def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> dict:
     """{paths, ca, query} of a host-bound secret: an https url is required; the other keys only here."""
-    from .yamlish import line_of  # loaded already: only a parsed file has lines
+    from .yaml import line_of  # loaded already: only a parsed file has lines
     if inject != "proxy":
         for key in PROXY_FIELDS:
             if key in item:
@@ -187,7 +187,7 @@ def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> d
 
 
 def _values(item, sid, env, path, line):
-    from .yamlish import line_of  # loaded already: only a parsed file has lines
+    from .yaml import line_of  # loaded already: only a parsed file has lines
     has_value, has_fields = "value" in item, "fields" in item
     if has_value == has_fields:
         raise InputError(path, line, f"secret '{sid}' needs exactly one of 'value' or 'fields'")

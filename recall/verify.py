@@ -13,10 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import audit, db, inventory, status
-from .classify import classify
 from .errors import RecallError
-from .guard import setup_verdict, verdict_for
-from .guard_tools import binding_for, curl_headers
+from .guard import binding_for, classify, curl_headers, setup_verdict, verdict_for
 
 DEFAULT_TIMEOUT = 20.0
 MAX_WORKERS = 32      # proofs wait on the network, not the CPU: one wave for a typical inventory

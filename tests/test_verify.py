@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from recall import db, inventory
-from recall.classify import classify
 from recall.config import load_config
+from recall.guard import classify
 from recall.verify import run_verify
 from tests.conftest import CANARY, free_port, run_recall, wait_for_port
 

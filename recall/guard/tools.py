@@ -12,7 +12,7 @@ if TYPE_CHECKING:                  # annotations only: typing costs ms at start-
     from typing import Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from .guard_parse import _NUMBER, _RESOURCE, _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
+from .parse import _NUMBER, _RESOURCE, _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
 
 TOOL_RULES: dict = {
     # allowed shapes

@@ -5,7 +5,7 @@ import json
 import os
 import re
 
-from .errors import RecallError
+from ..errors import RecallError
 
 PREFIX = "recall-ph-"
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
@@ -35,7 +35,7 @@ class Session:
     """The proxy and CA of one child run; `env` is what the child gets for the host-bound secrets."""
 
     def __init__(self, rows, values: dict, masker, placeholders: dict | None = None):
-        from .ephemeral_ca import EphemeralCA
+        from .ca import EphemeralCA
         from .proxy import Binding, HostBoundProxy
         rows = [r for r in rows if is_host_bound(r)]
         chosen = placeholders if placeholders is not None else placeholders_for(rows)
@@ -91,7 +91,7 @@ class Session:
 
     def log(self, con, via: str) -> None:
         """One access-log row per substitution or refusal: host, method, path — never a value."""
-        from . import audit
+        from .. import audit
         events = list(self.proxy.events)
         for sid, verdict, method, scheme, host, port, path in events[:MAX_LOGGED]:
             shown = self.masker.mask(path.encode("latin-1")).decode("latin-1")

@@ -1,4 +1,4 @@
-"""Tests for recall.yamlish: each construct, each refusal, line numbers, and PyYAML agreement."""
+"""Tests for recall.yaml: each construct, each refusal, line numbers, and PyYAML agreement."""
 from __future__ import annotations
 
 import copy
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from recall import yamlish
+from recall import yaml as yamlish
 from recall.errors import InputError, NotFound
-from recall.yamlish import YList, YMap, line_of, parse
+from recall.yaml import YList, YMap, line_of, parse
 
 
 def fails(text, where, *words):

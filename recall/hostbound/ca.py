@@ -7,7 +7,7 @@ import tempfile
 import threading
 import time
 
-from .errors import MissingExtra, RecallError
+from ..errors import MissingExtra, RecallError
 
 # Certificates are written as DER here (a few dozen lines) rather than with cryptography.x509:
 # its import costs more than the rest of `secret exec` start-up together.
@@ -160,7 +160,7 @@ class EphemeralCA:
 
 def _sweep_left_behind() -> None:
     """Remove the CA folders of runs that were killed (kill -9) before `close`: ours, their pid gone."""
-    from .pids import alive
+    from ..pids import alive
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith("recall-proxy-")]

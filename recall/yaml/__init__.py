@@ -8,8 +8,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import Any, List, Optional, Tuple
 
-from recall.errors import InputError, NotFound
-from recall.yamlish_scalars import _END, _SEP, _is_marker, _rest_ok, _Scalars
+from ..errors import InputError, NotFound
+from .scalars import _END, _SEP, _is_marker, _rest_ok, _Scalars
 
 __all__ = ["YMap", "YList", "line_of", "parse", "load"]
 

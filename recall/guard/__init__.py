@@ -20,9 +20,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Tuple
 
-from .guard_cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
-from .guard_parse import _Deny
-from .guard_tools import TOOL_RULES, _curl, _kubectl, _ssh, binding_for
+from .classify import classify  # noqa: F401  (the package's surface: a proof's outcome)
+from .cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
+from .parse import _Deny
+from .tools import TOOL_RULES, _curl, _kubectl, _ssh, binding_for, curl_headers  # noqa: F401 (surface)
 
 TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
 
@@ -287,7 +288,7 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 def _export_value(name: str, value: str, home: str) -> None:
     """An inline export of a name that changes how programs run: PATH and config paths must be
     directories/files no one else can write; the rest belongs in a file you own and source."""
-    from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
+    from ..envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
             path = home + part[1:] if part.startswith("~/") else part

@@ -8,7 +8,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
     from typing import List, Tuple
 
-from .guard_parse import _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
+from .parse import _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
 
 CLOUD_RULES: dict = {
     "aws.sts": "allow: aws sts get-caller-identity [--profile X] [--region X] [--output json|text|table] "
