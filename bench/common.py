@@ -31,8 +31,7 @@ def timed(fn, repeat: int) -> list:
 
 
 def warm_env() -> dict:
-    """The environment a user has: bytecode caches written and used (this sandbox disables them), and
-    a login's runtime folder (see below)."""
+    """The environment a user has: bytecode caches written and used (this sandbox disables them)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "recall")], env=env,
@@ -40,42 +39,14 @@ def warm_env() -> dict:
     return env
 
 
-def stop_helpers(folder: str) -> None:
-    """Stop the warm search helpers whose socket is in `folder`, and remove it."""
-    import shutil
-    import signal
-    for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        try:
-            line = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
-            if b"from recall.warm import serve" in line and folder.encode() in line:
-                os.kill(int(proc.name), signal.SIGTERM)
-        except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _runtime_dir() -> str:
-    import atexit
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="rb", dir="/tmp")
-    atexit.register(stop_helpers, folder)
-    return folder
-
-
-# Every `recall search` a bench starts finds its warm helper (launch.py) in a runtime folder of the
-# bench's own, as a user's would be in theirs; the helpers are stopped when the bench ends.
-os.environ["XDG_RUNTIME_DIR"] = _runtime_dir()
-
-
 def run_ms(argv: list, repeat: int, env=None) -> list:
     """Whole-process wall times of argv, after two untimed runs: the page cache warm, and a search's
-    warm helper started by the first and answering the second (unless RECALL_HELPER=off)."""
+    bytecode caches written by the first."""
     env = env or warm_env()
 
     def once():
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
     once()
-    time.sleep(0.5 if env.get("RECALL_HELPER", "") != "off" and "search" in argv else 0)
     once()
     return timed(once, repeat)
 

@@ -5,7 +5,6 @@ import argparse
 import sys
 
 from .errors import RecallError
-from .launch import verb_of
 
 EX_USAGE = 2
 
@@ -69,7 +68,23 @@ def _modes() -> list:
     return list(MODES)
 
 
-BUILT: dict = {}     # {verb: parser} built ahead, each used once: the warm helper's, before it forks a search
+VERBS = ("index", "search", "read", "secret", "access", "verify", "remote", "mcp", "instructions",
+         "doctor", "eval")
+
+
+def verb_of(argv: list):
+    """The verb argv names (None: unknown, or help asked of the top level)."""
+    after_config = False
+    for arg in argv:
+        if after_config:
+            after_config = False
+        elif arg == "--config":
+            after_config = True
+        elif not arg.startswith("-"):
+            return arg if arg in VERBS else None
+        elif arg in ("-h", "--help"):
+            return None
+    return None
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -654,7 +669,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _Parser.argv = argv
     verb = verb_of(argv)
-    args = (BUILT.pop(verb, None) or build_parser(verb)).parse_args(argv)
+    args = build_parser(verb).parse_args(argv)
     try:
         return args.func(args)
     except RecallError as exc:
@@ -675,9 +690,8 @@ def main(argv=None) -> int:
         return err.exit_code
 
 
-def run(then=None) -> None:
-    """main(), then `then()` (__main__ starts the warm search helper there, once the search is
-    out), then leave without the interpreter's teardown, which costs a `recall search` several ms.
+def run() -> None:
+    """main(), then leave without the interpreter's teardown, which costs a `recall search` several ms.
     Everything is committed or flushed by then; an exception still unwinds (and prints) as usual."""
     import os
     if sys.stderr is None:                  # started with 2>&-: errors go nowhere, as asked
@@ -691,6 +705,4 @@ def run(then=None) -> None:
         sys.stderr.flush()
     except BrokenPipeError:
         pass
-    if then is not None:
-        then()
     os._exit(code)

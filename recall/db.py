@@ -12,9 +12,6 @@ from .errors import RecallError
 
 BUSY_TIMEOUT_MS = 30_000
 OPENED: list = []          # DB paths this process opened, so a later storage fault can name its file
-# The warm search helper (warm.py) opens the DB of the last search before the next one asks:
-AHEAD: dict = {}           # {"key": (path, vectors), "file": file_identity(path), "con": con}, used once
-LAST_READ: list = []       # [path, vectors] of this process's last read-only connect: what to open ahead
 
 
 class BrokenDatabase(RecallError):
@@ -372,12 +369,6 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
     an SQLite module that can load sqlite-vec (stdlib, else sqlean) and load it when installed;
     one process should open a DB file through one module only (POSIX locks are per library)."""
     path = Path(path)
-    ahead = _opened_ahead(path, readonly, vectors) if AHEAD else None
-    if readonly:
-        LAST_READ[:] = [str(path), vectors]
-    if ahead is not None:
-        OPENED.append(path)
-        return ahead
     try:
         if readonly and not path.exists():
             raise RecallError(f"no index at {path}", "run 'recall index' first")
@@ -407,27 +398,6 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         raise (explain(exc, path) or RecallError(f"cannot open the database {path}: {exc}",
                                                  "it is a cache: run 'recall index --full'")) from None
     return con
-
-
-def file_identity(path) -> tuple:
-    """What changes when the file at `path` is replaced or written (a new index, a checkpoint)."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
-
-
-def _opened_ahead(path: Path, readonly: bool, vectors: bool):
-    """AHEAD's connection when it is this very file, unchanged since it was opened; else None (and
-    it is closed)."""
-    ahead = AHEAD.copy()
-    AHEAD.clear()
-    try:
-        same = readonly and ahead["key"] == (str(path), vectors) and ahead["file"] == file_identity(path)
-    except OSError:
-        same = False
-    if same:
-        return ahead["con"]
-    ahead["con"].close()
-    return None
 
 
 def _use_wal(con, module) -> None:

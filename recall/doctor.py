@@ -112,24 +112,9 @@ def _platform(ctx) -> list:
     fts5 = _fts5()
     return [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
             Check("sqlite", True, sqlite3.sqlite_version),
-            Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5")]
-
-
-def _helper(ctx) -> list:
-    """The warm helper of `recall search` (launch.py): running, not yet, off, or unusable here."""
-    from .launch import status
-    st = status()
-    if st["state"] == "running":
-        searches = f"{st['searches']} search{'' if st['searches'] == 1 else 'es'}"
-        detail = (f"running (pid {st['pid']}, {searches} answered, leaves after "
-                  f"{st['idle_exit']:.0f} s more without one) at {st['socket']}")
-    elif st["state"] == "not running":
-        detail = f"not running: the next 'recall search' starts one at {st['socket']}"
-    elif st["state"] == "off":
-        detail = "off (RECALL_HELPER=off): every search starts its own process"
-    else:
-        detail = f"not used: {st['why']}"
-    return [Check("search helper", st["state"] != "unusable" or sys.platform != "linux", detail)]
+            Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5"),
+            Check("processes", True, "every command runs in its own process and leaves nothing running "
+                                     "('recall mcp' while its client holds it)")]
 
 
 def _home(ctx) -> list:
@@ -262,7 +247,7 @@ def _integrity(ctx) -> list:
     return [Check("database integrity", *quick_check(ctx.cfg.db_path))]
 
 
-SECTIONS = [_config_checks, _platform, _helper, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
+SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
 
 
 # -- remotes, the embedding provider, the extras ---------------------------------------------

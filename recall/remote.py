@@ -170,8 +170,7 @@ def _last(stderr: bytes) -> str:
 def _remote_cmd(rem, *args: str) -> str:
     """The remote shell's command line: only the configured recall path and config expand ~ there;
     every other word (a query, a note path) is quoted, so the remote shell runs nothing in it."""
-    # no warm search helper there (launch.py): a search from here leaves nothing running on that host
-    words = ["env", "RECALL_HELPER=off", "python3", shell_path(f"{rem.path.rstrip('/')}/recall.py")]
+    words = ["python3", shell_path(f"{rem.path.rstrip('/')}/recall.py")]
     if rem.config:
         words += ["--config", shell_path(rem.config)]
     return " ".join(words + [shlex.quote(str(a)) for a in args])

@@ -60,38 +60,6 @@ def pytest_sessionstart(session):
     threading.Thread(target=beat, daemon=True).start()
 
 
-def helper_pids(marker: str, forks: bool = False) -> list:
-    """Pids of the warm search helpers (launch.py) whose command line holds `marker` (their socket's
-    folder, or this checkout); with `forks`, their forks (a spare, a search at work) too."""
-    found = {}
-    for proc in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        try:
-            line = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
-            if b"from recall.warm import serve" in line and marker.encode() in line:
-                stat = (proc / "stat").read_text()
-                found[int(proc.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
-        except OSError:
-            continue
-    return sorted(pid for pid, parent in found.items() if forks or parent not in found)
-
-
-def stop_helpers(marker: str) -> None:
-    import signal
-    for pid in helper_pids(marker, forks=True):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-@pytest.fixture(scope="session", autouse=True)
-def no_helper_outlives_the_run(tmp_path_factory):
-    """A helper a test started in its own runtime folder (every test's XDG_RUNTIME_DIR is below this
-    run's temporary folder) ends with the run; another run's helpers are left alone."""
-    yield
-    stop_helpers(str(tmp_path_factory.getbasetemp()))
-
-
 def give_to_nobody(base) -> None:
     """Hand a test tree to 'nobody' (uid 65534), so a test running as root can run recall as a user
     permissions apply to; a -wal/-shm file SQLite removes as a connection closes is passed over."""
@@ -114,8 +82,6 @@ def isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local/share"))
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
-    # no warm search helper unless a test asks for one (test_launch.py): nothing outlives a test
-    monkeypatch.setenv("RECALL_HELPER", "off")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / ".run"))
     for var in ("RECALL_CONFIG", "VOYAGE_API_KEY", "RECALL_KEY_FILE"):
         monkeypatch.delenv(var, raising=False)
@@ -126,7 +92,7 @@ def isolated_home(tmp_path, monkeypatch):
 # left (only in modules already imported; a module imported during a test starts empty anyway).
 # Caches of pure functions of their input (compiled patterns, model weights by folder) are kept.
 PROCESS_STATE = {
-    "recall.db": ("OPENED", "AHEAD", "LAST_READ"),  # paths opened (named by a storage fault), opened ahead
+    "recall.db": ("OPENED",),                      # paths opened (named by a storage fault)
     "recall.embed": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB

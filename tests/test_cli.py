@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_the_dash_hint_only_when_a_word_starts_with_dash(capsys):
 
 
 def test_every_verb_is_known_to_the_one_verb_parser():
-    from recall.launch import VERBS, verb_of
+    from recall.cli import VERBS, verb_of
     assert tuple(_verbs()) == VERBS
     assert verb_of(["--config", "search", "secret", "find", "x"]) == "secret"
     assert verb_of(["--json", "search", "x"]) == "search" and verb_of(["--help"]) is None
@@ -167,6 +168,39 @@ def test_launcher_runs_from_any_cwd(tmp_path, config):
     r = subprocess.run([sys.executable, "-m", "recall", "search", "jump01"], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 0 and "jump-hosts.md" in r.stdout
+
+
+def _processes_holding(marker: bytes) -> list:
+    """Pids of this machine's processes whose environment holds `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_a_search_leaves_nothing_running(tmp_path, config):
+    """Every command runs in its own process: once `recall search` (or index, or a search whose
+    caller holds a value in its environment) has exited, no process of it, and no copy of its
+    caller's environment, is left on the machine — while a wrapper waiting on an inherited
+    descriptor sees EOF at once."""
+    marker = f"RC_MARK_{os.getpid()}_{tmp_path.name}"
+    env = {marker: "caller-value"}
+    assert run_recall("index", env=env).returncode == 0
+    for _ in range(2):                  # a second search is where a warm helper would have answered
+        r = run_recall("search", "jump01", env=env)
+        assert r.returncode == 0 and "jump-hosts.md" in r.stdout, r.stderr
+    assert _processes_holding(marker.encode()) == []
+    # `$(…)` waits for EOF on the pipe recall inherits: nothing may keep it open after recall exits
+    r = subprocess.run(["bash", "-c", f'out=$({sys.executable} {REPO / "recall.py"} search jump01 3>&1); '
+                                      'echo "${#out}"'], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **env})
+    assert r.returncode == 0 and int(r.stdout.strip()) > 0, r.stderr
+    assert _processes_holding(marker.encode()) == []
 
 
 def test_closed_standard_streams_get_a_sentence_not_a_traceback(tmp_path, config):

@@ -32,7 +32,7 @@ LAYERS = [
     ("remote", {"remote"}),
     ("faces", {"cli", "mcp_server",
                "doctor", "instructions", "evaluate", "__main__", "__init__",   # not named: verbs of the CLI
-               "launch", "warm"}),          # not named: the entry point, and the warm helper of `recall search`
+               }),
 ]
 
 # Upward imports still in the code (importer, imported). This list may only shrink: an entry whose
