@@ -78,6 +78,12 @@ class Report:
         return 1 if any(p.status in FAILED for p in self.probes) else 0
 
 
+def _proof_text(text: str) -> str:
+    """A proof as written, less the spaces, tabs and newlines around it (a `verify: >` block ends in a
+    newline); str.strip() would also drop VT, FF, NBSP, U+3000 … that the guard must see and deny."""
+    return text.strip(" \t\n")
+
+
 def _placeholder(command: str, variables: dict) -> str:
     """The command with the secret's variables as opaque text, so the guard judges its shape."""
     return _VAR.sub(lambda m: f"RECALLVAR{m.group(1)}RECALLEND" if m.group(1) in variables else m.group(0),
@@ -148,7 +154,7 @@ def plan(con, cfg, ids=None) -> list:
     for e in entries:
         if e.id not in wanted:
             continue
-        command = (e.verify or e.check).strip()       # a `verify: >` block ends in a newline
+        command = _proof_text(e.verify or e.check)
         setup = [(step, setup_verdict(step)) for step in e.access]
         if not command:
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="no-proof",
@@ -167,7 +173,7 @@ def plan(con, cfg, ids=None) -> list:
         probes.append(p)
     for s in secrets:
         if s["id"] in wanted and s["check_cmd"]:
-            probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], s["check_cmd"].strip(),
+            probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], _proof_text(s["check_cmd"]),
                                        variables=secret_vars[s["id"]]), bindings[s["id"]], True, jump_hosts))
     return probes
 
@@ -330,7 +336,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     for p in probes:
         blocker = next((d for d in _all_requires(entries, p) if d in down), None) if p.kind == "entry" else None
         own = checked.get(p.id) if p.kind == "entry" else None
-        if own is not None and p.command == next(e.check for e in entries if e.id == p.id).strip():
+        if own is not None and p.verdict == "allow" and p.command == _proof_text(next(e.check for e in entries if e.id == p.id)):
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
             p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"
@@ -375,6 +381,11 @@ def _check_prerequisites(entries: list, probes: list) -> dict:
         e = next((x for x in entries if x.id == p.id), None)
         for r in inventory.prerequisites(entries, e) if e else []:
             needed[r.id] = r
-    with ThreadPoolExecutor(max_workers=_pool_size(needed)) as pool:
-        results = dict(zip(needed, pool.map(inventory.check_one, needed.values())))
-    return {i: (up, detail if up else (needed[i].hint or detail)) for i, (up, detail) in results.items()}
+    denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items() if r.check)
+              if not v.allow}        # a check the guard denies is not run: the prerequisite counts as down
+    run = {i: r for i, r in needed.items() if i not in denied}
+    with ThreadPoolExecutor(max_workers=_pool_size(run)) as pool:
+        results = dict(zip(run, pool.map(inventory.check_one, run.values())))
+    out = {i: (up, detail if up else (needed[i].hint or detail)) for i, (up, detail) in results.items()}
+    out.update({i: (False, f"its check is denied by the guard ({v.rule}): {v.reason}") for i, v in denied.items()})
+    return out

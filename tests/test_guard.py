@@ -21,7 +21,7 @@ def fake_which(name):
     return PATHS.get(name)
 
 
-LEXER_RULES = {"empty", "too-long", "newline", "line-continuation", "control-char", "escape",
+LEXER_RULES = {"empty", "too-long", "newline", "line-continuation", "control-char", "unicode-space", "escape",
                "shell-metachar", "shell-expansion", "glob", "tilde", "comment", "unbalanced-quote"}
 
 # (command, rule) — every row here must be denied with exactly that rule
@@ -60,8 +60,8 @@ DENIED = [
     ("kubectl get no\\des", "escape"),
     ('kubectl get "no\\"des"', "escape"),
     ("kubectl get nodes\x00", "control-char"),
-    ("kubectl get\u00a0nodes", "control-char"),
-    ("kubectl get nodes\u2028rm", "control-char"),
+    ("kubectl get\u00a0nodes", "unicode-space"),
+    ("kubectl get nodes\u2028rm", "unicode-space"),
     # globs, brace expansion, tilde, comments, quotes
     ("kubectl get po*", "glob"),
     ("kubectl get pod?", "glob"),
@@ -567,6 +567,41 @@ def test_allowed(command, rule):
 def test_curl_credential_host(command, hosts, rule, allow):
     v = verdict_for(command, url_hosts=hosts, credential=True, which=fake_which)
     assert (v.allow, v.rule) == (allow, rule), v.reason
+
+
+# issue 23 point 7: what the guard does not understand is denied, wherever it sits
+NOT_UNDERSTOOD = [("\x0b", "control-char"), ("\x0c", "control-char"), ("\x1b", "control-char"),
+                  ("\x7f", "control-char"), ("\x85", "control-char"), ("\u200b", "control-char"),
+                  ("\u200d", "control-char"), ("\u202e", "control-char"), ("\u2060", "control-char"),
+                  ("\ufeff", "control-char"), ("\u00ad", "control-char"), ("\U000e0041", "control-char"),
+                  ("\u00a0", "unicode-space"), ("\u1680", "unicode-space"), ("\u2000", "unicode-space"),
+                  ("\u2009", "unicode-space"), ("\u200a", "unicode-space"), ("\u202f", "unicode-space"),
+                  ("\u205f", "unicode-space"), ("\u3000", "unicode-space"), ("\u2028", "unicode-space"),
+                  ("\u2029", "unicode-space"), ("\u3164", "unicode-space"), ("\u2800", "unicode-space"),
+                  ("\ufe0f", "unicode-space"), ("\u034f", "unicode-space")]
+
+
+@pytest.mark.parametrize("char,rule", NOT_UNDERSTOOD, ids=[f"U+{ord(c):04X}" for c, _ in NOT_UNDERSTOOD])
+def test_a_control_character_or_unicode_space_anywhere_is_denied_by_name(char, rule, tmp_path):
+    from recall.guard import setup_verdict
+    own = tmp_path / "own.sh"
+    own.write_text("")
+    own.chmod(0o600)
+    proofs = ["kubectl get nodes", "curl -s -H 'Accept: x' https://x.example.com/", "tcp 127.0.0.1:22", "ssh jump01 hostname"]
+    for proof in proofs:
+        assert verdict_for(proof, which=fake_which).allow
+        for at in (0, len(proof), proof.index(" "), proof.index(" ") + 1, len(proof) - 1):
+            v = verdict_for(proof[:at] + char + proof[at:], which=fake_which)
+            assert (v.verdict, v.rule) == ("deny", rule), (proof, at, v)
+            assert f"U+{ord(char):04X}" in v.reason and "column" in v.reason
+    quoted = verdict_for(f"curl -s -H 'Accept: a{char}b' https://x.example.com/", which=fake_which)
+    assert (quoted.verdict, quoted.rule) == ("deny", rule)          # inside quotes too
+    for step in (f"export A=1{char}", f"export A=1 {char}B=2", f"source {own}{char}", f"unset{char} A"):
+        v = setup_verdict(step)
+        assert (v.verdict, v.rule) == ("deny", rule), (step, v)
+    assert rule in RULES
+    only = verdict_for(char, which=fake_which)
+    assert (only.verdict, only.rule) == ("deny", rule)              # not "empty": it is there, and not understood
 
 
 def test_url_hosts_as_a_plain_string_is_one_host():

@@ -948,3 +948,59 @@ def test_sudo_proofs_get_the_password_on_stdin(tmp_path, config, monkeypatch):
     assert by["validate"]["status"] == by["cached"]["status"] == "ok", by
     assert sorted((seen / "argv").read_text().splitlines()) == ["-S -n true", "-S -v"]
     assert (seen / "stdin").read_text().count(CANARY) == 2
+
+
+# -- issue 23 point 7: what the guard does not understand is denied, wherever it sits ------------
+
+@pytest.mark.parametrize("char,rule", [("\x0b", "control-char"), ("\x0c", "control-char"),
+                                       ("\u00a0", "unicode-space"), ("\u3000", "unicode-space")])
+def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp_path, config, char, rule):
+    """The four proofs a str.strip() used to clean before the guard saw them: each is denied with its
+    rule through the real CLI, a prerequisite so checked is never connected to, its dependant skipped."""
+    pytest.importorskip("cryptography")
+    own = tmp_path / "home" / "own.sh"
+    own.write_text("export A=1\n")
+    own.chmod(0o600)
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    try:
+        write_inventory(tmp_path, config, f"""\
+- id: vpn
+  check: tcp 127.0.0.1:{port}{char}
+- id: cluster
+  requires: [vpn]
+  verify: kubectl get nodes{char}
+- id: setup
+  access:
+    - export A=1{char}
+  verify: 'true'
+""", secrets=f"""\
+- id: tok
+  check: true{char}
+  value: "{CANARY}"
+""")
+        assert run_recall("secret", "sync").returncode == 0
+        dry = json.loads(run_recall("--json", "verify", "--dry-run").stdout)
+        by = {e["id"]: e for e in dry["entries"]}
+        for name in ("vpn", "cluster", "tok"):
+            proof = by[name]["commands"][0]
+            assert (proof["verdict"], proof["rule"]) == ("deny", rule), (name, proof)
+            assert f"U+{ord(char):04X}" in proof["reason"], proof
+        assert (by["setup"]["setup"][0]["verdict"], by["setup"]["setup"][0]["rule"]) == ("deny", rule)
+        text = run_recall("verify", "--dry-run").stdout
+        assert f"rule {rule}: U+{ord(char):04X}" in text
+        swept = json.loads(run_recall("--json", "verify").stdout)
+        got = {e["id"]: e["commands"][0] for e in swept["entries"]}
+        assert got["vpn"]["status"] == "skipped" and rule in got["vpn"]["detail"], got["vpn"]
+        assert got["cluster"]["status"] == "skipped", got["cluster"]
+        assert f"prerequisite 'vpn' is down: its check is denied by the guard ({rule})" in got["cluster"]["detail"]
+        assert got["setup"]["status"] == "skipped" and f"setup step not allowed ({rule})" in got["setup"]["detail"]
+        assert got["tok"]["status"] == "skipped"
+        with pytest.raises(socket.timeout):
+            listener.accept()                    # the denied tcp check never ran
+    finally:
+        listener.close()

@@ -35,7 +35,10 @@ RULES: dict = {
     "too-long": f"deny: longer than {MAX_COMMAND_CHARS} characters",
     "newline": "deny: newline or carriage return anywhere (a second command)",
     "line-continuation": "deny: backslash-newline line continuation",
-    "control-char": "deny: control or invisible characters",
+    "control-char": "deny: a control or format character anywhere (VT, FF, ESC, NUL, zero-width, bidi "
+                    "overrides …): shells and the guard would read the word differently",
+    "unicode-space": "deny: a space or blank other than ASCII space and tab anywhere (NBSP, U+2000–U+200A, "
+                     "U+2028, U+3000, Hangul filler …): it looks like a space but stays inside the word",
     "escape": "deny: backslash escapes outside single quotes (a literal \\X in double quotes is fine "
               "when X is not $ ` \" \\)",
     "shell-metachar": "deny: unquoted ; & | < > ( ) ^ (lists, pipes, redirection, subshells)",
@@ -94,6 +97,22 @@ class Verdict:
 _METACHARS = frozenset(";&|<>()^")
 _EXPANSION = frozenset("$`!")
 _GLOB = frozenset("*?[]{}")
+# printable to Python, blank to the eye: fillers, the braille blank, joiners, variation selectors
+_BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\u180b\u180c\u180d\u180f"
+                    + "".join(map(chr, range(0xFE00, 0xFE10))) + "".join(map(chr, range(0xE0100, 0xE01F0))))
+
+
+def _not_understood(ch: str, at: str) -> tuple:
+    """(rule, reason) for a character the guard does not understand: named, with its code point."""
+    import unicodedata
+    category = unicodedata.category(ch)
+    name = unicodedata.name(ch, "") or {"\x0b": "VERTICAL TAB", "\x0c": "FORM FEED", "\x1b": "ESCAPE",
+                                        "\x00": "NUL", "\x7f": "DELETE", "\x85": "NEXT LINE"}.get(ch, category)
+    what = f"U+{ord(ch):04X} {name}"
+    if category in ("Zs", "Zl", "Zp") or ch in _BLANKS:
+        return "unicode-space", (f"{what} {at} looks like a space but is not one to the shell: "
+                                 "retype it as a plain space (or remove it)")
+    return "control-char", f"{what} {at} is a control or invisible character: remove it"
 
 
 def _lex(command: str) -> list:
@@ -118,8 +137,8 @@ def _lex(command: str) -> list:
             raise _Deny("escape", f"backslash {at} is an escape outside single quotes")
         if ch in "\r\n":
             raise _Deny("newline", f"a newline or carriage return {at} would start a new command")
-        if ch not in " \t" and not ch.isprintable():
-            raise _Deny("control-char", f"control or invisible character {ch!r} {at}")
+        if ch not in " \t" and (not ch.isprintable() or ch in _BLANKS):
+            raise _Deny(*_not_understood(ch, at))
         if quote == "'":
             quote = None if ch == "'" else quote
         elif quote == '"':
@@ -212,7 +231,7 @@ def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False
     hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use."""
     argv: Tuple[str, ...] = ()
     try:
-        if not isinstance(command, str) or not command.strip():
+        if not isinstance(command, str) or not command.strip(" \t"):
             raise _Deny("empty", "there is no command")
         if len(command) > MAX_COMMAND_CHARS:
             raise _Deny("too-long", f"the command is longer than {MAX_COMMAND_CHARS} characters")
