@@ -604,6 +604,37 @@ def test_a_control_character_or_unicode_space_anywhere_is_denied_by_name(char, r
     assert (only.verdict, only.rule) == ("deny", rule)              # not "empty": it is there, and not understood
 
 
+def _bindings(urls) -> tuple:
+    from recall.guard import binding_for
+    return tuple(binding_for(f"s{i}", url) for i, url in enumerate(urls))
+
+
+# (command, the linked secrets' own url:s, rule, allow) — ssh with a linked credential (issue 23 point 13)
+SSH_BOUND = [
+    ("ssh db01.example.com true", ["https://db01.example.com"], "ssh.probe", True),
+    ("ssh ops@DB01.example.com hostname", ["https://db01.example.com/api"], "ssh.probe", True),
+    ("ssh -p 2222 db01.example.com true", ["ssh://db01.example.com:2222"], "ssh.probe", True),
+    ("ssh db01.example.com true", ["ssh://db01.example.com"], "ssh.probe", True),
+    ("ssh evil.example.net true", ["https://db01.example.com"], "ssh.host", False),
+    ("ssh db01.example.com.evil.example.net true", ["https://db01.example.com"], "ssh.host", False),
+    ("ssh -l db01.example.com evil.example.net true", ["https://db01.example.com"], "ssh.host", False),
+    ("ssh db01.example.com true", ["ssh://db01.example.com:2222"], "ssh.host", False),    # port 22
+    ("ssh -p 2200 db01.example.com true", ["ssh://db01.example.com:2222"], "ssh.host", False),
+    ("ssh db01.example.com true", ["https://db01.example.com", "https://db02.example.com"], "ssh.host", False),
+    ("ssh db01.example.com true", ["http://db01.example.com"], "ssh.http", False),
+    ("ssh 10.0.0.5 true", ["http://10.0.0.5:8080"], "ssh.http", False),
+]
+
+
+@pytest.mark.parametrize("command,urls,rule,allow", SSH_BOUND, ids=[f"{c} ← {u}" for c, u, _, _ in SSH_BOUND])
+def test_ssh_with_a_linked_credential_reaches_only_that_secrets_own_host(command, urls, rule, allow):
+    v = verdict_for(command, bindings=_bindings(urls), credential=True)
+    assert (v.allow, v.rule) == (allow, rule), v.reason
+    if not allow:
+        assert "s0" in v.reason or "s1" in v.reason, v.reason        # names the secret whose host it is
+    assert verdict_for(command).allow                               # without a credential: any host
+
+
 def test_url_hosts_as_a_plain_string_is_one_host():
     v = verdict_for("curl -s https://j/", url_hosts="jira.example.com", credential=True)
     assert (v.allow, v.rule) == (False, "curl.host")
@@ -616,12 +647,21 @@ def test_without_credential_host_k_and_L_are_fine():
     assert v.allow, v.reason
 
 
-def test_table_is_big_and_every_rule_is_documented():
-    assert len(DENIED) >= 70
-    for _, rule in DENIED + ALLOWED:
-        assert rule in RULES
-    for rule, text in RULES.items():
-        assert text.startswith(("allow: ", "deny: ")), rule
+def test_every_rule_is_reached_by_a_real_command_and_every_verdict_is_documented(tmp_path):
+    """Each rule id in RULES is the verdict of at least one real command string or setup step here,
+    and no verdict names a rule RULES does not explain (verify --dry-run prints the rule id)."""
+    from recall.guard import setup_verdict
+    reached = set()
+    for command, _ in DENIED + ALLOWED + NOT_UNDERSTOOD:
+        reached.add(verdict_for(command, which=fake_which).rule)
+    for command, hosts, _, _ in CREDENTIAL:
+        reached.add(verdict_for(command, url_hosts=hosts, credential=True, which=fake_which).rule)
+    for command, urls, _, _ in SSH_BOUND:
+        reached.add(verdict_for(command, bindings=_bindings(urls), credential=True).rule)
+    home, rows = setup_rows(tmp_path)
+    reached.update(setup_verdict(step, home=home).rule for step, _ in rows)
+    assert reached - set(RULES) == set()
+    assert set(RULES) - reached == set()
 
 
 def test_verdict_shape():
@@ -787,19 +827,59 @@ def test_allowed_argv_is_what_bash_would_pass():
         assert got == want, command
 
 
-def test_every_allowed_tool_keeps_its_write_forms_denied():
-    """For each tool the allow-list widened, its write or exec forms stay denied (see DENIED)."""
-    tools = {c.split()[0] for c, _ in ALLOWED}
-    denied_tools = {c.split()[0] for c, _ in DENIED if c.split()}
-    assert {"ssh", "curl", "aws", "kubectl", "az", "gcloud", "sudo", "true", "tcp"} <= tools & denied_tools
+# tool -> (a read-only form it allows, its write / exec / leak forms, each denied)
+WRITE_FORMS = {
+    "kubectl": ("kubectl get nodes", [
+        "kubectl delete pod web", "kubectl apply -f x.yaml", "kubectl create ns x", "kubectl edit deploy web",
+        "kubectl scale deploy web --replicas 0", "kubectl patch deploy web -p x", "kubectl exec web -- sh",
+        "kubectl cordon node1", "kubectl drain node1", "kubectl port-forward svc/web 8080:80", "kubectl proxy",
+        "kubectl cp web:/etc/passwd pw", "kubectl config use-context prod", "kubectl config view --raw",
+        "kubectl get secrets -o yaml", "kubectl get --raw /api/v1/secrets", "kubectl debug node/n -it",
+        "kubectl label node n x=y", "kubectl rollout restart deploy web", "kubectl run x --image=busybox"]),
+    "curl": ("curl -s https://x.example.com/", [
+        "curl -X POST https://x.example.com/", "curl -d a=b https://x.example.com/",
+        "curl -T f https://x.example.com/", "curl -o /tmp/x https://x.example.com/",
+        "curl -O https://x.example.com/f", "curl -K cfg https://x.example.com/",
+        "curl -x http://p:3128 https://x.example.com/", "curl -u a:b https://x.example.com/",
+        "curl file:///etc/passwd", "curl -H 'X-HTTP-Method-Override: DELETE' https://x.example.com/"]),
+    "ssh": ("ssh host true", [
+        "ssh host rm -rf /", "ssh host", "ssh host sh -c id", "ssh -L 1:db:5432 host true",
+        "ssh -o ProxyCommand=id host true", "ssh -F cfg host true", "ssh -A host true", "ssh -t host true"]),
+    "aws": ("aws sts get-caller-identity", [
+        "aws s3 rm s3://b/k", "aws s3 cp s3://b/k k", "aws s3 sync . s3://b", "aws iam delete-user --user-name u",
+        "aws ec2 terminate-instances --instance-ids i-1", "aws sts assume-role --role-arn x",
+        "aws secretsmanager get-secret-value --secret-id x", "aws s3 presign s3://b/k"]),
+    "az": ("az account show", [
+        "az account set --subscription s", "az vm delete -n x", "az account get-access-token",
+        "az keyvault secret show --name x"]),
+    "gcloud": ("gcloud projects list", [
+        "gcloud compute instances delete vm1", "gcloud compute ssh vm1", "gcloud auth print-access-token",
+        "gcloud config set project p", "gcloud secrets versions access latest",
+        "gcloud container clusters get-credentials c"]),
+    "sudo": ("sudo -k true", ["sudo rm -rf /", "sudo -n rm x", "sudo -k sh", "sudo -u root true", "sudo -s"]),
+    "true": ("true", ["true --help", "true x"]),
+    "tcp": ("tcp host:22", ["tcp host:22 extra", "tcp -e host:22"]),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(WRITE_FORMS))
+def test_every_allowed_tool_keeps_its_write_forms_denied(tool):
+    """For each tool the allow-list widened, its read form runs and its write or exec forms do not."""
+    read, writes = WRITE_FORMS[tool]
+    v = verdict_for(read, which=fake_which)
+    assert (v.allow, v.tool) == (True, tool), (read, v)
+    for command in writes:
+        v = verdict_for(command, which=fake_which)
+        assert not v.allow, (command, v)
+        assert v.rule in RULES and v.reason, command
 
 
 # ---------------------------------------------------------------- issue 14: setup steps
 
-def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
+def setup_rows(tmp_path) -> tuple:
+    """(home, [(step, rule)]): setup steps against files made in tmp_path (one owned by another user
+    when the test runs as root, so it can give the file away)."""
     import os
-
-    from recall.guard import setup_verdict
     own = tmp_path / "own.sh"
     own.write_text("export A=1\n")
     own.chmod(0o600)
@@ -836,17 +916,22 @@ def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
         ("export SSLKEYLOGFILE=/tmp/keys", "setup.export-name"), ("export ld_preload=/x.so", "setup.export-name"),
         ("export CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE=https://x/", "setup.export-name"), ("export AWS_PROFILE=ops AWS_REGION=eu-west-1", "setup.export"),
     ]
-    for step, rule in rows:
-        v = setup_verdict(step, home=home)
-        assert (v.allow, v.rule) == (rule.startswith(("setup.source", "setup.export", "setup.unset"))
-                                     and rule in ("setup.source", "setup.export", "setup.unset"), rule), (step, v)
-        assert rule in RULES and v.reason
-    if os.getuid() == 0:                      # root can give the file away to test ownership
+    if os.getuid() == 0:
         theirs = tmp_path / "theirs.sh"
         theirs.write_text("")
         theirs.chmod(0o644)
         os.chown(theirs, 65534, 65534)
-        assert setup_verdict(f"source {theirs}").rule == "setup.source-owner"
+        rows.append((f"source {theirs}", "setup.source-owner"))
+    return home, rows
+
+
+def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):
+    from recall.guard import setup_verdict
+    home, rows = setup_rows(tmp_path)
+    for step, rule in rows:
+        v = setup_verdict(step, home=home)
+        assert (v.allow, v.rule) == (rule in ("setup.source", "setup.export", "setup.unset"), rule), (step, v)
+        assert rule in RULES and v.reason
 
 
 def test_shell_syntax_inserted_into_an_allowed_setup_step_is_denied(tmp_path):

@@ -1004,3 +1004,73 @@ def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp
             listener.accept()                    # the denied tcp check never ran
     finally:
         listener.close()
+
+
+# -- issue 23 point 13: the rules nothing tested -------------------------------------------------
+
+def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variable(tmp_path, config, standins):
+    """Through the real CLI: a secret's variable in a URL, a plain argument, a header's name or -w is
+    denied (verify.variable: it would reach argv); in a -H header's value it is allowed (sent on stdin)."""
+    pytest.importorskip("cryptography")
+    curl = "curl -s -o /dev/null {} https://jira.example.com/rest"
+    checks = {"in-header-value": curl.format('-H \\"Authorization: Bearer $TOK\\"'),
+              "glued-header-value": curl.format('-sH\\"Authorization: Bearer $TOK\\"'),
+              "in-url": "curl -s https://jira.example.com/rest/$TOK",
+              "in-url-braced": "curl -s https://jira.example.com/${TOK}/rest",
+              "in-header-name": curl.format('-H \\"$TOK: x\\"'),
+              "in-write-out": curl.format('-w \\"$TOK\\"'),
+              "in-user-agent": curl.format('-A \\"$TOK\\"'),
+              "kubectl-argument": "kubectl --context $TOK get nodes"}
+    write_inventory(tmp_path, config, "", secrets="".join(f"""\
+- id: {name}
+  url: https://jira.example.com
+  env: TOK
+  check: "{check}"
+  value: "{name}-{CANARY}"
+""" for name, check in checks.items()))
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("--json", "verify", "--dry-run")
+    got = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
+    for name in checks:
+        want = ("allow", "curl.get") if name.endswith("header-value") else ("deny", "verify.variable")
+        assert (got[name]["verdict"], got[name]["rule"]) == want, (name, got[name])
+    assert 'write -H "Authorization: Bearer $VAR"' in got["in-url"]["reason"]      # the allowed form
+    swept = json.loads(run_recall("--json", "verify", "in-url", "in-header-name").stdout)
+    assert {e["commands"][0]["status"] for e in swept["entries"]} == {"skipped"}
+    assert not standins.exists()                 # nothing ran, so no value reached any argv
+    assert CANARY not in r.stdout + r.stderr
+
+
+def test_ssh_for_an_entry_with_a_linked_secret_reaches_only_that_secrets_host(tmp_path, config, standins):
+    """Through the real CLI: ssh.host and ssh.http decide an entry's ssh proof when it links a secret."""
+    pytest.importorskip("cryptography")
+    write_inventory(tmp_path, config, """\
+- id: own-host
+  secrets: [db-key]
+  verify: ssh -o BatchMode=yes db01.example.com true
+- id: other-host
+  secrets: [db-key]
+  verify: ssh -o BatchMode=yes jump01.example.com true
+- id: plain
+  secrets: [plain-key]
+  verify: ssh db02.example.com true
+- id: unlinked
+  verify: ssh jump01.example.com true
+""", secrets=f"""\
+- id: db-key
+  url: ssh://db01.example.com
+  value: "{CANARY}"
+- id: plain-key
+  url: http://db02.example.com
+  value: "plain-{CANARY}"
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    got = {e["id"]: e["commands"][0] for e in json.loads(run_recall("--json", "verify", "--dry-run").stdout)["entries"]}
+    assert (got["own-host"]["verdict"], got["own-host"]["rule"]) == ("allow", "ssh.probe")
+    assert (got["unlinked"]["verdict"], got["unlinked"]["rule"]) == ("allow", "ssh.probe")
+    assert (got["other-host"]["verdict"], got["other-host"]["rule"]) == ("deny", "ssh.host")
+    assert "db01.example.com" in got["other-host"]["reason"] and "db-key" in got["other-host"]["reason"]
+    assert (got["plain"]["verdict"], got["plain"]["rule"]) == ("deny", "ssh.http")
+    r = run_recall("--json", "verify", "other-host", "plain")
+    assert {e["commands"][0]["status"] for e in json.loads(r.stdout)["entries"]} == {"skipped"}
+    assert not standins.exists()                 # ssh never started toward the wrong host
