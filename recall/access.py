@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 
-from . import audit, inventory
+from . import inventory
 from .errors import RecallError
 from .mask import MIN_SECRET_LEN
 
@@ -142,35 +141,6 @@ def _parse_vars(data: bytes) -> tuple:
     return sections.get("before", {}), sections.get("ok", sections.get("failed", {})), status
 
 
-def _start(build, env: dict, with_stdin: bool) -> tuple:
-    """bash reading the script `build(script_fd, vars_fd)` makes from a pipe (never argv: an inline `export X_TOKEN=…` would sit in
-    /proc/PID/cmdline); returns (process, read end of the variables pipe)."""
-    import threading
-    script_r, script_w = os.pipe()
-    vars_r, vars_w = os.pipe()
-    text = build(script_r, vars_w).encode("utf-8", "surrogateescape")
-    try:
-        proc = subprocess.Popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env=env,
-                                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=(script_r, vars_w), start_new_session=True)
-    except FileNotFoundError:
-        for fd in (script_r, script_w, vars_r, vars_w):
-            os.close(fd)
-        raise RecallError("bash is needed to run an entry's command and its setup steps") from None
-    os.close(script_r)
-    os.close(vars_w)
-
-    def feed():
-        try:
-            with open(script_w, "wb") as pipe:
-                pipe.write(text)
-        except OSError:          # bash stopped reading (it failed early): its exit code says why
-            pass
-    threading.Thread(target=feed, name="setup script", daemon=True).start()
-    return proc, vars_r
-
-
 def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
     """Read the variables pipe to its end record while keeping stderr drained (the setup's output,
     held unmasked in memory until the masker knows what the setup set). (records, stderr, timed out)"""
@@ -239,100 +209,42 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     if missing:
         raise RecallError(f"linked secret(s) {', '.join(missing)} are not in the vault", "run 'recall secret sync'")
     extra, stdin, host_bound = _secret_injection(con, entry, values, stdin)   # refuses before anything runs
-    session = None
-    if host_bound:
-        from .hostbound import Session
-        session = Session(host_bound, values, vault.masker_for(values), placeholders)
-    try:
-        return _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, timeout)
-    finally:
-        if session is not None:
-            session.close()
-            session.log(con, "access.exec")
-
-
-def _exec_in_shell(con, entry, line, values, extra, stdin, session, out, err, timeout):
-    """The one bash of exec_entry: setup steps, then the command, its output masked."""
-    import time
-
-    from . import vault
-    from .mask import Masker
-    base = vault.child_env() if session is None else session.child_env(vault.child_env())
+    base = vault.child_env()
     plan = plan_steps(entry)
     context = kube_context(entry)
-    shell_env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
     from .redact import secret_parts  # usernames and public fields are not masked
-    mask_map = secret_parts(values, getattr(values, "public", {}))
-    proc, vars_r = _start(lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
-                          shell_env, stdin is not None)
-    try:
-        data, setup_err, late = _wait_setup(proc, vars_r, time.monotonic() + SETUP_TIMEOUT)
-    finally:
-        os.close(vars_r)
-    before, after, status = _parse_vars(data)
-    exported = masked_exports(before, after)
-    mask_map.update({f"{entry.id}:{k}": [v] for k, v in exported.items()})
-    masker = Masker(mask_map)
-    masked_line = masker.mask(line.encode()).decode("utf-8", "replace")
-    if status != "ok":
-        _setup_failed(con, entry, proc, masker, setup_err, masked_line, late)
-    result = _finish(proc, masker, setup_err, out, err, stdin, timeout)
-    audit.log(con, "access.exec", entry.id, argv=masked_line, verdict="ran", exit_code=result.code)
+    from .runner import Child, run
+    child = Child("access.exec", entry.id, line, {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES},
+                  secret_parts(values, values.public) if values else {},
+                  given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
+                  script=lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
+                  prelude=lambda proc, report: _prelude(entry, proc, report),
+                  stdin=stdin, host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
+    result = run(con, child, out, err)
     result.left_out = [(inventory.hide_values(step), why) for step, why in plan.left_out]
     note = _context_note(context, line)
-    result.notes = ([note] if note else []) + (session.notes() if session is not None else [])
+    result.notes = ([note] if note else []) + result.notes
     return result
 
 
-def _setup_failed(con, entry, proc, masker, setup_err: bytes, masked_line: str, late: bool):
-    """The setup stopped (or hung): its output masked with what it had set so far, in one line."""
-    from .runner import _kill_group
-    if proc.poll() is None:
-        _kill_group(proc)
-    rest = b""
-    try:
-        rest = proc.stderr.read() or b""
-    except (OSError, ValueError):
-        pass
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    audit.log(con, "access.exec", entry.id, argv=masked_line, verdict="setup failed")
-    if late:
-        raise RecallError(f"the setup steps of '{entry.id}' did not finish within {SETUP_TIMEOUT}s",
-                          f"run 'recall access show {entry.id}' and check the steps")
-    detail = masker.mask(setup_err + rest).decode("utf-8", "replace").strip().splitlines()
-    raise RecallError(f"the setup steps of '{entry.id}' failed: {detail[-1] if detail else 'no message'}",
-                      f"run 'recall access show {entry.id}' and check the steps")
-
-
-def _finish(proc, masker, setup_err: bytes, out, err, stdin, timeout):
-    """Stream the command's output through the masker (the setup's held output first), as
-    runner.run_masked does for a child it started itself."""
+def _prelude(entry, proc, report: int):
+    """The setup steps' end: what they set (masked unless plainly harmless), their output, and the
+    error when they failed or hung."""
     import time
 
-    from .runner import TIMEOUT_CODE, RunResult, _kill_group, _pump, _Sink
-    sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
-    held = sinks[proc.stderr]
-    held.write(held.stream.feed(setup_err))
-    held.fed_at = time.monotonic()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        timed_out = _pump(proc, sinks, stdin or b"", deadline)
-        try:
-            code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            code = proc.wait()
-    finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
-    code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
-    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured), timed_out)
+    from .runner import Prelude
+    data, setup_err, late = _wait_setup(proc, report, time.monotonic() + SETUP_TIMEOUT)
+    before, after, status = _parse_vars(data)
+    masks = {f"{entry.id}:{k}": [v] for k, v in masked_exports(before, after).items()}
+    hint = f"run 'recall access show {entry.id}' and check the steps"
+    if late:
+        return Prelude(masks, setup_err, lambda _last: RecallError(
+            f"the setup steps of '{entry.id}' did not finish within {SETUP_TIMEOUT}s", hint))
+    if status != "ok":
+        return Prelude(masks, setup_err, lambda last: RecallError(
+            f"the setup steps of '{entry.id}' failed: {last or 'no message'}", hint))
+    return Prelude(masks, setup_err)
+
 
 def _has_vault(con, cfg) -> bool:
     """Mask every vault value too, when the vault is usable here (defence in depth)."""

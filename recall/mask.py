@@ -20,6 +20,7 @@ _SMALL_SCANS = 8          # ... for this many scans; a stream of many small read
 # memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
 _GRAM_NS = 40.0
 _FIND_NS_PER_BYTE = 0.15
+_EOF_PREFIX = 4           # at EOF a held prefix of a given value this long is masked
 _PCT_HEX = re.compile(rb"%[0-9A-F]{2}")
 _JSON_U = re.compile(r"\\u([0-9a-f]{4})")
 
@@ -257,19 +258,21 @@ class Masker:
         """`whole_tokens`: the value as written matches only as a whole token, never inside a
         longer word (for redacting note text; encoded forms still match anywhere). `lazy`: the
         prefilter is built on the first large scan (or after a few small ones), not here."""
-        owner: dict[bytes, int] = {}
+        owners: dict[bytes, list[int]] = {}
         words: set[bytes] = set()
         self._labels: list[bytes] = []
+        self._index = {secret_id: i for i, secret_id in enumerate(secrets)}
         for index, (secret_id, values) in enumerate(secrets.items()):
             self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
             for value in values:
                 raw = value.encode("utf-8")
                 for form in encodings(raw):
-                    owner.setdefault(form.lower(), index)   # matched without ASCII case
+                    owners.setdefault(form.lower(), []).append(index)   # matched without ASCII case
                 if whole_tokens:
                     words |= {b.lower() for b in _bases(raw)}
-        self._forms = sorted(owner, key=lambda f: (-len(f), f))
-        self._owner = [owner[f] for f in self._forms]
+        self._forms = sorted(owners, key=lambda f: (-len(f), f))
+        self._owners = [owners[f] for f in self._forms]
+        self._owner = [o[0] for o in self._owners]
         self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
         self._gram_map: dict[int, list[tuple[int, int]]] | None = None   # built on the first large scan
@@ -315,9 +318,12 @@ class Masker:
         """How many bytes a stream holds back at most (the longest form's length - 1)."""
         return max(0, self._maxlen - 1)
 
-    def stream(self) -> MaskStream:
-        """A masker for one output stream fed in pieces."""
-        return MaskStream(self)
+    def stream(self, given=()) -> MaskStream:
+        """A masker for one output stream fed in pieces. `given`: ids of the secrets the child
+        holds; a tail that begins one of their forms is held until the next bytes decide."""
+        wanted = {self._index[g] for g in given if g in self._index}
+        return MaskStream(self, [(f, o[0]) for f, o in zip(self._forms, self._owners)
+                                 if wanted.intersection(o)])
 
     def _gram_hits(self, buf: bytes, start: int, k: int) -> list[tuple[int, int]]:
         """(position, gram) of every k-th gram from `start` that occurs in some form."""
@@ -379,43 +385,79 @@ class Masker:
 class MaskStream:
     """Masks one stream fed in arbitrary pieces; the output equals Masker.mask of the whole stream."""
 
-    def __init__(self, masker: Masker):
+    def __init__(self, masker: Masker, given=()):
         self._masker = masker
+        self._given = given        # (form, owner) of the values this child holds
         self._held = b""
+        self._idle = False         # the held bytes were already offered to `release`
         self._carry_end = 0        # bytes [0, carry_end) of the held buffer belong to an emitted mask
         self._carry_ids: list[int] = []
 
     def feed(self, data: bytes) -> bytes:
         """Mask what is safe to emit now. The last (longest form - 1) bytes are always held back,
         whatever they are, so how long a byte is held never depends on the secrets (a child
-        watching its own output learns nothing); `flush` releases them (at EOF, or when idle)."""
+        watching its own output learns nothing); `release` lets them go when the stream is idle,
+        `flush` at its end."""
         if not self._masker._forms:
             return bytes(data)
         if not data:
             return b""
+        self._idle = False
         buf = self._held + bytes(data) if self._held else bytes(data)
-        return self._scan(buf, final=False)
+        return self._scan(buf, len(buf) - self._masker._maxlen + 1)
 
     @property
     def holding(self) -> bool:
-        return bool(self._held)
+        """Held bytes that `release` has not yet been offered since the last feed."""
+        return bool(self._held) and not self._idle
+
+    def release(self) -> bytes:
+        """The stream is idle: mask and emit what is held, but keep a tail that is still a prefix
+        of a value the child holds (it knows that value: holding it tells it nothing) — released
+        when the following bytes show it is not the value."""
+        buf, self._idle = self._held, True
+        keep, _owner = self._given_prefix(buf)
+        return self._scan(buf, len(buf) - keep)
 
     def flush(self) -> bytes:
-        """Mask and return everything still held: at end of stream, or when the stream is idle."""
+        """Mask and return everything still held, at end of stream: a held prefix of 4 or more
+        characters of a value the child holds is masked too."""
         buf, self._held = self._held, b""
-        out = self._scan(buf, final=True) if buf or self._carry_end else b""
-        self._carry_end, self._carry_ids = 0, []
+        keep, owner = self._given_prefix(buf)
+        if keep and len(buf[len(buf) - keep:].decode("utf-8", "ignore")) < _EOF_PREFIX:
+            keep = 0
+        out = self._scan(buf, len(buf), (len(buf) - keep, len(buf), owner) if keep else None) \
+            if buf or self._carry_end else b""
+        self._held, self._carry_end, self._carry_ids = b"", 0, []
         return out
 
-    def _scan(self, buf: bytes, final: bool) -> bytes:
+    def _given_prefix(self, buf: bytes) -> tuple[int, int]:
+        """(length, owner) of the longest tail of `buf` that begins a form of a given value."""
+        if not self._given or not buf:
+            return 0, 0
+        low, best, owner = buf.lower(), len(buf), 0
+        for form, who in self._given:
+            i = low.find(form[:1], max(0, len(low) - len(form) + 1))
+            while i != -1 and i < best:
+                if form.startswith(low[i:]):
+                    best, owner = i, who
+                    break
+                i = low.find(form[:1], i + 1)
+        return len(buf) - best, owner
+
+    def _scan(self, buf: bytes, limit: int, extra=None) -> bytes:
+        """Emit buf[:limit] masked (a run that crosses `limit` masked whole) and hold the rest."""
         masker = self._masker
         labels = masker._labels
-        limit = len(buf) if final else max(0, len(buf) - masker._maxlen + 1)
+        limit = max(0, limit)
         out: list[bytes] = []
         run_end, run_ids, emitted = self._carry_end, list(self._carry_ids), len(self._carry_ids)
         # Forms are matched on the ASCII-lower-cased stream: `tr a-z A-Z` of a value, upper-case
         # hex or %-escapes all match one form (same length, same offsets).
-        for start, end, owner in masker._occurrences(buf.lower(), limit):
+        found = masker._occurrences(buf.lower(), limit)
+        if extra is not None:
+            found = sorted(found + [extra], key=lambda o: (o[0], -o[1]))
+        for start, end, owner in found:
             if start < run_end:  # overlaps the open run: the run grows
                 if end > run_end:
                     run_end = end

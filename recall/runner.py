@@ -1,5 +1,5 @@
-"""Run a child with injected env/stdin and masked output: `secret exec` (the value asked of the vault), and
-the pump access exec shares."""
+"""The one child runner: every child that holds secrets starts here — injected env/stdin or a host-bound
+session, output masked as it streams, timeouts, the audit row (`secret exec`, `access exec`, verify)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +7,8 @@ import selectors
 import signal
 import subprocess
 import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 from .errors import RecallError
 from .mask import Masker, MaskStream
@@ -20,26 +22,52 @@ _POLL = 0.1            # select wake-up to notice the child's exit while a grand
 RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and released (a prompt shows)
 
 
+@dataclass
 class RunResult:
-    """A finished child: exit code, masked output (empty when streamed), whether it timed out, and
-    for access exec the setup steps not run as (step, why). A plain class: no dataclasses at start-up."""
+    """A finished child: exit code, masked output (empty when streamed), whether it timed out; for
+    access exec the setup steps not run as (step, why); what the user should know (`notes`)."""
+    code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    left_out: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
 
-    def __init__(self, code: int, stdout: bytes, stderr: bytes, timed_out: bool = False, left_out=None):
-        self.code, self.stdout, self.stderr, self.timed_out = code, stdout, stderr, timed_out
-        self.left_out = list(left_out or [])
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, RunResult) and vars(self) == vars(other)
+@dataclass
+class Prelude:
+    """What a script's own setup did before its command: more values to mask (the child holds them),
+    its output so far (held unmasked until now), and, when it failed, the error for its last line."""
+    masks: dict
+    stderr: bytes
+    error: Callable[[str], RecallError] | None = None
 
-    def __repr__(self) -> str:
-        return f"RunResult(code={self.code}, timed_out={self.timed_out})"
+
+@dataclass
+class Child:
+    """One child that holds secrets: what runs, what it is given, how it is masked and audited."""
+    verb: str                        # audit verb: secret.exec | access.exec | verify
+    target: str                      # audit target: the secret or entry id
+    shown: str                       # the command as the access log shows it (masked here)
+    env: dict                        # the child's whole environment
+    masks: dict                      # {label id: [values]} masked in both outputs
+    given: tuple = ()                # label ids whose values the child holds: their prefixes are held
+    argv: list | None = None         # run as is (no shell) ...
+    script: Callable[[int, int], str] | None = None   # ... or bash reading script(fd, report fd) from a pipe
+    prelude: Callable | None = None  # (proc, report fd) -> Prelude, for a script's setup
+    stdin: bytes | None = None
+    host_bound: list = field(default_factory=list)    # inject: proxy rows: a hostbound.Session for the run
+    values: dict = field(default_factory=dict)        # the vault's values (the session's bindings)
+    placeholders: dict | None = None
+    timeout: float | None = None
+    cwd: str | None = None
 
 
 class _Sink:
     """One output pipe: its mask stream, and where masked bytes go (a binary file or a buffer)."""
 
-    def __init__(self, masker: Masker, target):
-        self.stream: MaskStream = masker.stream()
+    def __init__(self, masker: Masker, target, given=()):
+        self.stream: MaskStream = masker.stream(given)
         self.target = target
         self.captured = bytearray()
         self.fed_at = 0.0
@@ -54,17 +82,137 @@ class _Sink:
             self.target.flush()
 
 
+def run(con, child: Child, out=None, err=None) -> RunResult:
+    """Run `child` with its host-bound session open for the run; write its one audit row (`ran`,
+    `not run`, or `setup failed`)."""
+    from . import audit
+    masker = Masker(child.masks)
+    verdict, shown = "not run", child.shown
+    session = None
+    try:
+        if child.host_bound:
+            from .hostbound import Session
+            session = Session(child.host_bound, child.values, masker, child.placeholders)
+        env = child.env if session is None else session.child_env(child.env)
+        proc, report = _start(child, env)
+        given = list(child.given)
+        held = b""
+        if child.prelude is not None:
+            try:
+                pre = child.prelude(proc, report)
+            finally:
+                os.close(report)
+            masker = Masker({**child.masks, **pre.masks})
+            given += list(pre.masks)
+            held = pre.stderr
+            if pre.error is not None:
+                verdict = "setup failed"
+                raise pre.error(_stop(proc, masker, held))
+        shown = masker.mask(shown.encode()).decode("utf-8", "replace")
+        result = _drive(proc, masker, given, child.stdin, out, err, child.timeout, held)
+    except RecallError:
+        audit.log(con, child.verb, child.target, argv=masker.mask(shown.encode()).decode("utf-8", "replace"),
+                  verdict=verdict)
+        raise
+    finally:
+        if session is not None:
+            session.close()
+            session.log(con, child.verb)
+    audit.log(con, child.verb, child.target, argv=shown, verdict="ran", exit_code=result.code)
+    result.notes = session.notes() if session is not None else []
+    return result
+
+
 def run_masked(argv: list[str], *, env: dict[str, str], masker: Masker, stdin: bytes | None = None,
-               out=None, err=None, timeout: float | None = None, cwd: str | None = None) -> RunResult:
+               out=None, err=None, timeout: float | None = None, cwd: str | None = None,
+               given=()) -> RunResult:
     """Run argv (no shell) with exactly `env`; write `stdin` then close it; mask both outputs.
 
     `out`/`err` are binary files that receive masked output as it arrives; None captures it
     into the result. On timeout the whole process group is killed and the code is 124.
+    `given`: the ids of the secrets the child holds (Masker.stream). No session, no audit row.
     """
-    if not argv:
-        raise RecallError("no command given", "put the command after `--`")
-    proc = _start(argv, env, stdin is not None, cwd)
-    sinks = {proc.stdout: _Sink(masker, out), proc.stderr: _Sink(masker, err)}
+    child = Child("", "", "", env, {}, argv=list(argv), stdin=stdin, cwd=cwd)
+    proc, _ = _start(child, env)
+    return _drive(proc, masker, given, stdin, out, err, timeout)
+
+
+def _start(child: Child, env: dict) -> tuple:
+    """(process, read end of the report pipe or None): argv as is, or bash reading the script from
+    a pipe (never argv: an inline `export X_TOKEN=…` would sit in /proc/PID/cmdline)."""
+    if child.script is None:
+        if not child.argv:
+            raise RecallError("no command given", "put the command after `--`")
+        return _popen(list(child.argv), env, child.stdin is not None, child.cwd, ()), None
+    import threading
+    script_r, script_w = os.pipe()
+    report_r, report_w = os.pipe()
+    text = child.script(script_r, report_w).encode("utf-8", "surrogateescape")
+    try:
+        proc = _popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env, child.stdin is not None,
+                      child.cwd, (script_r, report_w))
+    except RecallError:
+        for fd in (script_w, report_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(script_r)
+        os.close(report_w)
+
+    def feed():
+        try:
+            with open(script_w, "wb") as pipe:
+                pipe.write(text)
+        except OSError:          # bash stopped reading (it failed early): its exit code says why
+            pass
+    threading.Thread(target=feed, name="child script", daemon=True).start()
+    return proc, report_r
+
+
+def _popen(argv: list, env: dict, with_stdin: bool, cwd: str | None, fds: tuple) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(
+            argv, env=dict(env), cwd=cwd, pass_fds=fds,
+            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)  # own process group: a timeout kills grandchildren too
+    except FileNotFoundError as exc:
+        if cwd is not None and exc.filename == cwd:
+            raise RecallError(f"working directory not found: {cwd}", "check the path") from None
+        raise RecallError(f"command not found: {argv[0]}",
+                          "check the spelling, or that it is on the PATH given to the child") from None
+    except PermissionError:
+        raise RecallError(f"command not executable: {argv[0]}",
+                          "check the file's permissions") from None
+    except OSError as exc:
+        raise RecallError(f"cannot run {argv[0]}: {exc.strerror}", None) from None
+
+
+def _stop(proc: subprocess.Popen, masker: Masker, held: bytes) -> str:
+    """End a child whose setup failed; the last line of its stderr, masked."""
+    if proc.poll() is None:
+        _kill_group(proc)
+    rest = b""
+    try:
+        rest = proc.stderr.read() or b""
+    except (OSError, ValueError):
+        pass
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            _close_quietly(pipe)
+    lines = masker.mask(held + rest).decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, out, err,
+           timeout: float | None, held: bytes = b"") -> RunResult:
+    """Pump a started child to its end: stdin written, both outputs masked (`held`: stderr it wrote
+    before, not yet masked), the timeout applied to its whole process group."""
+    sinks = {proc.stdout: _Sink(masker, out, given), proc.stderr: _Sink(masker, err, given)}
+    if held:
+        sink = sinks[proc.stderr]
+        sink.write(sink.stream.feed(held))
+        sink.fed_at = time.monotonic()
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         timed_out = _pump(proc, sinks, stdin or b"", deadline)
@@ -79,32 +227,9 @@ def run_masked(argv: list[str], *, env: dict[str, str], masker: Masker, stdin: b
             _kill_group(proc)
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None and not pipe.closed:
-                pipe.close()
-    if timed_out:
-        code = TIMEOUT_CODE
-    elif code < 0:
-        code = 128 - code
-    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured),
-                     timed_out)
-
-
-def _start(argv: list[str], env: dict[str, str], with_stdin: bool, cwd: str | None) -> subprocess.Popen:
-    try:
-        return subprocess.Popen(
-            list(argv), env=dict(env), cwd=cwd,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)  # own process group: a timeout kills grandchildren too
-    except FileNotFoundError as exc:
-        if cwd is not None and exc.filename == cwd:
-            raise RecallError(f"working directory not found: {cwd}", "check the path") from None
-        raise RecallError(f"command not found: {argv[0]}",
-                          "check the spelling, or that it is on the PATH given to the child") from None
-    except PermissionError:
-        raise RecallError(f"command not executable: {argv[0]}",
-                          "check the file's permissions") from None
-    except OSError as exc:
-        raise RecallError(f"cannot run {argv[0]}: {exc.strerror}", None) from None
+                _close_quietly(pipe)
+    code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
+    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured), timed_out)
 
 
 def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | None) -> bool:
@@ -138,8 +263,8 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
             for sink in sinks.values():
                 if sink.stream.holding:
                     idle = now - sink.fed_at
-                    if idle >= RELEASE:       # by time alone, whatever is held: no timing signal
-                        sink.write(sink.stream.flush())
+                    if idle >= RELEASE:       # by time alone (but a prefix of the child's own value)
+                        sink.write(sink.stream.release())
                     else:
                         wait = min(wait, RELEASE - idle)
             for key, _ in selector.select(wait):
@@ -199,41 +324,31 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+
+
 def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
-                timeout=None):
+                timeout=None) -> RunResult:
     """`secret exec`: run argv with the secret injected (its value asked of the vault) and every
     vault value masked in its output."""
     import shlex
 
-    from . import audit, vault
+    from . import vault
+    from .redact import secret_parts
     if not argv:
         raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
     row = vault.row_named(con, secret_id)
     secret_id = row["id"]
-    all_values = vault.load_values(con, cfg, need=(secret_id,))
-    masker = vault.masker_for(all_values)
-    masked_argv = masker.mask(shlex.join(argv).encode()).decode("utf-8", "replace")
-    session = None
+    values = vault.load_values(con, cfg, need=(secret_id,))
+    env, data, host_bound = vault.child_env(), None, []
     if row["inject"] == "proxy":        # the child gets a placeholder; the proxy attaches the value
         if stdin:
             raise RecallError(f"secret '{secret_id}' is host-bound (inject: proxy): it is never written to stdin",
                               f"recall secret exec {secret_id} -- CMD (without --stdin)")
-        from .hostbound import Session
-        session = Session([row], all_values, masker)
-        env = session.child_env(vault.child_env())
-        data = None
+        host_bound = [row]
     else:
-        extra, data = vault.injection(row, all_values[secret_id], stdin)
-        env = {**vault.child_env(), **extra}
-    try:
-        result = run_masked(list(argv), env=env, masker=masker, stdin=data, out=out, err=err, timeout=timeout)
-    except RecallError:
-        audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="not run")
-        raise
-    finally:
-        if session is not None:
-            session.close()
-            session.log(con, "secret.exec")
-    audit.log(con, "secret.exec", secret_id, argv=masked_argv, verdict="ran", exit_code=result.code)
-    result.notes = session.notes() if session is not None else []
-    return result
+        extra, data = vault.injection(row, values[secret_id], stdin)
+        env.update(extra)
+    child = Child("secret.exec", secret_id, shlex.join(argv), env, secret_parts(values, values.public),
+                  given=() if host_bound else (secret_id,), argv=list(argv), stdin=data,
+                  host_bound=host_bound, values=values, timeout=timeout)
+    return run(con, child, out, err)

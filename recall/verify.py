@@ -304,23 +304,14 @@ def _placeholders(con, p: Probe) -> dict:
 def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
     """A secret's own curl check: the header on stdin; a host-bound secret's through its proxy."""
     from . import vault
-    from .runner import run_masked
-    masker = vault.masker_for(values)
-    session = None
-    if row["inject"] == "proxy":
-        from .hostbound import Session
-        session = Session([row], values, masker, placeholders)
-        env = session.child_env(vault.child_env())
-    else:
-        env = {**vault.child_env(), **vault.injection(row, values[row["id"]], False)[0]}
-    try:
-        res = run_masked(argv, env=env, masker=masker, stdin=data, timeout=timeout)
-    finally:
-        if session is not None:
-            session.close()
-            session.log(con, "verify")
-    audit.log(con, "verify", row["id"], argv=shlex.join(argv), verdict="ran", exit_code=res.code)
-    return res
+    from .redact import secret_parts
+    from .runner import Child, run
+    bound = row["inject"] == "proxy"
+    env = vault.child_env() if bound else {**vault.child_env(), **vault.injection(row, values[row["id"]], False)[0]}
+    return run(con, Child("verify", row["id"], shlex.join(argv), env, secret_parts(values, values.public),
+                          given=() if bound else (row["id"],), argv=list(argv), stdin=data,
+                          host_bound=[row] if bound else [], values=values, placeholders=placeholders,
+                          timeout=timeout))
 
 
 def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Report:
