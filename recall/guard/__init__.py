@@ -2,7 +2,7 @@
 
 `verdict_for(command)` never runs anything. It lexes the raw string (quote-aware) and denies any
 shell syntax, splits it with `shlex`, denies wrappers / env prefixes / unexpected paths, then
-matches the argv against one allow-listed shape per tool (in `guard_tools.py`, `guard_cloud.py`).
+matches the argv against one allow-listed shape per tool (in `tools.py`, `cloud.py`).
 A credential is bound to its secret's own host (`Binding`). `setup_verdict(step)` judges an
 entry's `access:` setup step the same way. Anything not explicitly allowed is denied; `RULES`
 maps every rule id a `Verdict` can carry to one line for `verify --dry-run`.
@@ -16,14 +16,14 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import List, Tuple
-
-from .classify import classify  # noqa: F401  (the package's surface: a proof's outcome)
+from .classify import classify
 from .cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
 from .parse import _Deny
-from .tools import TOOL_RULES, _curl, _kubectl, _ssh, binding_for, curl_headers  # noqa: F401 (surface)
+from .tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for, curl_headers
+
+# the package's surface; the modules beside this one share their private names only with each other
+__all__ = ["MAX_COMMAND_CHARS", "RULES", "Binding", "Verdict", "binding_for", "classify", "curl_headers",
+           "setup_verdict", "verdict_for"]
 
 TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
 
@@ -177,8 +177,8 @@ _WRAPPERS = frozenset(
 _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete"})
 
 
-def _check_argv(argv: List[str], which, bindings: tuple, credential: bool,
-                jump_hosts: frozenset) -> Tuple[str, str]:
+def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
+                jump_hosts: frozenset) -> tuple[str, str]:
     head = argv[0]
     if "=" in head:
         raise _Deny("env-assign", f"{head.split('=')[0]}=… sets the environment of the command")
@@ -208,14 +208,14 @@ def _check_argv(argv: List[str], which, bindings: tuple, credential: bool,
     return TOOLS[base](argv)
 
 
-def _deferred(argv: List[str], deferred: list, exempt) -> None:
+def _deferred(argv: list[str], deferred: list, exempt) -> None:
     """Deny each unquoted `[ ]` / `~/` the lexer left to the argv, unless `exempt` understands it."""
     for word, rule, reason, after_equals in deferred:
         if not exempt(argv, word, rule, after_equals):
             raise _Deny(rule, reason)
 
 
-def _proof_exempt(argv: List[str], word: int, rule: str, after_equals: bool) -> bool:
+def _proof_exempt(argv: list[str], word: int, rule: str, after_equals: bool) -> bool:
     base = argv[0].rsplit("/", 1)[-1]
     if rule == "glob":            # tcp is recall's own connect: no shell, no glob
         return base == "tcp" and word == 1 and bool(re.fullmatch(r"\[[0-9A-Fa-f:.]+\]:[0-9]+", argv[1]))
@@ -229,7 +229,7 @@ def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False
 
     With a credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare
     hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use."""
-    argv: Tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
     try:
         if not isinstance(command, str) or not command.strip(" \t"):
             raise _Deny("empty", "there is no command")
@@ -273,7 +273,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def setup_verdict(step: str, *, home: str = "") -> Verdict:
     """Whether an inventory entry's setup step may run before a proof: only forms that cannot hide
     a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
-    argv: Tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
     try:
         step = step.strip(" \t") if isinstance(step, str) else ""      # a newline is a second command
         if not step:
@@ -335,12 +335,12 @@ def _not_trusted(path: str, allow_root: bool = False) -> str:
     return ""
 
 
-def _switches_global_state(argv: List[str]) -> bool:
+def _switches_global_state(argv: list[str]) -> bool:
     words = [a for a in argv if not a.startswith("-")]
     return argv[0] == "kubectx" or tuple(words[:3]) in _GLOBAL_STATE
 
 
-def _setup_argv(argv: List[str], home: str) -> Tuple[str, str]:
+def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
     head, args = argv[0], argv[1:]
     if head in ("source", "."):
         if len(args) != 1:

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import re
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import List, Tuple
-
 from .parse import _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
 
 CLOUD_RULES: dict = {
@@ -50,7 +46,7 @@ _AWS = _Flags(
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,62}(/[A-Za-z0-9!_.*'()/=-]*)?$")
 
 
-def _aws(argv: List[str]) -> Tuple[str, str]:
+def _aws(argv: list[str]) -> tuple[str, str]:
     items = _parse(_AWS, argv[1:])
     pos = _positionals(items)
     opts = _options(items)
@@ -77,7 +73,7 @@ _AZ = _Flags(
     long_equals=True, short_equals=True)
 
 
-def _az(argv: List[str]) -> Tuple[str, str]:
+def _az(argv: list[str]) -> tuple[str, str]:
     items = _parse(_AZ, argv[1:])
     if _positionals(items) != ["account", "show"]:
         raise _Deny("az.command", "only `az account show` is a read-only proof")
@@ -105,7 +101,7 @@ _GCLOUD_GROUPS = {("projects",): "list describe", ("organizations",): "list desc
 _GCLOUD_FORMAT = re.compile(r"^(json|yaml|text|value|table|csv|list|flattened|none|get)\b[^\n]*$")
 
 
-def _gcloud(argv: List[str]) -> Tuple[str, str]:
+def _gcloud(argv: list[str]) -> tuple[str, str]:
     items = _parse(_GCLOUD, argv[1:])
     pos, opts = _positionals(items), _options(items)
     if "--format" in opts and not _GCLOUD_FORMAT.match(opts["--format"]):
@@ -130,18 +126,18 @@ _SUDO = {("-k", "true"): "sudo.k", ("-n", "true"): "sudo.n", ("-v",): "sudo.v"}
 SUDO_FORMS = frozenset(_SUDO)
 
 
-def _sudo(argv: List[str]) -> Tuple[str, str]:
-    rule = _SUDO[tuple(argv[1:])]          # guard.py lets only these forms past its wrapper rule
+def _sudo(argv: list[str]) -> tuple[str, str]:
+    rule = _SUDO[tuple(argv[1:])]          # the package lets only these forms past its wrapper rule
     return rule, f"sudo {' '.join(argv[1:])} proves the password or the cached ticket and runs nothing else"
 
 
-def _true(argv: List[str]) -> Tuple[str, str]:
+def _true(argv: list[str]) -> tuple[str, str]:
     if argv[1:]:
         raise _Deny("true.args", "true takes no arguments")
     return "true.run", "true runs nothing"
 
 
-def _tcp(argv: List[str]) -> Tuple[str, str]:
+def _tcp(argv: list[str]) -> tuple[str, str]:
     if len(argv) != 2:
         raise _Deny("tcp.args", "tcp takes exactly one HOST:PORT")
     target = argv[1]

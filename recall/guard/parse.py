@@ -6,10 +6,6 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import Dict, FrozenSet, List, Optional, Tuple
-
 
 class _Deny(Exception):
     def __init__(self, rule: str, reason: str):
@@ -24,10 +20,10 @@ class _Flags:
     """One tool's option grammar: which names take values, short letters, and named denials."""
 
     tool: str
-    values: FrozenSet[str]
-    bools: FrozenSet[str]
-    short: Dict[str, str]                 # letter -> canonical name
-    denied: Dict[str, Tuple[str, str]]    # canonical name -> (rule, reason)
+    values: frozenset[str]
+    bools: frozenset[str]
+    short: dict[str, str]                 # letter -> canonical name
+    denied: dict[str, tuple[str, str]]    # canonical name -> (rule, reason)
     long_equals: bool                     # accepts --opt=value (argparse, pflag; not curl)
     short_equals: bool                    # -o=value means "value" (argparse, pflag; not getopt)
 
@@ -36,19 +32,19 @@ def _deny_map(rule: str, names: str, reason: str) -> dict:
     return {n: (rule, reason) for n in names.split()}
 
 
-def _take_value(spec: _Flags, name: str, value: Optional[str]) -> str:
+def _take_value(spec: _Flags, name: str, value: str | None) -> str:
     if not value or value.startswith("-"):
         raise _Deny(f"{spec.tool}.value", f"{name} needs a value that does not start with '-'")
     return value
 
 
-def _parse(spec: _Flags, args: List[str], stop_at: Optional[int] = None,
-           spans: Optional[list] = None) -> List[Tuple[str, Optional[str]]]:
+def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
+           spans: list | None = None) -> list[tuple[str, str | None]]:
     """Split args into ordered items: (option name, value|None) or ("", positional).
 
     After `stop_at` positionals, everything left is positional (ssh's remote command). With
     `spans`, each item's (first arg index, last arg index, offset of its letter) is appended."""
-    items: List[Tuple[str, Optional[str]]] = []
+    items: list[tuple[str, str | None]] = []
     spans = [] if spans is None else spans
     unknown = f"{spec.tool}.flag"
     i = 0
@@ -107,16 +103,16 @@ def _parse(spec: _Flags, args: List[str], stop_at: Optional[int] = None,
     return items
 
 
-def _positionals(items) -> List[str]:
+def _positionals(items) -> list[str]:
     return [v for n, v in items if not n]
 
 
-def _options(items) -> Dict[str, str]:
+def _options(items) -> dict[str, str]:
     """Last value wins, as in every parser here; bools map to ''."""
     return {n: (v or "") for n, v in items if n}
 
 
-def _only(tool: str, opts: Dict[str, str], allowed: set, where: str) -> None:
+def _only(tool: str, opts: dict[str, str], allowed: set, where: str) -> None:
     for name in opts:
         if name not in allowed:
             raise _Deny(f"{tool}.flag", f"{name} is not allowed with {where}")

@@ -1,15 +1,11 @@
 """The per-tool allow-lists of the guard: each tool's exact read-only argv shapes, and the rule
-ids it can decide with. `guard.py` lexes and splits the command first; this module only ever
+ids it can decide with. The package's `verdict_for` lexes and splits the command first; this module only ever
 sees a clean argv whose argv[0] is the tool.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import Dict, FrozenSet, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from .parse import _NUMBER, _RESOURCE, _Deny, _deny_map, _Flags, _is_host, _only, _options, _parse, _port_ok, _positionals
@@ -103,7 +99,7 @@ def _kubectl_secret(token: str) -> bool:
     return False
 
 
-def _kube_output(opts: Dict[str, str], allowed: tuple, where: str) -> None:
+def _kube_output(opts: dict[str, str], allowed: tuple, where: str) -> None:
     value = opts.get("--output", allowed[0])
     if value in allowed or ("jsonpath" in allowed and value.startswith("jsonpath=")):
         return
@@ -112,7 +108,7 @@ def _kube_output(opts: Dict[str, str], allowed: tuple, where: str) -> None:
                                   "template read fields jsonpath cannot name)")
 
 
-def _kube_args(args: List[str], where: str) -> None:
+def _kube_args(args: list[str], where: str) -> None:
     for arg in args:
         if not _RESOURCE.match(arg):
             raise _Deny("kubectl.args", f"{arg!r} is not a resource type or name")
@@ -120,7 +116,7 @@ def _kube_args(args: List[str], where: str) -> None:
             raise _Deny("kubectl.secret", f"kubectl {where} {arg} would print secret values")
 
 
-def _kubectl(argv: List[str]) -> Tuple[str, str]:
+def _kubectl(argv: list[str]) -> tuple[str, str]:
     items = _parse(_KUBECTL, argv[1:])
     pos = _positionals(items)
     if not pos:
@@ -243,11 +239,11 @@ class Binding:
     secret: str
     scheme: str            # https | http | ssh | '' (a bare host: any TLS URL on it)
     host: str              # lower case, no brackets
-    port: Optional[int]    # None: not given, any port on the host
+    port: int | None    # None: not given, any port on the host
     source: str = "url"    # url | use | check: which line of the secrets file named it
 
 
-def binding_for(secret: str, url: str, source: str = "url") -> Optional[Binding]:
+def binding_for(secret: str, url: str, source: str = "url") -> Binding | None:
     """A Binding from a URL (or a bare host name); None when it names no host."""
     if "://" not in url:
         host = url.strip().strip("[]").lower()
@@ -280,7 +276,7 @@ def _curl_url(url: str, globoff: bool) -> tuple:
     return scheme.lower(), host.strip("[]").lower(), int(port) if port else None
 
 
-def check_binding(tool: str, scheme: str, host: str, port: Optional[int], bindings: tuple) -> None:
+def check_binding(tool: str, scheme: str, host: str, port: int | None, bindings: tuple) -> None:
     """Raise _Deny unless a credential may go to scheme://host:port under every secret's binding."""
     if scheme == "http":
         raise _Deny(f"{tool}.http", f"http://{host} is plain HTTP: a credential goes only over https; "
@@ -317,7 +313,7 @@ def curl_headers(argv: list, wanted) -> tuple:
     return out, picked
 
 
-def _curl(argv: List[str], bindings: tuple, credential: bool) -> Tuple[str, str]:
+def _curl(argv: list[str], bindings: tuple, credential: bool) -> tuple[str, str]:
     items = _parse(_CURL, argv[1:])
     opts = _options(items)
     for name, value in items:
@@ -390,8 +386,8 @@ def _ssh_host(text: str, what: str) -> tuple:
     return user, host.lower()
 
 
-def _ssh(argv: List[str], bindings: tuple = (), credential: bool = False,
-         jump_hosts: FrozenSet[str] = frozenset()) -> Tuple[str, str]:
+def _ssh(argv: list[str], bindings: tuple = (), credential: bool = False,
+         jump_hosts: frozenset[str] = frozenset()) -> tuple[str, str]:
     # like ssh itself: options before and after HOST, and the first word after HOST starts the command
     items = _parse(_SSH, argv[1:], stop_at=1)
     pos = _positionals(items)
