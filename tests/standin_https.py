@@ -67,7 +67,8 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         self.server.seen.append({"path": parts.path, "query": parts.query, "auth": self.headers.get("Authorization", ""),
                                  "port": self.server.server_address[1], "body": body,
-                                 "conn": id(self.connection)})
+                                 "conn": id(self.connection), "host": self.headers.get("Host", ""),
+                                 "headers": dict(self.headers.items())})
         return parts
 
     def do_GET(self):
@@ -82,6 +83,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/gzip":             # compressed even though the request asked for identity
             import gzip
             self._send(200, gzip.compress(f"you sent {auth}\n".encode()), [("Content-Encoding", "gzip")])
+        elif parts.path == "/split":            # the echoed credential cut across two chunks, sent apart
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for piece in (f"you sent {auth[:12]}".encode(), f"{auth[12:]}\n".encode()):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
         elif parts.path == "/br":
             self._send(200, b"\x1b\x00 not really brotli", [("Content-Encoding", "br")])
         elif parts.path == "/query":

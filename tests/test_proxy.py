@@ -1,6 +1,7 @@
 """Host-bound secrets (inject: proxy): real curl and Python clients through recall's proxy to a local HTTPS stand-in."""
 import base64
 import hashlib
+import importlib.util
 import json
 import os
 import signal
@@ -179,14 +180,13 @@ def test_python_clients_honour_the_proxy(world, api):
             f"req = urllib.request.Request('https://127.0.0.1:{api.port}/myself', "
             f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}})\n"
             f"print(urllib.request.urlopen(req).read().decode().strip())\n")
-    pytest.importorskip("requests")
-    pytest.importorskip("httpx")
-    for lib in ("requests", "httpx"):
+    libs = [lib for lib in ("requests", "httpx") if importlib.util.find_spec(lib)]    # urllib runs always
+    for lib in libs:
         code += (f"import {lib}\nprint({lib}.get('https://127.0.0.1:{api.port}/myself', "
                  f"headers={{'Authorization': 'Bearer ' + os.environ['JIRA_API_TOKEN']}}).text.strip())\n")
     r = clean(run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", code))
-    assert r.stdout == '{"name": "me"}\n' * 3, r.stderr
-    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 3
+    assert r.stdout == '{"name": "me"}\n' * (1 + len(libs)), r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * (1 + len(libs))
 
 
 def test_other_local_users_cannot_use_the_proxy_without_the_run_credential(world, api):
@@ -367,3 +367,115 @@ def test_a_service_whose_certificate_is_not_trusted_never_gets_the_value(tmp_pat
     assert r.stdout == "502", (r.stdout, r.stderr)
     assert "CERTIFICATE_VERIFY_FAILED" in r.stderr or "certificate verify failed" in r.stderr
     assert api.seen == []
+
+
+def _codes(r) -> list:
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_a_request_naming_another_site_inside_the_tunnel_gets_421_and_is_never_forwarded(world, api, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    url = f"https://127.0.0.1:{api.port}/myself"
+    r = sh('n=0; for opt in "$@"; do n=$((n+1)); curl -sS -o "$0/$n" -w "%{http_code} " '
+           '-H "Authorization: Bearer $JIRA_API_TOKEN" $opt; done', str(out),
+           url, f"-H Host:127.0.0.1:{api.port} {url}", f"--request-target {url} {url}",      # controls
+           f"-H Host:evil.example {url}", f"-H Host:localhost:{api.port} {url}", f"-H Host:127.0.0.1 {url}",
+           f"--request-target https://evil.example/myself {url}",
+           f"--request-target http://127.0.0.1:{api.port}/myself {url}")
+    assert _codes(r) == ["200"] * 3 + ["421"] * 5, r.stderr
+    assert [(s["path"], s["host"], s["auth"]) for s in api.seen] == [
+        ("/myself", f"127.0.0.1:{api.port}", f"Bearer {CANARY}")] * 3          # the 421s reached no one
+    for n in range(4, 9):
+        body = (out / str(n)).read_text()
+        assert f"this connection is for 127.0.0.1:{api.port} and its" in body and "nothing was forwarded" in body
+        assert "evil" not in body and "recall-ph-" not in body and CANARY not in body
+    log = run_recall("secret", "log", "jira-api-token").stdout
+    assert log.count("refused: its Host header names another site (421, not forwarded)") == 3, log
+    assert log.count("refused: its absolute-form target names another site (421, not forwarded)") == 2, log
+    assert "was refused (421)" in r.stderr
+
+
+RAW_CLIENT = r"""
+import http.client, os, ssl, sys
+from urllib.parse import urlsplit
+proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+auth = "Bearer " + os.environ["JIRA_API_TOKEN"]
+for extra in ([], [("Host", "evil.example")], [("Host", f"127.0.0.1:{port}"), ("Host", "evil.example")]):
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+    c.set_tunnel("127.0.0.1", port, headers={"Proxy-Authorization": "Basic " + __import__("base64").b64encode(
+        f"{proxy.username}:{proxy.password}".encode()).decode()})
+    c._tunnel_host, c.host, c.port = "127.0.0.1", proxy.hostname, proxy.port
+    c.putrequest("GET", "/myself", skip_host=bool(extra))
+    for k, v in extra + [("Authorization", auth)]:
+        c.putheader(k, v)
+    c.endheaders()
+    print(c.getresponse().status)
+"""
+
+
+def test_python_http_client_with_another_host_or_two_hosts_is_refused(world, api):
+    r = clean(run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", RAW_CLIENT, str(api.port)))
+    assert _codes(r) == ["200", "421", "400"], r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"]
+
+
+def test_the_placeholder_is_replaced_only_in_the_authorization_header(world, api):
+    r = sh('curl -sS -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           '-H "X-Api-Key: $JIRA_API_TOKEN" -H "Cookie: s=$JIRA_API_TOKEN" -A "ua $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/myself')
+    assert r.stdout == "200", r.stderr
+    (seen,) = api.seen
+    assert seen["auth"] == f"Bearer {CANARY}"                             # the control: Authorization
+    for name, before in (("X-Api-Key", ""), ("Cookie", "s="), ("User-Agent", "ua ")):
+        assert seen["headers"][name].startswith(before + "recall-ph-jira-api-token-"), (name, seen["headers"])
+    log = run_recall("secret", "log", "jira-api-token").stdout
+    assert log.count("refused: not in the Authorization header") == 3 and log.count("substituted  GET") == 1, log
+
+
+REFUSED_PATHS = ["/myself/../echo", "/myself/./echo", "/myself/%2e%2e/echo", "/myself/%2E%2e/echo",
+                 "/myself/.%2e/echo", "/myself/%252e%252e/echo", "/myself/..;/echo", "/myself/.;x/echo",
+                 "/myself/..%5cecho", "/myself%5c..%5cecho", "/myself/..%2fecho", "/myself/%c0%ae%c0%ae/echo",
+                 "/myself/%ef%bc%8e%ef%bc%8e/echo", "/myself/%zz", "/myself%00/x"]
+
+
+def test_paths_are_checked_decoded_and_every_dot_or_encoded_form_is_refused(tmp_path, monkeypatch, api):
+    write_world(tmp_path, monkeypatch, api, extra=f"""\
+- id: scoped-token
+  inject: proxy
+  url: https://127.0.0.1:{api.port}
+  ca: {api.ca}
+  paths: [/myself]
+  value: "{CANARY}"
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    controls = ["/myself", "/myself/sub", "/my%73elf/sub"]          # under paths:, an ordinary escape decoded
+    r = sh('for p in "$@"; do curl -sS --path-as-is -o /dev/null -w "%{http_code} " '
+           f'-H "Authorization: Bearer $SCOPED_TOKEN" "https://127.0.0.1:{api.port}$p"; done',
+           "sh", *controls, *REFUSED_PATHS, "/myselfish", secret="scoped-token")
+    assert _codes(r)[:1] == ["200"], r.stderr
+    got = {}
+    for s in api.seen:
+        got[s["path"]] = "value" if s["auth"] == f"Bearer {CANARY}" else (
+            "placeholder" if s["auth"].startswith("Bearer recall-ph-scoped-token-") else s["auth"])
+    assert got == {**{p: "value" for p in controls}, **{p: "placeholder" for p in REFUSED_PATHS + ["/myselfish"]}}
+    log = run_recall("secret", "log", "scoped-token").stdout
+    assert log.count("refused: the path holds") == len(REFUSED_PATHS) and "refused: path outside paths:" in log
+
+
+def test_what_the_proxy_returns_is_masked_before_exec_sees_it(world, api, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    base = f"https://127.0.0.1:{api.port}"
+    r = sh('for p in echo split gzip; do curl -sS --compressed -D "$0/$p.head" -o "$0/$p.body" '
+           f'-H "Authorization: Bearer $JIRA_API_TOKEN" {base}/$p; done', str(out))
+    assert r.returncode == 0, r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 3     # the service got the value …
+    for name in ("echo", "split", "gzip"):                                # … the child only its mask
+        raw = (out / f"{name}.head").read_bytes() + (out / f"{name}.body").read_bytes()
+        for form in FORMS:
+            assert form.encode() not in raw, f"{name}: the proxy handed the child the value"
+        assert (out / f"{name}.body").read_text() == "you sent Bearer [recall:jira-api-token]\n", name
+    assert "X-Echo: Bearer [recall:jira-api-token]" in (out / "echo.head").read_text()

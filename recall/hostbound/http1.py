@@ -1,6 +1,8 @@
 """HTTP/1.1 framing for the host-bound proxy: request heads (strict), chunked and sized bodies, targets."""
 from __future__ import annotations
 
+import re
+
 MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
 
@@ -141,13 +143,96 @@ def absolute_target(target: str) -> tuple:
         raise ValueError("only http:// absolute targets and CONNECT are proxied")
     rest = target[7:]
     authority, slash, path = rest.partition("/")
-    return host_port(authority.rpartition("@")[2], 80), "/" + path if slash else "/"
+    host, port = host_port(authority.rpartition("@")[2], 80)
+    if not _HOST.match(f"[{host}]" if ":" in host else host) or not 0 < port < 65536:
+        raise ValueError("not a host[:port] in the absolute target")
+    return (host, port), "/" + path if slash else "/"
+
+
+_HOST = re.compile(r"^(?:\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)$")
+
+
+def connect_target(text: str) -> tuple:
+    """CONNECT's host:port, strictly (a name, an IPv4 or a bracketed IPv6, a port 1-65535); else ValueError."""
+    host, sep, port = text.lower().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not _HOST.match(host):
+        raise ValueError("not a host:port CONNECT target")
+    return host.strip("[]"), int(port)
+
+
+def authorities(dest, default: int) -> set:
+    """The spellings of host:port a request on a connection to `dest` may name (port left out only when default)."""
+    host, port = dest
+    shown = f"[{host}]" if ":" in host else host
+    return {f"{shown}:{port}"} | ({shown} if port == default else set())
+
+
+def misdirected(req: Request, scheme: str, dest, target: str) -> tuple:
+    """(origin-form target, status, why): status 0 when the request names only `dest` (its Host header and an
+    absolute-form target), 421 when it names another site, 400 when it cannot be read one way only."""
+    default = 443 if scheme == "https" else 80
+    allowed = authorities(dest, default)
+    hosts = [v.decode("latin-1").lower() for k, v in req.headers if k.lower() == b"host"]
+    if len(hosts) > 1:
+        return target, 400, "two Host headers"
+    if hosts and hosts[0] not in allowed:
+        return target, 421, "its Host header names another site"
+    if target.startswith("/") or (target == "*" and req.method == "OPTIONS"):
+        return target, 0, ""
+    named, sep, rest = target.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not sep or "@" in authority or any(c in authority for c in "?#\\"):
+        return target, 400, "its target is neither a path nor an absolute URL"
+    if named.lower() != scheme or authority.lower() not in allowed:
+        return target, 421, "its absolute-form target names another site"
+    return "/" + path if slash else "/", 0, ""
+
+
+_PERCENT = re.compile(r"%(?![0-9a-fA-F]{2})")
+_ENCODED = (("%25", "a double-encoded character (%25..)"), ("%2e", "an encoded dot (%2e)"),
+            ("%2f", "an encoded slash (%2f)"), ("%5c", "an encoded backslash (%5c)"), ("\\", "a backslash"),
+            ("#", "a '#'"), ("%00", "an encoded NUL"))
+
+
+def checked_path(raw: str) -> tuple:
+    """(the decoded path, '') or ('', why not): forms two servers could read two ways are refused, not
+    normalised — dot segments (also '..;' and encoded), encoded dots, slashes, backslashes, double encoding."""
+    from urllib.parse import unquote_to_bytes
+    low = raw.lower()
+    if not raw.startswith("/"):
+        return "", "not a path"
+    for form, why in _ENCODED:
+        if form in low:
+            return "", why
+    if _PERCENT.search(raw):
+        return "", "a malformed %-escape"
+    try:
+        plain = unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return "", "bytes that are not UTF-8 once decoded (an overlong form)"
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in plain):
+        return "", "a control character"
+    if not plain.isascii():
+        import unicodedata
+        if any(c in "./\\%;" for c in unicodedata.normalize("NFKC", "".join(c for c in plain if ord(c) > 127))):
+            return "", "a character that normalises to '.', '/', '\\', '%' or ';'"
+    if any(seg.split(";")[0] in (".", "..") for seg in plain.split("/")):
+        return "", "a dot segment ('.', '..', '..;')"
+    return plain, ""
+
+
+_REASONS = {400: "Bad Request", 421: "Misdirected Request", 502: "Bad Gateway"}
+
+
+def refuse(client, status: int, text: str) -> None:
+    """A short plain-text answer from the proxy itself, then the connection is closed."""
+    body = text.encode("utf-8", "replace") + b"\n"
+    try:
+        client.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (status, _REASONS[status].encode(), len(body), body))
+    except OSError:
+        pass
 
 
 def bad_gateway(client, text: str) -> None:
-    body = text.encode("utf-8", "replace") + b"\n"
-    try:
-        client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    except OSError:
-        pass
+    refuse(client, 502, text)

@@ -10,6 +10,8 @@ from . import http1
 
 IDLE = 300.0           # seconds a connection (child or upstream) may stay silent
 _NO_BODY = (204, 304)
+_PLACES = {"header": "refused: not in the Authorization header",
+           "query": "refused: not in a header (in_query is not set)", "path": "refused: not in a header"}
 _HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"trailer", b"upgrade",
         b"transfer-encoding", b"content-length", b"expect", b"accept-encoding", b"connection"}
 
@@ -27,10 +29,10 @@ class Binding:
         if scheme != "https" or host.lower() != self.host or port != self.port:
             return f"refused: bound to https://{self.host}:{self.port}"
         if self.paths:
-            from urllib.parse import unquote
-            plain = unquote(path)
-            if "/../" in plain + "/" or "/./" in plain + "/" or not any(
-                    plain == p or plain.startswith(p if p.endswith("/") else p + "/") for p in self.paths):
+            plain, why = http1.checked_path(path)
+            if why:
+                return f"refused: the path holds {why}"
+            if not any(plain == p or plain.startswith(p if p.endswith("/") else p + "/") for p in self.paths):
                 return "refused: path outside paths:"
         return ""
 
@@ -130,7 +132,11 @@ class HostBoundProxy:
             if req.method != "CONNECT":
                 self._exchange(conn, reader, "http", None, head)
                 return
-            host, port = http1.host_port(req.target.decode("latin-1"), 443)
+            try:
+                host, port = http1.connect_target(req.target.decode("latin-1"))
+            except ValueError:
+                http1.refuse(conn, 400, "recall proxy: CONNECT needs host:port")
+                return
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             try:
                 tls = self.ca.server_context(host).wrap_socket(conn, server_side=True)
@@ -171,6 +177,10 @@ class HostBoundProxy:
                     where, target = http1.absolute_target(target)
                 with self._lock:
                     self.requests += 1
+                target, status, why = http1.misdirected(req, scheme, where, target)
+                if status:                      # never forwarded: a shared front could route it to another site
+                    self._misdirected(client, req, head, scheme, where, target, status, why)
+                    return
                 if upstream is not None and upstream[0] != where:
                     upstream[1].close()
                     upstream = None
@@ -235,36 +245,56 @@ class HostBoundProxy:
                 chunked = True                  # Request allows only 'chunked' here, and no Content-Length
             if low in _HOP and low != b"content-length":
                 continue
-            lines.append(name + b": " + self._swap(value, req.method, scheme, where, path, header=True))
+            place = "authorization" if low == b"authorization" else "header"
+            lines.append(name + b": " + self._swap(value, req.method, scheme, where, path, place))
+        if not req.get(b"host"):                # an HTTP/1.0 request: the site its connection is for
+            lines.insert(0, b"Host: " + min(http1.authorities(where, 443 if scheme == "https" else 80),
+                                            key=len).encode("latin-1"))
         if chunked:
             lines.append(b"Transfer-Encoding: chunked")
         lines.append(b"Accept-Encoding: identity")      # a compressed body could not be masked
         if query:
-            query = self._swap(query.encode("latin-1"), req.method, scheme, where, path, query=True).decode("latin-1")
-        self._swap(path.encode("latin-1"), req.method, scheme, where, path)      # a path never carries it
+            query = self._swap(query.encode("latin-1"), req.method, scheme, where, path, "query").decode("latin-1")
+        self._swap(path.encode("latin-1"), req.method, scheme, where, path, "path")      # a path never carries it
         line = f"{req.method} {path}{sep}{query} HTTP/1.1".encode("latin-1")
         return b"\r\n".join([line, *lines]) + b"\r\n\r\n"
 
-    def _swap(self, text: bytes, method: str, scheme: str, where, path: str, header=False, query=False) -> bytes:
+    def _swap(self, text: bytes, method: str, scheme: str, where, path: str, place: str) -> bytes:
+        """`text` (an Authorization value, another header's, the query, the path) with each placeholder that may
+        be replaced there replaced, and one event per placeholder found."""
         for b in self.bindings:
-            basic = header and text[:6].lower() == b"basic " and _basic_holds(text, b.placeholder)
+            basic = place == "authorization" and text[:6].lower() == b"basic " and _basic_holds(text, b.placeholder)
             if b.placeholder not in text and not basic:
                 continue
-            why = b.refusal(scheme, where[0], where[1], path) or (
-                "" if header or (query and b.query) else "refused: not in a header" + (
-                    " (in_query is not set)" if query else ""))
+            allowed = place == "authorization" or (place == "query" and b.query)
+            why = b.refusal(scheme, where[0], where[1], path) or ("" if allowed else _PLACES[place])
             self._note("event", b.secret_id, why or "substituted", method, scheme, where[0], where[1], path)
             if why:
                 continue
             if basic:
                 raw = base64.b64decode(text[6:].strip()).replace(b.placeholder, b.value)
                 text = text[:6] + base64.b64encode(raw)
-            elif query:
+            elif place == "query":
                 from urllib.parse import quote
                 text = text.replace(b.placeholder, quote(b.value.decode(), safe="").encode())
             else:
                 text = text.replace(b.placeholder, b.value)
         return text
+
+    def _misdirected(self, client, req: http1.Request, head: bytes, scheme: str, where, target: str,
+                     status: int, why: str) -> None:
+        """Answer 421/400 and close: the request names another site than its connection (or two); nothing of it
+        goes upstream. Each placeholder it held is logged as refused; the answer names no value nor header."""
+        path = target.partition("?")[0]
+        found = [b for b in self.bindings if b.placeholder in head or any(
+            k.lower() == b"authorization" and v[:6].lower() == b"basic " and _basic_holds(v, b.placeholder)
+            for k, v in req.headers)]
+        for b in found:
+            self._note("event", b.secret_id, f"refused: {why} ({status}, not forwarded)", req.method, scheme,
+                       where[0], where[1], path)
+        self._note("problem", f"a request on the connection to {where[0]}:{where[1]} was refused ({status}): {why}")
+        http1.refuse(client, status, f"recall proxy: this connection is for {where[0]}:{where[1]} and {why}; "
+                                     "nothing was forwarded")
 
     def _relay_response(self, req: http1.Request, up: http1.Reader, client) -> tuple:
         """Stream one response to the child, headers and body masked, re-framed as chunked."""
