@@ -358,40 +358,11 @@ def require_open(con, cfg) -> None:
 
 # -- using a value ---------------------------------------------------------------------------------
 
-def launcher() -> list:
-    """How the agent should call recall: the installed command, else this Python (the one that has
-    recall's extras) and this checkout's launcher."""
-    import shutil
-    import sys
-    installed = shutil.which("recall")
-    if installed:
-        return ["recall"]
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return [sys.executable or "python3", os.path.join(here, "recall.py")]
-
-
-def invocation(cfg=None) -> str:
-    """The start of a line that reaches this vault from a shell holding none of this process's
-    environment: RECALL_HOME=… when the state is not in the default place, then the launcher,
-    then --config FILE when the config is not the default file."""
-    import shlex
-    from pathlib import Path
-    words = [shlex.quote(w) for w in launcher()]
-    if cfg is None:
-        return " ".join(words)
-    home = Path.home()
-    if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
-        words += ["--config", shlex.quote(str(cfg.path))]
-    if Path(cfg.home).expanduser().resolve() != (home / ".local/share/recall").resolve():
-        words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
-    return " ".join(words)
-
-
 def command_line(con, secret_id: str, command, cfg=None) -> str:
     """One shell-quoted line that runs `command` with the secret injected. `command` is an argv
     list, or one string (split like a shell; if it names the secret's variables it runs under
     `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
-    names the config and state folder it came from (see `invocation`)."""
+    names the config and state folder it came from (`invocation.invocation`)."""
     import json
     import shlex
     row = row_named(con, secret_id)
@@ -413,6 +384,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
         argv = list(command)
     if not argv:
         raise RecallError("no command given")
+    from .invocation import invocation
     line = invocation(cfg) + " " + shlex.join(["secret", "exec", secret_id, "--"] + argv)
     audit.log(con, "secret.command", secret_id, argv=line, verdict="given")
     return line

@@ -4,6 +4,7 @@ import http.server
 import importlib.util
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.extras
 import anyio  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-from recall import audit, db, inventory, mcp_server, vault  # noqa: E402
+from recall import audit, db, inventory, invocation, mcp_server, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.index import run_index  # noqa: E402
 from recall.search import search  # noqa: E402
@@ -228,7 +229,11 @@ def test_the_cli_gives_the_same_self_contained_line(world):
     r = run_recall("secret", "command", "Jira-Api-Token", "--", "printenv JIRA_API_TOKEN")
     assert r.returncode == 0, r.stderr
     line = r.stdout.rstrip("\n")
-    assert line == vault.command_line(world["con"], "jira-api-token", "printenv JIRA_API_TOKEN", world["cfg"])
+    # the same line but for the program: this process's own (the launcher started the CLI here)
+    mine = vault.command_line(world["con"], "jira-api-token", "printenv JIRA_API_TOKEN", world["cfg"])
+    program = " ".join(shlex.quote(w) for w in invocation.launcher())
+    assert " ".join(shlex.quote(w) for w in (sys.executable, str(REPO / "recall.py"))) + " --config " in line
+    assert line.split(" --config ", 1)[1] == mine.split(" --config ", 1)[1] and program in mine
     bare = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}
     ran = subprocess.run(["bash", "-c", line], env=bare, capture_output=True, text=True, timeout=60)
     assert ran.stdout == "[recall:jira-api-token]\n", ran.stderr
