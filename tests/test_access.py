@@ -230,3 +230,33 @@ def test_steps_that_switch_global_state_are_left_out_and_said(tmp_path, config, 
     said = [line for line in r.stderr.splitlines() if line.startswith("recall: left out")]
     assert [line.split("'")[1] for line in said] == switching
     assert all("global state" in line for line in said)
+
+
+# -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------
+
+SPLIT = 'printf %s "${V:0:5}"; sleep PAUSE; printf "%s\\n" "${V:5}"'
+PIECES_SECRETS = """\
+- id: box-token
+  kind: token
+  env: BOX_TOKEN
+  value: "Zq7w-Ab3dE9fG7hJ2kL"
+"""
+
+
+@pytest.mark.parametrize("pause", ["0.6", "2"])
+def test_a_value_printed_in_pieces_with_a_pause_stays_masked(tmp_path, config, pause):
+    pytest.importorskip("cryptography")
+    _entry(tmp_path, config, ["export DB_PWD=Xk9-setup-Vv7Tq2Lm"], PIECES_SECRETS, secrets="[box-token]")
+    from recall import vault
+    cfg = load_config()
+    vault.sync(db.connect(cfg.db_path), cfg)
+    for source, label in (("BOX_TOKEN", "box-token"), ("DB_PWD", "box:DB_PWD")):
+        r = run_recall("access", "exec", "box", "--", "bash", "-c",
+                       f"V=${source}; " + SPLIT.replace("PAUSE", pause))
+        assert (r.returncode, r.stdout) == (0, f"[recall:{label}]\n"), r.stderr
+
+
+@pytest.mark.parametrize("pause", ["0.6", "2"])
+def test_a_stdin_value_printed_in_pieces_with_a_pause_stays_masked(sudo_box, pause):
+    r = run_recall("access", "exec", "box", "--", "bash", "-c", "read -r V; " + SPLIT.replace("PAUSE", pause))
+    assert (r.returncode, r.stdout) == (0, "[recall:box-sudo]\n"), r.stderr

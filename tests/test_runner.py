@@ -288,3 +288,99 @@ def test_binary_output_passes_through_byte_identical():
              "sys.stdout.buffer.write(bytes(range(256)) * 1000)\n")
     result = run_masked(py(child), env=base_env(), masker=MASKER)
     assert result.stdout == bytes(range(256)) * 1000
+
+
+# -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------
+
+SPLIT = 'printf %s "${V:0:5}"; sleep {pause}; printf "%s\\n" "${V:5}"'
+VALUE = "Zq7w-Ab3dE9fG7hJ2kL"
+VAULT = f"""\
+- id: split-token
+  kind: token
+  env: V
+  value: "{VALUE}"
+- id: split-stdin
+  kind: password
+  inject: stdin
+  value: "{VALUE}-stdin"
+- id: other-token
+  kind: token
+  value: "other-Qw8eR7tY6uI5oP"
+"""
+
+
+@pytest.fixture
+def split_vault(tmp_path, config):
+    pytest.importorskip("cryptography")
+    from recall import db, vault
+    from recall.config import load_config
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(VAULT)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    vault.sync(db.connect(cfg.db_path), cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("pause", ["0.6", "2"])
+def test_a_value_printed_in_two_pieces_with_a_pause_stays_masked(split_vault, pause):
+    from tests.conftest import run_recall
+    r = run_recall("secret", "exec", "split-token", "--", "bash", "-c", SPLIT.replace("{pause}", pause))
+    assert (r.returncode, r.stdout) == (0, "[recall:split-token]\n"), r.stderr
+    assert VALUE[:5] not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("pause", ["0.6", "2"])
+def test_a_stdin_value_printed_in_two_pieces_with_a_pause_stays_masked(split_vault, pause):
+    from tests.conftest import run_recall
+    script = 'read -r V; ' + SPLIT.replace("{pause}", pause)
+    r = run_recall("secret", "exec", "split-stdin", "--", "bash", "-c", script)
+    assert (r.returncode, r.stdout) == (0, "[recall:split-stdin]\n"), r.stderr
+    assert VALUE[:5] not in r.stdout + r.stderr
+
+
+def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
+    from tests.conftest import run_recall
+    r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
+                   'printf %s "${V:0:8}"; sleep 0.6; printf "%s\\n" "-not-it"')
+    assert (r.returncode, r.stdout) == (0, VALUE[:8] + "-not-it\n"), r.stderr
+
+
+def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
+    from tests.conftest import run_recall
+    r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
+                   'printf "a %s" "${V:0:4}"; sleep 0.6')
+    assert (r.returncode, r.stdout) == (0, "a [recall:split-token]"), r.stderr
+    r = run_recall("secret", "exec", "split-token", "--", "bash", "-c", 'printf "a %s" "${V:0:3}"')
+    assert (r.returncode, r.stdout) == (0, "a " + VALUE[:3]), r.stderr
+
+
+def test_a_prefix_of_a_value_the_child_was_not_given_is_released_by_time(split_vault):
+    """The hold for other secrets never depends on them: the child cannot probe them."""
+    from tests.conftest import run_recall
+    other = "other-Qw8eR7tY6uI5oP"
+    r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
+                   f'printf %s {other[:9]}; sleep 0.6; printf "%s\\n" {other[9:]}')
+    assert (r.returncode, r.stdout) == (0, other + "\n"), r.stderr
+
+
+def test_a_prompt_shows_while_the_child_waits(split_vault, tmp_path):
+    """`Password: ` is no prefix of the value the child holds: it appears before the child goes on."""
+    import subprocess
+
+    from tests.conftest import REPO
+    marker = tmp_path / "seen"
+    wait = f'for i in $(seq 100); do [ -e {marker} ] && break; sleep 0.05; done'
+    script = f'printf "Password: "; {wait}; [ -e {marker} ] && echo seen || echo never; printf "%s\\n" "$V"'
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "split-token", "--",
+                             "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got = b""
+    while b"Password: " not in got:
+        piece = os.read(proc.stdout.fileno(), 100)
+        if not piece:
+            break
+        got += piece
+    marker.touch()
+    rest, err = proc.communicate(timeout=30)
+    assert (proc.returncode, got + rest) == (0, b"Password: seen\n[recall:split-token]\n"), err
