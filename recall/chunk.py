@@ -22,7 +22,7 @@ _TEMPLATE_TAG = re.compile(r"<%.*?%>|\{\{.*?\}\}|\{%.*?%\}")
 _YAML_KEY = r"^([A-Za-z_][\w.-]*)[ \t]*:(.*)$"
 _YAML_ITEM = r"^-(?:[ \t]+(.*))?$"
 _FLOW_ITEM = r"""\s*("[^"]*"|'[^']*'|[^,]*)\s*(?:,|$)"""
-_DATE = r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:$|[T ])"
+_DATE = r"^(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d/.-]?\d)"
 # a `Date:` line near the top of a note (`**Date:** 2024-03-04`, `Date: 28/03/2018`, `date - 5 May 2021`)
 _DATE_LINE = r"(?i)^[\W_]*date[\W_]*[:\-][\W_]*(.+?)[\W_]*$"
 _DMY = r"^(\d{1,2})[/.\-](\d{1,2})[/.\-](\d{4})\b"
@@ -195,12 +195,9 @@ def _meta(fields: dict) -> dict:
             meta["title"] = title
     if "date" in fields:
         date = _value(*fields["date"])
-        match = re.match(_DATE, date) if isinstance(date, str) else None
-        if match:
-            try:
-                meta["date"] = datetime.date(*map(int, match.groups())).isoformat()
-            except ValueError:  # 2025-02-30 and friends: not a date, so no date
-                pass
+        found = parse_date(date) if isinstance(date, str) else ""
+        if found:               # `date: 2025-06-02`, `date: 2 June 2025`; 2025-02-30 is no date
+            meta["date"] = found
     if "tags" in fields:
         tags = _value(*fields["tags"])
         if isinstance(tags, str):  # `tags: a, b` or `tags: a b`, as some editors write them
@@ -211,11 +208,24 @@ def _meta(fields: dict) -> dict:
 
 
 def _date_line(lines: list, body: int, within: int = 40) -> str:
-    """The date of a `Date:` line among the first lines of the body, as YYYY-MM-DD, else ""."""
+    """The date of a `Date:` line among the first lines of the body, or of a table's `Date` row
+    or column (`| Date | 2025-06-02 |`, a `Date` header over its first rows), as YYYY-MM-DD, else ""."""
     date_line = re.compile(_DATE_LINE).match
+    column = None               # the index of a table header's Date cell, until the table ends
     for line in lines[body:body + within]:
-        match = date_line(line.strip())
-        found = parse_date(match.group(1)) if match else ""
+        line = line.strip()
+        if line.startswith("|"):
+            cells = [c.strip(" *_`") for c in line.strip("|").split("|")]
+            names = [c.lower() for c in cells]
+            found = parse_date(cells[1]) if len(cells) > 1 and names[0] in ("date", "date:") else ""
+            if not found and column is None and "date" in names:
+                column = names.index("date")
+            elif not found and column is not None and column < len(cells):
+                found = parse_date(cells[column])
+        else:
+            column = None
+            match = date_line(line)
+            found = parse_date(match.group(1)) if match else ""
         if found:
             return found
     return ""

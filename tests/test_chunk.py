@@ -577,3 +577,26 @@ def test_a_date_line_is_the_notes_date_when_front_matter_has_none():
 def test_parse_date_reads_the_usual_forms(text, expected):
     from recall.chunk import parse_date
     assert parse_date(text) == expected
+
+
+# the forms incident templates write (issue 26 point 5): each is the note's date
+INCIDENT_DATES = {
+    "sentence": "# INC-4242 outage\n\nDate: 2025-06-02. Severity: SEV2\n\nThe API was down.\n",
+    "bold": "# INC-4242 outage\n\n**Date:** 2 June 2025\n\nThe API was down.\n",
+    "table row": "# INC-4242 outage\n\n| Field | Value |\n|---|---|\n| Severity | SEV2 |\n"
+                 "| **Date** | 2025-06-02 |\n\nThe API was down.\n",
+    "table column": "# INC-4242 outage\n\n| Severity | Date | Owner |\n|---|---|---|\n"
+                    "| SEV2 | 02/06/2025 | ana |\n\nThe API was down.\n",
+    "front matter": "---\ntitle: INC-4242 outage\ndate: 2 June 2025\n---\n# INC-4242 outage\n\nThe API was down.\n",
+}
+
+
+@pytest.mark.parametrize("form", sorted(INCIDENT_DATES))
+def test_incident_template_dates_are_the_notes_date(form):
+    assert chunk_markdown(INCIDENT_DATES[form]).meta["date"] == "2025-06-02"
+
+
+def test_a_table_without_a_date_column_gives_no_date():
+    text = "# Hosts\n\n| Host | Port |\n|---|---|\n| db01 | 5432 |\n| 2025-06-02 | 1 |\n"
+    assert "date" not in chunk_markdown(text).meta
+    assert "date" not in chunk_markdown("# X\n\nDate: 2025-06-021\n").meta

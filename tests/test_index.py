@@ -207,3 +207,24 @@ def test_db_file_is_private(config):
     cfg, con, _ = _index()
     assert oct(os.stat(cfg.db_path).st_mode & 0o777) == "0o600"
     assert oct(os.stat(cfg.home).st_mode & 0o777) == "0o700"
+
+
+def test_incident_template_dates_are_the_hits_date_and_rank_it(config, notes):
+    from tests.conftest import run_recall
+    from tests.test_chunk import INCIDENT_DATES
+    for n, form in enumerate(sorted(INCIDENT_DATES)):
+        (notes / f"inc/form-{n}.md").parent.mkdir(exist_ok=True)
+        (notes / f"inc/form-{n}.md").write_text(INCIDENT_DATES[form].replace("INC-4242", f"INC-424{n}"))
+    # the same outage written twice: the older report (its Date: line) ranks below the newer one,
+    # though the older file was saved last
+    (notes / "inc/new.md").write_text("# Zebra outage\n\n| Date | Severity |\n|---|---|\n"
+                                      "| 2026-11-20 | SEV2 |\n\nzebra gateway down\n")
+    (notes / "inc/old.md").write_text("# Zebra outage\n\nDate: 2019-03-01. Severity: SEV2\n\nzebra gateway down\n")
+    assert run_recall("index").returncode == 0
+    for n, form in enumerate(sorted(INCIDENT_DATES)):
+        r = run_recall("--json", "search", f"INC-424{n}")
+        hits = json.loads(r.stdout)["hits"]
+        assert hits[0]["relpath"] == f"inc/form-{n}.md" and hits[0]["date"] == "2025-06-02", form
+    hits = json.loads(run_recall("--json", "search", "zebra gateway").stdout)["hits"]
+    assert [(h["relpath"], h["date"]) for h in hits[:2]] == [("inc/new.md", "2026-11-20"),
+                                                            ("inc/old.md", "2019-03-01")]
