@@ -68,7 +68,7 @@ def _modes() -> list:
     return list(MODES)
 
 
-VERBS = ("index", "search", "read", "secret", "access", "verify", "remote", "mcp", "instructions",
+VERBS = ("init", "index", "search", "read", "secret", "access", "verify", "remote", "mcp", "instructions",
          "doctor", "eval")
 
 
@@ -99,6 +99,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     real_sub.required = True
     sub = _OnlyVerb(real_sub, only)
 
+    p = sub.add_parser("init", parents=[common], help="write a starter config, its notes folder, a secrets "
+                       "file and an inventory")
+    p.add_argument("--notes", metavar="DIR", help="the notes folder the config names (default ~/notes)")
+    p.set_defaults(func=cmd_init)
+
     p = sub.add_parser("index", parents=[common], help="index the configured sources (incremental)")
     p.add_argument("--full", action="store_true", help="re-read every file")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (keyword index only)")
@@ -109,7 +114,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("search", parents=[common], help="search the notes",
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
     p.add_argument("query", nargs="+", help="words, identifiers, or a question")
-    p.add_argument("-n", type=int, default=10, help="number of hits (default 10)")
+    p.add_argument("-n", "--limit", dest="n", type=int, default=10, help="number of hits (default 10)")
     p.add_argument("--mode", default="auto", choices=_modes(),
                    help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
@@ -182,15 +187,51 @@ examples:
   recall search -- -x              words that start with '-' go after '--'"""
 
 
-def _describe(parser) -> None:
-    """A verb's --help starts with what its line in the verb list says, unless it has its own."""
+# Each verb's --help ends with these (search has its own, in SEARCH_HELP).
+EXAMPLES = {
+    "init": ["recall init", "recall --config ~/work/recall.yaml init --notes ~/work/notes"],
+    "index": ["recall index", "recall index --full --no-embed", "recall index --source notes"],
+    "read": ["recall read incidents/2023/INC-10963-db-failover.md:16",
+             "recall read notes:runbooks/vpn.md --offset 120"],
+    "secret": ["recall secret find jira", "recall secret command jira-api-token"],
+    "secret sync": ["recall secret sync", "recall secret sync --prune"],
+    "secret find": ["recall secret find \"token for jira\"", "recall secret find"],
+    "secret show": ["recall secret show jira-api-token"],
+    "secret command": ["recall secret command jira-api-token",
+                       "recall secret command db-admin -- psql -U '$DB_ADMIN_USERNAME' -c 'select 1'"],
+    "secret exec": ["recall secret exec db-admin -- sh -c 'psql -U \"$DB_ADMIN_USERNAME\" -c \"select 1\"'",
+                    "recall secret exec sudo-pass --stdin -- sudo -S true"],
+    "secret get": ["recall secret get jira-api-token"],
+    "secret log": ["recall secret log", "recall secret log jira-api-token -n 20"],
+    "secret rotate-key": ["recall secret rotate-key"],
+    "access": ["recall access find ops", "recall access exec ops-cluster -- kubectl get pods"],
+    "access find": ["recall access find \"platform cluster\"", "recall access find"],
+    "access show": ["recall access show ops-cluster"],
+    "access exec": ["recall access exec ops-cluster", "recall access exec ops-cluster -- 'kubectl get pods | head'"],
+    "verify": ["recall verify", "recall verify ops-cluster jira-api-token", "recall verify --dry-run"],
+    "remote": ["recall remote install jump01"],
+    "remote install": ["recall remote install jump01 --path ~/recall"],
+    "mcp": ["claude mcp add recall -- recall mcp"],
+    "instructions": ["recall instructions", "recall instructions --install ~/.claude/CLAUDE.md"],
+    "doctor": ["recall doctor", "recall --json doctor", "recall doctor --thorough"],
+    "eval": ["recall --config golden/recall.yaml eval golden/queries.jsonl -v"],
+}
+
+
+def _describe(parser, words=()) -> None:
+    """A verb's --help starts with what its line in the verb list says, unless it has its own, and
+    ends with examples."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for choice in action._choices_actions:
                 sub = action.choices[choice.dest]
                 if not sub.description and choice.help:
                     sub.description = choice.help[0].upper() + choice.help[1:] + "."
-                _describe(sub)
+                examples = EXAMPLES.get(" ".join((*words, choice.dest)))
+                if examples and not sub.epilog:
+                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
+                    sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+                _describe(sub, (*words, choice.dest))
 
 
 def _secret_parsers(sub, common) -> None:
@@ -312,6 +353,25 @@ class _Progress:
 
 
 # -- verbs --------------------------------------------------------------------------------------
+
+def cmd_init(args) -> int:
+    import os
+    import shlex
+
+    from .config import default_config_path
+    from .starter import init
+    named = getattr(args, "config", None)
+    recall = f"recall --config {shlex.quote(named)}" if named else "recall"
+    started = init(named or os.environ.get("RECALL_CONFIG") or default_config_path(), args.notes, recall=recall)
+    if _json_done(args, started.__dict__):
+        return 0
+    _out(f"wrote {started.config}: notes in {started.notes}; credentials in {started.secrets} (0600, "
+         f"outside the notes); systems in {started.inventory}")
+    width = max(len(cmd) for cmd, _ in started.next)
+    _out("next:\n" + "\n".join(f"  {cmd:<{width}}  # {what}" for cmd, what in started.next))
+    _out(f"credentials: add them to {started.secrets}, then 'recall secret sync'")
+    return 0
+
 
 def cmd_index(args) -> int:
     from .index import run_index
@@ -665,10 +725,26 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _no_words(argv: list) -> bool:
+    """Nothing but the top level's --config FILE and --json: no verb, no help, no version asked."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--json" or argv[i].startswith("--config="):
+            i += 1
+        elif argv[i] == "--config" and i + 1 < len(argv):
+            i += 2
+        else:
+            return False
+    return True
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _Parser.argv = argv
     verb = verb_of(argv)
+    if verb is None and _no_words(argv):      # bare `recall`: the verbs, as `recall --help` shows them
+        build_parser().print_help(sys.stdout)
+        return 0
     args = build_parser(verb).parse_args(argv)
     try:
         return args.func(args)

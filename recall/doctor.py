@@ -203,7 +203,7 @@ def _vault_key(ctx) -> list:
     from .vault import count
     stored = _vault_read(ctx.con, count, 0)
     if not path.exists():
-        if not ctx.cfg.secrets and not stored:
+        if not ctx.secret_ids and not stored:        # no secret yet: nothing needs a key
             return []
         return [Check("vault key", False, f"{path} is missing: 'recall secret sync' makes one"
                       + (f" — but {stored} stored secrets need the old key back" if stored else ""))]

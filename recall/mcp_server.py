@@ -442,5 +442,21 @@ def serve() -> int:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
         raise MissingExtra("mcp", "the MCP server") from None
-    build_server().run("stdio")
+    watcher = _watching()
+    try:
+        build_server().run("stdio")
+    finally:
+        if watcher is not None:
+            watcher.stop()
     return 0
+
+
+def _watching():
+    """The sources followed while the server runs (watch.py), so the next search sees a note saved a
+    moment ago; None without a config or sources (each tool then says what is missing)."""
+    from . import vault, watch
+    from .config import load_config
+    try:                              # a bad RECALL_WATCH too: serve from the index as it is (doctor says why)
+        return watch.Watcher(load_config(), redactor=vault.redactor, load_values=vault.load_values).start()
+    except RecallError:
+        return None

@@ -336,3 +336,69 @@ def test_no_message_says_recall_twice(cli, synced, config, tmp_path):
         code, out, err = cli(*words)
         assert code == 1 and err.startswith("recall: "), (words, err)
         assert not err.startswith(("recall: recall", "recall: 'recall")), (words, err)
+
+
+# -- the first step: init, bare recall, examples, --limit (issue 26 point 1) ---------------------
+
+def test_init_writes_a_starter_that_works_and_names_the_next_three_commands(cli, monkeypatch, isolated_home):
+    import stat
+    code, out, err = cli("init")
+    assert code == 0, err
+    folder = isolated_home / ".config" / "recall"
+    config, secrets, inventory = folder / "config.yaml", folder / "secrets.yaml", folder / "inventory.yaml"
+    assert config.is_file() and inventory.is_file() and (isolated_home / "notes").is_dir()
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert "path: ~/notes" in config.read_text() and "secrets: [~/.config/recall/secrets.yaml]" in config.read_text()
+    commands = [line.split("#")[0].strip() for line in out.split("next:\n")[1].splitlines()[:3]]
+    assert commands == ["recall index", 'recall search "some words"', "recall doctor"]
+    (isolated_home / "notes" / "jira.md").write_text("# Jira\n\nOur project key is OPS.\n")
+    assert cli("index")[0] == 0
+    code, out, _ = cli("search", "jira")
+    assert code == 0 and "jira.md:1" in out
+    for words in (["secret", "sync"], ["access", "find"], ["verify"]):
+        code, out, err = cli(*words)
+        assert code == 0, (words, out, err)
+    from recall.doctor import run_doctor
+    bad = [c for c in run_doctor(extras=False) if not c.ok]
+    assert not bad, bad
+
+
+def test_init_refuses_an_existing_config_and_changes_nothing(cli, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("sources: [{name: notes, path: /nowhere}]\n")
+    code, out, err = cli("--config", path, "init")
+    assert code == 1 and err.startswith(f"recall: {path} is already a config; nothing written")
+    assert path.read_text() == "sources: [{name: notes, path: /nowhere}]\n"
+    assert not (tmp_path / "secrets.yaml").exists()
+
+
+def test_init_with_another_config_hands_out_commands_that_name_it(cli, tmp_path):
+    path = tmp_path / "cfg" / "recall.yaml"
+    code, out, err = cli("--config", path, "init", "--notes", tmp_path / "work-notes")
+    assert code == 0, err
+    assert f"recall --config {path} index" in out and (tmp_path / "work-notes").is_dir()
+    assert cli("--config", path, "index")[0] == 0
+
+
+def test_bare_recall_lists_the_verbs_and_exits_0(cli):
+    from recall.cli import VERBS
+    code, out, err = cli()
+    assert code == 0 and not err
+    for verb in VERBS:
+        assert f"\n    {verb} " in out, verb
+
+
+def test_every_verb_help_ends_with_an_example(capsys):
+    from recall.cli import main
+    for words, _ in _all_verbs():
+        with pytest.raises(SystemExit):
+            main([*words, "--help"])
+        out = capsys.readouterr().out
+        assert "examples:\n  recall " in out or "examples:\n  claude mcp add recall" in out, words
+
+
+def test_limit_is_the_long_name_of_n(cli, config):
+    cli("index", "--no-embed")
+    code, out, err = cli("search", "primary", "--limit", "1")
+    assert code == 0, err
+    assert out.count("\n1. ") + out.startswith("1. ") == 1 and "\n2. " not in out

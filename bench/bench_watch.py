@@ -1,0 +1,121 @@
+"""Issue 27: what following the sources costs a search, and how soon a saved note is found — on the
+tree ../shared/bench/gen_tree.py generates (10,000 files), keyword search in the process that runs the
+watcher (as `recall mcp` does), with no watcher, the stat poll and watchdog.
+
+usage: bench_watch.py [--tree DIR] [--home DIR] [--write]
+Reuses bench_scale's tree and index when they exist. Skipped (exit 0) when gen_tree.py is absent.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import OUT, REPO, machine, ms, pct, write_section
+
+GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
+QUERIES = ["OPS-77777", "certificate rotation", "kafka consumer lag"]
+
+
+def searches(con, cfg, repeat: int) -> list:
+    from recall.search import search
+    out = []
+    for q in QUERIES:
+        search(con, cfg, q, n=10)
+        for _ in range(repeat):
+            t = time.perf_counter()
+            search(con, cfg, q, n=10)
+            out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def found_after(con, cfg, tree: Path, n: int) -> list:
+    """Seconds from a note's save to the first keyword search that finds it."""
+    from recall.search import search
+    out = []
+    for i in range(n):
+        ident = f"WATCH-{os.getpid()}{i:03}"
+        path = tree / "area00" / f"watch-{i}.md"
+        path.write_text(f"# Saved now\n\nTicket {ident} raised.\n")
+        t = time.perf_counter()
+        while not search(con, cfg, ident, n=1).hits and time.perf_counter() - t < 30:
+            time.sleep(0.05)
+        out.append(time.perf_counter() - t)
+        path.unlink()
+        time.sleep(1.5)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", default=str(OUT / "gentree10000"))
+    ap.add_argument("--home", default=str(OUT / "home-scale"))
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if not GEN.exists():
+        print(f"bench_watch: no {GEN}; skipped")
+        return 0
+    tree, home = Path(args.tree), Path(args.home)
+    if not tree.exists():
+        subprocess.run([sys.executable, str(GEN), str(tree), "10000"], check=True)
+    cfg_path = home / "scale.yaml"
+    home.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(f"sources:\n  - name: t\n    path: {tree}\n")
+    os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
+    sys.path.insert(0, str(REPO))
+    from recall import db, vault, watch
+    from recall.config import load_config
+    from recall.index import run_index
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, redactor=vault.redactor)
+    rows = {"none": searches(con, cfg, 30)}
+    fresh = {}
+    for how in ("poll", "auto"):
+        os.environ["RECALL_WATCH"] = how
+        w = watch.Watcher(cfg, redactor=vault.redactor)
+        if how == "auto" and w.how != "watchdog":
+            continue
+        w.start()
+        time.sleep(3)                   # its first pass (nothing changed) and a poll round or two
+        rows[w.how] = searches(con, cfg, 30)
+        fresh[w.how] = found_after(con, cfg, tree, 5)
+        w.stop()
+    base = statistics.median(rows["none"])
+
+    def row(name, label):
+        if name not in rows:
+            return f"| {label} | not installed | | |"
+        s = rows[name]
+        added = statistics.median(s) - base
+        found = fresh.get(name)
+        return (f"| {label} | {ms(s)} | {added:+.1f} | "
+                + (f"{statistics.median(found):.2f} / {max(found):.2f}" if found else "—") + " |")
+    text = f"""
+## Fresh results: what following the sources costs (issue 27)
+
+{machine()}, load average {os.getloadavg()[0]:.1f}. `python3 bench/bench_watch.py`: the 10,000-file
+gen_tree.py tree, keyword search in the process that follows the sources (as `recall mcp` does),
+{len(QUERIES)} queries × 30 after a warm-up ({", ".join(QUERIES)}); then 5 notes saved one at a time,
+each searched every 50 ms until found.
+
+| watcher | search p50 / p95 ms | p50 added (target ≤ 5) | save → found, s, median / max (target ≤ 2) |
+|---|---|---|---|
+{row("none", "none (`RECALL_WATCH=off`)")}
+{row("poll", "stat poll (`RECALL_WATCH=poll`, the fallback)")}
+{row("watchdog", "watchdog (inotify; the default when installed)")}
+
+p95 of the search with the poll running: {pct(rows.get("poll", rows["none"]), 95):.1f} ms.
+"""
+    print(text)
+    if args.write:
+        write_section("watch", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

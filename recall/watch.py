@@ -1,0 +1,217 @@
+"""Keeping the index in step with the sources while recall runs long (`recall mcp`, `recall index
+--watch`): changes found by an OS file watcher (watchdog, when installed) or a stat poll spread over
+idle moments; the keyword index follows at once, vectors once the files have been still a moment.
+Also `behind`: the CLI's cheap check that a source changed since the last index run."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from . import db
+from .errors import RecallError
+from .walk import SKIP_DIRS
+
+QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded
+POLL_S = 1.0              # the stat poll: one round of the sources at most this often
+SLICE_S = 0.01            # the most one stretch of the poll runs before it yields to searches
+RETRY_S = 5.0             # after a failed pass (a locked or damaged DB), wait before the next
+
+
+def method() -> str:
+    """How a long-lived recall finds changed notes here: 'watchdog', 'poll' or 'off' (RECALL_WATCH)."""
+    asked = os.environ.get("RECALL_WATCH", "auto").strip().lower() or "auto"
+    if asked in ("off", "poll"):
+        return asked
+    if asked != "auto":
+        raise RecallError(f"RECALL_WATCH={asked!r} is not one of auto, poll, off", "unset it or pick one")
+    try:
+        import watchdog.observers  # noqa: F401
+    except ImportError:
+        return "poll"
+    return "watchdog"
+
+
+def _folders(root: str):
+    """Every folder under `root` that a source walk enters (hidden and SKIP_DIRS left out), iteratively."""
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        yield folder
+        try:
+            with os.scandir(folder) as it:
+                stack.extend(e.path for e in it if e.name not in SKIP_DIRS and not e.name.startswith(".")
+                             and e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+
+
+def behind(con, cfg, budget_s: float = 0.005) -> list:
+    """Names of the sources holding a folder changed since the last index run (a note created,
+    removed or renamed there, an editor's atomic save), found from folder mtimes within `budget_s`;
+    a source not fully checked in time is not named. [] when never indexed (search says so already)."""
+    indexed = db.get_meta(con, "indexed_at")
+    if not indexed:
+        return []
+    since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
+    for source in cfg.sources:
+        for folder in _folders(str(source.path)):
+            try:
+                if os.stat(folder).st_mtime > since:
+                    stale.append(source.name)
+                    break
+            except OSError:
+                break
+            if time.monotonic() > deadline:
+                return stale
+    return stale
+
+
+class _Poll:
+    """Changes by stat: each round walks the sources (a stretch of at most SLICE_S at a time, a pause
+    between stretches) and compares sizes and mtimes with the round before."""
+
+    def __init__(self, roots: list, ignore: set, stop: threading.Event):
+        self.roots, self.ignore = roots, ignore
+        self.last = self._snapshot(stop)        # taken before the first index pass: nothing slips between
+
+    def _snapshot(self, stop: threading.Event) -> dict | None:
+        seen: dict = {}
+        stretch = time.monotonic()
+        for root in self.roots:
+            for folder in _folders(root):
+                try:
+                    with os.scandir(folder) as it:
+                        for e in it:
+                            if e.is_file(follow_symlinks=False) and e.path not in self.ignore:
+                                st = e.stat(follow_symlinks=False)
+                                seen[e.path] = (st.st_size, st.st_mtime_ns)
+                except OSError:
+                    seen[folder] = None
+                if time.monotonic() - stretch > SLICE_S:
+                    if stop.wait(SLICE_S):           # yield: a search in this process goes first
+                        return None
+                    stretch = time.monotonic()
+        return seen
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        """True when something changed since the round before."""
+        started = time.monotonic()
+        now = self._snapshot(stop)
+        if now is None:
+            return False
+        changed = now != self.last
+        self.last = now
+        stop.wait(max(0.0, min(timeout, POLL_S) - (time.monotonic() - started)))
+        return changed
+
+    def close(self) -> None:
+        pass
+
+
+class _Events:
+    """Changes by the OS's file events (inotify, FSEvents, ReadDirectoryChangesW) through watchdog."""
+
+    def __init__(self, roots: list, ignore: set):
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+        self.changed, self.ignore = threading.Event(), ignore
+        outer = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                paths = {getattr(event, "src_path", ""), getattr(event, "dest_path", "")} - {""}
+                if event.event_type not in ("opened", "closed_no_write") and not paths <= outer.ignore:
+                    outer.changed.set()
+        self.observer = Observer()
+        for root in roots:
+            if os.path.isdir(root):
+                self.observer.schedule(Handler(), root, recursive=True)
+        self.observer.daemon = True
+        self.observer.start()
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            if self.changed.wait(min(0.1, timeout)):
+                self.changed.clear()
+                return True
+        return False
+
+    def close(self) -> None:
+        self.observer.stop()
+
+
+class Watcher:
+    """Follows `cfg`'s sources in a thread of this process (`start`) or in the foreground (`run`):
+    each change is indexed for keyword search at once (`run_index(embed=False)`, which keeps what a
+    vanished folder held), and embedded once nothing changed for QUIET_S, under the index lock and
+    the token cap like any run. `redactor`/`load_values` are the vault's, as run_index takes them;
+    `report(kind, result)` hears each pass ('index' or 'embed')."""
+
+    def __init__(self, cfg, *, redactor, load_values=None, report=None):
+        self.cfg, self.redactor, self.load_values, self.report = cfg, redactor, load_values, report
+        self.how = method()
+        self.stop_event, self.thread, self.last_error = threading.Event(), None, None
+        self.passes = 0
+
+    def start(self) -> Watcher:
+        if self.how != "off" and self.cfg.sources:
+            self.thread = threading.Thread(target=self._guarded, name="recall-watch", daemon=True)
+            self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def _guarded(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:        # a long-lived server keeps answering from the index it has
+            self.last_error = str(exc)
+
+    def run(self) -> None:
+        """Index what changed since the last run, then follow the sources until `stop()`."""
+        from .index import embed_pending, run_index
+        cfg = self.cfg
+        con = db.connect(cfg.db_path)
+        roots = [str(s.path) for s in cfg.sources]
+        ignore = {str(p) for p in (*cfg.secrets, *cfg.inventory)}
+        ignore |= {str(cfg.db_path) + end for end in ("", "-wal", "-shm", "-journal")}
+        detector = _Events(roots, ignore) if self.how == "watchdog" else _Poll(roots, ignore, self.stop_event)
+        paid = cfg.embedding.provider != "none"
+        dirty, unembedded, last_change = True, False, time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                if dirty:
+                    dirty = False
+                    try:
+                        rep = run_index(con, cfg, embed=False, redactor=self.redactor,
+                                        load_values=self.load_values)
+                        self.passes += 1
+                        self.last_error = None
+                        unembedded = paid
+                        if self.report:
+                            self.report("index", rep)
+                    except (RecallError, OSError) as exc:
+                        self.last_error = str(exc)
+                        dirty = True
+                        if self.stop_event.wait(RETRY_S):
+                            break
+                        continue
+                if unembedded and time.monotonic() - last_change >= QUIET_S:
+                    unembedded = False
+                    try:
+                        with db.index_lock(cfg.db_path):        # one embedding run per DB: never billed twice
+                            rep = embed_pending(con, cfg, redactor=self.redactor, load_values=self.load_values)
+                        if self.report:
+                            self.report("embed", rep)
+                    except (RecallError, OSError) as exc:
+                        self.last_error = str(exc)
+                if detector.wait(self.stop_event, QUIET_S / 4 if unembedded else POLL_S):
+                    dirty, last_change = True, time.monotonic()
+        finally:
+            detector.close()
+            con.close()
