@@ -642,3 +642,51 @@ def test_agrees_with_pyyaml():
         assert ours == value               # the emitter wrote what it meant to
 
     check()
+
+
+SPANS = """\ufeff# a comment\r
+- id: a   # trailing\r
+  value: "q\\n x"   # kept\r
+  fields: {u: plain one, p: 'it''s', n: {v: "deep"}}\r
+  block: |-\r
+    line1\r
+\r
+    line2\r
+  folded: plain\r
+    over two\r
+  last: 'x'\r
+"""
+
+
+def _scalar_maps(node):
+    if isinstance(node, YMap):
+        yield node
+    for child in (node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()):
+        yield from _scalar_maps(child)
+
+
+def test_every_scalar_value_has_the_span_it_was_written_in():
+    """Replacing each value's span with a marker changes that value and no other byte."""
+    doc = parse(SPANS)
+    edits, want = [], []
+    for n, m in enumerate(_scalar_maps(doc)):
+        for key, span in m.spans.items():
+            edits.append((span, f"M{n}{key}" if not span.flow else f"'M{n}{key}'"))
+            want.append(f"M{n}{key}")
+    assert len(want) == 8                     # id value block folded last, u p, and n.v
+    out = yamlish.replace_spans(SPANS, edits)
+    got = [m[k] for m in _scalar_maps(parse(out)) for k in m.spans]
+    assert got == want
+    assert out.startswith("\ufeff# a comment\r\n- id: M0id   # trailing\r\n")
+    assert "  value: M0value   # kept\r\n" in out and out.endswith("  last: M0last\r\n")
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
+    big = tmp_path / "secrets.yaml"
+    with open(big, "wb") as f:
+        f.write(b"- id: x\n  value: ")
+        f.truncate(yamlish.MAX_BYTES + 1)
+    with pytest.raises(InputError, match=r"secrets.yaml: the file is 4 MB; recall reads YAML files of at most 4 MB"):
+        yamlish.load(big)
+    big.write_bytes(b"- id: x\n  value: " + b"a" * (yamlish.MAX_BYTES - 100) + b"\n")
+    assert len(yamlish.load(big)[0]["value"]) == yamlish.MAX_BYTES - 100

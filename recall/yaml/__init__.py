@@ -2,18 +2,12 @@
 from __future__ import annotations
 
 import os
-import re
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import Any, List, Optional, Tuple
 
 from ..errors import InputError, NotFound
-from .scalars import _END, _SEP, _is_marker, _rest_ok, _Scalars
+from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans, split_lines
 
-__all__ = ["YMap", "YList", "line_of", "parse", "load"]
+__all__ = ["YMap", "YList", "Span", "line_of", "parse", "load", "split_lines", "replace_spans", "MAX_BYTES"]
 
-_FLOW = (",", "[", "]", "{", "}")
 _UNSUPPORTED = {
     "&": "anchors ('&name') are not supported",
     "*": "aliases ('*name') are not supported",
@@ -22,23 +16,9 @@ _UNSUPPORTED = {
     "@": "a plain value cannot start with '@' (reserved in YAML)",
     "`": "a plain value cannot start with '`' (reserved in YAML)",
 }
+MAX_BYTES = 4 * 2**20              # secrets, inventory and config files: a larger one is refused unread
 _QUOTE_HINT = "quote the value if it is meant as text"
 MAX_DEPTH = 100                    # nesting levels; deeper is refused at its line, not a RecursionError
-
-# YAML 1.2 core schema (not 1.1: yes/no/on/off, 012 octal, 1_000 and 12:30 are not special here)
-_CONSTANTS = {"": None, "~": None, "null": None, "Null": None, "NULL": None, "true": True,
-              "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-# compiled on first use (re's cache): every number starts with one of _NUMBER_STARTS, and a config
-# often holds none (the patterns cost a `recall search` ~0.4 ms to compile)
-_NUMBERS = [
-    (r"[-+]?[0-9]+\Z", int),
-    (r"0o[0-7]+\Z", lambda t: int(t[2:], 8)),
-    (r"0x[0-9a-fA-F]+\Z", lambda t: int(t[2:], 16)),
-    (r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z", float),
-    (r"[-+]?\.(inf|Inf|INF)\Z|\.(nan|NaN|NAN)\Z", lambda t: float(t.replace(".", ""))),
-]
-_NUMBER_STARTS = "0123456789+-."
-
 
 class YMap(dict):
     """A mapping that remembers the line it starts on and the line of each key."""
@@ -47,6 +27,7 @@ class YMap(dict):
         super().__init__()
         self.line = line
         self.key_lines: dict = {}
+        self.spans: dict = {}          # key -> Span of its value, when the value is a scalar
 
 
 class YList(list):
@@ -55,10 +36,10 @@ class YList(list):
     def __init__(self, line: int = 0):
         super().__init__()
         self.line = line
-        self.item_lines: List[int] = []
+        self.item_lines: list[int] = []
 
 
-def line_of(container: Any, key_or_index: Any, default: Optional[int] = None) -> Optional[int]:
+def line_of(container: object, key_or_index: object, default: int | None = None) -> int | None:
     """The 1-based line of a key in a YMap or an item in a YList; `default` when unknown."""
     try:
         if isinstance(container, YMap):
@@ -70,7 +51,7 @@ def line_of(container: Any, key_or_index: Any, default: Optional[int] = None) ->
     return default
 
 
-def check_keys(mapping: Any, allowed, path: str, what: str, default: Optional[int] = None) -> None:
+def check_keys(mapping: object, allowed, path: str, what: str, default: int | None = None) -> None:
     """An unknown key in a mapping is an InputError at its line, listing the keys allowed."""
     for key in mapping:
         if key not in allowed:
@@ -94,17 +75,22 @@ def load_entries(path, what: str, config_key: str) -> list:
     return [(item, line_of(doc, i)) for i, item in enumerate(doc)]
 
 
-def parse(text: str, path: str = "<string>") -> Any:
+def parse(text: str, path: str = "<string>") -> object:
     """Parse one document: YMap, YList, a scalar, or None when there is no content."""
     return _Parser(text, str(path)).document()
 
 
-def load(path: Any) -> Any:
+def load(path: object) -> object:
     """Read a UTF-8 file and parse it; a missing file is NotFound, anything else InputError."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as f:
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_BYTES:           # refused before reading: a 64 MB scalar took 800 MB to parse
+                raise InputError(name, None, f"the file is {size / 2**20:.0f} MB; recall reads YAML files "
+                                 f"of at most {MAX_BYTES // 2**20} MB",
+                                 hint="check that it is the file you meant, or split it into several")
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise NotFound(f"{name}: no such file", "create it, or fix the path in the config") from None
     except OSError as e:
@@ -119,34 +105,11 @@ def load(path: Any) -> Any:
     return parse(text, name)
 
 
-def _resolve(text: str) -> Any:
-    """Turn an unquoted scalar into null, bool, int, float or str (YAML 1.2 core schema)."""
-    if text in _CONSTANTS:
-        return _CONSTANTS[text]
-    if text[0] not in _NUMBER_STARTS:
-        return text
-    for pattern, convert in _NUMBERS:
-        if re.match(pattern, text):
-            try:
-                return convert(text)
-            except ValueError:         # more digits than int() accepts (Python 3.11+): keep the text
-                return text
-    return text
-
-
-def _plain_end(line: str, i: int, flow: bool) -> Tuple[int, str]:
-    """Where a plain scalar from i stops on this line, and why: ':' (a key), '#', a flow indicator or ''."""
-    start = i
-    while i < len(line):
-        ch, nxt = line[i], line[i + 1:i + 2]
-        if ch == ":" and (nxt in _END or (flow and nxt in _FLOW)):
-            return i, ":"
-        if ch == "#" and i > start and line[i - 1] in _SEP:
-            return i, "#"
-        if flow and ch in _FLOW:
-            return i, ch
-        i += 1
-    return i, ""
+def _stripped_end(line: str, c: int) -> int:
+    """The column after the last non-blank character before c (a plain scalar's end)."""
+    while c > 0 and line[c - 1] in _SEP:
+        c -= 1
+    return c
 
 
 class _Parser(_Scalars):
@@ -164,8 +127,9 @@ class _Parser(_Scalars):
         self.fr = self.fc = 0          # the flow cursor (row, col)
         self.fparent = -1              # indentation the current flow collection must stay inside
         self.depth = 0
+        self.span: Span | None = None  # where the scalar parsed last was written
 
-    def error(self, row: int, col: int, message: str, hint: Optional[str] = None) -> InputError:
+    def error(self, row: int, col: int, message: str, hint: str | None = None) -> InputError:
         return InputError(self.path, row + 1, message, col=col + 1, hint=hint)
 
     # ---- lines and indentation
@@ -198,7 +162,7 @@ class _Parser(_Scalars):
 
     # ---- the document
 
-    def document(self) -> Any:
+    def document(self) -> object:
         ind = self.skip_blank()
         if ind == 0 and self.lines[self.row].startswith("%"):
             raise self.error(self.row, 0, "directives ('%YAML', '%TAG') are not supported",
@@ -235,7 +199,7 @@ class _Parser(_Scalars):
 
     # ---- block structure
 
-    def nested(self, row: int, col: int, parse, *args) -> Any:
+    def nested(self, row: int, col: int, parse, *args) -> object:
         """parse(*args) one nesting level deeper; past MAX_DEPTH an error at (row, col)."""
         if self.depth >= MAX_DEPTH:
             raise self.error(row, col, f"nested more than {MAX_DEPTH} levels deep",
@@ -246,11 +210,11 @@ class _Parser(_Scalars):
         finally:
             self.depth -= 1
 
-    def node(self, row: int, col: int, parent: int, compact: bool) -> Any:
+    def node(self, row: int, col: int, parent: int, compact: bool) -> object:
         """The value starting at (row, col); `compact`: a block mapping or list may start here."""
         return self.nested(row, col, self.block_node, row, col, parent, compact)
 
-    def block_node(self, row: int, col: int, parent: int, compact: bool) -> Any:
+    def block_node(self, row: int, col: int, parent: int, compact: bool) -> object:
         line = self.lines[row]
         ch = line[col]
         if self.is_item(row, col):
@@ -268,6 +232,7 @@ class _Parser(_Scalars):
             text, r, c = self.quoted(row, col, parent)
             if compact and r == row and self.is_key_colon(r, c):
                 return self.block_map(row, col)
+            self.span = Span(row, col, r, c, False, "quoted")
             return self.after_token(text, r, c)
         self.check_plain_start(row, col, flow=False)
         text, r, c, stop = self.plain(row, col, parent, flow=False)
@@ -276,10 +241,11 @@ class _Parser(_Scalars):
                 raise self.error(r, c, "found ': ' inside a value",
                                  hint="quote the value, or put the nested mapping on its own lines")
             return self.block_map(row, col)
+        self.span = Span(row, col, r, _stripped_end(self.lines[r], c), False, "plain")
         self.row = r + 1
         return _resolve(text)
 
-    def after_token(self, value: Any, r: int, c: int) -> Any:
+    def after_token(self, value: object, r: int, c: int) -> object:
         """A quoted scalar or flow collection ended at (r, c): the rest of its line must be empty."""
         if _rest_ok(self.lines[r], c):
             self.row = r + 1
@@ -301,7 +267,10 @@ class _Parser(_Scalars):
                 raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
                                  hint="each key may appear once in a mapping")
             m.key_lines[key] = row + 1
+            self.span = None
             m[key] = self.value_after(row, c, col, seq_at_parent=True)
+            if self.span is not None and not isinstance(m[key], (YMap, YList)):
+                m.spans[key] = self.span
             ind = self.skip_blank()
             if ind < col:
                 return m
@@ -331,7 +300,7 @@ class _Parser(_Scalars):
         return self.error(self.row, ind, "unexpected indentation",
                           hint="align this line with its siblings; a value that spans lines must be quoted")
 
-    def key(self, row: int, col: int) -> Tuple[Any, int]:
+    def key(self, row: int, col: int) -> tuple[object, int]:
         """The key at (row, col) and the column after its ':'."""
         line = self.lines[row]
         ch = line[col]
@@ -354,7 +323,7 @@ class _Parser(_Scalars):
             raise self.error(row, col + len(text), f"expected ':' after the key {text!r}", hint=hint)
         return _resolve(text), end + 1
 
-    def value_after(self, row: int, c: int, indent: int, seq_at_parent: bool) -> Any:
+    def value_after(self, row: int, c: int, indent: int, seq_at_parent: bool) -> object:
         """The value after a key's ':' or an item's '-' at column c: on this line, below it, or null."""
         line = self.lines[row]
         while c < len(line) and line[c] in _SEP:
@@ -392,7 +361,7 @@ class _Parser(_Scalars):
             raise self.error(row, col, "a '|' or '>' block scalar cannot appear inside [...] or {...}",
                              hint=_QUOTE_HINT)
 
-    def plain(self, row: int, col: int, parent: int, flow: bool) -> Tuple[str, int, int, str]:
+    def plain(self, row: int, col: int, parent: int, flow: bool) -> tuple[str, int, int, str]:
         """A plain scalar from (row, col), folded over more-indented lines: text, end row/col, stop reason."""
         line = self.lines[row]
         end, stop = _plain_end(line, col, flow)
@@ -425,12 +394,12 @@ class _Parser(_Scalars):
 
     # ---- flow collections
 
-    def flow_collection(self) -> Any:
+    def flow_collection(self) -> object:
         """A [...] or {...} at the flow cursor, possibly over several lines; the cursor ends after it."""
         r0, c0 = self.fr, self.fc
         is_seq = self.lines[r0][c0] == "["
         close = "]" if is_seq else "}"
-        coll: Any = YList(r0 + 1) if is_seq else YMap(r0 + 1)
+        coll: object = YList(r0 + 1) if is_seq else YMap(r0 + 1)
         self.fc += 1
         while True:
             ch = self.flow_skip(r0, c0)
@@ -462,22 +431,27 @@ class _Parser(_Scalars):
             raise self.error(self.fr, self.fc, f"expected ':' after the key {key!r}",
                              hint="put a space after ':'" if colon else "write {key: value, ...}")
         self.fc += 1
+        self.span = None
         value = None if self.flow_skip(r0, c0) in ",}" else self.flow_node()
         if key in m:
             raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
                              hint="each key may appear once in a mapping")
         m.key_lines[key] = row + 1
         m[key] = value
+        if self.span is not None and not isinstance(value, (YMap, YList)):
+            m.spans[key] = self.span
 
-    def flow_node(self) -> Any:
+    def flow_node(self) -> object:
         row, col = self.fr, self.fc
         if self.lines[row][col] in "[{":
             return self.nested(row, col, self.flow_collection)
         if self.lines[row][col] in "'\"":
             text, self.fr, self.fc = self.quoted(row, col, self.fparent)
+            self.span = Span(row, col, self.fr, self.fc, True, "quoted")
             return text
         self.check_plain_start(row, col, flow=True)
         text, self.fr, self.fc, _ = self.plain(row, col, self.fparent, flow=True)
+        self.span = Span(row, col, self.fr, _stripped_end(self.lines[self.fr], self.fc), True, "plain")
         return _resolve(text)
 
     def flow_skip(self, r0: int, c0: int) -> str:

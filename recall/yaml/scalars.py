@@ -1,19 +1,64 @@
-"""Quoted and block scalars of the YAML subset (`yamlish.py`): escapes, folding over lines, and
-`|` / `>` with their chomping — a mixin of the parser, which keeps the lines and the errors."""
+"""Scalars of the YAML subset: plain, quoted (escapes, folding over lines) and `|` / `>` with their
+chomping — a mixin of the parser, which keeps the lines and the errors — and where each one sits."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:                  # annotations only: typing costs ms at start-up
-    from typing import List, Optional, Tuple
-
+_FLOW = (",", "[", "]", "{", "}")
 _SEP = (" ", "\t")             # separation whitespace inside a line
 _END = ("", " ", "\t")         # what may follow an indicator such as ':' or '-'
 _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
             "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\",
             "N": "\x85", "_": "\xa0", "L": "\u2028", "P": "\u2029"}
 _HEX_LEN = {"x": 2, "u": 4, "U": 8}
+
+
+# YAML 1.2 core schema (not 1.1: yes/no/on/off, 012 octal, 1_000 and 12:30 are not special here)
+_CONSTANTS = {"": None, "~": None, "null": None, "Null": None, "NULL": None, "true": True,
+              "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+# compiled on first use (re's cache): every number starts with one of _NUMBER_STARTS, and a config
+# often holds none (the patterns cost a `recall search` ~0.4 ms to compile)
+_NUMBERS = [
+    (r"[-+]?[0-9]+\Z", int),
+    (r"0o[0-7]+\Z", lambda t: int(t[2:], 8)),
+    (r"0x[0-9a-fA-F]+\Z", lambda t: int(t[2:], 16)),
+    (r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z", float),
+    (r"[-+]?\.(inf|Inf|INF)\Z|\.(nan|NaN|NAN)\Z", lambda t: float(t.replace(".", ""))),
+]
+_NUMBER_STARTS = "0123456789+-."
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass
+class Span:
+    """Where a scalar value is written: rows and columns as the parser counts them (0-based rows of
+    the file split at its line breaks, columns in characters, the end exclusive), so a writer can
+    replace exactly its text; `flow`: inside [...] or {...}; `style`: plain, quoted or block."""
+    row: int
+    col: int
+    end_row: int
+    end_col: int
+    flow: bool
+    style: str
+
+def split_lines(text: str) -> tuple[str, list[int]]:
+    """(the text without a byte-order mark, where each row the parser counts starts in it)."""
+    body = text[1:] if text.startswith("\ufeff") else text
+    starts, pos = [0], 0
+    for m in _BREAK.finditer(body):
+        pos = m.end()
+        starts.append(pos)
+    return body, starts
+
+
+def replace_spans(text: str, edits: list) -> str:
+    """`text` with each (Span, new text) of `edits` replaced, every other character kept as it was."""
+    body, starts = split_lines(text)
+    for span, new in sorted(edits, key=lambda e: (e[0].row, e[0].col), reverse=True):
+        a, b = starts[span.row] + span.col, starts[span.end_row] + span.end_col
+        body = body[:a] + new + body[b:]
+    return text[:len(text) - len(split_lines(text)[0])] + body
 
 
 def _is_marker(line: str) -> bool:
@@ -27,17 +72,47 @@ def _rest_ok(line: str, i: int) -> bool:
     return not rest.strip(" \t") or (rest[0] in _SEP and rest.lstrip(" \t")[0] == "#")
 
 
+def _resolve(text: str) -> object:
+    """Turn an unquoted scalar into null, bool, int, float or str (YAML 1.2 core schema)."""
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    if text[0] not in _NUMBER_STARTS:
+        return text
+    for pattern, convert in _NUMBERS:
+        if re.match(pattern, text):
+            try:
+                return convert(text)
+            except ValueError:         # more digits than int() accepts (Python 3.11+): keep the text
+                return text
+    return text
+
+
+def _plain_end(line: str, i: int, flow: bool) -> tuple[int, str]:
+    """Where a plain scalar from i stops on this line, and why: ':' (a key), '#', a flow indicator or ''."""
+    start = i
+    while i < len(line):
+        ch, nxt = line[i], line[i + 1:i + 2]
+        if ch == ":" and (nxt in _END or (flow and nxt in _FLOW)):
+            return i, ":"
+        if ch == "#" and i > start and line[i - 1] in _SEP:
+            return i, "#"
+        if flow and ch in _FLOW:
+            return i, ch
+        i += 1
+    return i, ""
+
+
 class _Scalars:
     """The parser's scalar readers; `yamlish._Parser` supplies lines, indent_of and error."""
 
-    def quoted(self, row: int, col: int, parent: int) -> Tuple[str, int, int]:
+    def quoted(self, row: int, col: int, parent: int) -> tuple[str, int, int]:
         """A quoted scalar from (row, col), folded over lines: text and the (row, col) after the quote."""
         q = self.lines[row][col]
-        parts: List[str] = []
+        parts: list[str] = []
         r, i = row, col + 1
         while True:
             line = self.lines[r]
-            buf: List[str] = []
+            buf: list[str] = []
             kept = 0                       # escapes and '' are never trimmed as trailing blanks
             escaped_break = False
             while i < len(line):
@@ -66,7 +141,7 @@ class _Scalars:
             parts.append("\n" * empties or ("" if escaped_break else " "))
             i = len(self.lines[r]) - len(self.lines[r].lstrip(" \t"))
 
-    def next_quoted_line(self, r: int, row: int, col: int, parent: int) -> Tuple[int, int]:
+    def next_quoted_line(self, r: int, row: int, col: int, parent: int) -> tuple[int, int]:
         """The next non-blank line of a quoted scalar opened at (row, col), and the blank lines skipped."""
         kind = "single" if self.lines[row][col] == "'" else "double"
         r, empties = r + 1, 0
@@ -82,7 +157,7 @@ class _Scalars:
                                   "or indent its continuation lines")
         return r, empties
 
-    def escape(self, r: int, i: int) -> Tuple[str, int]:
+    def escape(self, r: int, i: int) -> tuple[str, int]:
         """The character a backslash escape at (r, i) stands for, and the column after it."""
         line = self.lines[r]
         code = line[i + 1]
@@ -115,18 +190,20 @@ class _Scalars:
             raise self.error(row, i, f"unexpected text after {line[col]!r}",
                              hint="the text of a block scalar goes on the lines below, indented")
         indent = max(parent, 0) + step if step else self.detect_indent(row + 1, parent)
-        content: List[Optional[str]] = []    # None marks an empty line
-        r = row + 1
+        content: list[str | None] = []    # None marks an empty line
+        r, end = row + 1, (row, i)
         while r < len(self.lines):
             cur = self.lines[r]
             if len(cur) - len(cur.lstrip(" ")) >= indent and len(cur) > indent:
                 content.append(cur[indent:])
+                end = (r, len(cur))
             elif not cur.strip(" "):
                 content.append(None)
             else:
                 break
             r += 1
         self.row = r
+        self.span = Span(row, col, end[0], end[1], False, "block")
         return self.join_block(content, row + 1, line[col] == ">", chomp)
 
     def detect_indent(self, start: int, parent: int) -> int:
@@ -151,9 +228,9 @@ class _Scalars:
         """Whether line r ends with a line break (the file's last line may not)."""
         return r < len(self.lines) - 1 or self.final_newline
 
-    def join_block(self, content: List[Optional[str]], start: int, folded: bool, chomp: str) -> str:
+    def join_block(self, content: list[str | None], start: int, folded: bool, chomp: str) -> str:
         """Join block scalar lines: '|' keeps breaks, '>' folds them between unindented lines."""
-        out: List[str] = []
+        out: list[str] = []
         prev = None
         for k, text in enumerate(content):
             if text is None:
