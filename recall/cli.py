@@ -109,6 +109,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (keyword index only)")
     p.add_argument("--source", metavar="NAME", help="only this source")
     p.add_argument("--remote", metavar="NAME", help="run the indexing on that remote, over ssh")
+    p.add_argument("--prune", action="store_true", help="also drop what a missing or empty source folder held")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search the notes",
@@ -391,7 +392,7 @@ def cmd_index(args) -> int:
     say = lambda line: sys.stderr.write(f"recall: {line}\n")  # noqa: E731
     report = index_repairing(cfg.db_path, lambda con: run_index(      # --full rebuilds a broken DB
         con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say,
-        redactor=vault.redactor, load_values=vault.load_values),
+        redactor=vault.redactor, load_values=vault.load_values, prune=args.prune),
         full=args.full, vectors=embed, notify=say, holds_values=vault.holds_values)
     if _json_done(args, report.__dict__):
         return 0

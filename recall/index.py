@@ -174,13 +174,14 @@ def _decode(data: bytes):
 
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
-              embed: bool = True, notify=None, redactor, load_values=None) -> IndexReport:
+              embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False) -> IndexReport:
     """Bring the index up to date with the configured sources, then embed the chunk texts that
     have no vector yet (unless `embed` is False or no provider is configured); `notify(line)`
     hears what is about to be spent before it is. Every caller passes the vault's
     `redactor(con, cfg)` — required, so no caller can index unchecked text by forgetting it (every
     vault value in a note is indexed and embedded as [recall:ID]; a vault that cannot be opened
-    stops the run) — and `load_values` (a Voyage key kept in the vault)."""
+    stops the run) — and `load_values` (a Voyage key kept in the vault). A source folder that is
+    missing or holds no file (an unmounted disk) keeps what was indexed from it unless `prune`."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -192,12 +193,23 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     plan = []
     for source in sources:
         source.config_path = str(cfg.path)
-        unreadable = []
-        files = list(walk_source(source, skip_paths=skip, unreadable=unreadable))  # every path checked first
-        for rel_dir, why in unreadable:
+        held = con.execute("SELECT count(*) FROM files WHERE source=?", (source.name,)).fetchone()[0]
+        unreadable, files = [], []
+        if held and not os.path.isdir(source.path):
+            why = "is not there (missing, or a disk not mounted)"
+        else:       # a folder never indexed that is not there is a typo in the config: walk says so
+            files = list(walk_source(source, skip_paths=skip, unreadable=unreadable))  # every path checked first
+            why = "holds no file now (an emptied folder, or a disk not mounted)"
+        for rel_dir, what in unreadable:
             where = shown(os.path.join(str(source.path), rel_dir))
-            report.skipped.append((where, f"unreadable folder: {why}"))
-        plan.append((source, files, tuple(rel_dir for rel_dir, _ in unreadable)))
+            report.skipped.append((where, f"unreadable folder: {what}"))
+        keep = held and not files and not unreadable and not prune
+        if keep:
+            report.warnings.append((str(source.path), f"source '{source.name}' {why}: kept the {held} "
+                                    f"file{'s' * (held != 1)} indexed from it; 'recall index --prune' "
+                                    "removes them"))
+        # a kept source is one unlisted folder: every path indexed from it is under ""
+        plan.append((source, files, ("",) if keep else tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)
     redact = redactor(con, cfg)         # fail closed: a vault that cannot be opened stops the run before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time

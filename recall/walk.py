@@ -100,3 +100,9 @@ def shown(path: str) -> str:
 def raw_name(rel: str):
     """The bytes of a relpath that is not UTF-8 (stored beside its shown form), else None."""
     return None if shown(rel) == rel else rel.encode("utf-8", "surrogateescape")
+
+
+def missing_sources(sources) -> list:
+    """One line per configured source whose folder is not there (for `search` to warn with)."""
+    return [f"source '{s.name}': {s.path} is not there (missing, or a disk not mounted): "
+            "its notes are searched as last indexed" for s in sources if not os.path.isdir(s.path)]

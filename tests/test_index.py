@@ -171,6 +171,27 @@ def test_missing_source_path_is_an_error_and_changes_nothing(config, tmp_path):
     assert _relpaths(con) == before
 
 
+def test_a_missing_or_empty_source_keeps_its_notes_until_prune(config, tmp_path, notes):
+    from tests.conftest import run_recall
+    assert run_recall("index").returncode == 0
+    moved = tmp_path / "unmounted"
+    notes.rename(moved)                                       # the disk is not mounted
+    r = run_recall("index")
+    assert r.returncode == 0, r.stderr
+    assert f"recall: {notes}: source 'notes' is not there (missing, or a disk not mounted): kept the 4 " \
+           "files indexed from it; 'recall index --prune' removes them" in r.stderr.splitlines()
+    assert "0 removed" in r.stdout
+    r = run_recall("search", "INC-10963")
+    assert "INC-10963-db-failover.md" in r.stdout
+    notes.mkdir()                                             # an empty mount point
+    r = run_recall("--json", "index")
+    assert json.loads(r.stdout)["removed"] == 0
+    assert "holds no file now" in json.dumps(json.loads(r.stdout)["warnings"])
+    r = run_recall("index", "--prune")
+    assert r.returncode == 0 and "4 removed" in r.stdout and "kept" not in r.stderr
+    assert "INC-10963-db-failover.md" not in run_recall("search", "INC-10963").stdout
+
+
 def test_include_exclude_globs(tmp_path, notes, monkeypatch):
     (notes / "code").mkdir()
     (notes / "code" / "deploy.sh").write_text("echo deploy\n")
@@ -228,3 +249,11 @@ def test_incident_template_dates_are_the_hits_date_and_rank_it(config, notes):
     hits = json.loads(run_recall("--json", "search", "zebra gateway").stdout)["hits"]
     assert [(h["relpath"], h["date"]) for h in hits[:2]] == [("inc/new.md", "2026-11-20"),
                                                             ("inc/old.md", "2019-03-01")]
+
+
+def test_missing_sources_names_each_folder_not_there(config, notes, tmp_path):
+    from recall.walk import missing_sources
+    config(f"  - name: usb\n    path: {tmp_path / 'usb'}\n")
+    assert missing_sources(load_config().sources) == [
+        f"source 'usb': {tmp_path / 'usb'} is not there (missing, or a disk not mounted): "
+        "its notes are searched as last indexed"]
