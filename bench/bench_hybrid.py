@@ -98,7 +98,9 @@ def inproc(home, cfg_path, warm: bool):
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db, vectors
     from recall.config import load_config
-    from recall.search import keyword_ranked, query_vector, search
+    from recall.keyword import keyword_ranked
+    from recall.query import parse_query
+    from recall.search import query_vector, search
     from recall.vectors import VectorStore
     vectors.WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20 if warm else 0
     cfg = load_config()
@@ -115,7 +117,7 @@ def inproc(home, cfg_path, warm: bool):
         if warm:
             knn_vec0 += timed(lambda: vec0.knn(vec, 50), 10)
             knn_np += timed(lambda: npy.knn(vec, 50), 20)
-            kw += timed(lambda: keyword_ranked(con, q, 50), 20)
+            kw += timed(lambda: keyword_ranked(con, parse_query(q), 50), 20)
     con.close()
     return hybrid, knn_vec0, knn_np, kw
 

@@ -423,14 +423,15 @@ def _pin_access(con, cfg, result) -> None:
 
 def cmd_search(args) -> int:
     from . import db, vault
-    from .search import needs_vectors, search
+    from .search import NO_PROVIDER, SearchHooks, needs_vectors, search
     cfg = _config(args)
     cfg.require_sources()
     query = " ".join(args.query)
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
+    hooks = SearchHooks(ask_remotes=_ask_remotes, pins=_pin_access, require_open=vault.require_open,
+                        load_values=vault.load_values)
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain, remotes=not args.local, ask_remotes=_ask_remotes, pins=_pin_access,
-                    require_open=vault.require_open, load_values=vault.load_values)
+                    explain=args.explain, remotes=not args.local, hooks=hooks)
     if _json_done(args, result.public()):
         return 0
     for notice in result.notices:
@@ -445,7 +446,7 @@ def cmd_search(args) -> int:
         if h.explain:
             import json
             lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))
-    if result.route == "keyword (no embedding provider)":
+    if result.route.reason == NO_PROVIDER:
         lines.append("(keyword search: no embedding provider is configured, so nothing is matched by "
                      "meaning — see 'recall doctor')")
     _out("\n".join(lines))
@@ -687,7 +688,7 @@ def cmd_doctor(args) -> int:
 def cmd_eval(args) -> int:
     from . import db, vault
     from .evaluate import evaluate, judged_not_indexed, load_golden
-    from .search import search
+    from .search import SearchHooks, search
     cfg = _config(args)
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
@@ -702,10 +703,12 @@ def cmd_eval(args) -> int:
         sys.stderr.write(f"recall: warning: {len(missing)} of {judged} judged files are not in the index "
                          f"(e.g. {missing[0]}); queries that need them score lower\n")
 
-    def run_query(q, mode):
+    hooks = SearchHooks(require_open=vault.require_open, load_values=vault.load_values)
+
+    def run_query(q, mode, n):
         plain = mode.replace("+rerank", "")
-        return [h.relpath for h in search(con, cfg, q, n=20, mode=plain, rerank=plain != mode, remotes=False,
-                                          require_open=vault.require_open, load_values=vault.load_values).hits]
+        return [h.relpath for h in search(con, cfg, q, n=n, mode=plain, rerank=plain != mode, remotes=False,
+                                          hooks=hooks).hits]
 
     modes = args.mode or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
     rows = [r for mode in modes for r in evaluate(golden, run_query, mode)]

@@ -7,7 +7,7 @@ import math
 import sys
 from array import array
 
-# bm25()'s column weights the postings are built with (search.py's _WEIGHTS: a test holds them
+# bm25()'s column weights the postings are built with (keyword.py's WEIGHTS: a test holds them
 # equal; were they not, the search would ask FTS5 until they are)
 WEIGHTS = (3.0, 1.0, 1.0)
 K1, B = 1.2, 0.75           # FTS5's bm25() constants (fts5_aux.c)

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 
+DEPTH = 10            # files a query is scored on (MRR@10, nDCG@10)
+MAX_CHUNKS = 1280     # hits asked for at most, to find them
+
 
 @dataclass
 class EvalRow:
@@ -48,15 +51,24 @@ def _metrics(ranked: list, relevant: set):
     return recall5, mrr, (dcg / ideal if ideal else 0.0)
 
 
+def ranked_files(run_query, query: str, mode: str) -> list:
+    """The first DEPTH distinct files of a query's hits, best first: the search is asked for as
+    many chunks as that takes (a file's chunks count once), or all it has."""
+    n = 2 * DEPTH
+    while True:
+        rels = run_query(query, mode, n)
+        files = list(dict.fromkeys(rels))
+        if len(files) >= DEPTH or len(rels) < n or n >= MAX_CHUNKS:
+            return files[:DEPTH]
+        n *= 4
+
+
 def evaluate(golden: list, run_query, mode: str) -> list:
-    """`run_query(query, mode) -> [relpath …]` best first, files deduplicated by the caller."""
+    """`run_query(query, mode, n) -> [relpath …]`: the relpaths of the query's first `n` hits,
+    best first; each query is scored on its first DEPTH distinct files (ranked_files)."""
     per_type: dict = {}
     for item in golden:
-        seen, ranked = set(), []
-        for rel in run_query(item["query"], mode):
-            if rel not in seen:
-                seen.add(rel)
-                ranked.append(rel)
+        ranked = ranked_files(run_query, item["query"], mode)
         r5, mrr, ndcg = _metrics(ranked, set(item["relevant"]))
         bucket = per_type.setdefault(item.get("type", "all"), [])
         bucket.append((r5, mrr, ndcg, item["query"]))

@@ -195,7 +195,7 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `access` (the access block of any
     system the query names) and `hits` (relpath, line, breadcrumb, snippet, date, read). Next:
     recall_read with path=the hit's `read`."""
-    from .search import search
+    from .search import SearchHooks, search
     notices: list = []
     n = _limit(limit, notices)
     with _opened(readonly=True, notes=True) as (cfg, con):
@@ -204,8 +204,8 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
             from .remote import ask_remotes as ask
         from . import vault
         from .inventory import pin_access
-        result = search(con, cfg, query, n=n, mode=mode, ask_remotes=ask, pins=pin_access,
-                        require_open=vault.require_open, load_values=vault.load_values)
+        result = search(con, cfg, query, n=n, mode=mode, hooks=SearchHooks(
+            ask_remotes=ask, pins=pin_access, require_open=vault.require_open, load_values=vault.load_values))
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
         return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from . import terms
+from .query import Query, parse_query
 
 _TEXT_TOKEN = re.compile(r"[^\W_](?:[\w.\-]*\w)?")     # a word, or an identifier with its inner . - _
 
@@ -12,10 +13,9 @@ class QueryTerms:
     """What in a text counts as a query term: an identifier exactly (or a host name by its dotted
     prefix), a plain word by its stem — so the highlight follows the porter-stemmed index."""
 
-    def __init__(self, query: str):
-        tokens = [t.lower() for t in terms.query_tokens(query)]
-        self.exact = {t for t in tokens if terms.is_identifier(t)}
-        plain = [w for w in terms.words(query) if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
+    def __init__(self, q: Query):
+        self.exact = set(q.identifiers)
+        plain = [w for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
         self.stems = {terms.stem(w) for w in plain}
         self._seen: dict = {}        # token → term or None: a note repeats its words
 
@@ -59,11 +59,19 @@ _EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
 _HEADING_MARK = re.compile(r"(?m)^ {0,3}#{1,6}[ \t]+")       # the breadcrumb already names the heading
 
 
-def snippet_spans(text: str, query: str, width: int = 220, terms_=None):
+def query_terms(query) -> QueryTerms:
+    """The QueryTerms of a query given as text, a parsed Query, or already as QueryTerms."""
+    if isinstance(query, QueryTerms):
+        return query
+    return QueryTerms(query if isinstance(query, Query) else parse_query(query))
+
+
+def snippet_spans(text: str, query, width: int = 220):
     """(window, [(start, end)]): about `width` characters of `text` around its first query term,
-    flattened to one line without markdown emphasis or heading marks, and where the query's terms are."""
+    flattened to one line without markdown emphasis or heading marks, and where the query's terms
+    are. `query`: its text, the parsed Query, or its QueryTerms."""
     flat = " ".join(_EMPHASIS.sub("", _HEADING_MARK.sub("", text)).split())
-    qt = terms_ or QueryTerms(query)
+    qt = query_terms(query)
     found = qt.find(flat)
     start = 0
     if found:
@@ -88,7 +96,7 @@ def mark(text: str, spans: list, left: str = "**", right: str = "**") -> str:
     return "".join(out) + text[at:]
 
 
-def snippet(text: str, query: str, width: int = 220) -> str:
+def snippet(text: str, query, width: int = 220) -> str:
     """A window of `text` around the first query term, terms marked **like this**."""
     return mark(*snippet_spans(text, query, width))
 

@@ -5,9 +5,10 @@ import random
 
 import pytest
 
-from recall import common_terms, db, postings, search, terms, vault
+from recall import common_terms, db, keyword, postings, vault
 from recall.config import load_config
 from recall.index import run_index
+from recall.query import parse_query
 
 # word forms the porter stemmer folds together (rotation/rotations/rotated), some in more than half
 # of the chunks (FTS5's idf floor), some in fewer
@@ -56,14 +57,14 @@ def common_index(tmp_path, monkeypatch):
 
 
 def _fts(con, query, limit, op="AND"):
-    sql = (f"SELECT rowid, {search._BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
-           f"ORDER BY {search._BM25} LIMIT ?")
-    return [(cid, -r) for cid, r in con.execute(sql, (terms.fts_query(query, op), limit))]
+    sql = (f"SELECT rowid, {keyword.BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
+           f"ORDER BY {keyword.BM25} LIMIT ?")
+    return [(cid, -r) for cid, r in con.execute(sql, (parse_query(query).fts(op), limit))]
 
 
 def _fast(con, query, limit, op="AND"):
-    phrases = [p.strip('"') for p in terms.fts_query(query, "AND").split(" AND ")]
-    return (common_terms.top_k if op == "AND" else common_terms.top_k_any)(con, phrases, search._WEIGHTS, limit)
+    phrases = list(parse_query(query).phrases)
+    return (common_terms.top_k if op == "AND" else common_terms.top_k_any)(con, phrases, keyword.WEIGHTS, limit)
 
 
 def _check_all(con, queries, ops=("AND", "OR")) -> int:
@@ -96,7 +97,7 @@ def test_fast_path_gives_fts5s_chunks_order_and_scores(common_index):
     # and not for what it cannot answer exactly: a rare word, a hyphenated phrase
     assert _fast(con, "etcd quorum", 1) is None
     assert _fast(con, "database-failover", 1) is None
-    assert common_terms.top_k(con, ['certificate"*', "rotation"], search._WEIGHTS, 1) is None   # not a word
+    assert common_terms.top_k(con, ['certificate"*', "rotation"], keyword.WEIGHTS, 1) is None   # not a word
 
 
 def test_an_or_of_common_words_is_fts5s_too_and_a_word_in_no_note_is_left_out(common_index):
@@ -115,10 +116,10 @@ def test_an_or_of_common_words_is_fts5s_too_and_a_word_in_no_note_is_left_out(co
 def test_keyword_list_is_the_same_with_or_without_the_fast_path(common_index, monkeypatch):
     _, _, con = common_index
     queries = QUERIES + ABSENT + _random_queries(random.Random(6), 20)
-    fast = [search.keyword_ranked(con, q, 50) for q in queries]
+    fast = [keyword.keyword_ranked(con, parse_query(q), 50) for q in queries]
     monkeypatch.setattr(common_terms, "top_k", lambda *a, **k: None)
     monkeypatch.setattr(common_terms, "top_k_any", lambda *a, **k: None)
-    assert fast == [search.keyword_ranked(con, q, 50) for q in queries]
+    assert fast == [keyword.keyword_ranked(con, parse_query(q), 50) for q in queries]
 
 
 def test_changed_chunks_are_never_served_from_old_postings(common_index):
@@ -162,7 +163,7 @@ def test_many_changes_rebuild_them(common_index, monkeypatch):
 def test_other_weights_are_not_served_until_rebuilt(common_index):
     _, _, con = common_index
     phrases = ["certificate", "rotation"]
-    assert common_terms.top_k(con, phrases, search._WEIGHTS, 5) is not None
+    assert common_terms.top_k(con, phrases, keyword.WEIGHTS, 5) is not None
     assert common_terms.top_k(con, phrases, (2.0, 1.0, 1.0), 5) is None
     assert postings.refresh(con, (2.0, 1.0, 1.0)).startswith("rebuilt")
     sql = ("SELECT rowid, bm25(chunks_fts, 2.0, 1.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ? "
@@ -174,7 +175,7 @@ def test_other_weights_are_not_served_until_rebuilt(common_index):
 
 def test_postings_are_built_with_the_weights_search_asks_for():
     # were they not, every search would quietly ask FTS5 (correct, and as slow as before)
-    assert tuple(common_terms.WEIGHTS) == tuple(search._WEIGHTS)
+    assert tuple(common_terms.WEIGHTS) == tuple(keyword.WEIGHTS)
 
 
 def test_a_small_index_keeps_no_postings(config):

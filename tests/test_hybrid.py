@@ -12,8 +12,10 @@ import pytest
 from recall import db, embed, vault
 from recall.config import load_config
 from recall.errors import RecallError
+from recall.fusion import fuse
 from recall.index import run_index
-from recall.search import fuse, query_key, search
+from recall.query import parse_query
+from recall.search import VectorList, query_key, search
 from tests.conftest import REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage
 
@@ -70,7 +72,7 @@ def test_identifier_and_keyword_searches_never_touch_the_vector_path(voyage, fak
 def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     cfg, con = voyage
     res = search(con, cfg, "how was the primary database failover handled", explain=True, remotes=False)
-    assert res.route == "hybrid"
+    assert str(res.route) == "hybrid"
     top = res.hits[0]
     assert top.relpath == "incidents/2023/INC-10963-db-failover.md"
     ex = top.explain
@@ -78,7 +80,7 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
     for entry in ex["lists"].values():
         assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
-    from recall.search import FUSION_K, FUSION_WEIGHTS
+    from recall.fusion import FUSION_K, FUSION_WEIGHTS
     assert ex["rrf"] == pytest.approx(sum(FUSION_WEIGHTS[name] / (FUSION_K + e["rank"])
                                           for name, e in ex["lists"].items()), abs=1e-6)
     assert any("route: hybrid" in n for n in res.notices)
@@ -87,27 +89,29 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
 def test_identifier_route_in_auto_mode(voyage):
     cfg, con = voyage
     res = search(con, cfg, "INC-10963", explain=True, remotes=False)
-    assert res.route == "keyword (identifier)"
+    assert str(res.route) == "keyword (identifier)"
     assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
 
 
-def test_rrf_fuses_weighted_and_exact_identifiers_stay_on_top():
-    from recall.search import FUSION_K, FUSION_WEIGHTS
+def test_rrf_fuses_weighted_and_identifier_holders_are_one_more_list():
+    from recall.fusion import FUSION_K, FUSION_WEIGHTS
     kw = [(1, 0.5, {"exact_identifiers": 0}), (2, 0.4, {"exact_identifiers": 0}), (3, 1.2, {"exact_identifiers": 1})]
     vec = [(2, 0.9), (4, 0.8), (1, 0.7)]
     scored = fuse(kw, vec)
     by = {cid: (s, info) for cid, s, info in scored}
-    assert by[2][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 2) + 1 / (FUSION_K + 1), abs=1e-6)
-    assert fuse(kw, vec, 60, {})[1][2]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)   # plain RRF
+    assert by[2][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 2)
+                                            + FUSION_WEIGHTS["vector"] / (FUSION_K + 1), abs=1e-6)
+    assert by[3][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 3)
+                                            + FUSION_WEIGHTS["identifiers"] / (FUSION_K + 1), abs=1e-6)
+    assert fuse(kw, vec, 60, {})[0][2]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)   # plain RRF
     assert by[4][1]["lists"] == {"vector": {"rank": 2, "similarity": 0.8}}
-    assert scored[0][0] == 3                      # holds the identifier: first despite ranks
-    assert [c for c, _, _ in scored[1:3]] == [2, 1]
+    assert [c for c, _, _ in scored] == sorted(by, key=lambda c: (-by[c][0], c))
 
 
 def test_semantic_mode_uses_only_the_vector_list(voyage):
     cfg, con = voyage
     res = search(con, cfg, "wildcard certificate renewal", mode="semantic", explain=True, remotes=False)
-    assert res.route == "semantic"
+    assert str(res.route) == "semantic"
     assert all(set(h.explain["lists"]) == {"vector"} for h in res.hits)
 
 
@@ -128,7 +132,7 @@ def test_a_note_rewritten_between_the_vector_list_and_the_chunks_is_still_found(
         run = built(*args, **kwargs)
 
         def then_an_index_run_commits(query, limit):
-            found = run(query, limit)
+            found = run.run(query, limit)
             if not rewritten:
                 note = notes / top.relpath
                 note.write_text(note.read_text() + "\nOne more line, written while a search reads.\n")
@@ -137,8 +141,7 @@ def test_a_note_rewritten_between_the_vector_list_and_the_chunks_is_still_found(
                 other.close()
                 rewritten.append(found)
             return found
-        then_an_index_run_commits.own_connection = run.own_connection
-        return then_an_index_run_commits
+        return search_module.VectorList(then_an_index_run_commits, own_connection=run.own_connection)
     monkeypatch.setattr(search_module, "vector_searcher", vector_searcher)
     if mode == "hybrid":      # the keyword list waits for the index run, as a slower list would
         keyword_ranked = search_module.keyword_ranked
@@ -163,7 +166,7 @@ def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config,
     con = db.connect(cfg.db_path, vectors=True)
     run_index(con, cfg, embed=False, redactor=vault.redactor)
     res = search(con, cfg, "wildcard certificate renewal", remotes=False)
-    assert res.route == "keyword (vector search unavailable)" and res.hits
+    assert str(res.route) == "keyword (vector search unavailable)" and res.hits
     assert any("run 'recall index'" in n for n in res.notices)
     with pytest.raises(RecallError, match="no vectors"):
         search(con, cfg, "wildcard certificate renewal", mode="hybrid", remotes=False)
@@ -189,8 +192,8 @@ def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
         ranked = big_ids + rest                    # one file floods the top of the vector list
         return [(cid, 1.0 - i / 1000) for i, cid in enumerate(ranked[:limit])]
 
-    res = search(con, cfg, "partition leadership moved", n=10, mode="semantic", vector_search=vector_search,
-                 remotes=False)
+    res = search(con, cfg, "partition leadership moved", n=10, mode="semantic",
+                 vector_search=VectorList(vector_search), remotes=False)
     rels = _rels(res)
     assert len(rels) == 10 and rels.count("kafka.md") == 2
     assert asked[0] == 50 and asked[-1] > 80
@@ -202,7 +205,7 @@ def test_a_provider_down_at_query_time_degrades_auto_to_keyword_quickly(voyage, 
     cfg, con = voyage
     fake.default = "500"
     res = search(con, cfg, "how was the primary database failover handled", remotes=False)
-    assert res.route == "keyword (vector search unavailable)"
+    assert str(res.route) == "keyword (vector search unavailable)"
     assert res.hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
     assert any("HTTP 500" in n for n in res.notices)
     with pytest.raises(RecallError, match="HTTP 500"):
@@ -248,7 +251,7 @@ def test_rerank_with_the_local_provider_needs_a_voyage_key(config):
     from recall.search import rerank_hits
     res = search(con, cfg, "INC-10963", remotes=False)
     with pytest.raises(RecallError, match="VOYAGE_API_KEY"):
-        rerank_hits(con, cfg, "INC-10963", res.hits, False)
+        rerank_hits(con, cfg, parse_query("INC-10963"), res.hits, False)
 
 
 # -- eval ------------------------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+"""Ranking the candidates: the keyword and vector lists fused by RRF, the identifier boost, per-file
+support, recency. Every constant here was chosen on both dev sets (docs/BENCHMARKS.md, "H5")."""
+from __future__ import annotations
+
+from datetime import date as _date
+
+PER_FILE = 2                  # chunks of one file on a page of hits
+RRF_K = 60                    # plain RRF: the baseline every fusion change is measured against
+FUSION_K = 60
+FUSION_WEIGHTS = {"vector": 1.0, "keyword": 1.0, "identifiers": 1.0}
+FILE_SUPPORT = 0.1            # keyword route: share of a file's next candidates' BM25 added to each chunk
+FILE_SUPPORT_N = 2
+FUSED_FILE_SUPPORT = 0.0    # the same in a fused question (a share of RRF scores)
+FILE_FUSION = False           # fuse files' ranks (a file's best chunk in each list), chunks within a file by their own
+# Recency multiplies relevance (BM25, or the RRF score), never the identifier tier: at a 0.95 floor
+# it can lift a newer note only over one less than ~5% more relevant — it breaks near-ties.
+RECENCY_FLOOR = 0.95
+RECENCY_HALF_LIFE_DAYS = 730
+
+
+def recency_factor(date: str, today: _date | None = None) -> float:
+    """A small multiplicative prior: 1.0 today, sliding toward RECENCY_FLOOR with age."""
+    try:
+        then = _date.fromisoformat(str(date)[:10])
+    except ValueError:
+        return RECENCY_FLOOR
+    age = max(0, ((today or _date.today()) - then).days)
+    return RECENCY_FLOOR + (1 - RECENCY_FLOOR) * 0.5 ** (age / RECENCY_HALF_LIFE_DAYS)
+
+
+def rrf(lists: dict, k: int = RRF_K, weights: dict | None = None) -> dict:
+    """Reciprocal rank fusion: {name: [chunk_id, …]} → {chunk_id: (score, {name: rank})};
+    `weights` ({name: w}, default 1) scale each list's contribution."""
+    fused: dict = {}
+    for name, ids in lists.items():
+        w = (weights or {}).get(name, 1.0)
+        for rank, cid in enumerate(ids, start=1):
+            score, ranks = fused.get(cid, (0.0, {}))
+            ranks[name] = rank
+            fused[cid] = (score + w / (k + rank), ranks)
+    return fused
+
+
+def tier_of(info: dict) -> int:
+    """The first sort key: how many of the query's identifiers a candidate holds exactly, on the
+    routes where that decides (a lookup, the keyword list alone); 0 in a fused question."""
+    return info.get("tier", 0)
+
+
+def final_score(tier: int, relevance: float, factor: float) -> float:
+    """The identifier tier, then relevance × recency squashed into [0, 1): one float that sorts
+    as (tier, relevance × recency) — recency never lifts a note over one naming the identifier."""
+    r = max(relevance, 0.0) * factor
+    return tier + r / (1.0 + r)
+
+
+def keyword_only(kw: list) -> list:
+    """The keyword list as candidates: its identifier holders first, then BM25."""
+    return [(cid, s, {"tier": info["exact_identifiers"], "lists": {"keyword": dict(info, rank=i, score=round(s, 4))}})
+            for i, (cid, s, info) in enumerate(kw, start=1)]
+
+
+def _file_ranks(ids: list, file_of: dict) -> dict:
+    """{file: rank among the distinct files of a list}, a file ranked where its best chunk is."""
+    out: dict = {}
+    for cid in ids:
+        f = file_of.get(cid)
+        if f is not None and f not in out:
+            out[f] = len(out) + 1
+    return out
+
+
+def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None, file_of: dict | None = None) -> list:
+    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]
+    candidates, each with its rank and score in every list it came from. Relevance is the RRF score
+    of the vector list, the keyword list and the keyword list's identifier holders — one bounded
+    signal among the others: an identifier-looking word inside a question never lifts a chunk into
+    a tier above the fused results."""
+    weights = FUSION_WEIGHTS if weights is None else weights
+    k = k or FUSION_K
+    lists = {"vector": [c for c, _ in vec]}
+    if kw:
+        lists["keyword"] = [c for c, _, _ in kw]
+        held = [c for c, _, info in kw if info["exact_identifiers"]]
+        if held:
+            lists["identifiers"] = held
+    kw_at = {cid: (rank, score, info) for rank, (cid, score, info) in enumerate(kw, start=1)}
+    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
+    fused = rrf(lists, k, weights)
+    per_file = {}
+    if FILE_FUSION and file_of:
+        ranks = {name: _file_ranks(ids, file_of) for name, ids in lists.items()}
+        for f in {file_of[c] for c in fused if c in file_of}:
+            per_file[f] = sum(weights.get(name, 1.0) / (k + r[f]) for name, r in ranks.items() if f in r)
+    scored = []
+    for cid, (score, _ranks) in fused.items():
+        per_list = {}
+        if cid in kw_at:
+            rank, s, info = kw_at[cid]
+            per_list["keyword"] = dict(info, rank=rank, score=round(s, 4))
+        if cid in vec_at:
+            rank, sim = vec_at[cid]
+            per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
+        info = {"lists": per_list, "rrf": round(score, 6)}
+        relevance = score
+        if per_file and file_of.get(cid) in per_file:
+            info["file_rrf"] = round(per_file[file_of[cid]], 6)
+            relevance = per_file[file_of[cid]] + score * 1e-3      # a file's rank, then its chunks' own
+        scored.append((cid, relevance, info))
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored
+
+
+def keyword_first(kw: list, vec: list) -> list:
+    """A lookup asked in hybrid mode (or a question a note holds word for word): the keyword list as
+    it stands, then the vector list's other chunks after it (relevance 0) — neighbours in meaning
+    never displace the exact match."""
+    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
+    scored = []
+    for rank, (cid, s, info) in enumerate(kw, start=1):
+        lists = {"keyword": dict(info, rank=rank, score=round(s, 4))}
+        if cid in vec_at:
+            lists["vector"] = {"rank": vec_at[cid][0], "similarity": round(vec_at[cid][1], 4)}
+        scored.append((cid, s, {"tier": info["exact_identifiers"], "lists": lists}))
+    held = {cid for cid, _, _ in kw}
+    scored += [(cid, 0.0, {"lists": {"vector": {"rank": rank, "similarity": round(sim, 4)}}})
+               for cid, (rank, sim) in vec_at.items() if cid not in held]
+    return scored
+
+
+def file_support(scored: list, file_of: dict, share: float) -> dict:
+    """{chunk_id: share × the relevance of its file's next best candidates}: a note that answers
+    with several sections outranks one that mentions the words once."""
+    if not share:
+        return {}
+    per_file: dict = {}
+    for cid, score, _info in scored:
+        if cid in file_of:
+            per_file.setdefault(file_of[cid], []).append((score, cid))
+    out = {}
+    for found in per_file.values():
+        if len(found) < 2:
+            continue
+        found.sort(reverse=True)
+        for _score, cid in found:
+            others = [s for s, c in found if c != cid][:FILE_SUPPORT_N]
+            out[cid] = share * sum(max(s, 0.0) for s in others)
+    return out

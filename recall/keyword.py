@@ -1,0 +1,100 @@
+"""The keyword list: BM25 over the chunks (heading path weighted), and which chunks hold the query's
+identifiers or the whole query word for word."""
+from __future__ import annotations
+
+from . import terms
+from .db import in_batches
+from .query import Query
+
+NAMED_CHECK = 2000            # identifier hits checked for a file named after the identifier
+PHRASE_CHECK = 50             # keyword candidates checked for holding the whole query word for word
+CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
+PATH_WEIGHT = 1.0             # and the file's path (runbooks/restore-etcd.md)
+WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcrumb, body, path
+BM25 = f"bm25(chunks_fts, {', '.join(map(str, WEIGHTS))})"
+_MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
+
+
+def bm25_list(con, q: Query, limit: int) -> dict:
+    """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases —
+    from the common words' postings when they can answer, else from FTS5."""
+    from .common_terms import top_k, top_k_any
+    phrases = list(q.phrases)
+    if not phrases:
+        return {}
+    # Chunks holding every term are asked for first: when they are enough, the OR query (which
+    # scores every chunk holding any common word) is not run.
+    found = top_k(con, phrases, WEIGHTS, limit) if q.plain else None
+    if found is None and len(phrases) > 1:
+        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("AND"), limit))]
+    if found is not None and (len(found) >= limit or len(phrases) == 1):
+        return dict(found)
+    found = top_k_any(con, phrases, WEIGHTS, limit) if q.plain and len(phrases) > 1 else None
+    if found is None:
+        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))]
+    return dict(found)
+
+
+def holders(con, q: Query, chunk_ids=None) -> dict:
+    """{chunk_id: how many of the query's identifiers it holds exactly}, among `chunk_ids` if given."""
+    exact: dict = {}
+    for term in q.identifiers:
+        if chunk_ids is None:
+            rows = con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,))
+        else:
+            ids = list(chunk_ids)
+            rows = con.execute(f"SELECT chunk_id FROM idents WHERE term=? AND chunk_id IN ({','.join('?' * len(ids))})",
+                               [term] + ids) if ids else []
+        for (cid,) in rows:
+            exact[cid] = exact.get(cid, 0) + 1
+    return exact
+
+
+def _named_after(con, q: Query, exact: dict) -> None:
+    """The page named after the identifier (alerts/RouterErrorRatioTooHigh.md) is about it: it
+    counts as holding one identifier more than pages that only mention it."""
+    wanted = set(q.identifiers)
+    for part, marks in in_batches(list(exact)):
+        for cid, rel in con.execute(f"SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
+                                    f"WHERE c.id IN ({marks})", part):
+            if not wanted.isdisjoint(terms.identifiers(rel.rsplit("/", 1)[-1])):
+                exact[cid] += 1
+
+
+def word_for_word(con, q: Query, candidates: list) -> set:
+    """The candidates holding the whole query word for word (a pasted message: "x509: certificate
+    signed by unknown authority"). Read here rather than asked of FTS5: a phrase query reads every
+    position of common words."""
+    if len(q.tokens) < 3 or not candidates:
+        return set()
+    part = candidates[:PHRASE_CHECK]
+    phrase = " " + " ".join(q.words) + " "
+    rows = con.execute(f"SELECT id, breadcrumb, body FROM chunks WHERE id IN ({','.join('?' * len(part))})", part)
+    return {cid for cid, crumb, body in rows if phrase in " " + " ".join(terms.words(crumb + "\n" + body)) + " "}
+
+
+def keyword_ranked(con, q: Query, limit: int) -> list:
+    """[(chunk_id, bm25, info)] best first: chunks holding the query's identifiers exactly (or the
+    whole query word for word) come first — INC-10963 beats a note saying "INC 10963" — then BM25.
+    The score is BM25 itself (≥ 0), unsquashed, so the recency prior keeps its proportions; `info`
+    says how many identifiers a chunk holds (`exact_identifiers`) and whether it holds the whole
+    query (`word_for_word`)."""
+    exact = holders(con, q)
+    bm25 = bm25_list(con, q, limit)
+    missing = [cid for cid in exact if cid not in bm25] if q.phrases else []
+    for part, marks in in_batches(missing):
+        # `+rowid`: one MATCH pass filtered here; a plain `rowid IN` makes FTS5 run the MATCH once per id
+        rows = con.execute(f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? "
+                           f"AND +rowid IN ({marks})", [q.fts("OR")] + part)
+        bm25.update({cid: -r for cid, r in rows})
+    if exact and len(exact) <= NAMED_CHECK:
+        _named_after(con, q, exact)
+    whole = word_for_word(con, q, list(bm25))
+    for cid in whole:
+        exact[cid] = exact.get(cid, 0) + 1
+    ranked = [(cid, max(bm25.get(cid, 0.0), 0.0),
+               {"exact_identifiers": exact.get(cid, 0), "bm25": round(bm25.get(cid, 0.0), 4),
+                **({"word_for_word": True} if cid in whole else {})})
+              for cid in set(bm25) | set(exact)]
+    ranked.sort(key=lambda x: (-x[2]["exact_identifiers"], -x[1], x[0]))
+    return ranked[:max(limit, len(exact))]
