@@ -18,6 +18,20 @@ def big_body() -> bytes:
     return (block * (BIG // len(block) + 1))[:BIG]
 
 
+BOMB = 128 * 1024 * 1024
+_BOMB: list = []
+
+
+def gzip_bomb() -> bytes:
+    """BOMB zero bytes gzipped (~130 KB on the wire), made once."""
+    if not _BOMB:
+        import zlib
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        block = bytes(1024 * 1024)
+        _BOMB.append(b"".join(z.compress(block) for _ in range(BOMB // len(block))) + z.flush())
+    return _BOMB[0]
+
+
 def make_test_ca(folder: Path) -> tuple:
     """(ca.pem path, server cert path, server key path) for 127.0.0.1 and localhost, made here."""
     from cryptography import x509
@@ -91,6 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
+        elif parts.path == "/bomb":
+            self._send(200, gzip_bomb(), [("Content-Encoding", "gzip")])
         elif parts.path == "/br":
             self._send(200, b"\x1b\x00 not really brotli", [("Content-Encoding", "br")])
         elif parts.path == "/query":

@@ -333,7 +333,10 @@ proxy, port, ph = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1]), os.envi
 auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
 for head in (f"GET /myself HTTP/1.1\r\nHost: x\r\nX-A: 1\nGET /echo HTTP/1.1\nAuthorization: Bearer {ph}\r\n\r\n",
              f"GET /myself HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n"
-             f"Authorization: Bearer {ph}\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n"):
+             f"Authorization: Bearer {ph}\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+             f"GET /myself\x1b[2J HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {ph}\r\n\r\n",
+             f"GET /myself HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-A\x0b: 1\r\nAuthorization: Bearer {ph}\r\n\r\n",
+             f"GET /myself HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX(A): 1\r\nAuthorization: Bearer {ph}\r\n\r\n"):
     s = socket.create_connection((proxy.hostname, proxy.port))
     s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     s.recv(4096)
@@ -343,7 +346,7 @@ for head in (f"GET /myself HTTP/1.1\r\nHost: x\r\nX-A: 1\nGET /echo HTTP/1.1\nAu
 """
 
 
-def test_a_request_hidden_in_a_header_or_in_ambiguous_framing_is_dropped(tmp_path, monkeypatch, api):
+def test_a_request_hidden_in_a_header_ambiguous_framing_or_a_control_byte_is_dropped(tmp_path, monkeypatch, api):
     write_world(tmp_path, monkeypatch, api, extra=f"""\
 - id: scoped-token
   inject: proxy
@@ -354,7 +357,7 @@ def test_a_request_hidden_in_a_header_or_in_ambiguous_framing_is_dropped(tmp_pat
 """)
     assert run_recall("secret", "sync").returncode == 0
     r = clean(run_recall("secret", "exec", "scoped-token", "--", sys.executable, "-c", SMUGGLER, str(api.port)))
-    assert r.stdout == "b''\nb''\n", (r.stdout, r.stderr)           # the proxy closed both connections
+    assert r.stdout == "b''\n" * 5, (r.stdout, r.stderr)      # the proxy closed every connection
     assert api.seen == []
 
 
@@ -479,3 +482,18 @@ def test_what_the_proxy_returns_is_masked_before_exec_sees_it(world, api, tmp_pa
             assert form.encode() not in raw, f"{name}: the proxy handed the child the value"
         assert (out / f"{name}.body").read_text() == "you sent Bearer [recall:jira-api-token]\n", name
     assert "X-Echo: Bearer [recall:jira-api-token]" in (out / "echo.head").read_text()
+
+
+PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)")
+
+
+def test_a_gzip_bomb_is_inflated_piece_by_piece_not_held_whole(world, api):
+    from tests.standin_https import BOMB
+    r = clean(subprocess.run([sys.executable, "-c", PEAK, sys.executable, str(REPO / "recall.py"), "secret", "exec",
+                              "jira-api-token", "--", "curl", "-sS", "--compressed", "-o", "/dev/null", "-w",
+                              "%{size_download}\\n", f"https://127.0.0.1:{api.port}/bomb"],
+                             capture_output=True, text=True, timeout=120))
+    size, peak_kb = map(int, r.stdout.split())
+    assert size == BOMB, r.stderr                          # 128 MiB of zeros, from ~130 KB gzipped
+    assert peak_kb < 80 * 1024, f"recall held {peak_kb // 1024} MB for a 128 MB body"

@@ -44,7 +44,13 @@ class NoResponse(ValueError):
     """The upstream closed before answering (a kept-alive connection it had already dropped)."""
 
 
+_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")       # HTAB is the one control byte a head may hold
+_TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
 class Request:
+    """One request head, refused (ValueError) when another reader could take it two ways."""
+
     def __init__(self, head: bytes):
         lines = head[:-4].split(b"\r\n")
         parts = lines[0].split(b" ")
@@ -54,7 +60,11 @@ class Request:
         rest = head[:-4].replace(b"\r\n", b"")
         if b"\r" in rest or b"\n" in rest or b"\x00" in rest:
             raise ValueError("a bare CR, LF or NUL in the request head")     # no request hidden in a header
+        if _CTL.search(rest) or not _TOKEN.match(parts[0]) or b"\t" in lines[0]:
+            raise ValueError("a control character or a bad method in the request head")   # read one way only
         self.headers = [split_header(line) for line in lines[1:] if line]
+        if not all(_TOKEN.match(k) for k, _ in self.headers):
+            raise ValueError("a header name that is not a token")
         framing = [v.strip().lower() for k, v in self.headers if k.lower() in (b"content-length", b"transfer-encoding")]
         if len(framing) > 1 or (framing and not (framing[0] == b"chunked" or framing[0].isdigit())):
             raise ValueError("ambiguous request framing")                  # one Content-Length or chunked
@@ -182,9 +192,9 @@ def misdirected(req: Request, scheme: str, dest, target: str) -> tuple:
     named, sep, rest = target.partition("://")
     authority, slash, path = rest.partition("/")
     if not sep or "@" in authority or any(c in authority for c in "?#\\"):
-        return target, 400, "its target is neither a path nor an absolute URL"
+        return "", 400, "its target is neither a path nor an absolute URL"
     if named.lower() != scheme or authority.lower() not in allowed:
-        return target, 421, "its absolute-form target names another site"
+        return "/" + path, 421, "its absolute-form target names another site"
     return "/" + path if slash else "/", 0, ""
 
 

@@ -343,12 +343,24 @@ class HostBoundProxy:
             if piece is None:                       # read until close: the upstream cannot be reused
                 keep_up = False
                 continue
-            http1.send_piece(client, stream.feed(inflate.decompress(piece) if inflate else piece), chunked)
+            for data in (_inflated(inflate, piece) if inflate else (piece,)):
+                http1.send_piece(client, stream.feed(data), chunked)
         http1.send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
         http1.send_piece(client, stream.flush(), chunked)
         if chunked:
             client.sendall(b"0\r\n\r\n")
         return keep_up, keep_client
+
+
+def _inflated(inflate, piece: bytes):
+    """The plain bytes of one compressed piece, READ_SIZE at a time: a small bomb is streamed, never held whole."""
+    tail = piece
+    while True:
+        data = inflate.decompress(tail, http1.READ_SIZE)
+        if not data:
+            return
+        yield data
+        tail = inflate.unconsumed_tail
 
 
 def _basic_holds(value: bytes, placeholder: bytes) -> bool:
