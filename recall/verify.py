@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from . import audit, db, inventory, status
 from .errors import RecallError
-from .guard import binding_for, classify, curl_headers, setup_verdict, verdict_for
+from .guard import binding_for, classify, curl_headers, run_form, setup_verdict, verdict_for
 
 DEFAULT_TIMEOUT = 20.0
 MAX_WORKERS = 32      # proofs wait on the network, not the CPU: one wave for a typical inventory
@@ -179,15 +179,17 @@ def plan(con, cfg, ids=None) -> list:
 
 
 def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts=()) -> Probe:
-    v = verdict_for(_placeholder(p.command, p.variables), bindings=bindings, credential=credential,
-                    jump_hosts=jump_hosts)
-    p.verdict, p.rule, p.reason, p.argv, p.tool = v.verdict, v.rule, v.reason, v.argv, v.tool
+    text = _placeholder(p.command, p.variables)
+    v = verdict_for(text, bindings=bindings, credential=credential, jump_hosts=jump_hosts,
+                    sends=text != p.command)     # a proof naming no secret's variable sends none itself
+    p.verdict, p.rule, p.reason, p.tool = v.verdict, v.rule, v.reason, v.tool
+    p.argv = run_form(v.argv, os.path.expanduser("~")) if v.allow else v.argv
     if v.allow and any("RECALLVAR" in a for a in v.argv[1:]):
         rest, headers = curl_headers(list(v.argv), lambda h: "RECALLVAR" in h) if p.tool == "curl" else (v.argv, [])
         if any("RECALLVAR" in a for a in rest[1:]) or any("RECALLVAR" in h.split(":", 1)[0] for h in headers):
             p.verdict, p.rule = "deny", "verify.variable"
             p.reason = ("a secret's variable may appear only in a curl -H header's value (sent on stdin, not "
-                        "argv): write -H \"Authorization: Bearer $VAR\"")
+                        "argv) — allowed: -H \"Authorization: Bearer $VAR\"")
     p.serial = p.tool == "az"
     return p
 

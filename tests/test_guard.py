@@ -635,6 +635,72 @@ def test_ssh_with_a_linked_credential_reaches_only_that_secrets_own_host(command
     assert verdict_for(command).allow                               # without a credential: any host
 
 
+# (command, the secrets' own url:s (none: no credential), rule, allow) — the kubectl port-forward
+# pattern (issue 26 point 8): a proof that names no secret's variable (sends=False) may reach loopback
+CURL_LOOPBACK = [
+    ("curl -s http://127.0.0.1:8080/healthz", [], "curl.get", True),
+    ("curl -sf http://localhost:8080/healthz", [], "curl.get", True),
+    ("curl -sf http://[::1]:8080/healthz", [], "curl.get", True),
+    ("curl -sfg 'http://[::1]:8080/a[1]'", [], "curl.get", True),
+    ("curl -sf http://[::1]:8080/a[1]", [], "glob", False),                   # curl would glob the path
+    ("curl -skL http://127.0.0.1:8080/healthz", ["https://kube.example.com"], "curl.get", True),
+    ("curl -s https://localhost:8443/", ["https://kube.example.com"], "curl.get", True),
+    ("curl -s http://127.0.0.2:8080/", ["https://kube.example.com"], "curl.http", False),   # not the three
+    ("curl -s http://kube.example.com/", ["https://kube.example.com"], "curl.http", False),
+    ("curl -s https://status.example.com/", ["https://kube.example.com"], "curl.host", False),
+]
+# the same with the credential in the request (sends=True): loopback only when it is the secret's url:
+CURL_LOOPBACK_SENDS = [
+    ("curl -s -H 'Authorization: Bearer X' http://127.0.0.1:8080/me", ["http://127.0.0.1:8080"], "curl.get", True),
+    ("curl -s -H 'Authorization: Bearer X' 'http://[::1]:8080/me'", ["http://[::1]:8080"], "curl.get", True),
+    ("curl -s -H 'Authorization: Bearer X' http://localhost/me", ["http://localhost"], "curl.get", True),
+    ("curl -s -H 'Authorization: Bearer X' http://127.0.0.1:8080/me", ["https://kube.example.com"], "curl.host", False),
+    ("curl -s -H 'Authorization: Bearer X' http://localhost:8080/me", ["http://127.0.0.1:8080"], "curl.host", False),
+    ("curl -s -H 'Authorization: Bearer X' http://127.0.0.1:8081/me", ["http://127.0.0.1:8080"], "curl.host", False),
+    ("curl -s -H 'Authorization: Bearer X' http://127.0.0.1:8443/me", ["https://127.0.0.1:8443"], "curl.http", False),
+    ("curl -sk -H 'Authorization: Bearer X' http://127.0.0.1:8080/me", ["http://127.0.0.1:8080"], "curl.insecure", False),
+    ("curl -s -H 'Authorization: Bearer X' http://kube.example.com/", ["http://kube.example.com"], "curl.http", False),
+]
+
+
+@pytest.mark.parametrize("command,urls,rule,allow,sends", [r + (False,) for r in CURL_LOOPBACK]
+                         + [r + (True,) for r in CURL_LOOPBACK_SENDS])
+def test_a_proof_to_loopback_sends_a_credential_only_to_its_own_loopback_url(command, urls, rule, allow, sends):
+    v = verdict_for(command, bindings=_bindings(urls), credential=bool(urls), sends=sends)
+    assert (v.allow, v.rule) == (allow, rule), v.reason
+
+
+def test_cacert_under_home_is_allowed_and_run_with_the_tilde_expanded():
+    from recall.guard import run_form
+    v = verdict_for("curl -s --cacert ~/certs/ca.pem https://x.example.com/", which=fake_which)
+    assert (v.allow, v.argv[3]) == (True, "~/certs/ca.pem")
+    assert run_form(v.argv, "/home/u")[3] == "/home/u/certs/ca.pem"
+    for command in ("curl -s --cacert ~other/ca.pem https://x.example.com/", "curl -s -A ~/ua https://x.example.com/",
+                    "curl -s --cacert a~/ca.pem https://x.example.com/", "curl -s ~/x https://x.example.com/"):
+        assert verdict_for(command, which=fake_which).rule == "tilde", command
+    assert run_form(verdict_for("curl -q -s http://127.0.0.1:9/").argv, "/h")[:4] == ("curl", "-q", "--noproxy", "*")
+    assert "--noproxy" not in run_form(verdict_for("curl -s https://x.example.com/").argv, "/h")
+
+
+def test_every_denial_says_what_is_allowed_instead(tmp_path):
+    """verify --dry-run prints each denial's reason: it ends in the allowed form, never just 'no'."""
+    from recall.guard import setup_verdict
+    verdicts = [verdict_for(c, which=fake_which) for c, _ in DENIED + NOT_UNDERSTOOD]
+    verdicts += [verdict_for(c, url_hosts=h, credential=True, which=fake_which) for c, h, _, _ in CREDENTIAL]
+    verdicts += [verdict_for(c, bindings=_bindings(u), credential=True) for c, u, _, _ in SSH_BOUND]
+    verdicts += [verdict_for(c, bindings=_bindings(u), credential=True, sends=True) for c, u, _, _ in CURL_LOOPBACK_SENDS]
+    home, rows = setup_rows(tmp_path)
+    verdicts += [setup_verdict(step, home=home) for step, _ in rows]
+    denied = [v for v in verdicts if not v.allow]
+    assert len(denied) > 400
+    for v in denied:
+        assert " — allowed: " in v.reason or "allowed: " in v.reason, (v.rule, v.reason)
+        assert v.reason.split("allowed: ", 1)[1].strip(), v.rule
+    assert "allowed: kubectl [--context C]" in verdict_for("kubectl delete pod x").reason
+    assert "allowed: the proof pointed at jira.example.com" in verdict_for(
+        "curl -s https://evil.example.net/", url_hosts=("jira.example.com",), credential=True).reason
+
+
 def test_url_hosts_as_a_plain_string_is_one_host():
     v = verdict_for("curl -s https://j/", url_hosts="jira.example.com", credential=True)
     assert (v.allow, v.rule) == (False, "curl.host")
@@ -658,6 +724,8 @@ def test_every_rule_is_reached_by_a_real_command_and_every_verdict_is_documented
         reached.add(verdict_for(command, url_hosts=hosts, credential=True, which=fake_which).rule)
     for command, urls, _, _ in SSH_BOUND:
         reached.add(verdict_for(command, bindings=_bindings(urls), credential=True).rule)
+    for command, urls, _, _ in CURL_LOOPBACK_SENDS:
+        reached.add(verdict_for(command, bindings=_bindings(urls), credential=True, sends=True).rule)
     home, rows = setup_rows(tmp_path)
     reached.update(setup_verdict(step, home=home).rule for step, _ in rows)
     assert reached - set(RULES) == set()

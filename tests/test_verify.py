@@ -797,7 +797,8 @@ def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
                 "entry-other-host": ("curl.host", "skipped"), "entry-http": ("curl.http", "skipped"),
                 "entry-secret-without-url": ("curl.host", "skipped"),
                 "entry-another-secrets-host": ("curl.host", "skipped"),
-                "check-elsewhere": ("curl.host", "skipped"), "plain-url": ("curl.http", "skipped")}
+                "check-elsewhere": ("curl.host", "skipped"),
+                "plain-url": ("allow", "ok")}          # plain http to loopback when that is its own url: (issue 26)
         for name, (rule, status_) in want.items():
             proof = got[name]["commands"][0]
             assert proof["status"] == status_, (name, proof)
@@ -807,7 +808,8 @@ def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
                 assert rule in proof["detail"]
         assert "other-token's host" in got["entry-another-secrets-host"]["commands"][0]["reason"]
         assert "no url:" in got["entry-secret-without-url"]["commands"][0]["reason"]
-        assert other.requests == [] and plain.requests == []          # nothing reached another host
+        assert other.requests == []                                   # nothing reached another host
+        assert [q["auth"] for q in plain.requests] == [f"Bearer {CANARY}"]      # plain-url's own check only
         assert len(own.requests) == 3 and all(q["host"] == f"127.0.0.1:{own.port}" for q in own.requests)
         assert all(q["auth"] == f"Bearer {CANARY}" for q in own.requests)
         assert r.returncode == 0 and CANARY not in r.stdout + r.stderr    # denied ones are skipped, not failed
@@ -1034,7 +1036,7 @@ def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variabl
     for name in checks:
         want = ("allow", "curl.get") if name.endswith("header-value") else ("deny", "verify.variable")
         assert (got[name]["verdict"], got[name]["rule"]) == want, (name, got[name])
-    assert 'write -H "Authorization: Bearer $VAR"' in got["in-url"]["reason"]      # the allowed form
+    assert 'allowed: -H "Authorization: Bearer $VAR"' in got["in-url"]["reason"]      # the allowed form
     swept = json.loads(run_recall("--json", "verify", "in-url", "in-header-name").stdout)
     assert {e["commands"][0]["status"] for e in swept["entries"]} == {"skipped"}
     assert not standins.exists()                 # nothing ran, so no value reached any argv
@@ -1074,3 +1076,131 @@ def test_ssh_for_an_entry_with_a_linked_secret_reaches_only_that_secrets_host(tm
     r = run_recall("--json", "verify", "other-host", "plain")
     assert {e["commands"][0]["status"] for e in json.loads(r.stdout)["entries"]} == {"skipped"}
     assert not standins.exists()                 # ssh never started toward the wrong host
+
+
+# -- issue 26 point 8: the guard allows what the README teaches ------------------------------------
+
+def _v6_server():
+    """An HTTP server on [::1] answering 200 to anything: (server, port), or None without IPv6."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class V6(ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+    try:
+        srv = V6(("::1", 0), H)
+    except OSError:
+        return None
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, srv.server_address[1]
+
+
+@pytest.mark.e2e
+def test_a_port_forward_proof_to_loopback_runs_and_a_credential_goes_only_to_its_own_loopback_url(
+        tmp_path, config):
+    """The `kubectl port-forward` + curl pattern through the real CLI: a proof to 127.0.0.1,
+    localhost or [::1] that sends no credential runs for an entry that links one; a secret whose own
+    url: is http://127.0.0.1:PORT is checked over plain http there; a credential aimed at loopback
+    when its url: is elsewhere is denied, naming the allowed form; the proxy a sourced file sets is
+    never used for loopback."""
+    pytest.importorskip("cryptography")
+    local, trap = Recorder(), Recorder()          # the forwarded service, and a proxy that must stay idle
+    v6 = _v6_server()
+    try:
+        home = tmp_path / "home"
+        (home / "proxy.sh").write_text(f"export http_proxy=http://127.0.0.1:{trap.port}\n"
+                                       f"export HTTP_PROXY=http://127.0.0.1:{trap.port}\n")
+        (home / "proxy.sh").chmod(0o600)
+        v6_url = f"http://[::1]:{v6[1]}/open" if v6 else "http://[::1]:9/open"
+        code = "-o /dev/null -w '%{http_code}'"
+        write_inventory(tmp_path, config, f"""\
+- id: cluster
+  secrets: [kube-token]
+  verify: curl -sf {code} http://127.0.0.1:{local.port}/open
+- id: by-name
+  secrets: [kube-token]
+  verify: curl -sfk http://localhost:{local.port}/open
+- id: by-v6
+  secrets: [kube-token]
+  verify: curl -sf {v6_url}
+- id: own-loopback
+  secrets: [local-api]
+  access: [source ~/proxy.sh]
+  verify: "curl -sf {code} -H \\"Authorization: Bearer $LOCAL_API\\" http://127.0.0.1:{local.port}/me"
+- id: elsewhere
+  secrets: [kube-token]
+  verify: "curl -s -H \\"Authorization: Bearer $KUBE_TOKEN\\" http://127.0.0.1:{local.port}/me"
+""", secrets=f"""\
+- id: kube-token
+  url: https://kube.example.com
+  value: "kube-{CANARY}"
+- id: local-api
+  url: http://127.0.0.1:{local.port}
+  check: "curl -sf {code} -H \\"Authorization: Bearer $LOCAL_API\\" http://127.0.0.1:{local.port}/me"
+  value: "{CANARY}"
+""")
+        assert run_recall("secret", "sync").returncode == 0
+        dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
+        for name in ("cluster", "by-name", "by-v6", "own-loopback", "local-api"):
+            proof = dry[name]["commands"][0]
+            assert (proof["verdict"], proof["rule"]) == ("allow", "curl.get"), (name, proof)
+        denied = dry["elsewhere"]["commands"][0]
+        assert (denied["verdict"], denied["rule"]) == ("deny", "curl.host"), denied
+        assert "allowed: the proof pointed at kube.example.com" in denied["reason"]
+        ids = ["cluster", "by-name", "own-loopback", "local-api", "elsewhere"] + (["by-v6"] if v6 else [])
+        r = run_recall("--json", "verify", *ids)
+        got = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
+        for name in set(ids) - {"elsewhere"}:
+            assert got[name]["status"] == "ok", (name, got[name])
+        assert got["elsewhere"]["status"] == "skipped"
+        assert trap.requests == []                    # a sourced http_proxy never saw the plain-http credential
+        assert sorted(q["auth"] or "" for q in local.requests) == ["", "", f"Bearer {CANARY}", f"Bearer {CANARY}"]
+        assert CANARY not in r.stdout + r.stderr
+    finally:
+        local.stop()
+        trap.stop()
+        if v6:
+            v6[0].shutdown()
+            v6[0].server_close()
+
+
+@pytest.mark.e2e
+def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, config, https_server):
+    """`--cacert ~/certs/ca.pem`, as a user writes it in a shell: allowed, and recall expands the tilde
+    itself (curl does not, and no shell runs) — for a secret's check and an entry's proof alike."""
+    pytest.importorskip("cryptography")
+    certs = tmp_path / "home" / "certs"
+    certs.mkdir()
+    shutil.copy(https_server.cert, certs / "ca.pem")
+    base = https_server.base
+    write_inventory(tmp_path, config, f"""\
+- id: api
+  verify: curl -sf --cacert ~/certs/ca.pem {base}/open
+- id: not-a-cacert
+  verify: curl -sf -A ~/certs/ca.pem {base}/open
+""", secrets=f"""\
+- id: tok
+  url: {base}/me
+  check: "curl -sf --cacert ~/certs/ca.pem -H \\"Authorization: Bearer $TOK\\" {base}/me"
+  value: "{CANARY}"
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
+    assert (dry["api"]["commands"][0]["verdict"], dry["tok"]["commands"][0]["verdict"]) == ("allow", "allow")
+    no = dry["not-a-cacert"]["commands"][0]
+    assert (no["verdict"], no["rule"]) == ("deny", "tilde") and "curl --cacert ~/FILE" in no["reason"]
+    got = sweep("api", "tok")
+    assert (got["api"]["status"], got["tok"]["status"]) == ("ok", "ok"), got
+    assert [q["path"] for q in https_server.requests] == ["/open", "/me"] or \
+        sorted(q["path"] for q in https_server.requests) == ["/me", "/open"]

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 from .classify import classify
 from .cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
+from .hints import SETUP_FORM, with_hint
 from .parse import _Deny
-from .tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for, curl_headers
+from .tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for, curl_headers, run_form
 
 # the package's surface; the modules beside this one share their private names only with each other
 __all__ = ["MAX_COMMAND_CHARS", "RULES", "Binding", "Verdict", "binding_for", "classify", "curl_headers",
-           "setup_verdict", "verdict_for"]
+           "run_form", "setup_verdict", "verdict_for"]
 
 TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
 
@@ -178,7 +179,7 @@ _FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete"})
 
 
 def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
-                jump_hosts: frozenset) -> tuple[str, str]:
+                jump_hosts: frozenset, sends) -> tuple[str, str]:
     head = argv[0]
     if "=" in head:
         raise _Deny("env-assign", f"{head.split('=')[0]}=… sets the environment of the command")
@@ -200,7 +201,7 @@ def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
         if not found or found != head or not os.path.isabs(found):
             raise _Deny("path", f"{head} is not the {base or 'tool'} found on PATH ({found or 'none'})")
     if base == "curl":
-        return _curl(argv, bindings, credential)
+        return _curl(argv, bindings, credential, sends)
     if base == "ssh":
         return _ssh(argv, bindings, credential, jump_hosts)
     if base not in TOOLS:
@@ -217,18 +218,25 @@ def _deferred(argv: list[str], deferred: list, exempt) -> None:
 
 def _proof_exempt(argv: list[str], word: int, rule: str, after_equals: bool) -> bool:
     base = argv[0].rsplit("/", 1)[-1]
-    if rule == "glob":            # tcp is recall's own connect: no shell, no glob
-        return base == "tcp" and word == 1 and bool(re.fullmatch(r"\[[0-9A-Fa-f:.]+\]:[0-9]+", argv[1]))
-    # ssh itself expands ~ in -i KEY; recall runs no shell, so the word reaches ssh as written
-    return base == "ssh" and not after_equals and word >= 2 and argv[word - 1] == "-i"
+    if rule == "glob":            # tcp is recall's own connect, curl reads [::1] as a host: no shell, no glob
+        return (base == "tcp" and word == 1 and bool(re.fullmatch(r"\[[0-9A-Fa-f:.]+\]:[0-9]+", argv[1]))) or (
+            base == "curl" and bool(_BRACKETED_HOST.fullmatch(argv[word])))
+    # ssh expands ~ in -i KEY itself; recall expands curl's --cacert ~/FILE (run_form) before running
+    return (not after_equals and word >= 2 and (base, argv[word - 1]) in (("ssh", "-i"), ("curl", "--cacert"))
+            and argv[word].startswith("~/"))
+
+
+_BRACKETED_HOST = re.compile(r"[A-Za-z]+://\[[0-9A-Fa-f:.]+\](?::[0-9]+)?(?:[/?][^\[\]]*)?")
 
 
 def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False, bindings: tuple = (),
-                jump_hosts=(), which=shutil.which) -> Verdict:
+                jump_hosts=(), which=shutil.which, sends: bool | None = None) -> Verdict:
     """Decide whether `command` may run in a verify sweep; never raises for bad input.
 
     With a credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare
-    hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use."""
+    hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use. `sends=False`
+    says the command itself carries no credential (verify: it names no secret's variable), so a
+    curl to 127.0.0.1, localhost or [::1] is judged as without one. Every denial says what is allowed."""
     argv: tuple[str, ...] = ()
     try:
         if not isinstance(command, str) or not command.strip(" \t"):
@@ -241,10 +249,10 @@ def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False
         hosts = (url_hosts,) if isinstance(url_hosts, str) else tuple(url_hosts or ())
         bound = tuple(bindings) + tuple(b for b in (binding_for("", h) for h in hosts) if b)
         rule, reason = _check_argv(list(argv), which, bound, bool(credential or bindings),
-                                   frozenset(h.lower() for h in jump_hosts))
+                                   frozenset(h.lower() for h in jump_hosts), sends)
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
-        return Verdict(False, deny.rule, deny.reason, argv if deny.rule not in _LEXER else ())
+        return Verdict(False, deny.rule, with_hint(deny, argv), argv if deny.rule not in _LEXER else ())
 
 
 _LEXER = frozenset({"glob", "tilde"})
@@ -289,7 +297,8 @@ def setup_verdict(step: str, *, home: str = "") -> Verdict:
     except _Deny as deny:
         hint = "" if deny.rule.startswith("setup.") else (
             "; a setup step runs only literal text: put what needs the shell in a file you own and source it")
-        return Verdict(False, deny.rule, deny.reason + hint, argv)
+        reason = deny.reason + hint
+        return Verdict(False, deny.rule, reason if "allowed: " in reason else f"{reason} — allowed: {SETUP_FORM}", argv)
 
 
 _GLOBAL_STATE = {("kubectl", "config", "use-context"), ("kubectl", "config", "set-context"),

@@ -197,8 +197,7 @@ def _kubectl(argv: list[str]) -> tuple[str, str]:
         if len(args) != 3 or args[1] not in _KUBE_VERBS or not _RESOURCE.match(args[2]):
             raise _Deny("kubectl.args", "kubectl auth can-i takes exactly VERB RESOURCE")
         return "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"
-    raise _Deny("kubectl.command", f"kubectl {sub} is not one of get, top, api-resources, version, "
-                                   "cluster-info, config current-context|get-contexts, auth whoami|can-i")
+    raise _Deny("kubectl.command", f"kubectl {sub} is not a read-only subcommand")
 
 
 _CURL = _Flags(
@@ -276,22 +275,31 @@ def _curl_url(url: str, globoff: bool) -> tuple:
     return scheme.lower(), host.strip("[]").lower(), int(port) if port else None
 
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})   # a kubectl port-forward's end: never leaves the machine
+
+
 def check_binding(tool: str, scheme: str, host: str, port: int | None, bindings: tuple) -> None:
-    """Raise _Deny unless a credential may go to scheme://host:port under every secret's binding."""
-    if scheme == "http":
-        raise _Deny(f"{tool}.http", f"http://{host} is plain HTTP: a credential goes only over https; "
-                                    "write the proof with https://")
+    """Raise _Deny unless a credential may go to scheme://host:port under every secret's binding
+    (plain http only to a loopback address that is the secret's own url:)."""
+    local = host in LOOPBACK and bool(bindings)
+    if scheme == "http" and not (local and all(b.scheme == "http" for b in bindings)) and not (
+            local and all(b.host != host for b in bindings)):      # then the host is the cause, said below
+        raise _Deny(f"{tool}.http", f"http://{host} is plain HTTP: a credential goes only over https — "
+                                    f"allowed: the proof with https://{host} (plain http only to 127.0.0.1, "
+                                    "localhost or [::1] when that is the secret's own url:)")
     for b in bindings:
-        if b.scheme == "http":
+        if b.scheme == "http" and b.host not in LOOPBACK:
             raise _Deny(f"{tool}.http", f"secret {b.secret}'s own url is plain http: a credential goes only "
-                                        "over https; change its url: to https://")
+                                        "over https — allowed: its url: with https:// (or http://127.0.0.1:PORT "
+                                        "for a port-forward)")
         effective = port or _DEFAULT_PORTS.get(scheme)
         if b.host != host or (b.port is not None and b.port != effective):
             others = [o.secret for o in bindings if o.host == host and o.secret != b.secret]
             whose = f" (that is secret {others[0]}'s host)" if others else ""
             own = f"{b.host}:{b.port}" if b.port else b.host
             raise _Deny(f"{tool}.host", f"{host}{f':{port}' if port else ''} is not secret {b.secret}'s own "
-                                        f"host {own} (from its {b.source}: line){whose}; point the proof at {own}")
+                                        f"host {own} (from its {b.source}: line){whose} — allowed: the proof "
+                                        f"pointed at {own}")
 
 
 def curl_headers(argv: list, wanted) -> tuple:
@@ -313,7 +321,7 @@ def curl_headers(argv: list, wanted) -> tuple:
     return out, picked
 
 
-def _curl(argv: list[str], bindings: tuple, credential: bool) -> tuple[str, str]:
+def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None = None) -> tuple[str, str]:
     items = _parse(_CURL, argv[1:])
     opts = _options(items)
     for name, value in items:
@@ -337,20 +345,37 @@ def _curl(argv: list[str], bindings: tuple, credential: bool) -> tuple[str, str]
             raise _Deny("curl.value", "--retry must be a count from 0 to 10")
         if name == "--noproxy" and not re.match(r"^[A-Za-z0-9.:*,\[\]-]+$", value):
             raise _Deny("curl.value", "--noproxy must be a comma-separated list of hosts")
-    if credential and "--insecure" in opts:
-        raise _Deny("curl.insecure", "curl -k with a credential would send it over unverified TLS")
-    if credential and "--location" in opts:
-        raise _Deny("curl.redirect", "curl -L with a credential forwards custom headers to other hosts")
     urls = _positionals(items)
     if len(urls) != 1:
         raise _Deny("curl.url", f"curl needs exactly one URL, got {len(urls)}")
     scheme, host, port = _curl_url(urls[0], "--globoff" in opts)
+    if sends is False and host in LOOPBACK:
+        credential = False          # nothing of the secret's is in this request: a port-forward's health
+    if credential and "--insecure" in opts:
+        raise _Deny("curl.insecure", "curl -k with a credential would send it over unverified TLS")
+    if credential and "--location" in opts:
+        raise _Deny("curl.redirect", "curl -L with a credential forwards custom headers to other hosts")
     if credential:
         if not bindings:
             raise _Deny("curl.host", f"{host} cannot receive the credential: its secret has no url: (nor a URL "
-                                     "in its own use: or check: line); add url: to the secret")
+                                     "in its own use: or check: line) — allowed: once the secret's url: names "
+                                     f"{host}, a proof to it")
         check_binding("curl", scheme, host, port, bindings)
     return "curl.get", "curl GET of one URL, output only to stdout or /dev/null"
+
+
+def run_form(argv: tuple, home: str) -> tuple:
+    """The argv recall runs for an allowed proof: curl's `--cacert ~/FILE` expanded (curl does not
+    expand ~, and no shell runs), and a curl to a loopback address never sent through a proxy."""
+    if argv[:1] != ("curl",) and not argv[0].endswith("/curl"):
+        return argv
+    out = [home + a[1:] if argv[k - 1] == "--cacert" and a.startswith("~/") else a for k, a in enumerate(argv)]
+    items = _parse(_CURL, out[1:])
+    url = _positionals(items)[0]
+    if _curl_url(url, "--globoff" in _options(items))[1] in LOOPBACK:
+        at = 2 if out[1:2] in (["-q"], ["--disable"]) else 1      # curl honours -q only as argv[1]
+        out[at:at] = ["--noproxy", "*"]
+    return tuple(out)
 
 
 _SSH = _Flags(
