@@ -39,7 +39,8 @@ TOOL_ARG_DOCS = {
         "previous output of the same id and command, without running it again.",
     ("recall_secret_find", "query"): "What the credential is for (service, kind, environment). Empty lists all.",
     ("recall_access_find", "query"): "A system's name, alias or words about it. Empty lists all.",
-    ("recall_verify", "id"): "Ids or aliases separated by spaces; empty checks every entry and secret.",
+    ("recall_verify", "id"): "An id or alias (any case, spaces allowed), several separated by commas; "
+                             "empty checks every entry and secret.",
     ("recall_verify", "offset"): "0 runs the sweep; a larger value continues the previous report "
         "without running it again.",
 }
@@ -158,6 +159,12 @@ _FOR_AGENT = [
      r"ask the user to run 'recall \1\2'"),
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
 ]
+
+
+def _bounded_error(text: str, arguments: dict) -> str:
+    """An error as the agent reads it, each long argument it echoes cut to a prefix + '…'."""
+    from .api import bound_echoes
+    return bound_echoes(for_agent(text), [v for v in arguments.values() if isinstance(v, str)])
 
 
 def for_agent(text: str) -> str:
@@ -354,7 +361,7 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     if offset:
         return _page(_held(key, "recall_verify"), offset, "recall_verify", key)
     from .verify import run_verify
-    ids = id.replace(",", " ").split() or None
+    ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
     with _opened() as (cfg, con):
         report = run_verify(con, cfg, ids=ids)
         text = _mask(_response_masker(con, cfg), _json(_verify_data(con, cfg, report)))
@@ -393,13 +400,13 @@ def _as_tool(fn):
         try:
             return fn(**kwargs)
         except RecallError as exc:
-            raise ToolError(for_agent(str(exc))) from None
+            raise ToolError(_bounded_error(str(exc), kwargs)) from None
         except Exception as exc:      # a full disk, a damaged DB: its one line, not a logged traceback
             from .repair import explain
             err = explain(exc)
             if err is None:
                 raise
-            raise ToolError(for_agent(str(err))) from None
+            raise ToolError(_bounded_error(str(err), kwargs)) from None
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(

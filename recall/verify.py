@@ -139,13 +139,11 @@ def plan(con, cfg, ids=None) -> list:
     secrets = rows(con)
     known = {e.id for e in entries} | {s["id"] for s in secrets}
     if ids:                  # an id or an alias, in any case, as every other verb takes them
-        from .names import resolve
         table = {i: i for i in sorted(known)}
         for e in entries:
             for n in e.names():
                 table.setdefault(n, e.id)
-        ids = [resolve(i, table, "inventory entry or secret", "see 'recall access find' and 'recall secret find'")
-               for i in ids]
+        ids = [found for i in ids for found in _resolve_names(i, table)]
     wanted = set(ids or known)
     secret_vars = {s["id"]: {v: (s["id"], f) for v, f in json.loads(s["variables"]).items()} for s in secrets}
     bindings = {s["id"]: secret_bindings(s["id"], json.loads(s["meta"]), s["check_cmd"]) for s in secrets}
@@ -176,6 +174,24 @@ def plan(con, cfg, ids=None) -> list:
             probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], _proof_text(s["check_cmd"]),
                                        variables=secret_vars[s["id"]]), bindings[s["id"]], True, jump_hosts))
     return probes
+
+
+def _resolve_names(name: str, table: dict) -> list:
+    """The ids `name` names: the whole of it (an alias may hold spaces: `platform cluster`), else,
+    when that names nothing, each of its words (`vpn ops-cluster`); the whole name's error if not."""
+    from .names import resolve
+    what, hint = "inventory entry or secret", "see 'recall access find' and 'recall secret find'"
+    try:
+        return [resolve(name, table, what, hint)]
+    except RecallError:
+        words = name.split()
+        if len(words) < 2:
+            raise
+        try:
+            return [resolve(w, table, what, hint) for w in words]
+        except RecallError:
+            pass
+        raise
 
 
 def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts=()) -> Probe:

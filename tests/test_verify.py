@@ -1204,3 +1204,29 @@ def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, config, ht
     assert (got["api"]["status"], got["tok"]["status"]) == ("ok", "ok"), got
     assert [q["path"] for q in https_server.requests] == ["/open", "/me"] or \
         sorted(q["path"] for q in https_server.requests) == ["/me", "/open"]
+
+
+def test_an_alias_with_a_space_names_one_entry_in_the_cli_and_in_recall_verify(tmp_path, config):
+    """`platform cluster` is one alias (as recall_access_show takes it), in any case; commas separate
+    several names, and plain words still name one entry each (`vpn jump`)."""
+    write_inventory(tmp_path, config, """\
+- id: ops-cluster
+  aliases: [platform cluster]
+  verify: 'true'
+- id: vpn
+  verify: 'true'
+- id: jump
+  verify: 'true'
+""")
+    from recall.mcp_server import recall_verify
+
+    def checked(text):
+        return sorted(e["id"] for e in json.loads(text)["entries"])
+    assert checked(recall_verify(id="Platform Cluster")) == ["ops-cluster"]
+    assert checked(recall_verify(id="platform cluster, vpn")) == ["ops-cluster", "vpn"]
+    assert checked(recall_verify(id="vpn jump")) == ["jump", "vpn"]
+    r = run_recall("--json", "verify", "platform cluster")
+    assert r.returncode == 0 and [e["id"] for e in json.loads(r.stdout)["entries"]] == ["ops-cluster"], r.stderr
+    r = run_recall("verify", "platform clustr")
+    assert r.returncode == 1 and "no inventory entry or secret 'platform clustr'" in r.stderr
+    assert "did you mean: platform cluster (ops-cluster)?" in r.stderr
