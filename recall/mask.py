@@ -16,8 +16,7 @@ _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
 _SMALL = 4096             # before the prefilter is built, buffers up to this size get a find per form
 _SMALL_SCANS = 8          # ... for this many scans; a stream of many small reads then builds it
-# Measured on CPython 3.11 over log-like text (bench/bench_mask.py): a set lookup per gram of a
-# memoryview costs ~40 ns; one bytes.find pass ~0.15 ns per byte. The cheaper plan per Masker wins.
+# Costs of a set lookup per gram, and of one bytes.find pass per byte (bench/bench_mask.py): the cheaper plan wins.
 _GRAM_NS = 40.0
 _FIND_NS_PER_BYTE = 0.15
 _EOF_PREFIX = 4           # at EOF a held prefix of a given value this long is masked
@@ -96,7 +95,8 @@ def _json_forms(v: bytes) -> set[bytes]:
     for ascii_only in (True, False):
         body = json.dumps(text, ensure_ascii=ascii_only)[1:-1]
         forms |= {body, body.replace("/", "\\/"),
-                  body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+                  body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # Go's
+                  .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")}
     forms |= {_JSON_U.sub(lambda m: "\\u" + m.group(1).upper(), f) for f in forms}
     return {f.encode("utf-8") for f in forms}
 
@@ -210,12 +210,37 @@ def _html_forms(v: bytes) -> set[bytes]:
     return _as_bytes(forms)
 
 
-def _raw_forms(v: bytes) -> set[bytes]:
-    return {v}
+_RE_SPECIAL = frozenset("()[]{}?*+-|^$\\.&~# \t\n\r\v\f")     # what Python 3.7+ re.escape escapes
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+# Above Latin-1, perl quotemeta quotes Pattern_Syntax, white space and default-ignorable code points.
+_PERL_QUOTED = ((0x200B, 0x200F), (0x2010, 0x2027), (0x202A, 0x203E), (0x2041, 0x2053), (0x2055, 0x206F),
+                (0x2190, 0x245F), (0x2500, 0x2775), (0x2794, 0x2BFF), (0x2E00, 0x2E7F), (0x3001, 0x3003),
+                (0x3008, 0x3020), (0x3030, 0x3030), (0xFD3E, 0xFD3F), (0xFE45, 0xFE46), (0xFEFF, 0xFEFF))
 
 
-def _hex_forms(v: bytes) -> set[bytes]:
-    return {v.hex().encode(), v.hex().upper().encode()}
+def _perl_keeps(c: str) -> bool:
+    """Is character `c` left as is by perl's quotemeta of a character string?"""
+    o = ord(c)
+    if o < 256:
+        return c.isalnum() or c == "_"
+    return not (c.isspace() or any(lo <= o <= hi for lo, hi in _PERL_QUOTED))
+
+
+def _regex_forms(v: bytes) -> set[bytes]:
+    """As a regex escaper writes it: perl quotemeta (on bytes, and on characters: non-ASCII word
+    characters kept), Python re.escape (3.7+: its special set; 3.3-3.6: all but ASCII word characters)."""
+    if all(b in _WORD_BYTES for b in v):
+        return set()
+    forms = {b"".join(b"\\" + bytes([b]) if b not in _WORD_BYTES else bytes([b]) for b in v)}
+    try:
+        text = v.decode("utf-8")
+    except UnicodeDecodeError:
+        return forms
+    ascii_word = lambda c: c.isascii() and (c.isalnum() or c == "_")   # noqa: E731
+    return forms | _as_bytes({
+        "".join(c if _perl_keeps(c) else "\\" + c for c in text),
+        "".join("\\" + c if c in _RE_SPECIAL else c for c in text),
+        "".join(c if ascii_word(c) else "\\" + c for c in text)})
 
 
 def _line_forms(value: bytes) -> set[bytes]:
@@ -229,16 +254,17 @@ def _line_forms(value: bytes) -> set[bytes]:
 # The one table of forms: (name, bytes -> set of forms, a program that prints it). Tests check
 # each form against that program's real output.
 FORMS = (
-    ("raw", _raw_forms, "cat"),
+    ("raw", lambda v: {v}, "cat"),
     ("case", _case_forms, "tr a-z A-Z"),
     ("base64", _base64_forms, "base64, python base64"),
     ("url", _url_forms, "python urllib.parse.quote, curl --data-urlencode"),
     ("json", _json_forms, "python json.dumps, jq"),
-    ("hex", _hex_forms, "xxd -p, python bytes.hex"),
+    ("hex", lambda v: {v.hex().encode(), v.hex().upper().encode()}, "xxd -p, python bytes.hex"),
     ("shell", _shell_forms, "bash declare -p / export -p / set / printf %q, python shlex.quote"),
     ("python", _python_forms, "python repr, print(os.environ)"),
     ("c", _c_forms, "strace, go %q"),
     ("html", _html_forms, "python html.escape, go html/template"),
+    ("regex", _regex_forms, "perl quotemeta, python re.escape"),
 )
 
 
@@ -272,7 +298,6 @@ class Masker:
                     words |= {b.lower() for b in _bases(raw)}
         self._forms = sorted(owners, key=lambda f: (-len(f), f))
         self._owners = [owners[f] for f in self._forms]
-        self._owner = [o[0] for o in self._owners]
         self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
         self._gram_map: dict[int, list[tuple[int, int]]] | None = None   # built on the first large scan
@@ -312,11 +337,6 @@ class Masker:
         """Mask a whole buffer."""
         stream = self.stream()
         return stream.feed(data) + stream.flush()
-
-    @property
-    def hold(self) -> int:
-        """How many bytes a stream holds back at most (the longest form's length - 1)."""
-        return max(0, self._maxlen - 1)
 
     def stream(self, given=()) -> MaskStream:
         """A masker for one output stream fed in pieces. `given`: ids of the secrets the child
@@ -378,7 +398,7 @@ class Masker:
         if self._word_forms:
             found = {(p, fi) for p, fi in found if fi not in self._word_forms
                      or _whole_token(buf, p, p + len(forms[fi]))}
-        return sorted(((p, p + len(forms[fi]), self._owner[fi]) for p, fi in found),
+        return sorted(((p, p + len(forms[fi]), self._owners[fi][0]) for p, fi in found),
                       key=lambda o: (o[0], -o[1]))
 
 
