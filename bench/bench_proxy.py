@@ -103,7 +103,7 @@ Load average during the run: {os.getloadavg()[0]:.1f} (the 2 cores are shared).
 | the same, CPU time of the whole process (median) | {cpu[0]:.0f} | {cpu[1]:.0f} | {cpu[1] - cpu[0]:.0f} ms | — |
 
 Start-up keeps `ssl`, `hmac`, the system trust store and the leaf key off the path (they load in the
-proxy's threads while the child starts); certificates are DER written in `ephemeral_ca.py`, so
+proxy's threads while the child starts); certificates are DER written in `hostbound/ca.py`, so
 `cryptography.x509` (~60 ms to import here) is never loaded. The first request through the proxy
 pays for the trust store if the child is quicker than its loading thread. On this shared machine
 (load 7–10) the wall figure of start-up moved between 11 and 123 ms over five runs on 2026-12-01,

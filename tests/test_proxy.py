@@ -401,16 +401,15 @@ def test_a_request_naming_another_site_inside_the_tunnel_gets_421_and_is_never_f
 
 
 RAW_CLIENT = r"""
-import http.client, os, ssl, sys
+import base64, http.client, os, ssl, sys
 from urllib.parse import urlsplit
 proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
 ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+tunnel = {"Proxy-Authorization": "Basic " + base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()}
 auth = "Bearer " + os.environ["JIRA_API_TOKEN"]
 for extra in ([], [("Host", "evil.example")], [("Host", f"127.0.0.1:{port}"), ("Host", "evil.example")]):
-    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
-    c.set_tunnel("127.0.0.1", port, headers={"Proxy-Authorization": "Basic " + __import__("base64").b64encode(
-        f"{proxy.username}:{proxy.password}".encode()).decode()})
-    c._tunnel_host, c.host, c.port = "127.0.0.1", proxy.hostname, proxy.port
+    c = http.client.HTTPSConnection(proxy.hostname, proxy.port, context=ctx)
+    c.set_tunnel("127.0.0.1", port, headers=tunnel)
     c.putrequest("GET", "/myself", skip_host=bool(extra))
     for k, v in extra + [("Authorization", auth)]:
         c.putheader(k, v)
