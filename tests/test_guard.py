@@ -857,7 +857,7 @@ def test_any_text_gets_a_documented_verdict():
         v = verdict_for(text, which=fake_which)
         assert v.rule in RULES and isinstance(v.argv, tuple)
         if v.allow:
-            assert v.rule.split(".")[0] in {"aws", "kubectl", "curl", "ssh", "sudo", "az", "tcp"}
+            assert v.rule.split(".")[0] in {"aws", "kubectl", "curl", "ssh", "sudo", "az", "gcloud", "true", "tcp"}
 
     check()
 
@@ -882,16 +882,22 @@ def test_allowed_argv_is_what_bash_would_pass():
     import subprocess
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
+    from recall.guard import run_form
     for command in ('curl -s -o /dev/null -w "%{http_code}\\n" https://x.example.com/',
                     'curl -w "a\\tb\\n" https://x.example.com/', "tcp [::1]:22",
-                    "ssh -i ~/.ssh/id host true", "ssh host 'hostname -f'"):
+                    "ssh -i ~/.ssh/id host true", "ssh host 'hostname -f'",
+                    "curl -s --cacert ~/ca.pem https://x.example.com/", "curl -sf http://[::1]:8080/healthz"):
         v = verdict_for(command, which=fake_which)
         assert v.allow, (command, v)
         words = command.split(" ", 1)[1]
         out = subprocess.run(["bash", "--noprofile", "--norc", "-c", f"printf '%s\\0' {words}"],
                              capture_output=True, text=True, cwd="/", env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"})
         got = out.stdout.split("\0")[:-1]
-        want = [w.replace("~/", "/home/u/", 1) if w.startswith("~/") else w for w in v.argv[1:]]
+        if v.tool == "curl":            # what recall runs: ~/ expanded by recall itself, as bash would
+            ran = list(run_form(v.argv, "/home/u")[1:])
+            want = ran[2:] if ran[:2] == ["--noproxy", "*"] else ran
+        else:                           # ssh expands -i ~/KEY itself
+            want = [w.replace("~/", "/home/u/", 1) if w.startswith("~/") else w for w in v.argv[1:]]
         assert got == want, command
 
 
