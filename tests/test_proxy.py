@@ -381,21 +381,25 @@ def test_a_request_naming_another_site_inside_the_tunnel_gets_421_and_is_never_f
     out = tmp_path / "out"
     out.mkdir()
     url = f"https://127.0.0.1:{api.port}/myself"
-    r = sh('n=0; for opt in "$@"; do n=$((n+1)); curl -sS -o "$0/$n" -w "%{http_code} " '
-           '-H "Authorization: Bearer $JIRA_API_TOKEN" $opt; done', str(out),
-           url, f"-H Host:127.0.0.1:{api.port} {url}", f"--request-target {url} {url}",      # controls
-           f"-H Host:evil.example {url}", f"-H Host:localhost:{api.port} {url}", f"-H Host:127.0.0.1 {url}",
-           f"--request-target https://evil.example/myself {url}",
-           f"--request-target http://127.0.0.1:{api.port}/myself {url}")
-    assert _codes(r) == ["200"] * 3 + ["421"] * 5, r.stderr
+    with StandIn(tmp_path / "plain", CANARY, tls=False) as plain:
+        r = sh('n=0; for opt in "$@"; do n=$((n+1)); curl -sS -o "$0/$n" -w "%{http_code} " '
+               '-H "Authorization: Bearer $JIRA_API_TOKEN" $opt; done', str(out),
+               url, f"-H Host:127.0.0.1:{api.port} {url}", f"--request-target {url} {url}",      # controls
+               f"-0 -H Host: {url}",                    # HTTP/1.0 without Host: the tunnel's site is named
+               f"-H Host:evil.example {url}", f"-H Host:localhost:{api.port} {url}", f"-H Host:127.0.0.1 {url}",
+               f"--request-target https://evil.example/myself {url}",
+               f"--request-target http://127.0.0.1:{api.port}/myself {url}",
+               f"-H Host:evil.example http://127.0.0.1:{plain.port}/myself")       # plain http, no tunnel
+        assert plain.seen == []
+    assert _codes(r) == ["200"] * 4 + ["421"] * 6, r.stderr
     assert [(s["path"], s["host"], s["auth"]) for s in api.seen] == [
-        ("/myself", f"127.0.0.1:{api.port}", f"Bearer {CANARY}")] * 3          # the 421s reached no one
-    for n in range(4, 9):
+        ("/myself", f"127.0.0.1:{api.port}", f"Bearer {CANARY}")] * 4          # the 421s reached no one
+    for n in range(5, 11):
         body = (out / str(n)).read_text()
-        assert f"this connection is for 127.0.0.1:{api.port} and its" in body and "nothing was forwarded" in body
+        assert "this connection is for 127.0.0.1:" in body and "nothing was forwarded" in body, body
         assert "evil" not in body and "recall-ph-" not in body and CANARY not in body
     log = run_recall("secret", "log", "jira-api-token").stdout
-    assert log.count("refused: its Host header names another site (421, not forwarded)") == 3, log
+    assert log.count("refused: its Host header names another site (421, not forwarded)") == 4, log
     assert log.count("refused: its absolute-form target names another site (421, not forwarded)") == 2, log
     assert "was refused (421)" in r.stderr
 
