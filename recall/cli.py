@@ -753,7 +753,8 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except RecallError as exc:
-        text = str(exc)
+        from .api import bound_echoes
+        text = bound_echoes(str(exc), argv)
         sys.stderr.write(f"recall: {text[len('recall: '):] if text.startswith('recall: ') else text}\n")
         return exc.exit_code
     except KeyboardInterrupt:
@@ -766,7 +767,8 @@ def main(argv=None) -> int:
         err = explain(exc)
         if err is None:
             raise
-        sys.stderr.write(f"recall: {err}\n")
+        from .api import bound_echoes
+        sys.stderr.write(f"recall: {bound_echoes(str(err), argv)}\n")
         return err.exit_code
 
 

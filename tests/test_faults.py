@@ -509,3 +509,27 @@ def test_a_home_that_is_a_file_is_one_line(config, tmp_path, monkeypatch):
         assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     _one_line(run_recall("index"), f"recall: cannot make {home / 'recall.db'} (File exists: {home}) — "
                                    "RECALL_HOME (or 'home:' in the config) must name a folder")
+
+
+def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(config, tmp_path, cli):
+    """The id came back whole in the error (100,105 characters against the 16,000 bound)."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+
+    from recall import mcp_server
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("- id: jump01\n  kind: host\n")
+    config(f"inventory: [{inventory}]\n")
+    long_id = "a" * 30 + "x" * 99_970
+
+    async def ask():
+        async with Client(mcp_server.build_server()) as client:
+            return [await client.call_tool(name, {"id": long_id})
+                    for name in ("recall_access_show", "recall_secret_show", "recall_verify")]
+    for r in anyio.run(ask):
+        text = r.content[0].text
+        assert r.is_error and len(text) < 500, len(text)
+        assert "a" * 30 + "x" * 10 + "…" in text and "x" * 41 not in text, text
+    code, out, err = cli("access", "show", long_id)
+    assert code == 1 and len(err) < 500 and "x" * 10 + "…" in err, err[:300]
