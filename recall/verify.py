@@ -128,7 +128,8 @@ def _entry_url_mismatch(e, bindings: dict) -> str:
         binds = bindings.get(sid, ())
         if binds and not any(b.host == own.host and (b.port is None or own.port in (None, b.port)) for b in binds):
             return (f"the entry's url host {own.host} differs from secret {sid}'s own host {binds[0].host}; "
-                    f"the credential goes only to {binds[0].host}: fix url: in the inventory or the secrets file")
+                    f"the credential goes only to {binds[0].host}: fix url: in the inventory or the secrets file "
+                    f"— allowed: an entry url: on {binds[0].host}, or none")
     return ""
 
 
@@ -156,7 +157,9 @@ def plan(con, cfg, ids=None) -> list:
         setup = [(step, setup_verdict(step)) for step in e.access]
         if not command:
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="no-proof",
-                                reason="the entry has no verify or check command", requires=e.requires,
+                                reason="the entry has no verify or check command — allowed: verify: a read-only "
+                                       "proof (kubectl --context C get nodes, curl -s https://HOST/health, "
+                                       "tcp HOST:PORT)", requires=e.requires,
                                 setup=setup))
             continue
         variables = {}

@@ -1230,3 +1230,37 @@ def test_an_alias_with_a_space_names_one_entry_in_the_cli_and_in_recall_verify(t
     r = run_recall("verify", "platform clustr")
     assert r.returncode == 1 and "no inventory entry or secret 'platform clustr'" in r.stderr
     assert "did you mean: platform cluster (ops-cluster)?" in r.stderr
+
+
+def test_every_denial_in_a_dry_run_names_the_allowed_form(tmp_path, config, cli):
+    """The guard's, the setup steps' and verify's own denials (no-proof, verify.entry-url,
+    verify.variable) all end in '— allowed: …' in `verify --dry-run`."""
+    pytest.importorskip("cryptography")
+    write_inventory(tmp_path, config, """\
+- id: nothing
+  kind: host
+- id: writer
+  verify: kubectl delete pod x
+- id: step
+  access: ["echo hi"]
+  verify: 'true'
+- id: widens
+  url: https://other.example.com
+  secrets: [tok]
+  verify: "curl -s -H \\"Authorization: Bearer $TOK\\" https://other.example.com/"
+""", secrets=f"""\
+- id: tok
+  url: https://jira.example.com
+  check: curl -s https://jira.example.com/$TOK
+  value: "{CANARY}"
+""")
+    cli("secret", "sync")
+    code, out, _ = cli("--json", "verify", "--dry-run")
+    entries = json.loads(out)["entries"]
+    denied = [c for e in entries for c in e["commands"] + e.get("setup", []) if c["verdict"] == "deny"]
+    assert {c["rule"] for c in denied} == {"no-proof", "kubectl.command", "setup.command", "verify.entry-url",
+                                           "verify.variable"}, denied
+    for c in denied:
+        assert " — allowed: " in c["reason"] and c["reason"].split(" — allowed: ")[1].strip(), c
+    code, text, _ = cli("verify", "--dry-run")
+    assert text.count(" — allowed: ") == len(denied)
