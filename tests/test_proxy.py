@@ -411,10 +411,11 @@ proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
 ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
 tunnel = {"Proxy-Authorization": "Basic " + base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()}
 auth = "Bearer " + os.environ["JIRA_API_TOKEN"]
-for extra in ([], [("Host", "evil.example")], [("Host", f"127.0.0.1:{port}"), ("Host", "evil.example")]):
+for extra in ([], [("Host", "evil.example")], [("Host", f"127.0.0.1:{port}"), ("Host", "evil.example")],
+              [("Proxy-Authorization", auth), ("Cookie", os.environ["JIRA_API_TOKEN"])]):
     c = http.client.HTTPSConnection(proxy.hostname, proxy.port, context=ctx)
     c.set_tunnel("127.0.0.1", port, headers=tunnel)
-    c.putrequest("GET", "/myself", skip_host=bool(extra))
+    c.putrequest("GET", "/myself", skip_host=any(k == "Host" for k, _ in extra))
     for k, v in extra + [("Authorization", auth)]:
         c.putheader(k, v)
     c.endheaders()
@@ -424,8 +425,11 @@ for extra in ([], [("Host", "evil.example")], [("Host", f"127.0.0.1:{port}"), ("
 
 def test_python_http_client_with_another_host_or_two_hosts_is_refused(world, api):
     r = clean(run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c", RAW_CLIENT, str(api.port)))
-    assert _codes(r) == ["200", "421", "400"], r.stderr
-    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"]
+    assert _codes(r) == ["200", "421", "400", "200"], r.stderr
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+    headers = {k.lower(): v for k, v in api.seen[1]["headers"].items()}
+    assert "proxy-authorization" not in headers                       # a hop header: never sent on
+    assert headers["cookie"].startswith("recall-ph-jira-api-token-")
 
 
 def test_the_placeholder_is_replaced_only_in_the_authorization_header(world, api):
