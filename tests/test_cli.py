@@ -402,3 +402,22 @@ def test_limit_is_the_long_name_of_n(cli, config):
     code, out, err = cli("search", "primary", "--limit", "1")
     assert code == 0, err
     assert out.count("\n1. ") + out.startswith("1. ") == 1 and "\n2. " not in out
+
+
+def test_the_readme_exec_lines_leave_every_variable_to_the_child():
+    """`secret exec db-admin -- psql -U "$DB_ADMIN_USERNAME"` expanded in the caller's shell, where
+    the variable is empty: each `$VAR` goes inside sh -c '…', as `secret command` writes it."""
+    import re
+    lines = [line for line in (REPO / "README.md").read_text().splitlines()
+             if re.match(r"\s*recall secret exec \S+ .*--", line)]
+    assert lines
+    for line in lines:
+        outside = re.sub(r"'[^']*'", "''", line.split("#")[0])       # what the caller's shell expands
+        assert "$" not in outside, line
+
+
+def test_the_license_is_the_mit_text_pyproject_names():
+    text = (REPO / "LICENSE").read_text()
+    assert 'license = {text = "MIT"}' in (REPO / "pyproject.toml").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) 2026 the recall authors\n")
+    assert "WITHOUT WARRANTY OF ANY KIND" in text
