@@ -1,6 +1,7 @@
-"""The light query encoder: a sentence-transformers BERT model run in numpy (no torch), for queries."""
+"""The local model run in numpy (no torch): a sentence-transformers BERT model, for queries and documents."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -50,15 +51,31 @@ def read_safetensors(path: str) -> dict:
     return out
 
 
-def _erf(x):
-    """erf to ~1e-7 (Abramowitz & Stegun 7.1.26 is 1.5e-7): numpy has none, and BERT's GELU is exact."""
+BATCH = 16                     # texts per forward pass of encode_many
+ROWS = 256                     # tokens per block of the feed-forward layer
+
+
+def _gelu(h):
+    """BERT's exact GELU, x·Φ(x), in place: numpy has no erf, so 1 − erf(|x|/√2) by Abramowitz &
+    Stegun 7.1.26 (error ≤ 1.5e-7), as max(x, 0) − |x|·(1 − erf(|x|/√2))/2 — one pass per step."""
     import numpy as np
-    s = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-               + 0.254829592) * t * np.exp(-a * a)
-    return s * y
+    f32 = np.float32
+    a = np.abs(h)
+    t = a * f32(0.3275911 / math.sqrt(2.0))
+    t += 1
+    np.reciprocal(t, out=t)
+    y = t * f32(1.061405429 / 2)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        y += f32(c / 2)
+        y *= t
+    np.square(h, out=t)
+    t *= f32(-0.5)
+    np.exp(t, out=t)
+    y *= t                       # (1 − erf(|x|/√2)) / 2
+    y *= a
+    np.maximum(h, 0, out=h)
+    h -= y
+    return h
 
 
 class BertEncoder:
@@ -95,51 +112,118 @@ class BertEncoder:
         self.tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         self.tok.no_padding()
         self.tok.enable_truncation(max_length=self.max_len)
+        self.splitter = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))   # whole texts, for windows
+        self.splitter.no_padding()
+        self.splitter.no_truncation()
         self.w = read_safetensors(weights)
         self.dimension = int(cfg["hidden_size"])
         missing = [k for k in ("embeddings.word_embeddings.weight", f"encoder.layer.{self.layers - 1}.output.dense.weight")
                    if k not in self.w]
         if missing:
             raise Unsupported(f"weights lack {missing[0]}")
+        self._qkv = [self._fused(i) for i in range(self.layers)]
+
+    def _fused(self, i: int) -> tuple:
+        """Layer i's query, key and value projections as one matrix: one product instead of three."""
+        import numpy as np
+        p = f"encoder.layer.{i}.attention.self."
+        return (np.concatenate([self.w[p + m + ".weight"] for m in ("query", "key", "value")]).T,
+                np.concatenate([self.w[p + m + ".bias"] for m in ("query", "key", "value")]))
+
+    def offsets(self, text: str) -> list:
+        """The (start, end) character span of every token of `text`: no special tokens, no limit."""
+        return self.splitter.encode(text, add_special_tokens=False).offsets
+
+    def encode_one(self, text: str) -> list:
+        with _one_thread() or contextlib.nullcontext():
+            return self.forward([self.tok.encode(text).ids])[0].tolist()
+
+    def encode_many(self, texts: list, threads: int = 0) -> list:
+        """[vector] for `texts`, longest first in batches of BATCH (little padding work: none, the
+        tokens of a batch are packed), one batch per thread, each thread's BLAS on one core."""
+        from concurrent.futures import ThreadPoolExecutor
+        ids = [e.ids for e in self.tok.encode_batch(list(texts))]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        batches = [order[s:s + BATCH] for s in range(0, len(order), BATCH)]
+        threads = max(1, threads or cpu_count())
+        workers = min(threads, len(batches))
+        limit = _one_thread() if workers > 1 or threads == 1 else None
+        if limit is None:                 # BLAS's own threads, and ours only when it keeps to one
+            limit, workers = contextlib.nullcontext(), 1
+        out = [None] * len(ids)
+        with limit:
+            if workers == 1:
+                done = [self.forward([ids[i] for i in b]) for b in batches]
+            else:
+                with ThreadPoolExecutor(workers) as pool:
+                    done = list(pool.map(lambda b: self.forward([ids[i] for i in b]), batches))
+        for batch, vecs in zip(batches, done):
+            for i, vec in zip(batch, vecs.tolist()):
+                out[i] = vec
+        return out
+
+    def forward(self, seqs: list):
+        """Token ids of each text -> its pooled vector (an array, one row a text). The tokens of all
+        texts are packed in one matrix for every product; attention is within each text."""
+        import numpy as np
+        w = self.w
+        lens = [len(s) for s in seqs]
+        ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in seqs])
+        pos = np.concatenate([np.arange(n) for n in lens])
+        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][pos]
+             + w["embeddings.token_type_embeddings.weight"][0])
+        x = self._ln(x.astype(np.float32), "embeddings.LayerNorm")
+        starts = np.cumsum([0] + lens)
+        d = self.dimension
+        hd = d // self.heads
+        scale = np.float32(1 / math.sqrt(hd))
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}."
+            qkv = x @ self._qkv[i][0]
+            qkv += self._qkv[i][1]
+            ctx = np.empty_like(x)
+            for s, e in zip(starts[:-1], starts[1:]):
+                q, k, v = np.ascontiguousarray(qkv[s:e].reshape(e - s, 3, self.heads, hd).transpose(1, 2, 0, 3))
+                scores = q @ k.transpose(0, 2, 1)
+                scores *= scale
+                scores -= scores.max(-1, keepdims=True)
+                np.exp(scores, out=scores)
+                scores /= scores.sum(-1, keepdims=True)
+                ctx[s:e] = (scores @ v).transpose(1, 0, 2).reshape(e - s, d)
+            x = self._ln(self._dense(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+            x = self._ln(self._feed_forward(x, p) + x, p + "output.LayerNorm")
+        vecs = np.add.reduceat(x.astype(np.float64), starts[:-1], axis=0) / np.asarray(lens, dtype=np.float64)[:, None]
+        if self.normalize:
+            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs /= np.where(norms == 0, 1.0, norms)
+        return vecs
+
+    def _feed_forward(self, x, p: str):
+        """dense → GELU → dense, ROWS tokens at a time: the wide middle stays in the CPU's cache."""
+        import numpy as np
+        wi, bi = self.w[p + "intermediate.dense.weight"].T, self.w[p + "intermediate.dense.bias"]
+        wo, bo = self.w[p + "output.dense.weight"].T, self.w[p + "output.dense.bias"]
+        out = np.empty_like(x)
+        for s in range(0, len(x), ROWS):
+            h = x[s:s + ROWS] @ wi
+            h += bi
+            np.matmul(_gelu(h), wo, out=out[s:s + ROWS])
+        out += bo
+        return out
 
     def _ln(self, x, name):
         mean = x.mean(-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / (var + self.eps) ** 0.5 * self.w[name + ".weight"] + self.w[name + ".bias"]
+        x = x - mean
+        var = (x * x).mean(-1, keepdims=True)
+        x *= 1.0 / (var + self.eps) ** 0.5
+        x *= self.w[name + ".weight"]
+        x += self.w[name + ".bias"]
+        return x
 
     def _dense(self, x, name):
-        return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
-
-    def encode_one(self, text: str) -> list:
-        with _one_thread():
-            return self._encode(text)
-
-    def _encode(self, text: str) -> list:
-        import numpy as np
-        enc = self.tok.encode(text)
-        ids = np.asarray(enc.ids, dtype=np.int64)
-        types = np.asarray(enc.type_ids, dtype=np.int64)
-        w, n = self.w, len(ids)
-        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
-             + w["embeddings.token_type_embeddings.weight"][types])
-        x = self._ln(x.astype(np.float32), "embeddings.LayerNorm")
-        hd = self.dimension // self.heads
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}."
-            q, k, v = (self._dense(x, p + f"attention.self.{m}").reshape(n, self.heads, hd).transpose(1, 0, 2)
-                       for m in ("query", "key", "value"))
-            scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            ctx = (scores / scores.sum(-1, keepdims=True)) @ v
-            x = self._ln(self._dense(ctx.transpose(1, 0, 2).reshape(n, self.dimension), p + "attention.output.dense")
-                         + x, p + "attention.output.LayerNorm")
-            h = self._dense(x, p + "intermediate.dense")
-            h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
-            x = self._ln(self._dense(h, p + "output.dense") + x, p + "output.LayerNorm")
-        vec = x.astype(np.float64).mean(0)
-        if self.normalize:
-            vec /= np.linalg.norm(vec) or 1.0
-        return vec.tolist()
+        y = x @ self.w[name + ".weight"].T
+        y += self.w[name + ".bias"]
+        return y
 
 
 _BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -163,16 +247,23 @@ def _numpy_one_thread():
 
 
 def _one_thread():
-    """A context limiting BLAS to one thread when numpy was loaded by someone else (threadpoolctl,
-    a dependency of sentence-transformers), else a no-op."""
-    import contextlib
+    """A context keeping BLAS to one thread: nothing to do when numpy was first imported here,
+    threadpoolctl's limit when someone else loaded numpy; None when neither can."""
     if _NUMPY_OURS:
         return contextlib.nullcontext()
     try:
         from threadpoolctl import threadpool_limits
         return threadpool_limits(1, "blas")
-    except Exception:        # noqa: BLE001 — only a speed-up
-        return contextlib.nullcontext()
+    except Exception:        # noqa: BLE001 — not installed, or a BLAS it does not know
+        return None
+
+
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:       # not Linux
+        return os.cpu_count() or 1
 
 
 _NUMPY_OURS = False          # numpy was first imported here, with BLAS on one thread

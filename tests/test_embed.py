@@ -779,9 +779,9 @@ def test_the_model_encodes_the_query_when_the_light_encoder_fails(monkeypatch, t
     (vec,), _ = p.embed(["kafka consumer lag"], "query")
     assert [s for s, _ in embed.LOADED_MODELS] == [folder] and _cos(vec, reference) >= 0.999
 
-    def broken(self, text):
+    def broken(self, seqs):
         raise MemoryError("simulated")
-    monkeypatch.setattr(query_encoder.BertEncoder, "_encode", broken)
+    monkeypatch.setattr(query_encoder.BertEncoder, "forward", broken)
     p = embed.LocalProvider(Embedding(provider="local"))
     (vec,), _ = p.embed(["kafka consumer lag"], "query")
     assert p._st is not None and _cos(vec, reference) >= 0.999
