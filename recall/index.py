@@ -225,6 +225,10 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)
         report.embedded, report.tokens = done.embedded, done.tokens
+    if full or report.chunks >= OPTIMIZE_AFTER:
+        # a rebuild leaves a WAL as large as what it wrote while another process holds the DB
+        # open (an MCP server): fold it into the DB and cut it to 0 bytes
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     report.seconds = time.monotonic() - started
     return report
 

@@ -99,12 +99,29 @@ def ssh_target(cfg, host: str, con=None) -> tuple:
         return host, ()
     from . import inventory
     entries = inventory.load_inventory(cfg, con)
-    try:
-        entry = inventory.get_entry(entries, host)
-    except NotFound:
+    entry, by_name = _entry_for(inventory, entries, host)
+    if entry is None:
         return host, ()
     inventory.ensure_prerequisites(entries, entry)
-    return _from_ssh_url(entry) if entry.url.lower().startswith("ssh://") else (host, ())
+    return _from_ssh_url(entry) if by_name and entry.url.lower().startswith("ssh://") else (host, ())
+
+
+def _entry_for(inventory, entries: list, host: str) -> tuple:
+    """(the inventory entry HOST names, whether by its id or a name), else (None, False): `id`,
+    `user@id`, or the host its `url: ssh://…` names — each goes through the entry's prerequisites."""
+    from urllib.parse import urlsplit
+    name = host.rsplit("@", 1)[-1]
+    try:
+        return inventory.get_entry(entries, name), True
+    except NotFound:
+        pass
+    for e in entries:
+        try:
+            if e.url.lower().startswith("ssh://") and (urlsplit(e.url).hostname or "") == name.lower():
+                return e, False
+        except ValueError:          # a url ssh cannot use is said when it is used by its id
+            continue
+    return None, False
 
 
 def _from_ssh_url(entry) -> tuple:

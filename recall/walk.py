@@ -52,7 +52,7 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
         if unreadable is not None:
             rel = os.path.relpath(exc.filename or str(root), root).replace(os.sep, "/")
             unreadable.append(("" if rel == "." else rel + "/", exc.strerror or str(exc)))
-    for dirpath, dirnames, filenames in os.walk(root, onerror=cannot_list, followlinks=False):
+    for dirpath, dirnames, filenames in walk_tree(str(root), cannot_list):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
@@ -66,6 +66,32 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
             if included(rel) and not excluded(rel) and full not in skip_paths \
                     and not (skip_ids and _same_file(full, skip_ids)):
                 yield rel, full
+
+
+def walk_tree(top: str, onerror):
+    """os.walk(top, onerror=…) top-down without following links, on a stack instead of recursion:
+    a tree 1,000+ folders deep is walked too (os.walk recurses before Python 3.12). `dirnames`
+    may be pruned in place, as os.walk's; a linked folder is listed but not entered."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as exc:
+            onerror(exc)
+            continue
+        dirnames, filenames, links = [], [], set()
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirnames if is_dir else filenames).append(entry.name)
+            if is_dir and entry.is_symlink():
+                links.add(entry.name)
+        yield folder, dirnames, filenames
+        stack.extend(os.path.join(folder, d) for d in reversed(dirnames) if d not in links)
 
 
 def file_ids(paths) -> set:

@@ -2,6 +2,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from recall import db, vault
 from recall.config import load_config
 from recall.index import run_index
-from tests.conftest import CANARY, NOTES, give_to_nobody, run_recall, write_tree
+from tests.conftest import CANARY, NOTES, REPO, free_port, give_to_nobody, run_recall, write_tree
 from tests.test_index import _as_nobody
 
 LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
@@ -533,3 +535,149 @@ def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(config
         assert "a" * 30 + "x" * 10 + "…" in text and "x" * 41 not in text, text
     code, out, err = cli("access", "show", long_id)
     assert code == 1 and len(err) < 500 and "x" * 10 + "…" in err, err[:300]
+
+
+# -- issue 26: walk, lock, migrations, output, prerequisites, files recall does not own ----------
+
+def remove_tree(top) -> None:
+    """Remove a tree of any depth without recursion: shutil.rmtree (and so pytest's clean-up of
+    old tmp_path folders) recurses once per level and stops in a RecursionError."""
+    here = os.getcwd()
+    os.chdir(top)
+    stack = []
+    try:
+        while True:
+            subdirs = []
+            for entry in os.scandir("."):
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+                else:
+                    os.unlink(entry.name)
+            if subdirs:
+                stack.append(subdirs[0])
+                os.chdir(subdirs[0])
+            elif stack:
+                os.chdir("..")
+                os.rmdir(stack.pop())
+            else:
+                break
+    finally:
+        os.chdir(here)
+    os.rmdir(top)
+
+
+def test_a_source_nested_1200_folders_deep_is_indexed_and_searched(tmp_path, monkeypatch):
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    here = os.getcwd()
+    try:
+        os.chdir(deep)
+        for _ in range(1200):                  # relative mkdirs: each step stays short
+            os.mkdir("d")
+            os.chdir("d")
+        Path("bottom.md").write_text("# Bottom\n\nthe quokka sleeps at the very bottom\n")
+        os.chdir(here)
+        (tmp_path / "deep.yaml").write_text(f"sources:\n  - name: deep\n    path: {deep}\n")
+        monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "deep.yaml"))
+        r = run_recall("index", "--no-embed")
+        assert r.returncode == 0 and r.stdout.startswith("indexed: 1 new"), r.stderr[-500:]
+        r = run_recall("search", "quokka")
+        assert r.returncode == 0 and "d/d/bottom.md:1" in r.stdout, r.stderr[-500:]
+    finally:
+        os.chdir(here)
+        remove_tree(deep)
+
+
+def test_an_index_lock_that_is_a_folder_is_one_line(config):
+    (load_config().home / "index.lock").mkdir(parents=True)
+    _one_line(run_recall("index"), f"recall: {load_config().home / 'index.lock'} is a folder, where recall "
+                                   "keeps a file of its own; nothing was changed — move it out of the way")
+
+
+def test_a_migration_record_behind_its_tables_is_one_line_and_index_full_rebuilds(config):
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    con.execute("DELETE FROM migrations WHERE version = ?", (len(db.MIGRATIONS),))
+    con.close()
+    behind = f"{cfg.db_path} is not what its migration record says (schema {len(db.MIGRATIONS) - 1}, but"
+    for verb in (["search", "jump01"], ["index"], ["read", "runbooks/jump-hosts.md"]):
+        _one_line(run_recall(*verb), f"recall: {behind}")
+        assert "run 'recall index --full'" in run_recall(*verb).stderr
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
+    assert behind.split(" is ", 1)[1] in r.stderr and "moved it to recall.db.broken-" in r.stderr
+    assert "jump-hosts.md" in run_recall("search", "jump01").stdout
+
+
+def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(config):
+    assert run_recall("index").returncode == 0
+    for verb in (["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, str(REPO / "recall.py"), *verb], stdout=full,
+                               stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("recall: could not write the output (No space left on device)"), r.stderr
+        assert "disk holding" not in r.stderr
+
+
+@pytest.mark.parametrize("typed", ["me@analytics-box", "db01.example.com"])
+def test_remote_install_behind_a_down_prerequisite_exits_69_however_the_host_is_named(tmp_path, config,
+                                                                                      typed):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
+    (bin_dir / "ssh").chmod(0o755)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+                   "  hint: connect the VPN client and retry\n"
+                   "- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://db01.example.com\n")
+    config(f"inventory: [{inv}]\n")
+    r = run_recall("remote", "install", typed, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert r.returncode == 69, r.stderr
+    assert r.stderr.strip() == "recall: prerequisite 'vpn' is down: connect the VPN client and retry"
+    assert not (tmp_path / "ssh-ran").exists()
+
+
+@pytest.mark.parametrize("name", ["recall.db", "recall.db-wal", "recall.db-shm", "index.lock"])
+def test_a_state_file_that_is_a_link_is_refused_and_its_target_left_alone(config, tmp_path, name):
+    mine = tmp_path / "my-file.txt"                     # a user's file the link points at
+    mine.write_text("mine\n")
+    mine.chmod(0o644)
+    assert run_recall("index").returncode == 0
+    home = load_config().home
+    if (home / name).exists():
+        (home / name).unlink()
+    (home / name).symlink_to(mine)
+    for verb in (["index"], ["index", "--full"]) + ((["search", "jump01"],) if name != "index.lock" else ()):
+        r = run_recall(*verb)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith(f"recall: {home / name} is a symbolic link (to {mine}); recall writes "
+                                   "only its own files, so nothing was changed — remove the link"), r.stderr
+        assert oct(mine.stat().st_mode & 0o777) == "0o644" and mine.read_text() == "mine\n"
+    (home / name).unlink()
+    assert run_recall("index", "--full").returncode == 0
+
+
+def test_a_db_that_is_a_fifo_is_refused_not_waited_on(config):
+    home = load_config().home
+    home.mkdir(parents=True, mode=0o700)
+    os.mkfifo(home / "recall.db", 0o644)
+    _one_line(run_recall("index"), f"recall: {home / 'recall.db'} is not a regular file, where recall keeps a "
+                                   "file of its own")
+    assert oct((home / "recall.db").stat().st_mode & 0o777) == "0o644"
+
+
+def test_index_full_leaves_no_wal_behind_while_another_process_holds_the_db(config):
+    import sqlite3
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    holder = sqlite3.connect(str(cfg.db_path))         # an MCP server, say: the WAL cannot be removed
+    try:
+        holder.execute("SELECT count(*) FROM files").fetchone()
+        r = run_recall("index", "--full")
+        assert r.returncode == 0, r.stderr
+        assert os.path.getsize(f"{cfg.db_path}-wal") == 0
+        assert holder.execute("SELECT count(*) FROM files").fetchone()[0] == 4
+    finally:
+        holder.close()

@@ -1,0 +1,196 @@
+"""The schema as numbered migrations: applied in order by db.migrate, recorded in `migrations`."""
+from __future__ import annotations
+
+# Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
+MIGRATIONS: list = [
+    """
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
+    CREATE TABLE files(
+        id INTEGER PRIMARY KEY,
+        source TEXT NOT NULL,
+        relpath TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        date TEXT,
+        title TEXT,
+        UNIQUE(source, relpath)
+    );
+    CREATE TABLE chunks(
+        id INTEGER PRIMARY KEY,
+        file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+        ord INTEGER NOT NULL,
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL,
+        breadcrumb TEXT NOT NULL,
+        body TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX chunks_file ON chunks(file_id);
+    CREATE INDEX chunks_hash ON chunks(hash);
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, content='chunks', content_rowid='id',
+        tokenize="unicode61 remove_diacritics 2");
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, breadcrumb, body) VALUES (new.id, new.breadcrumb, new.body);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body)
+        VALUES ('delete', old.id, old.breadcrumb, old.body);
+        DELETE FROM idents WHERE chunk_id = old.id;
+    END;
+    -- identifiers exactly as written (lower-cased), so INC-10963 is one term, not two
+    CREATE TABLE idents(term TEXT NOT NULL, chunk_id INTEGER NOT NULL, hits INTEGER NOT NULL,
+                        PRIMARY KEY(term, chunk_id)) WITHOUT ROWID;
+    CREATE INDEX idents_chunk ON idents(chunk_id);
+    """,
+    """
+    CREATE TABLE secrets(
+        id TEXT PRIMARY KEY,
+        meta TEXT NOT NULL,            -- JSON: service, environment, kind, username, url, notes, use
+        tags TEXT NOT NULL,            -- JSON list
+        env TEXT NOT NULL,
+        inject TEXT NOT NULL,
+        check_cmd TEXT NOT NULL,
+        variables TEXT NOT NULL,       -- JSON: variable name -> field ("" for a single value)
+        file TEXT NOT NULL,
+        line INTEGER NOT NULL,
+        nonce BLOB NOT NULL,
+        ciphertext BLOB NOT NULL,      -- AES-256-GCM of the JSON values, the id as associated data
+        synced_at REAL NOT NULL
+    );
+    CREATE VIRTUAL TABLE secrets_fts USING fts5(
+        sid UNINDEXED, id, service, environment, kind, username, url, tags, notes, use,
+        tokenize="unicode61 remove_diacritics 2");
+    CREATE TABLE access_log(
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        caller TEXT NOT NULL,          -- cli | mcp
+        parent TEXT NOT NULL,          -- the parent process name
+        verb TEXT NOT NULL,
+        target TEXT NOT NULL,          -- secret or inventory id
+        argv TEXT NOT NULL,            -- masked
+        verdict TEXT NOT NULL,
+        exit_code INTEGER
+    );
+    CREATE TABLE verify_results(
+        target TEXT PRIMARY KEY,       -- 'secret:ID' or 'entry:ID'
+        status TEXT NOT NULL,          -- ok | stale | unreachable | missing | skipped | error
+        reason TEXT NOT NULL,
+        command TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+    """
+    -- one row per embedding fingerprint: what a vector means (provider, model, dimension, input type)
+    CREATE TABLE embed_models(
+        id INTEGER PRIMARY KEY,
+        fingerprint TEXT NOT NULL UNIQUE,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        dimension INTEGER NOT NULL,
+        input_type TEXT NOT NULL
+    );
+    -- vectors keyed by the chunk text's hash (chunks.hash), so a renamed file keeps its vectors
+    CREATE TABLE embeddings(
+        id INTEGER PRIMARY KEY,
+        model_id INTEGER NOT NULL REFERENCES embed_models(id),
+        hash TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector BLOB NOT NULL,          -- float32 little-endian, unit length
+        UNIQUE(model_id, hash)
+    );
+    CREATE INDEX embeddings_hash ON embeddings(hash);
+    -- the token cap: every paid request is reserved here before it is sent
+    CREATE TABLE embed_ledger(
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        kind TEXT NOT NULL,            -- document | query | rerank
+        state TEXT NOT NULL,           -- reserved | billed | unconfirmed
+        estimate INTEGER NOT NULL,
+        tokens INTEGER NOT NULL DEFAULT 0,
+        items INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        run TEXT NOT NULL
+    );
+    CREATE INDEX embed_ledger_state ON embed_ledger(state);
+    -- texts a running index has sent and not yet stored, so a second run does not send them too
+    CREATE TABLE embed_claims(
+        model_id INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        ledger_id INTEGER NOT NULL,
+        PRIMARY KEY(model_id, hash)
+    ) WITHOUT ROWID;
+    CREATE INDEX embed_claims_ledger ON embed_claims(ledger_id);
+    CREATE TABLE query_vectors(
+        model_id INTEGER NOT NULL,
+        query TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        used_at REAL NOT NULL,
+        PRIMARY KEY(model_id, query)
+    ) WITHOUT ROWID;
+    """,
+    """
+    -- secrets' metadata (never a value) embedded, so 'find' understands paraphrases
+    CREATE TABLE secret_vectors(
+        model_id INTEGER NOT NULL REFERENCES embed_models(id),
+        hash TEXT NOT NULL,            -- of the metadata text
+        vector BLOB NOT NULL,
+        PRIMARY KEY(model_id, hash)
+    ) WITHOUT ROWID;
+    """,
+    """
+    -- the bytes of a file name that is not UTF-8 (relpath then shows them as U+FFFD), else NULL
+    ALTER TABLE files ADD COLUMN rawpath BLOB;
+    """,
+    """
+    -- words match their forms (fix/fixed, certificate/certificates): the porter stemmer over
+    -- unicode61; identifiers stay exact in idents. The triggers name the table, so they carry on.
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, content='chunks', content_rowid='id',
+        tokenize="porter unicode61 remove_diacritics 2");
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
+    """
+    -- the file's path is searched too (runbooks/restore-etcd.md says what the note is about),
+    -- as a third FTS column kept on the chunk, so a delete can hand FTS5 the same values
+    ALTER TABLE chunks ADD COLUMN path TEXT NOT NULL DEFAULT '';
+    UPDATE chunks SET path = (SELECT relpath FROM files WHERE files.id = chunks.file_id);
+    DROP TRIGGER chunks_ai;
+    DROP TRIGGER chunks_ad;
+    DROP TABLE chunks_fts;
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        breadcrumb, body, path, content='chunks', content_rowid='id',
+        tokenize="porter unicode61 remove_diacritics 2");
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, breadcrumb, body, path) VALUES (new.id, new.breadcrumb, new.body, new.path);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body, path)
+        VALUES ('delete', old.id, old.breadcrumb, old.body, old.path);
+        DELETE FROM idents WHERE chunk_id = old.id;
+    END;
+    INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+    """,
+    """
+    -- the common words' chunks by weighted frequency, as bitmaps (common_terms.py): built at the
+    -- end of an index run; a chunk written or deleted since is listed in common_dirty by trigger,
+    -- and while any is listed the search asks FTS5 instead
+    CREATE TABLE common_postings(
+        term TEXT NOT NULL, f REAL NOT NULL, n INTEGER NOT NULL, dmin INTEGER NOT NULL,
+        bits BLOB NOT NULL, ids BLOB,           -- ids: the chunk ids as well, for a group of few
+        PRIMARY KEY(term, f)) WITHOUT ROWID;
+    CREATE TABLE common_state(id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL,
+                              weights TEXT NOT NULL, lengths BLOB NOT NULL);
+    CREATE TABLE common_dirty(chunk_id INTEGER PRIMARY KEY);
+    CREATE TRIGGER chunks_common_ai AFTER INSERT ON chunks BEGIN
+        INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (new.id);
+    END;
+    CREATE TRIGGER chunks_common_ad AFTER DELETE ON chunks BEGIN
+        INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (old.id);
+    END;
+    """,
+]
