@@ -43,3 +43,77 @@ def test_recency_does_not_outrank_the_best_keyword_match(golden):
     hits = json.loads(out)["hits"]
     assert hits[0]["relpath"] == "runbooks/postgres-failover.md"
     assert hits[0]["explain"]["lists"]["keyword"]["rank"] == 1
+
+
+# -- the dev sets beside the repository (../shared/devset, ../shared/devset2): skipped when absent ----
+
+DEVSETS = {name: REPO.parent / "shared" / name for name in ("devset", "devset2")}
+SETS = ["golden", *DEVSETS]
+
+
+def _folder(name):
+    return GOLDEN if name == "golden" else DEVSETS[name]
+
+
+def _queries(name):
+    folder = _folder(name)
+    if not (folder / "queries.jsonl").exists():
+        pytest.skip(f"no dev set at {folder}")
+    return [json.loads(line) for line in (folder / "queries.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _scorer():
+    """The dev sets' own scorer (baseline.py): the figures recall's are held to."""
+    import importlib.util
+    found = [d / "baseline.py" for d in DEVSETS.values() if (d / "baseline.py").exists()]
+    if not found:
+        pytest.skip("no dev set's baseline.py beside the repository")
+    spec = importlib.util.spec_from_file_location("devset_baseline", found[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _config_text(name, provider):
+    notes = GOLDEN / "notes" if name == "golden" else DEVSETS[name] / "corpus"
+    source = "golden" if name == "golden" else "devset"
+    return f"sources:\n  - name: {source}\n    path: {notes}\n" + (f"embedding:\n  provider: {provider}\n" if provider else "")
+
+
+def _ranked(con, cfg, mode):
+    from recall.search import search
+
+    def run_query(q, m, n):
+        return [h.relpath for h in search(con, cfg, q, n=n, mode=m, remotes=False).hits]
+    return run_query
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_eval_scores_the_files_the_dev_sets_scorer_scores(name, tmp_path, monkeypatch, cli):
+    """`recall eval` ranks 10 distinct files per query (asking for as many chunks as that takes)
+    and its figures are baseline.py's on those files."""
+    from recall import db
+    from recall.config import load_config
+    from recall.evaluate import DEPTH, ranked_files
+    queries, scorer = _queries(name), _scorer()
+    (tmp_path / "c.yaml").write_text(_config_text(name, None))
+    monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "c.yaml"))
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
+    assert cli("index")[0] == 0
+    code, out, err = cli("--json", "eval", _folder(name) / "queries.jsonl", "--mode", "keyword")
+    assert code == 0, err
+    rows = {r["qtype"]: r for r in json.loads(out)}
+    cfg = load_config()
+    con = db.connect(cfg.db_path, readonly=True)
+    by_type: dict = {}
+    for q in queries:
+        run_query = _ranked(con, cfg, "keyword")
+        files = ranked_files(run_query, q["query"], "keyword")
+        assert len(files) == len(set(files)), q["query"]
+        if len(files) < DEPTH:          # only when the search names no more files at all
+            assert len(set(run_query(q["query"], "keyword", 5000))) == len(files), q["query"]
+        by_type.setdefault(q.get("type", "all"), []).append(scorer.score(files, q["relevant"]))
+    for qtype, triples in by_type.items():
+        want = [sum(t[i] for t in triples) / len(triples) for i in range(3)]
+        got = [rows[qtype][m] for m in ("recall5", "mrr10", "ndcg10")]
+        assert got == pytest.approx(want, abs=1e-12), qtype
