@@ -146,7 +146,10 @@ def _secure_file(path: Path) -> None:
         if not stat.S_ISREG(st.st_mode):        # swapped in since the check: still not ours to change
             refuse_foreign(path)
         if st.st_mode & 0o077:
-            os.fchmod(fd, 0o600)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, 0o600)
+            else:                               # Windows: no fchmod, and chmod sets only read-only
+                os.chmod(path, 0o600)
     finally:
         os.close(fd)
 
