@@ -81,7 +81,9 @@ def main() -> int:
         if how == "auto" and w.how != "watchdog":
             continue
         w.start()
-        time.sleep(3)                   # its first pass (nothing changed) and a poll round or two
+        while w.passes < 1 and w.thread.is_alive():     # its first pass: nothing changed, every file checked
+            time.sleep(0.1)
+        time.sleep(2)                                   # then idle: a poll round or two
         rows[w.how] = searches(con, cfg, 30)
         fresh[w.how] = found_after(con, cfg, tree, 5)
         w.stop()

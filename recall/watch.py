@@ -13,8 +13,10 @@ from .errors import RecallError
 from .walk import SKIP_DIRS
 
 QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded
-POLL_S = 1.0              # the stat poll: one round of the sources at most this often
-SLICE_S = 0.01            # the most one stretch of the poll runs before it yields to searches
+POLL_S = 1.0              # the stat poll: one round of the sources at most this often …
+POLL_SHARE = 0.2          # … and its stat work at most this share of the time between rounds
+SLICE_S = 0.005           # the most one stretch of the poll runs before it pauses for searches
+PAUSE_S = 0.02            # the pause after each stretch
 RETRY_S = 5.0             # after a failed pass (a locked or damaged DB), wait before the next
 
 
@@ -72,12 +74,12 @@ class _Poll:
     between stretches) and compares sizes and mtimes with the round before."""
 
     def __init__(self, roots: list, ignore: set, stop: threading.Event):
-        self.roots, self.ignore = roots, ignore
+        self.roots, self.ignore, self.work = roots, ignore, 0.0
         self.last = self._snapshot(stop)        # taken before the first index pass: nothing slips between
 
     def _snapshot(self, stop: threading.Event) -> dict | None:
         seen: dict = {}
-        stretch = time.monotonic()
+        stretch, self.work = time.monotonic(), 0.0
         for root in self.roots:
             for folder in _folders(root):
                 try:
@@ -89,9 +91,11 @@ class _Poll:
                 except OSError:
                     seen[folder] = None
                 if time.monotonic() - stretch > SLICE_S:
-                    if stop.wait(SLICE_S):           # yield: a search in this process goes first
+                    self.work += time.monotonic() - stretch
+                    if stop.wait(PAUSE_S):           # a search in this process goes first
                         return None
                     stretch = time.monotonic()
+        self.work += time.monotonic() - stretch
         return seen
 
     def wait(self, stop: threading.Event, timeout: float) -> bool:
@@ -102,7 +106,8 @@ class _Poll:
             return False
         changed = now != self.last
         self.last = now
-        stop.wait(max(0.0, min(timeout, POLL_S) - (time.monotonic() - started)))
+        # a large tree is walked less often: its stat work stays a small share of the time
+        stop.wait(max(0.0, max(min(timeout, POLL_S), self.work / POLL_SHARE) - (time.monotonic() - started)))
         return changed
 
     def close(self) -> None:

@@ -153,3 +153,41 @@ def test_recall_watch_off_or_a_bad_value(monkeypatch):
     r = subprocess.run([sys.executable, "-c", "from recall import watch; watch.method()"], cwd=REPO,
                        capture_output=True, text=True, env={**os.environ, "RECALL_WATCH": "sometimes"})
     assert "RECALL_WATCH='sometimes' is not one of auto, poll, off" in r.stderr
+
+
+def test_a_paid_provider_embeds_changed_chunks_once_files_are_still(fake, config, notes, monkeypatch):
+    """Ten saves of one note in a second, then stillness: one embedding request for its last text (not
+    one per keystroke), nothing before the note was still, the token cap counting it as any run."""
+    from recall import vault
+    from recall.ledger import ledger_totals
+    from tests.fake_voyage import KEY, tokens_of
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    assert run_recall("index").returncode == 0
+    pytest.importorskip("watchdog")                  # events at once: the stillness wait is what batches
+    before = len(fake.embed_requests())
+    monkeypatch.setenv("RECALL_WATCH", "auto")
+    cfg = load_config()
+    billed_before, _ = ledger_totals(db.connect(cfg.db_path, readonly=True))
+    w = watch.Watcher(cfg, redactor=vault.redactor).start()
+    try:
+        while w.passes < 1:
+            time.sleep(0.05)
+        for i in range(10):                          # typing: a save every 0.1 s
+            (notes / "draft.md").write_text(f"# Draft\n\nrevision {i} of the rollback plan\n")
+            time.sleep(0.1)
+        saved = time.monotonic()
+        deadline = saved + DEADLINE_S
+        while len(fake.embed_requests()) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first_request = time.monotonic()
+        time.sleep(watch.QUIET_S * 3)
+    finally:
+        w.stop()
+    sent = fake.embed_requests()[before:]
+    assert len(sent) == 1, [r[2]["input"] for r in sent]
+    texts = sent[0][2]["input"]
+    assert any("revision 9" in t for t in texts) and not any("revision 8" in t for t in texts)
+    assert first_request - saved >= 0.9      # waited until the note was still for a second (a lower bound)
+    billed, _ = ledger_totals(db.connect(cfg.db_path, readonly=True))
+    assert billed - billed_before >= sum(tokens_of(t) for t in texts), "the ledger counts what the watcher embedded"
