@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from . import inventory
 from .errors import RecallError
-from .mask import MIN_SECRET_LEN
 
 # Steps that switch state for every other shell on the machine: left out, --context/--subscription instead.
 GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-context|use)\b",
@@ -43,38 +42,11 @@ def plan_steps(entry) -> Plan:
 
 # -- what the setup steps set, and which of it is masked -------------------------------------------
 
-# Names whose values are not secrets (issue: a short list; everything else the setup sets is masked
-# unless its value is a path, a number or too short to mask).
-CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
-               "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
-               "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
-               "GOOGLE_CLOUD_PROJECT", "AZURE_DEFAULTS_GROUP", "AZURE_DEFAULTS_LOCATION", "REGION"}
-CLEAR_SUFFIXES = ("_CONTEXT", "_REGION", "_ZONE", "_NAMESPACE")
 # Variables bash changes by itself, and the script's own.
 _SHELL_VARS = {"_", "PWD", "OLDPWD", "SHLVL", "PIPESTATUS", "LINENO", "SECONDS", "RANDOM", "SRANDOM",
                "EPOCHSECONDS", "EPOCHREALTIME", "BASHPID", "FUNCNAME", "HISTCMD", "OPTIND", "OPTARG",
                "OPTERR", "COLUMNS", "LINES", "GROUPS", "DIRSTACK", *_RC_VARIABLES}
-_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
 _END = b"\x01end"
-
-
-def clear_value(name: str, value: str) -> bool:
-    """May this variable's value be shown? Known non-secret names, paths, numbers, short values."""
-    if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
-        return True
-    return len(value) < MIN_SECRET_LEN or bool(_NUMBER.fullmatch(value)) or _is_path(value)
-
-
-def _is_path(value: str) -> bool:
-    """'/opt/x', '~/.kube/ops', '/a:/b' — each part under a top folder that exists here (so a base64
-    token that happens to start with '/' is not taken for a path)."""
-    parts = value.split(":")
-    for part in parts:
-        if not re.fullmatch(r"~?/[\w.@+/-]*", part) or "//" in part:
-            return False
-        if not part.startswith("~") and not os.path.isdir("/" + part[1:].split("/", 1)[0]):
-            return False
-    return True
 
 
 def set_by_setup(before: dict, after: dict) -> dict:
@@ -84,8 +56,9 @@ def set_by_setup(before: dict, after: dict) -> dict:
 
 
 def masked_exports(before: dict, after: dict) -> dict:
-    """What the setup set that is masked in every output: all of it but the clear values."""
-    return {k: v for k, v in set_by_setup(before, after).items() if not clear_value(k, v)}
+    """What the setup set that is masked in every output (inventory.secret_setting, the rule the
+    display paths apply too): all of it but the plainly harmless values."""
+    return {k: v for k, v in set_by_setup(before, after).items() if inventory.secret_setting(k, v)}
 
 
 def kube_context(entry) -> str:
@@ -221,7 +194,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
                   prelude=lambda proc, report: _prelude(entry, proc, report),
                   stdin=stdin, host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
     result = run(con, child, out, err)
-    result.left_out = [(inventory.hide_values(step), why) for step, why in plan.left_out]
+    result.left_out = [(inventory.show_step(entry.id, step), why) for step, why in plan.left_out]
     note = _context_note(context, line)
     result.notes = ([note] if note else []) + result.notes
     return result

@@ -618,7 +618,7 @@ def cmd_access_exec(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .inventory import hide_values
+    from .inventory import show_step
     from .verify import run_verify
     cfg = _config(args)
     con = _db(cfg)
@@ -633,7 +633,7 @@ def cmd_verify(args) -> int:
     for p in report.probes:
         if report.dry_run:
             for step, v in p.setup:
-                _out(f"{p.target:<{width}}  {v.verdict:<5}  setup: {hide_values(step)}\n{'':<{width}}  "
+                _out(f"{p.target:<{width}}  {v.verdict:<5}  setup: {show_step(p.id, step)}\n{'':<{width}}  "
                      f"rule {v.rule}: {v.reason}")
             _out(f"{p.target:<{width}}  {p.verdict:<5}  {p.command or '(none)'}\n{'':<{width}}  "
                  f"rule {p.rule}: {p.reason}")

@@ -56,6 +56,56 @@ def hide_values(step: str) -> str:
     return _ASSIGNMENT.sub(hide, step)
 
 
+# -- which setup values are secret: the one rule access exec masks by and every display path shows by --
+
+# Names whose values are not secrets; everything else a setup step sets is secret unless its value
+# is a path, a number or too short to mask (then it is secret only if its name says so).
+CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+               "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+               "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
+               "GOOGLE_CLOUD_PROJECT", "AZURE_DEFAULTS_GROUP", "AZURE_DEFAULTS_LOCATION", "REGION"}
+CLEAR_SUFFIXES = ("_CONTEXT", "_REGION", "_ZONE", "_NAMESPACE", "_PROFILE")
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+_DQ_ESCAPE = re.compile(r'\\([\\"$`])')
+
+
+def secret_setting(name: str, value: str) -> bool:
+    """Is what a setup step sets in `name` a secret? Known harmless names, paths and numbers are
+    not; a value too short to mask is, only when its name says so (`PIN_TOKEN=1234`)."""
+    from .mask import MIN_SECRET_LEN
+    if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
+        return False
+    if _NUMBER.fullmatch(value) or _is_path(value):
+        return False
+    return len(value) >= MIN_SECRET_LEN or sensitive_name(name)
+
+
+def _is_path(value: str) -> bool:
+    """'/opt/x', '~/.kube/ops', '/a:/b' — each part under a top folder that exists here (so a base64
+    token that happens to start with '/' is not taken for a path)."""
+    for part in value.split(":"):
+        if not re.fullmatch(r"~?/[\w.@+/-]*", part) or "//" in part:
+            return False
+        if not part.startswith("~") and not os.path.isdir("/" + part[1:].split("/", 1)[0]):
+            return False
+    return True
+
+
+def show_step(entry_id: str, step: str) -> str:
+    """A step as `access show`/`find`, search pins, MCP and `verify --dry-run` print it: each literal
+    it assigns that access exec would mask becomes `NAME=[recall:ENTRY:NAME]`, the label exec's
+    output carries; `$VAR` / `$(cmd)` references and harmless values (region, profile, path) stay."""
+    def hide(m):
+        name, value = m.group(1), m.group(2)
+        if value[0] != "'" and value.strip('"').startswith("$"):
+            return m.group(0)
+        if m.start() and step[m.start() - 1] == "-":          # an option (--token=…), not a variable
+            return f"{name}=[hidden]" if sensitive_name(name) else m.group(0)
+        literal = value[1:-1] if value[0] == "'" else _DQ_ESCAPE.sub(r"\1", value[1:-1]) if value[0] == '"' else value
+        return f"{name}=[recall:{entry_id}:{name}]" if secret_setting(name, literal) else m.group(0)
+    return _ASSIGNMENT.sub(hide, step)
+
+
 # -- loading and validation ------------------------------------------------------------------------
 
 def _entry(item, path: str, line) -> Entry:
@@ -244,7 +294,7 @@ def describe(con, e: Entry) -> dict:
     """The access block as data (what `access show` prints and search pins)."""
     d = {k: v for k, v in e.as_dict().items() if v not in ("", [], 0.0)}
     if e.access:
-        d["access"] = [hide_values(step) for step in e.access]
+        d["access"] = [show_step(e.id, step) for step in e.access]
     d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
@@ -268,7 +318,7 @@ def block_text(e: Entry, last_verified: str) -> str:
     lines = [f"Access: {e.id}" + (f" ({head})" if head else "")]
     lines += [f"  {label}: {value}" for label, value in
               (("name", e.name), ("account", e.account), ("requires", ", ".join(e.requires))) if value]
-    lines += [f"  {i}. {hide_values(step)}" for i, step in enumerate(e.access, start=1)]
+    lines += [f"  {i}. {show_step(e.id, step)}" for i, step in enumerate(e.access, start=1)]
     lines += [f"  {label}: {value}" for label, value in
               (("check", e.check), ("verify", e.verify), ("secrets", ", ".join(e.secrets)),
                ("last verified", last_verified)) if value]

@@ -54,7 +54,7 @@ class Report:
         for p in self.probes:
             entry = entries.setdefault(p.target, {"id": p.id, "kind": p.kind, "commands": []})
             if p.setup:
-                entry["setup"] = [{"step": inventory.hide_values(step), "verdict": v.verdict, "rule": v.rule, "reason": v.reason}
+                entry["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule, "reason": v.reason}
                                   for step, v in p.setup]
             entry["commands"].append(
                 {"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason,
@@ -357,7 +357,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         elif _denied_setup(p):
             step, v = _denied_setup(p)
             p.status = "skipped"
-            p.detail = f"setup step not allowed ({v.rule}): {inventory.hide_values(step)!r}: {v.reason}"
+            p.detail = f"setup step not allowed ({v.rule}): {inventory.show_step(p.id, step)!r}: {v.reason}"
         else:
             runnable.append(p)
             continue

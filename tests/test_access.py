@@ -260,3 +260,81 @@ def test_a_value_printed_in_pieces_with_a_pause_stays_masked(tmp_path, config, p
 def test_a_stdin_value_printed_in_pieces_with_a_pause_stays_masked(sudo_box, pause):
     r = run_recall("access", "exec", "box", "--", "bash", "-c", "read -r V; " + SPLIT.replace("PAUSE", pause))
     assert (r.returncode, r.stdout) == (0, "[recall:box-sudo]\n"), r.stderr
+
+
+# -- display paths show what exec masks (issue 23 point 4) ---------------------------------------
+
+DISPLAY_SECRET = {     # name -> (as the step writes it, the value bash sets)
+    "DB_PWD": ("Xq7-db-pwd-9Lm2", "Xq7-db-pwd-9Lm2"),
+    "PASSPHRASE": ("'correct horse battery staple'", "correct horse battery staple"),
+    "SIGNING_KEY": ("sk_sign_7f8e9d0c1b2a", "sk_sign_7f8e9d0c1b2a"),
+    "JWT": ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig8Kq", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig8Kq"),
+    "COOKIE": ('"session=ab12cd34ef56; Path=/"', "session=ab12cd34ef56; Path=/"),
+    "REDIS_URL": ("redis://:r3disPw9x@cache.internal:6379/0", "redis://:r3disPw9x@cache.internal:6379/0"),
+    "MONGODB_URI": ("mongodb+srv://app:m0ngoPw7q@c0.example.net/db", "mongodb+srv://app:m0ngoPw7q@c0.example.net/db"),
+    "SLACK_WEBHOOK_URL": ("https://hooks.example.com/services/T0/B0/Xx9secret", "https://hooks.example.com/services/T0/B0/Xx9secret"),
+    "SENTRY_DSN": ("https://abc123def456@o1.ingest.example.io/42", "https://abc123def456@o1.ingest.example.io/42"),
+    "DATABASE_URL": ("postgres://u:pgPw8zz@db.internal:5432/app", "postgres://u:pgPw8zz@db.internal:5432/app"),
+}
+DISPLAY_CLEAR = {"AWS_REGION": "eu-west-1", "AWS_PROFILE": "ops-prod", "OPS_PROFILE": "admin-ro",
+                 "KUBECONFIG": "/tmp/kube/ops", "CACHE_DIR": "/tmp/cache/ops"}
+
+
+@pytest.fixture
+def display_box(tmp_path, config):
+    steps = [f"export {k}={written}" for k, (written, _v) in DISPLAY_SECRET.items()]
+    steps += [f"export {k}={v}" for k, v in DISPLAY_CLEAR.items()]
+    _entry(tmp_path, config, steps, verify="'true'", tags="[display]")
+
+
+def _assert_shown_as_exec_masks(text: str) -> None:
+    for name, (_written, value) in DISPLAY_SECRET.items():
+        assert f"{name}=[recall:box:{name}]" in text, (name, text)
+        for piece in value.replace(";", " ").split():
+            assert piece not in text or len(piece) < 6, (name, piece, text)
+    for name, value in DISPLAY_CLEAR.items():
+        assert f"{name}={value}" in text, (name, text)
+
+
+def test_access_exec_masks_exactly_what_the_display_paths_hide(display_box):
+    names = [*DISPLAY_SECRET, *DISPLAY_CLEAR]
+    r = run_recall("access", "exec", "box", "--", "bash", "-c",
+                   "".join(f'echo "{n}=${n}"; ' for n in names))
+    assert r.returncode == 0, r.stderr
+    _assert_shown_as_exec_masks(r.stdout)
+    shown = run_recall("access", "show", "box")
+    assert shown.returncode == 0, shown.stderr
+    _assert_shown_as_exec_masks(shown.stdout)
+
+
+def test_show_find_search_pin_and_verify_dry_run_print_the_exec_labels(display_box):
+    for args in (("access", "show", "box"), ("--json", "access", "show", "box"), ("access", "find", "display"),
+                 ("--json", "access", "find", "box"), ("verify", "--dry-run", "box"),
+                 ("--json", "verify", "--dry-run", "box")):
+        r = run_recall(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        _assert_shown_as_exec_masks(r.stdout.replace('\\"', '"'))
+    assert run_recall("index").returncode == 0
+    for args in (("search", "how do I reach box"), ("--json", "search", "box")):
+        r = run_recall(*args)
+        assert r.returncode == 0 and "Access: box" in r.stdout, (args, r.stderr)
+        _assert_shown_as_exec_masks(r.stdout.replace('\\"', '"'))
+
+
+def test_mcp_access_show_and_find_print_the_exec_labels(display_box, monkeypatch):
+    pytest.importorskip("mcp")
+    from recall import audit
+    monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
+    import anyio
+    from mcp import Client
+
+    from recall import mcp_server
+
+    async def calls():
+        async with Client(mcp_server.build_server()) as client:
+            return [await client.call_tool("recall_access_show", {"id": "box"}),
+                    await client.call_tool("recall_access_find", {"query": "display"})]
+    for result in anyio.run(calls):
+        text = "".join(c.text for c in result.content)
+        assert not result.is_error, text
+        _assert_shown_as_exec_masks(text.replace('\\"', '"'))

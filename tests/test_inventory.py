@@ -320,19 +320,19 @@ def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config,
     config(f"inventory: [{path}]\n")
     code, out, _ = cli("access", "show", "gh-box")
     assert code == 0 and token not in out and "pw with spaces" not in out
-    assert "  1. export GITHUB_TOKEN=[hidden]\n" in out
-    assert "  2. export AWS_PROFILE=ops-prod DB_PASSWORD=[hidden]\n" in out
+    assert "  1. export GITHUB_TOKEN=[recall:gh-box:GITHUB_TOKEN]\n" in out
+    assert "  2. export AWS_PROFILE=ops-prod DB_PASSWORD=[recall:gh-box:DB_PASSWORD]\n" in out
     assert "  3. export NPM_TOKEN=$(pass show npm)\n" in out       # where it comes from, not a value
     code, out, _ = cli("--json", "access", "show", "gh-box")
     data = json.loads(out)
     assert token not in out and "pw with spaces" not in out
-    assert data["access"][0] == "export GITHUB_TOKEN=[hidden]"
-    assert "1. export GITHUB_TOKEN=[hidden]" in data["block"]
+    assert data["access"][0] == "export GITHUB_TOKEN=[recall:gh-box:GITHUB_TOKEN]"
+    assert "1. export GITHUB_TOKEN=[recall:gh-box:GITHUB_TOKEN]" in data["block"]
     cli("index")
     code, out, _ = cli("search", "how do I reach gh-box")
     assert out.startswith("Access: gh-box") and token not in out
     code, out, _ = cli("--json", "search", "gh-box")
-    assert token not in out and json.loads(out)["access"][0]["access"][0] == "export GITHUB_TOKEN=[hidden]"
+    assert token not in out and json.loads(out)["access"][0]["access"][0] == "export GITHUB_TOKEN=[recall:gh-box:GITHUB_TOKEN]"
 
 
 @pytest.mark.e2e

@@ -204,7 +204,7 @@ def test_inline_inventory_tokens_are_not_kept_in_the_db(world):
     world["inventory"].write_text(f"- id: box\n  kind: host\n  access:\n    - export GITHUB_TOKEN={CANARY}\n"
                                   "  verify: 'true'\n")
     r = ok(run_recall("access", "show", "box"))
-    assert "GITHUB_TOKEN=[hidden]" in r.stdout
+    assert "GITHUB_TOKEN=[recall:box:GITHUB_TOKEN]" in r.stdout
     ok(run_recall("search", "box"))
     state_clean(world["tmp"])
 
