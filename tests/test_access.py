@@ -338,3 +338,12 @@ def test_mcp_access_show_and_find_print_the_exec_labels(display_box, monkeypatch
         text = "".join(c.text for c in result.content)
         assert not result.is_error, text
         _assert_shown_as_exec_masks(text.replace('\\"', '"'))
+
+
+def test_the_stderr_of_a_setup_step_that_succeeds_is_masked(tmp_path, config):
+    script = tmp_path / "setup.sh"
+    script.write_text('echo "setup says $DB_PWD" >&2\n')
+    _entry(tmp_path, config, ["export DB_PWD=Xq7-db-pwd-9Lm2", f"source {script}"])
+    r = run_recall("access", "exec", "box", "--", "echo", "ran")
+    assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
+    assert "setup says [recall:box:DB_PWD]\n" in r.stderr and "Xq7-db-pwd-9Lm2" not in r.stderr, r.stderr

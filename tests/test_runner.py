@@ -384,3 +384,16 @@ def test_a_prompt_shows_while_the_child_waits(split_vault, tmp_path):
     marker.touch()
     rest, err = proc.communicate(timeout=30)
     assert (proc.returncode, got + rest) == (0, b"Password: seen\n[recall:split-token]\n"), err
+
+
+def test_a_vault_value_in_the_argv_is_masked_in_the_access_log(split_vault):
+    import json
+
+    from tests.conftest import run_recall
+    r = run_recall("secret", "exec", "split-token", "--", "echo", f"look:{VALUE}")
+    assert (r.returncode, r.stdout) == (0, "look:[recall:split-token]\n"), r.stderr
+    log = run_recall("--json", "secret", "log")
+    assert log.returncode == 0, log.stderr
+    rows = [row for row in json.loads(log.stdout) if row["verb"] == "secret.exec"]
+    assert rows and rows[-1]["argv"] == "echo look:[recall:split-token]", rows
+    assert VALUE not in log.stdout
