@@ -232,8 +232,12 @@ def _inventory(ctx) -> list:
     if ctx.cfg.inventory and parsed:
         try:
             entries = inventory.load_inventory(ctx.cfg)
-            out.append(Check("inventory references", True, f"{len(entries)} entries: every requires, account "
-                                                           "and secret names something that exists, no cycles"))
+            bad = inventory.broken(entries)
+            out += [Check(f"inventory entry {e.id}", False, e.error) for e in bad]
+            out.append(Check("inventory references", not bad,
+                             f"{len(bad)} of {len(entries)} entries broken (above); the others work" if bad else
+                             f"{len(entries)} entries: every requires, account and secret names something "
+                             "that exists, no cycles"))
         except RecallError as exc:
             out.append(Check("inventory references", False, str(exc)))
     return out

@@ -30,7 +30,8 @@ _ASSIGNMENT = re.compile(r"""(?<![\w$])([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)
 class Entry(Record):
     FIELDS = {"id": "", "kind": "", "name": "", "aliases": [], "environment": "", "account": "",
               "requires": [], "access": [], "verify": "", "secrets": [], "check": "", "hint": "",
-              "tags": [], "notes": "", "url": "", "timeout": 0.0, "file": "", "line": 0}
+              "tags": [], "notes": "", "url": "", "timeout": 0.0, "file": "", "line": 0,
+              "error": ""}          # set: this entry is broken (file:line: what, did you mean), the rest work
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
@@ -108,15 +109,19 @@ def show_step(entry_id: str, step: str) -> str:
 
 # -- loading and validation ------------------------------------------------------------------------
 
-def _entry(item, path: str, line) -> Entry:
+def _entry(item, path: str, line, lines: dict) -> Entry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
     line = getattr(item, "line", line)
-    from .yaml import check_keys, line_of  # loaded already: only a parsed file has lines
-    check_keys(item, FIELDS, path, "an inventory entry", line)
+    from .yaml import line_of  # loaded already: only a parsed file has lines
+    for key in item:
+        if key not in FIELDS:
+            raise InputError(path, line_of(item, key, line), f"unknown field '{key}' in an inventory entry",
+                             hint=_did_you_mean(str(key), sorted(FIELDS), "known fields: " + ", ".join(sorted(FIELDS))))
     entry = Entry(id="", file=path, line=line)
     for key, value in item.items():
         kline = line_of(item, key, line)
+        lines[key] = kline
         if key in LIST_FIELDS:
             value = [value] if isinstance(value, str) else (value or [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -156,17 +161,33 @@ def _secret_ids(cfg) -> set:
     return ids
 
 
-def _check_references(entries: list, secret_ids: set) -> None:
+def _did_you_mean(name: str, known, otherwise: str) -> str:
+    from .names import closest
+    close = closest(name, {k: k for k in known}, n=3)
+    return f"did you mean '{close[0]}'?" if close else otherwise
+
+
+def _check_references(entries: list, secret_ids: set, lines: dict) -> None:
+    """A dangling reference or a cycle breaks the entries it is in, each with file:line (of the
+    field, from `lines`: id -> field -> line) and the closest names; the rest stay usable."""
     by_id = {e.id: e for e in entries}
+
+    def _broken(e: Entry, key: str, message: str, hint: str) -> None:
+        if not e.error:                      # its first error is the one it shows
+            where = lines.get(e.id, {}).get(key, e.line)
+            e.error = str(InputError(e.file, where, f"entry '{e.id}': {message}", hint=hint))
+
     for e in entries:
         refs = [("account", e.account)] if e.account else []
         refs += [("requires", r) for r in e.requires]
         for what, ref in refs:
             if ref not in by_id:
-                raise InputError(e.file, e.line, f"entry '{e.id}': {what} '{ref}' is not an inventory id")
+                _broken(e, what, f"{what} '{ref}' is not an inventory id",
+                        _did_you_mean(ref, by_id, "see 'recall access find'"))
         for sid in e.secrets:
             if sid not in secret_ids:
-                raise InputError(e.file, e.line, f"entry '{e.id}': secret '{sid}' is not in the secrets files")
+                _broken(e, "secrets", f"secret '{sid}' is not in the secrets files",
+                        _did_you_mean(sid, secret_ids, "see 'recall secret find'"))
     state: dict = {}
 
     def visit(e, trail):
@@ -174,14 +195,27 @@ def _check_references(entries: list, secret_ids: set) -> None:
             return
         if state.get(e.id) == "active":
             cycle = trail[trail.index(e.id):] + [e.id]
-            raise InputError(e.file, e.line, "a cycle in 'requires': " + " → ".join(cycle))
+            for i in set(cycle):
+                _broken(by_id[i], "requires", "a cycle in 'requires': " + " → ".join(cycle),
+                        "remove one of these requires")
+            return
         state[e.id] = "active"
         for r in e.requires:
-            visit(by_id[r], trail + [e.id])
+            if r in by_id:
+                visit(by_id[r], trail + [e.id])
         state[e.id] = "done"
 
     for e in entries:
         visit(e, [])
+
+
+def _broken_item(item, path: str, line, exc: InputError):
+    """An entry whose fields are wrong, kept as broken by its id; None when it has no usable id
+    (then the file itself is wrong)."""
+    ident = item.get("id") if isinstance(item, dict) else None
+    if not isinstance(ident, str) or not _ID.match(ident):
+        return None
+    return Entry(id=ident, file=path, line=getattr(item, "line", line), error=str(exc))
 
 
 def _signature(cfg) -> str:
@@ -219,11 +253,17 @@ def load_inventory(cfg, con=None) -> list:
             if data["sig"] == sig:
                 return [Entry(**e) for e in data["entries"]]
     from . import yaml
-    entries, seen_ids, seen_names = [], {}, {}
+    entries, seen_ids, seen_names, lines = [], {}, {}, {}
     for path in cfg.inventory:
         path = str(path)
         for item, line in yaml.load_entries(path, "inventory", "inventory"):
-            e = _entry(item, path, line)
+            try:
+                ident = item.get("id") if isinstance(item, dict) else None
+                e = _entry(item, path, line, lines.setdefault(ident if isinstance(ident, str) else "", {}))
+            except InputError as exc:
+                e = _broken_item(item, path, line, exc)
+                if e is None:
+                    raise
             if e.id in seen_ids:
                 raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")
             seen_ids[e.id] = f"{path}:{e.line}"
@@ -234,7 +274,7 @@ def load_inventory(cfg, con=None) -> list:
                                      hint=f"first at {seen_names[key][1]}")
                 seen_names[key] = (e.id, f"{path}:{e.line}")
             entries.append(e)
-    _check_references(entries, _secret_ids(cfg))
+    _check_references(entries, _secret_ids(cfg), lines)
     if con is not None and not _holds_inline_values(entries):
         from .db import is_sqlite_error, set_meta
         try:
@@ -253,7 +293,15 @@ def get_entry(entries: list, entry_id: str) -> Entry:
     for e in entries:
         for n in e.names():
             names.setdefault(n, e.id)
-    return by_id[resolve(entry_id, names, "inventory entry", "see 'recall access find QUERY'")]
+    entry = by_id[resolve(entry_id, names, "inventory entry", "see 'recall access find QUERY'")]
+    if entry.error:
+        raise RecallError(entry.error)
+    return entry
+
+
+def broken(entries: list) -> list:
+    """The entries that failed to load, each with its error (file:line: what — did you mean)."""
+    return [e for e in entries if e.error]
 
 
 # -- find, show, pins ------------------------------------------------------------------------------
@@ -431,9 +479,11 @@ def prerequisites(entries: list, e: Entry) -> list:
     """Every `requires` entry of e, transitively, deepest first (each once)."""
     by_id = {x.id: x for x in entries}
     order: list = []
+    seen: set = set()
 
-    def walk(x):
-        for r in x.requires:
+    def walk(x):                   # a dangling id or a cycle breaks its own entries: passed over here
+        seen.add(x.id)
+        for r in (r for r in x.requires if r in by_id and r not in seen):
             walk(by_id[r])
             if by_id[r] not in order:
                 order.append(by_id[r])

@@ -153,6 +153,10 @@ def plan(con, cfg, ids=None) -> list:
     for e in entries:
         if e.id not in wanted:
             continue
+        if e.error:                 # a broken entry is its own error; the others still run
+            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="inventory.entry",
+                                reason=e.error))
+            continue
         command = _proof_text(e.verify or e.check)
         setup = [(step, setup_verdict(step)) for step in e.access]
         if not command:
@@ -348,7 +352,9 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     for p in probes:
         blocker = next((d for d in _all_requires(entries, p) if d in down), None) if p.kind == "entry" else None
         own = checked.get(p.id) if p.kind == "entry" else None
-        if own is not None and p.verdict == "allow" and p.command == _proof_text(next(e.check for e in entries if e.id == p.id)):
+        if p.rule == "inventory.entry":
+            p.status, p.detail = "error", p.reason
+        elif own is not None and p.verdict == "allow" and p.command == _proof_text(next(e.check for e in entries if e.id == p.id)):
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
             p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"

@@ -114,8 +114,9 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
     assert not ok and detail.endswith(f"(0o644) is readable by group or others: chmod 600 {secrets} "
                                       "(recall reads it only then)")
     assert checks["vault key"][0] is False and "chmod 600" in checks["vault key"][1]
-    ok, detail = checks["inventory references"]
-    assert not ok and "inventory.yaml:" in detail and "'vpm' is not an inventory id" in detail
+    ok, detail = next(v for k, v in checks.items() if k.startswith("inventory entry "))   # the broken one
+    assert not ok and "inventory.yaml:" in detail and "'vpm' is not an inventory id — did you mean 'vpn'?" in detail
+    assert checks["inventory references"] == (False, "1 of 2 entries broken (above); the others work")
     assert checks["source notes"][0] and checks["python"][0]      # the rest still checked, and fine
     assert CANARY not in repr(checks)
     secrets.chmod(0o600)

@@ -60,22 +60,67 @@ def _load():
 
 
 @pytest.mark.parametrize("text,line,words", [
-    ("- id: a\n  requires: [b]\n", 1, "requires 'b' is not an inventory id"),
-    ("- id: a\n  account: zz\n", 1, "account 'zz'"),
-    ("- id: a\n  secrets: [nope]\n", 1, "secret 'nope' is not in the secrets files"),
-    ("- id: a\n  requires: [b]\n- id: b\n  requires: [a]\n", 1, "cycle in 'requires': a → b → a"),
-    ("- id: a\n- id: a\n", 2, "duplicate inventory id 'a'"),
-    ("- id: a\n  aliases: [x]\n- id: b\n  aliases: [X]\n", 3, "'X' names both 'a' and 'b'"),
+    ("- id: a\n  requires: [b]\n", 2, "requires 'b' is not an inventory id"),
+    ("- id: a\n  account: zz\n", 2, "account 'zz'"),
+    ("- id: a\n  secrets: [nope]\n", 2, "secret 'nope' is not in the secrets files"),
+    ("- id: a\n  requires: [b]\n- id: b\n  requires: [a]\n", 2, "cycle in 'requires': a → b → a"),
     ("- id: a\n  colour: red\n", 2, "unknown field 'colour'"),
     ("- id: a\n  check: rm -rf /tmp/x\n", 2, "not a read-only command"),
 ])
-def test_bad_inventory_names_file_and_line(tmp_path, config, text, line, words):
+def test_a_bad_entry_names_file_and_line_when_used(tmp_path, config, text, line, words):
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    config(f"inventory: [{path}]\n")
+    _, entries = _load()
+    with pytest.raises(RecallError) as err:
+        inventory.get_entry(entries, "a")
+    assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("- id: a\n- id: a\n", 2, "duplicate inventory id 'a'"),
+    ("- id: a\n  aliases: [x]\n- id: b\n  aliases: [X]\n", 3, "'X' names both 'a' and 'b'"),
+    ("- kind: host\n  colour: red\n", 2, "unknown field 'colour'"),
+])
+def test_a_bad_file_names_file_and_line(tmp_path, config, text, line, words):
     path = tmp_path / "inv.yaml"
     path.write_text(text)
     config(f"inventory: [{path}]\n")
     with pytest.raises(RecallError) as err:
         _load()
     assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+
+
+def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
+    """A typo in one entry's requires failed every access and verify of every entry."""
+    text = inv.read_text() + "- id: lab-box\n  kind: host\n  requires: [vnp]\n  verify: tcp 127.0.0.1:1\n"
+    inv.write_text(text)
+    typo_line = text.splitlines().index("  requires: [vnp]") + 1
+    code, out, err = cli("access", "show", "lab-box")
+    assert code == 1 and err.startswith(f"recall: {inv}:{typo_line}: entry 'lab-box': requires 'vnp' is not "
+                                        "an inventory id — did you mean 'vpn'?"), err
+    code, out, err = cli("access", "show", "ops")
+    assert code == 0 and out.startswith("Access: ops-cluster"), err
+    code, out, err = cli("access", "exec", "vpn", "--", "echo", "reached")
+    assert code == 0 and out == "reached\n", err
+    code, out, err = cli("--json", "verify", "vpn", "lab-box")
+    rows = {e["id"]: e["commands"][0] for e in json.loads(out)["entries"]}
+    assert rows["lab-box"]["status"] == "error" and "did you mean 'vpn'?" in rows["lab-box"]["detail"]
+    assert rows["vpn"]["status"] == "ok" and code == 1
+    from recall.doctor import run_doctor
+    checks = {c.name: c for c in run_doctor(extras=False)}
+    assert not checks["inventory entry lab-box"].ok and "vnp" in checks["inventory entry lab-box"].detail
+    assert "1 of 4 entries broken" in checks["inventory references"].detail
+
+
+def test_an_unknown_field_names_the_closest_known_one(tmp_path, config):
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: a\n  kind: host\n  requries: [b]\n")
+    config(f"inventory: [{path}]\n")
+    _, entries = _load()
+    with pytest.raises(RecallError) as err:
+        inventory.get_entry(entries, "a")
+    assert str(err.value) == f"{path}:3: unknown field 'requries' in an inventory entry — did you mean 'requires'?"
 
 
 def test_find_exact_then_words(inv):
