@@ -66,13 +66,25 @@ def _raised_by_a_face(exc) -> bool:
     return tb is not None and tb.tb_frame.f_globals.get("__name__") in ("recall.cli", "recall.mcp_server")
 
 
+def _room_beside_the_db(exc) -> bool:
+    """A full disk said by a write that names no file (a child's output copied to a full stdout),
+    while the DB's own disk has room: it was not the DB's disk."""
+    if exc.errno != errno.ENOSPC or not OPENED:
+        return False
+    import shutil
+    try:
+        return shutil.disk_usage(Path(OPENED[-1]).parent).free > 1 << 20
+    except OSError:
+        return False
+
+
 def explain(exc, path=None):
     """The RecallError a user should see for a storage fault (a full disk, a read-only or damaged
     DB, a folder recall may not use); None when `exc` is not one (a bug keeps its traceback)."""
     if isinstance(exc, RecallError):
         return exc
     if isinstance(exc, OSError):
-        if exc.filename is None and path is None and _raised_by_a_face(exc):
+        if exc.filename is None and path is None and (_raised_by_a_face(exc) or _room_beside_the_db(exc)):
             err = RecallError(f"could not write the output ({exc.strerror})",
                               "send it where there is room (recall … > out.txt, or | less); "
                               "nothing in the index changed")

@@ -610,15 +610,26 @@ def test_a_migration_record_behind_its_tables_is_one_line_and_index_full_rebuild
     assert "jump-hosts.md" in run_recall("search", "jump01").stdout
 
 
-def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(config):
+def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(config, tmp_path):
     assert run_recall("index").returncode == 0
-    for verb in (["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"]):
+    verbs = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"]]
+    try:
+        import cryptography  # noqa: F401
+        secrets = tmp_path / "secrets.yaml"
+        secrets.write_text(_secrets(1))
+        secrets.chmod(0o600)
+        config(f"secrets: [{secrets}]\n")
+        assert run_recall("secret", "sync").returncode == 0
+        verbs.append(["secret", "exec", "svc-0", "--", "echo", "a child's output"])   # copied by the runner
+    except ImportError:
+        pass
+    for verb in verbs:
         with open("/dev/full", "w") as full:
             r = subprocess.run([sys.executable, str(REPO / "recall.py"), *verb], stdout=full,
                                stderr=subprocess.PIPE, text=True)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("recall: could not write the output (No space left on device)"), r.stderr
-        assert "disk holding" not in r.stderr
+        assert "disk holding" not in r.stderr and CANARY not in r.stderr
 
 
 @pytest.mark.parametrize("typed", ["me@analytics-box", "db01.example.com"])
