@@ -202,7 +202,11 @@ EXAMPLES = {
                        "recall secret command db-admin -- psql -U '$DB_ADMIN_USERNAME' -c 'select 1'"],
     "secret exec": ["recall secret exec db-admin -- sh -c 'psql -U \"$DB_ADMIN_USERNAME\" -c \"select 1\"'",
                     "recall secret exec sudo-pass --stdin -- sudo -S true"],
-    "secret get": ["recall secret get jira-api-token"],
+    "secret get": ["recall secret get jira-api-token", "recall secret get jira-api-token --print"],
+    "secret set": ["recall secret set jira-api-token", "recall secret set db-admin password",
+                   "printf %s \"$NEW\" | recall secret set jira-api-token"],
+    "secret key": ["recall secret key backup /media/usb/recall-vault.key"],
+    "secret key backup": ["recall secret key backup /media/usb/recall-vault.key"],
     "secret log": ["recall secret log", "recall secret log jira-api-token -n 20"],
     "secret rotate-key": ["recall secret rotate-key"],
     "access": ["recall access find ops", "recall access exec ops-cluster -- kubectl get pods"],
@@ -243,6 +247,16 @@ def _secret_parsers(sub, common) -> None:
     p.add_argument("--prune", action="store_true",
                    help="allow removing more than half the stored secrets, or all of one file's")
     p.set_defaults(func=cmd_secret_sync)
+    p = verbs.add_parser("set", parents=[common], help="seal a typed (or piped) value into its file, and sync")
+    p.add_argument("id")
+    p.add_argument("field", nargs="?", help="which field, for a secret with fields")
+    p.set_defaults(func=cmd_secret_set)
+    p = verbs.add_parser("key", parents=[common], help="the vault key: 'key backup FILE' keeps a copy")
+    kv = p.add_subparsers(dest="key_verb", metavar="VERB", parser_class=_Parser)
+    kv.required = True
+    p = kv.add_parser("backup", parents=[common], help="copy the vault key to FILE (0600), to keep off this machine")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_secret_key_backup)
     p = verbs.add_parser("find", parents=[common], help="find secrets by their metadata (none: list all)")
     p.add_argument("query", nargs="*")
     p.set_defaults(func=cmd_secret_find)
@@ -254,8 +268,11 @@ def _secret_parsers(sub, common) -> None:
     p = verbs.add_parser("exec", parents=[common], help="run CMD with the secret in its env (or stdin)")
     p.add_argument("--stdin", action="store_true", help="write the value and a newline to CMD's stdin")
     _id_then_command(p, cmd_secret_exec)
-    p = verbs.add_parser("get", parents=[common], help="print the value — only to a real terminal")
+    p = verbs.add_parser("get", parents=[common], help="copy the value to the clipboard (cleared after 45 s); "
+                         "--print shows it on a real terminal after a typed word")
     p.add_argument("id")
+    p.add_argument("--print", action="store_true", dest="show",
+                   help="write it on this terminal (never stdout), after you type the word asked for")
     p.set_defaults(func=cmd_secret_get)
     p = verbs.add_parser("log", parents=[common], help="the access log")
     p.add_argument("id", nargs="?")
@@ -490,7 +507,29 @@ def cmd_secret_sync(args) -> int:
     if not _json_done(args, rep.__dict__):
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
         _out(f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
+             + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
              + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else ""))
+    return 0
+
+
+def cmd_secret_set(args) -> int:
+    from .inplace import read_value, set_value
+    vault, cfg, con = _vault(args)
+    what = f"{args.id}.{args.field}" if args.field else args.id
+    value = read_value(f"New value for {what} (not shown; Enter ends it): ")
+    where = set_value(cfg, args.id, args.field, value)
+    rep = vault.sync(con, cfg)
+    if not _json_done(args, {"set": where, **rep.__dict__}):
+        _out(f"sealed a new value for {where} in its file; synced {rep.total} secrets")
+    return 0
+
+
+def cmd_secret_key_backup(args) -> int:
+    vault, cfg, con = _vault(args)
+    dest = vault.backup_key(con, cfg, args.file)
+    if not _json_done(args, {"backup": str(dest)}):
+        _out(f"wrote a copy of the vault key to {dest} (0600): keep it off this machine; to restore it: "
+             f"cp {dest} {vault.key_file(cfg)} && chmod 600 {vault.key_file(cfg)}")
     return 0
 
 
@@ -554,8 +593,15 @@ def cmd_secret_exec(args) -> int:
 
 
 def cmd_secret_get(args) -> int:
-    vault, cfg, con = _vault(args)
-    vault.reveal(con, cfg, args.id)          # asks and shows on /dev/tty, never on stdout
+    from . import reveal
+    _, cfg, con = _vault(args)
+    if args.show:
+        reveal.reveal(con, cfg, args.id)     # asks and shows on /dev/tty, never on stdout
+        return 0
+    got = reveal.to_clipboard(con, cfg, args.id)
+    if not _json_done(args, got.__dict__):
+        _out(f"copied the value of {got.id} to the clipboard ({got.tool}); a detached "
+             f"`sh -c '{got.clearer}'` empties it in {got.clear_after} s and exits")
     return 0
 
 
@@ -681,8 +727,9 @@ def cmd_doctor(args) -> int:
     checks = run_doctor(getattr(args, "config", None), thorough=args.thorough)
     if not _json_done(args, [c.__dict__ for c in checks]):
         width = max(len(c.name) for c in checks)
-        _out("\n".join(f"{'ok ' if c.ok else 'NO '} {c.name:<{width}}  {c.detail}" for c in checks))
-    return 0 if all(c.ok for c in checks) else 1
+        mark = {True: "ok ", False: "NO ", None: "-- "}
+        _out("\n".join(f"{mark[c.ok]} {c.name:<{width}}  {c.detail}" for c in checks))
+    return 1 if any(c.ok is False for c in checks) else 0
 
 
 def cmd_eval(args) -> int:

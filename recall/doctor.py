@@ -17,7 +17,8 @@ EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai
 DISTRIBUTIONS = {"sqlean": "sqlean.py"}        # where the package's name is not the module's
 # Importing these takes seconds (torch): located and versioned without importing, unless --thorough.
 SLOW_IMPORTS = {"sentence_transformers": "torch"}
-IMPORT_BUDGET = 1.5         # seconds for all the import probes together; --thorough waits for each
+IMPORT_BUDGET = 0.8         # seconds for all the import probes together; --thorough waits for each
+PREREQUISITE_BUDGET = 0.8   # seconds for every prerequisite's check, side by side (doctor answers within 1 s)
 IMPORT_TIMEOUT = 120
 REMOTE_TIMEOUT = 3.0
 # Import in a child, so a broken or slow package cannot hurt this process; all children side by side.
@@ -28,7 +29,7 @@ _PROBE = ("import importlib, sys; m = importlib.import_module(sys.argv[1]); "
 @dataclass
 class Check:
     name: str
-    ok: bool
+    ok: bool | None             # None: nothing to judge (an extra not installed, a part not used)
     detail: str
 
 
@@ -38,6 +39,7 @@ class _Context:
     config_errors: list
     con: object = None                 # the index, opened read-only (None: no index yet)
     secret_ids: set = field(default_factory=set)
+    unread_secrets: bool = False       # a secrets file recall refuses to read: its ids are unknown here
 
 
 def run_doctor(config: str | None = None, *, thorough: bool = False, extras: bool = True) -> list:
@@ -47,8 +49,9 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
     probes = _start_import_probes(thorough) if extras else []   # children first: they take the longest
     cfg, errors = load_config_leniently(config)
-    with ThreadPoolExecutor(max(1, len(cfg.remotes))) as pool:
+    with ThreadPoolExecutor(max(1, len(cfg.remotes))) as pool, ThreadPoolExecutor(8) as checks_pool:
         remote_jobs = [(rem, pool.submit(_remote_check, cfg, rem)) for rem in cfg.remotes]
+        prerequisite_jobs = _start_prerequisites(cfg, checks_pool)
         ctx = _Context(cfg, errors, con=_open_index(cfg))
         try:
             checks = [check for section in SECTIONS for check in section(ctx)]
@@ -56,6 +59,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
         finally:
             if ctx.con is not None:
                 ctx.con.close()
+        checks += _finish_prerequisites(prerequisite_jobs)
         checks += [job.result() for _, job in remote_jobs]
     return checks + embedding + _finish_import_probes(probes, deadline)
 
@@ -105,7 +109,11 @@ def _config_checks(ctx) -> list:
         from .config import EXAMPLE, default_config_path
         return [Check("config", False, f"none found at {default_config_path()}; "
                                        f"create it with {EXAMPLE!r} or set RECALL_CONFIG")]
-    return [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
+    out = [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
+    if not cfg.sources:
+        from .config import EXAMPLE
+        out.append(Check("sources", False, f"none configured: nothing to index or search — add {EXAMPLE!r}"))
+    return out
 
 
 def _platform(ctx) -> list:
@@ -155,8 +163,9 @@ def _index(ctx) -> list:
                                     "LEFT JOIN embeddings e ON e.model_id = m.id GROUP BY m.id").fetchall()
     except sqlite3.Error:
         per_model = []
-    vectors = "; ".join(f"{n:,} vectors {p}/{m} ({d}d)" for p, m, d, n in per_model) or "no vectors"
-    return [Check("index", True, f"{chunks:,} chunks, {vectors}, {size / 1e6:.1f} MB")]
+    out = [Check("index", True, f"{chunks:,} chunks, {size / 1e6:.1f} MB"
+                  + ("" if per_model else ", no vectors"))]
+    return out + [Check(f"vectors {p}/{m}", True, f"{n:,} vectors ({d}d)") for p, m, d, n in per_model]
 
 
 def _secrets(ctx) -> list:
@@ -171,6 +180,7 @@ def _secrets(ctx) -> list:
             continue
         mode = _mode(path)
         if stat.S_IMODE(os.stat(path).st_mode) & 0o077:        # recall refuses to read it at all then
+            ctx.unread_secrets = True
             out.append(Check(name, False, f"{path} ({mode}) is readable by group or others: chmod 600 {path} "
                                           "(recall reads it only then)"))
             continue
@@ -185,6 +195,9 @@ def _secrets(ctx) -> list:
                 problems.append(f"duplicate id '{e.id}' at {e.file}:{e.line}, first at {first_at[e.id]}")
             first_at.setdefault(e.id, f"{e.file}:{e.line}")
             ctx.secret_ids.add(e.id)
+        from .inplace import is_sealed
+        plain = sum(1 for e in entries for f, v in e.values.items()
+                    if not is_sealed(v) and f not in e.meta.get("public", ()))
         missing = [e.id for e in entries if synced.get(e.id, (None, 0))[0] != str(path)]
         edited = any(synced[e.id][1] < os.stat(path).st_mtime for e in entries if e.id not in missing)
         if missing:
@@ -192,6 +205,8 @@ def _secrets(ctx) -> list:
                             ": run 'recall secret sync'")
         elif edited:
             problems.append("edited since the last sync: run 'recall secret sync'")
+        elif plain:             # the sync that the two above ask for seals them as well
+            problems.append(f"{plain} values in plain text: run 'recall secret sync' to seal them (ENC[...])")
         out.append(Check(name, not problems, f"{path} ({mode}), {len(entries)} secrets"
                          + ("; " + "; ".join(problems) if problems else ", synced")))
     return out
@@ -207,12 +222,23 @@ def _vault_key(ctx) -> list:
             return []
         return [Check("vault key", False, f"{path} is missing: 'recall secret sync' makes one"
                       + (f" — but {stored} stored secrets need the old key back" if stored else ""))]
+    if not path.is_file():
+        return [Check("vault key", False, f"{path} is not a file: move it aside and put the key file back "
+                                          "from your backup")]
     mode, folder = _mode(path), _mode(path.parent)
     ok = mode == "0o600" and folder == "0o700"
     out = [Check("vault key", ok, f"{path} ({mode}, folder {folder})"
                  + ("" if ok else ": chmod 600 the key and 700 its folder"))]
+    from .inplace import backup_state
+    if stored:                          # a vault that holds nothing yet loses nothing with its key
+        out.append(Check("vault key backup", *_vault_read(ctx.con, lambda con: backup_state(con, ctx.cfg.home),
+                                                          (False, "no database yet"))))
+    from .vault import first_fault
+    fault = _vault_read(ctx.con, lambda con: first_fault(con, ctx.cfg), None)
+    if fault:
+        out.append(Check("vault rows", False, fault))
     gone = sorted(set(_synced(ctx.con)) - ctx.secret_ids)
-    if gone and ctx.cfg.secrets:
+    if gone and ctx.cfg.secrets and not ctx.unread_secrets:     # an unread file: its chmod line says it
         out.append(Check("vault", False, f"{stored} secrets stored; {', '.join(gone[:5])} no longer in any "
                                          "secrets file: run 'recall secret sync'"))
     return out
@@ -254,7 +280,43 @@ def _integrity(ctx) -> list:
 SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
 
 
-# -- remotes, the embedding provider, the extras ---------------------------------------------
+# -- prerequisites, remotes, the embedding provider, the extras --------------------------------
+
+def _start_prerequisites(cfg, pool) -> list:
+    """[(entry, future (up, detail))]: every inventory entry with a check (the VPN …), side by side,
+    each within the budget; an inventory that does not load has its own line above."""
+    from . import inventory
+    from .errors import RecallError
+    try:
+        entries = inventory.load_inventory(cfg)
+    except RecallError:
+        return []
+    return [(e, pool.submit(_prerequisite, e)) for e in entries if e.check and not e.error]
+
+
+def _prerequisite(e) -> tuple:
+    from . import inventory
+    if inventory.is_tcp_check(e.check):
+        return inventory.tcp_check(e.check, min(inventory.check_timeout(e), PREREQUISITE_BUDGET))
+    import shlex
+    try:
+        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=min(inventory.check_timeout(e), PREREQUISITE_BUDGET))
+        return proc.returncode == 0, f"'{e.check}' exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        return False, f"'{e.check}' did not finish within {PREREQUISITE_BUDGET:g}s"
+    except OSError as exc:
+        return False, f"'{e.check}': {exc.strerror or exc}"
+
+
+def _finish_prerequisites(jobs) -> list:
+    out = []
+    for e, job in jobs:
+        up, detail = job.result()
+        out.append(Check(f"prerequisite {e.id}", up, detail if up else
+                         f"down: {detail}" + (f" — {e.hint}" if e.hint else "")))
+    return out
+
 
 def _remote_check(cfg, rem) -> Check:
     """Reachable over ssh within a short timeout, and the recall copy there answers."""
@@ -327,7 +389,7 @@ def _start_import_probes(thorough: bool) -> list:
     probes = []
     for module, extra in EXTRAS:
         if importlib.util.find_spec(module) is None:
-            probes.append((module, extra, f"not installed (pip install 'recall[{extra}]')"))
+            probes.append((module, extra, None))
         elif module in SLOW_IMPORTS and not thorough:
             probes.append((module, extra, _located(module)))
         else:
@@ -351,6 +413,9 @@ def _finish_import_probes(probes: list, deadline: float) -> list:
     (not failed) — except after --thorough's long wait, when it is a failure."""
     out = []
     for module, extra, probe in probes:
+        if probe is None:
+            out.append(Check(f"extra {module}", None, f"not installed (pip install 'recall[{extra}]')"))
+            continue
         if isinstance(probe, str):
             out.append(Check(f"extra {module}", True, probe))
             continue
@@ -363,7 +428,7 @@ def _finish_import_probes(probes: list, deadline: float) -> list:
             if waited >= IMPORT_TIMEOUT:
                 out.append(Check(f"extra {module}", False, f"installed, but importing it took over {IMPORT_TIMEOUT}s"))
             else:
-                out.append(Check(f"extra {module}", True, f"installed ({_dist_version(module)}); import not finished "
+                out.append(Check(f"extra {module}", None, f"installed ({_dist_version(module)}); import not finished "
                                                           f"in {waited:.1f}s, so not checked ('recall doctor "
                                                           "--thorough' waits)"))
             continue

@@ -67,6 +67,9 @@ def load_key(home: Path, *, create: bool, probe=None) -> bytes:
     between committing the DB and renaming the new key into place, the row opens only with
     `vault.key.next`, and the rename is finished here."""
     path = key_path(home)
+    if os.path.lexists(path) and not path.is_file():
+        raise RecallError(f"the vault key {path} is not a file (a folder, or a link to nothing)",
+                          f"move it aside and put the key file back from your backup as {path}")
     if not path.exists():
         if not create:
             raise RecallError(f"no vault key at {path}", "run 'recall secret sync' first")
@@ -115,8 +118,21 @@ def decrypt(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes, bound: 
     except MissingExtra:
         raise
     except Exception:
-        raise RecallError(f"secret '{secret_id}' does not decrypt with this key, or its stored row "
-                          "was changed", "run 'recall secret sync' to re-encrypt from the secrets files") from None
+        pass
+    if bound[:1] == b"[" and _opens_unbound(key, secret_id, nonce, ciphertext):
+        raise RecallError(f"secret '{secret_id}' was stored by an older recall (before values were bound "
+                          "to how they are used)", "run 'recall secret sync' to re-encrypt")
+    raise RecallError(f"secret '{secret_id}' does not decrypt with this key, or its stored row "
+                      "was changed", "run 'recall secret sync' to re-encrypt from the secrets files")
+
+
+def _opens_unbound(key: bytes, secret_id: str, nonce: bytes, ciphertext: bytes) -> bool:
+    """Whether a row opens as recall stored rows before they were bound (id only)."""
+    try:
+        _aesgcm(key).decrypt(nonce, ciphertext, secret_id.encode() + b"\0")
+        return True
+    except Exception:
+        return False
 
 
 def decrypt_rows(key: bytes, rows: list, values: dict, *, need=()) -> dict:

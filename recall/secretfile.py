@@ -14,6 +14,7 @@ OUR_FIELDS = ("env", "inject", "check", "value", "fields")
 PROXY_FIELDS = ("paths", "ca", "in_query")    # only with inject: proxy (host-bound)
 ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS, *PROXY_FIELDS}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_FIELD_NAME = re.compile(r"^[a-z_]{1,32}$")   # no digits, no capitals: not how a token looks
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
 # error about a secrets file may be a value written on the wrong line, and is not shown.
@@ -33,6 +34,8 @@ class SecretEntry:
     file: str
     line: int
     variables: dict = field(default_factory=dict)   # variable name -> key in values
+    spans: dict = field(default_factory=dict)       # key in values -> yaml.Span of its text in the file
+    stamp: tuple = ()                               # the file's (inode, size, mtime) as it was read
 
     def public(self) -> dict:
         return {"id": self.id, **self.meta, "tags": self.tags, "inject": self.inject,
@@ -69,13 +72,17 @@ def load_secret_files(paths: list) -> tuple:
                 raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
                                   f"chmod 600 {path}")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
+        stamp = file_stamp(path)
         try:
             for item, line in yaml.load_entries(path, "secrets", "secrets"):
+                if isinstance(item, dict):                        # a key that reads like a field name
+                    ids |= {k for k in item if isinstance(k, str) and _FIELD_NAME.match(k)}
                 if isinstance(item, dict) and isinstance(item.get("id"), str) and _ID.match(item["id"]):
                     ids.add(item["id"])
                     if isinstance(item.get("fields"), dict):      # field names are names too
                         ids |= {str(k) for k in item["fields"]}
                 entry = _entry(item, path, line)
+                entry.stamp = stamp
                 if entry.id in seen:
                     raise InputError(path, entry.line, f"duplicate secret id '{entry.id}'",
                                      hint=f"first defined at {seen[entry.id]}")
@@ -84,6 +91,15 @@ def load_secret_files(paths: list) -> tuple:
         except InputError as exc:
             raise without_text(exc, ids) from None
     return entries, warnings
+
+
+def file_stamp(path) -> tuple:
+    """(inode, size, mtime_ns) of a file: a writer compares it to tell the file changed meanwhile."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def without_text(exc: InputError, ids=frozenset()) -> InputError:
@@ -137,7 +153,7 @@ def _entry(item, path: str, line) -> SecretEntry:
         tags = [tags]
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise InputError(path, line_of(item, "tags", line), "tags must be a list of strings")
-    values, variables, public = _values(item, sid, env, path, line)
+    values, variables, public, spans = _values(item, sid, env, path, line)
     meta = {k: _str(item, k, path, line) for k in META_FIELDS}
     if public:
         meta["public"] = sorted(public)          # injected, never masked nor redacted
@@ -146,7 +162,7 @@ def _entry(item, path: str, line) -> SecretEntry:
         meta["proxy"] = proxy                    # bound with the ciphertext like inject and url
     return SecretEntry(id=sid, meta=meta, tags=list(tags), env=env, inject=inject,
                        check=_str(item, "check", path, line), values=values, file=path, line=line,
-                       variables=variables)
+                       variables=variables, spans=spans)
 
 
 def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> dict:
@@ -196,17 +212,19 @@ def _values(item, sid, env, path, line):
         if not value:
             raise InputError(path, line_of(item, "value", line), f"secret '{sid}' has an empty value")
         _refuse_placeholder(value, sid, path, line_of(item, "value", line))
-        return {"": value}, {env: ""}, []
+        return {"": value}, {env: ""}, [], {"": getattr(item, "spans", {}).get("value")}
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
         raise InputError(path, line_of(item, "fields", line), "fields must be a mapping of name: value")
-    values, variables, public = {}, {}, []
+    values, variables, public, spans = {}, {}, [], {}
     for name, value in fields.items():
+        spans[str(name)] = getattr(fields, "spans", {}).get(name)
         if isinstance(value, dict) and set(value) <= {"value", "public"} and "value" in value:
             if value.get("public") not in (True, False, None):
                 raise InputError(path, line_of(value, "public", line), "public must be true or false")
             if value.get("public"):
                 public.append(str(name))
+            spans[str(name)] = getattr(value, "spans", {}).get("value")
             value = value["value"]
         if not isinstance(value, str) or not value:
             raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
@@ -216,7 +234,7 @@ def _values(item, sid, env, path, line):
         variable = f"{env}_{default_var(str(name))}"
         check_variable_name(variable, path, line_of(fields, name, line), f"field '{name}' (variable {variable})")
         variables[variable] = str(name)
-    return values, variables, public
+    return values, variables, public, spans
 
 
 def _refuse_placeholder(value: str, what: str, path, line) -> None:

@@ -6,7 +6,7 @@ import os
 import time
 
 from . import audit, db, keyfile, status, terms
-from .errors import RecallError
+from .errors import MissingExtra, RecallError
 from .keyfile import bound
 from .keyfile import row_bound as _row_bound
 from .records import Record
@@ -17,7 +17,8 @@ CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on 
 
 class SyncReport(Record):
     FIELDS = {"added": 0, "updated": 0, "removed": 0, "total": 0, "warnings": [], "embedded": 0,
-              "unchanged": 0}         # unchanged: ids kept with the same metadata and value
+              "unchanged": 0, "sealed": 0}   # unchanged: ids kept as they were; sealed: values
+    # written over in their files as ENC[...]
 
 
 def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
@@ -57,11 +58,13 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     remove most of the vault, or all of one file's secrets, stops unless `prune`."""
     import json
 
+    from .inplace import key_for, open_entries, write_edits
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not prune:
         _refuse_mass_removal(con, {e.id for e in entries})
-    key = keyfile.load_key(cfg.home, create=True, probe=_probe(con))
+    key = key_for(cfg.home, entries, _probe(con))
+    sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
     before = _stored(con, key)
     old = set(before)
     now = time.time()
@@ -87,7 +90,7 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                     e.variables, e.values))
     report = SyncReport(added=len(new - old), updated=len(new & old) - same, removed=len(old - new),
-                        total=len(new), warnings=warnings, unchanged=same)
+                        total=len(new), warnings=warnings, unchanged=same, sealed=sealed)
     if cfg.embedding.provider != "none":
         try:
             report.embedded = embed_metadata(con, cfg)
@@ -166,11 +169,19 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
 
 
 def rotate_key(con, cfg) -> int:
-    """Re-encrypt every row under a new key in one transaction; the key file is replaced atomically."""
+    """Re-encrypt every row, and reseal every value in the secrets files, under a new key; the key
+    file is replaced atomically after."""
+    from .inplace import open_entries, write_edits
+    from .secretfile import load_secret_files
     old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
+    entries, _ = load_secret_files(cfg.secrets)
     new_key = os.urandom(keyfile.KEY_BYTES)
     path = keyfile.key_path(cfg.home)
     pending = keyfile.next_path(path)
+    edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
+    keyfile.write_key(pending, new_key)
+    # the files first: stopped after them, a sync opens them with vault.key.next
+    write_edits(edits)
     with db.transaction(con):
         rows = con.execute("SELECT * FROM secrets").fetchall()
         for row in rows:
@@ -178,7 +189,6 @@ def rotate_key(con, cfg) -> int:
             plain = keyfile.decrypt(old_key, sid, row["nonce"], row["ciphertext"], use)
             n2, b2 = keyfile.encrypt(new_key, sid, plain, use)
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
-        keyfile.write_key(pending, new_key)
     # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
     # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
     try:
@@ -186,6 +196,34 @@ def rotate_key(con, cfg) -> int:
     except FileNotFoundError:
         pass
     return len(rows)
+
+
+def backup_key(con, cfg, dest):
+    """Copy the vault key to `dest` (inplace.backup_key), for the person to keep elsewhere."""
+    from .inplace import backup_key as write_backup
+    return write_backup(con, cfg, dest, probe=_probe(con))
+
+
+def first_fault(con, cfg) -> str | None:
+    """The first stored row the key cannot open, as its one-line error (for doctor); None if all open."""
+    import sqlite3
+    cur = con.cursor()
+    cur.row_factory = sqlite3.Row          # doctor's connection reads plain tuples
+    rows = cur.execute("SELECT * FROM secrets ORDER BY id").fetchall()
+    try:
+        probe = (rows[0]["id"], rows[0]["nonce"], rows[0]["ciphertext"], _row_bound(rows[0])) if rows else None
+        key = keyfile.load_key(cfg.home, create=False, probe=probe)
+        for row in rows:
+            keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row))
+    except MissingExtra:            # said by the extras check
+        return None
+    except RecallError as exc:
+        return str(exc)
+    return None
+
+
+def key_file(cfg):
+    return keyfile.key_path(cfg.home)
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
@@ -427,59 +465,6 @@ def masker_for(all_values: dict):
     from .mask import Masker
     from .redact import secret_parts
     return Masker(secret_parts(all_values, getattr(all_values, "public", {})))
-
-
-GET_TIMEOUT = 30.0      # seconds a person has to type the confirmation
-
-
-def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, tty: str = "/dev/tty",
-           timeout: float = GET_TIMEOUT) -> None:
-    """Show the value to a person: stdin and stdout must be a real terminal, the secret's id must
-    be typed on the controlling terminal within `timeout`, and the value is written to that
-    terminal — never to stdout, so a pipe or a captured stdout never holds it."""
-    secret_id = row_named(con, secret_id)["id"]          # NotFound before anything else
-    keyfile.require_crypto()
-    hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
-    if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):
-        audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")
-        raise RecallError("'secret get' prints a value only to a real terminal", hint)
-    try:
-        fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
-    except OSError:
-        audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no controlling terminal")
-        raise RecallError("recall secret get needs a controlling terminal (/dev/tty)", hint) from None
-    try:
-        answer = _ask(fd, f"Type the id '{secret_id}' to show its value on this terminal: ", timeout)
-        if answer is None:
-            audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no answer")
-            raise RecallError(f"no confirmation typed within {timeout:.0f} s", hint)
-        if answer != secret_id:
-            audit.log(con, "secret.get", secret_id, argv="", verdict="refused: wrong confirmation")
-            raise RecallError("the confirmation did not match the id", hint)
-        values = load_values(con, cfg, [secret_id], need=(secret_id,))[secret_id]
-        audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")
-        text = values[""] if "" in values else "\n".join(f"{k}: {v}" for k, v in values.items())
-        os.write(fd, text.encode("utf-8") + b"\n")
-    finally:
-        os.close(fd)
-
-
-def _ask(fd: int, prompt: str, timeout: float):
-    """One line typed on the terminal `fd`, or None when nothing comes within `timeout`."""
-    import select
-    os.write(fd, prompt.encode("utf-8"))
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data and b"\r" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            os.write(fd, b"\n")
-            return None
-        chunk = os.read(fd, 1024)
-        if not chunk:
-            return None
-        data += chunk
-    return data.decode("utf-8", "replace").strip()
 
 
 def access_log(con, target: str | None = None, limit: int = 50) -> list:

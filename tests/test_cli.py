@@ -300,19 +300,22 @@ def synced(cli, config, tmp_path):
     secrets.chmod(0o600)
     config(f"secrets: [{secrets}]\n")
     code, out, err = cli("secret", "sync")
-    assert (code, out) == (0, "synced 1 secrets: 1 added, 0 updated, 0 removed\n"), err
+    assert (code, out) == (0, "synced 1 secrets: 1 added, 0 updated, 0 removed; 1 values sealed in their "
+                         "files (ENC[...])\n"), err
     return secrets
 
 
 def test_secret_sync_says_unchanged_when_nothing_changed(cli, synced):
+    import re
     code, out, _ = cli("secret", "sync")
     assert (code, out) == (0, "synced 1 secrets: unchanged\n")
     synced.write_text(synced.read_text().replace("service: jira", "service: jira cloud"))
     code, out, _ = cli("secret", "sync")
     assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed\n"
-    synced.write_text(synced.read_text().replace(CANARY, CANARY + "-rotated"))
+    synced.write_text(re.sub(r"value: .*", f"value: {CANARY}-rotated", synced.read_text()))   # over ENC[...]
     code, out, _ = cli("secret", "sync")
-    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed\n" and CANARY not in out
+    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed; 1 values sealed in their files " \
+                  "(ENC[...])\n" and CANARY not in out
 
 
 @pytest.mark.parametrize("value", ["<paste the token>", "'<your token here>'", "…", "..."])

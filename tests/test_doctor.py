@@ -15,7 +15,8 @@ SECRETS = f"""\
 """
 INVENTORY = """\
 - id: vpn
-  check: tcp 127.0.0.1:1
+  check: tcp 127.0.0.1:PORT
+  hint: connect the VPN client
 - id: jump01
   kind: host
   requires: [vpn]
@@ -29,7 +30,7 @@ def _lines(stdout: str) -> dict:
     for line in stdout.splitlines():
         verdict, rest = line[:3], line[4:]
         name, _, detail = rest.partition("  ")
-        out[name.strip()] = (verdict == "ok ", detail.strip())
+        out[name.strip()] = ({"ok ": True, "NO ": False}.get(verdict), detail.strip())
     return out
 
 
@@ -70,18 +71,19 @@ def shadow(tmp_path):
 
 
 @pytest.fixture
-def setup(tmp_path, config):
+def setup(tmp_path, config, listener):
     """Notes, a synced secrets file and an inventory, all named by the config and all in order."""
     pytest.importorskip("cryptography")
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text(SECRETS)
     secrets.chmod(0o600)
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(INVENTORY)
+    inventory.write_text(INVENTORY.replace("PORT", str(listener)))
     config(f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
     assert run_recall("index").returncode == 0
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
+    assert run_recall("secret", "key", "backup", str(tmp_path / "key-copy")).returncode == 0
     return secrets, inventory
 
 
@@ -90,7 +92,7 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert code == 0, r.stdout
     assert all(ok for ok, _ in checks.values()), r.stdout
     assert checks["source notes"][1].endswith(("just now", "min ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
-    assert " chunks, no vectors, " in checks["index"][1] and checks["index"][1].endswith(" MB")
+    assert " chunks, " in checks["index"][1] and checks["index"][1].endswith(" MB, no vectors")
     assert "(0o600), 1 secrets, synced" in checks["secrets secrets.yaml"][1]
     assert "(0o600, folder 0o700)" in checks["vault key"][1]
     assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
@@ -104,7 +106,7 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
     secrets, inventory = setup
     secrets.write_text(SECRETS + "- id: new-one\n  value: x\n")      # changed after the sync
     secrets.chmod(0o644)
-    inventory.write_text(INVENTORY.replace("requires: [vpn]", "requires: [vpm]"))
+    inventory.write_text(inventory.read_text().replace("requires: [vpn]", "requires: [vpm]"))
     key = tmp_path / "state" / "vault.key"
     key.chmod(0o644)
     config(f"  - name: gone\n    path: {tmp_path / 'nowhere'}\nsecrets: [{secrets}]\ninventory: [{inventory}]\n")
@@ -175,7 +177,7 @@ def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_pa
     ok, detail = checks["extra sentence_transformers"]
     assert ok and "not imported" in detail and "recall doctor --thorough" in detail
     ok, detail = checks["extra cryptography"]          # failed, or (on a busy machine) not finished in time
-    assert (not ok and "fails to import" in detail) or (ok and "import not finished" in detail), detail
+    assert (ok is False and "fails to import" in detail) or (ok is None and "import not finished" in detail), detail
     r = run_recall("--json", "doctor", "--thorough", env=shadow.env)
     data = json.loads(r.stdout)
     assert r.returncode == 1 and [c["name"] for c in data] == list(checks)
@@ -215,3 +217,65 @@ def test_doctor_never_writes_anything(tmp_path, config):
     _checks(config)
     assert not (tmp_path / "state").exists()
     assert os.listdir(tmp_path / "home") == []
+
+
+# -- the truth, in one line each (issue 26 point 6) -------------------------------------------------
+
+def test_a_missing_extra_is_not_ok_and_not_no(cli, config, monkeypatch):
+    from recall import doctor
+    monkeypatch.setattr(doctor, "EXTRAS", [("recall_no_such_extra", "vec"), *doctor.EXTRAS])
+    code, out, err = cli("doctor")
+    line = next(x for x in out.splitlines() if "recall_no_such_extra" in x)
+    assert line.startswith("--  extra recall_no_such_extra") and "not installed (pip install 'recall[vec]')" in line
+    assert not any(x.startswith("ok ") and "not installed" in x for x in out.splitlines()), out
+
+
+def test_a_prerequisite_that_is_down_is_said_with_its_hint(setup, tmp_path, config):
+    secrets, inventory = setup
+    port = free_port()
+    inventory.write_text(INVENTORY.replace("PORT", str(port)))
+    checks = _by_name(_checks(config))
+    ok, detail = checks["prerequisite vpn"]
+    assert not ok and detail.startswith(f"down: 127.0.0.1:{port}: ") and detail.endswith("— connect the VPN client")
+
+
+def test_a_0644_secrets_file_gets_its_chmod_line_and_nothing_else(setup, config):
+    secrets, _ = setup
+    secrets.chmod(0o644)
+    bad = {name: detail for name, (ok, detail) in _by_name(_checks(config)).items() if ok is False}
+    assert bad.pop("secrets secrets.yaml").endswith(f"chmod 600 {secrets} (recall reads it only then)")
+    bad.pop("vault key backup", None)                      # a state of the key, not of this file
+    assert not bad, bad                                     # no 'no longer in any secrets file' for its ids
+
+
+def test_an_empty_config_says_no_sources(tmp_path, monkeypatch):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    checks = _by_name(_checks(type("C", (), {"path": empty})))
+    assert checks["sources"] == (False, "none configured: nothing to index or search — add "
+                                        "'sources: [{name: notes, path: ~/notes}]'")
+
+
+def test_a_config_path_that_is_a_folder_says_so(tmp_path, cli):
+    code, out, err = cli("--config", tmp_path, "doctor")
+    assert code == 1 and out.startswith("NO  config ") and f"config file {tmp_path} (from --config) is a folder, " \
+        f"not a file — name the file in it, e.g. {tmp_path / 'config.yaml'}" in out
+
+
+def test_one_line_per_embedding_model(cli, config):
+    import sqlite3
+    assert cli("index", "--no-embed")[0] == 0
+    from recall.config import load_config
+    con = sqlite3.connect(load_config().db_path)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(embed_models)")]
+    for i, (provider, model, dim) in enumerate((("voyage", "voyage-4", 1024), ("local", "all-MiniLM-L6-v2", 384))):
+        row = {"id": 100 + i, "provider": provider, "model": model, "dimension": dim}
+        keys = [c for c in cols if c in row] + [c for c in cols if c not in row and c != "id"]
+        values = [row[c] if c in row else f"x{i}" for c in keys]
+        con.execute(f"INSERT INTO embed_models ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})", values)
+    con.commit()
+    con.close()
+    checks = _by_name(_checks(config))
+    assert checks["vectors voyage/voyage-4"] == (True, "0 vectors (1024d)")
+    assert checks["vectors local/all-MiniLM-L6-v2"] == (True, "0 vectors (384d)")
+    assert "vectors" not in checks["index"][1]

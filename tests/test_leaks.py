@@ -242,7 +242,7 @@ def test_usernames_stay_readable_in_exec_and_access_exec(world):
 
 def test_get_through_a_pipe_never_shows_the_value(world):
     r = ok(run_recall("secret", "get", "canary-token"), code=1)
-    assert "real terminal" in r.stderr
+    assert "a person at a terminal" in r.stderr
 
 
 # -- MCP: the same note and a failing tool through the server ----------------------------------------

@@ -70,9 +70,10 @@ def test_sync_encrypts_and_key_is_private(vault_cfg):
 def test_loose_key_permissions_are_refused(vault_cfg):
     cfg, con, _ = vault_cfg
     key = cfg.home / "vault.key"
-    key.chmod(0o644)
-    with pytest.raises(RecallError, match="chmod 600"):
-        secret_exec(con, cfg, "jira-api-token", ["true"])
+    for loose in (0o644, 0o640, 0o604, 0o610):           # group-readable alone is refused too
+        key.chmod(loose)
+        with pytest.raises(RecallError, match=f"open to group or others \\({oct(loose)}\\).*chmod 600"):
+            secret_exec(con, cfg, "jira-api-token", ["true"])
     key.chmod(0o600)
     cfg.home.chmod(0o755)
     with pytest.raises(RecallError, match="chmod 700"):
@@ -80,15 +81,18 @@ def test_loose_key_permissions_are_refused(vault_cfg):
 
 
 def test_key_file_override(vault_cfg, tmp_path, monkeypatch):
-    cfg, con, _ = vault_cfg
+    cfg, con, secrets = vault_cfg
     kdir = tmp_path / "keys"
     monkeypatch.setenv("RECALL_KEY_FILE", str(kdir / "k"))
+    secrets.write_text(SECRETS)             # plain again: the sealed values need the first key
     vault.sync(con, cfg)
     assert (kdir / "k").exists() and oct(kdir.stat().st_mode & 0o777) == "0o700"
 
 
 @pytest.mark.parametrize("text,line,words", [
-    ("- id: a\n  value: 'abcdefgh'\n  colour: red\n", 3, "unknown field (text not shown) in a secret"),
+    ("- id: a\n  value: 'abcdefgh'\n  colour: red\n", 3, "unknown field 'colour' in a secret"),
+    ("- id: a\n  value: 'abcdefgh'\n  servce: red\n", 3, "unknown field 'servce' in a secret: did you mean 'service'?"),
+    ("- id: a\n  value: 'abcdefgh'\n  Tok3n-x9: red\n", 3, "unknown field (text not shown) in a secret"),
     ("- id: a\n  service: x\n", 1, "needs exactly one of 'value' or 'fields'"),
     ("- id: a\n  value: 'abcdefgh'\n  inject: file\n", 3, "inject must be env or stdin"),
     ("- id: a\n  value: 012345678\n", 2, "must be a string"),
@@ -101,7 +105,8 @@ def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, 
     with pytest.raises(RecallError) as err:
         vault.sync(con, cfg)
     assert f"secrets.yaml:{line}" in str(err.value) and words in str(err.value)
-    assert "colour" not in str(err.value) and "012345678" not in str(err.value)   # no text of the file
+    assert "red" not in str(err.value) and "012345678" not in str(err.value)   # no value of the file
+    assert "Tok3n" not in str(err.value) and "abcdefgh" not in str(err.value)
     assert con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall() == before
 
 
@@ -235,8 +240,9 @@ def test_too_short_value_is_refused_for_exec(vault_cfg):
 def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
     """`recall secret get` on a real terminal; type `answer` after the prompt. (code, bytes seen)."""
     import pty
+    import re
     import select
-    argv = [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"]
+    argv = [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token", "--print"]
     pid, fd = pty.fork()
     if pid == 0:
         os.execv(argv[0], argv)
@@ -251,8 +257,9 @@ def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
         if not chunk:
             break
         out += chunk
-        if b"to show its value" in out and not typed and answer is not None:
-            os.write(fd, answer + b"\n")
+        asked = re.search(rb"Type the word '(\w+)' to show the value of 'jira-api-token'", out)
+        if asked and not typed and answer is not None:
+            os.write(fd, (asked.group(1) if answer == b"WORD" else answer) + b"\n")
             typed = True
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out
@@ -261,10 +268,10 @@ def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
 def test_get_through_a_real_terminal_and_refused_on_a_pipe(vault_cfg):
     cfg, _, _ = vault_cfg
     r = run_recall("secret", "get", "jira-api-token")
-    assert r.returncode == 1 and CANARY not in r.stdout + r.stderr and "real terminal" in r.stderr
-    code, out = _get_in_pty(b"jira-api-token")
+    assert r.returncode == 1 and CANARY not in r.stdout + r.stderr and "a person at a terminal" in r.stderr
+    code, out = _get_in_pty(b"WORD")
     assert code == 0 and CANARY.encode() in out
-    code, out = _get_in_pty(b"yes")
+    code, out = _get_in_pty(b"jira-api-token")             # the id is no longer the answer
     assert code == 1 and CANARY.encode() not in out and b"did not match" in out
 
 
@@ -276,20 +283,23 @@ def _drain(fd: int) -> bytes:
     return out
 
 
-def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path):
+def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path, monkeypatch):
     """With stdout a terminal but not the one the person types on, the value goes to /dev/tty."""
+    from recall import reveal
     cfg, con, _ = vault_cfg
+    monkeypatch.setattr(reveal, "WORDS", ("amber",))
+    monkeypatch.setattr("secrets.randbelow", lambda n: 0)
     tty_main, tty_side = os.openpty()
     out_main, out_side = os.openpty()
-    os.write(tty_main, b"jira-api-token\n")
-    vault.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side, tty=os.ttyname(tty_side))
+    os.write(tty_main, b"amber10\n")
+    reveal.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side, tty=os.ttyname(tty_side))
     seen = _drain(tty_main)
     assert CANARY.encode() in seen
     os.set_blocking(out_main, False)
     with pytest.raises(BlockingIOError):
         os.read(out_main, 65536)                        # nothing reached stdout
     with pytest.raises(RecallError, match="no confirmation typed within"):
-        vault.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side,
+        reveal.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side,
                      tty=os.ttyname(tty_side), timeout=0.3)
     assert CANARY.encode() not in _drain(tty_main)
     verdicts = [r["verdict"] for r in vault.access_log(con, "jira-api-token")]
@@ -501,3 +511,84 @@ def test_redaction_replaces_whole_tokens_only(tmp_path, config):
     assert redact("password hunter2x, or HUNTER2X, pin 4242") == \
         "password [recall:db-admin], or [recall:db-admin], pin [recall:pin]"
     assert redact("xhunter2xy and 42424 and pin-4242") == "xhunter2xy and 42424 and pin-4242"
+
+
+def _in_pty(argv, env, answer=None, wait=5.0):
+    """argv on a real terminal (stdin, stdout, stderr), with env; (code, bytes seen)."""
+    import pty
+    import re
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(argv[0], argv, env)
+    out, typed = b"", False
+    while select.select([fd], [], [], wait)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        asked = re.search(rb"Type the word '(\w+)'", out)
+        if asked and answer is not None and not typed:
+            os.write(fd, (asked.group(1) if answer == b"WORD" else answer) + b"\n")
+            typed = True
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out
+
+
+def _fake_clipboard(tmp_path, name="xclip") -> tuple:
+    """A folder holding a fake clipboard tool that appends its argv and stdin to a file, and that file."""
+    bin_dir, seen = tmp_path / "bin", tmp_path / "clipboard.txt"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\necho \"argv: $*\" >> {seen}\ncat >> {seen}\necho >> {seen}\n")
+    tool.chmod(0o755)
+    return bin_dir, seen
+
+
+def test_get_copies_to_the_clipboard_and_prints_only_that_it_did(vault_cfg, tmp_path, monkeypatch):
+    from recall import reveal
+    monkeypatch.setattr(reveal, "CLEAR_AFTER", 1)         # the detached clearer, sped up for the test
+    bin_dir, seen = _fake_clipboard(tmp_path)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    argv = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import recall.reveal as r; "
+            "r.CLEAR_AFTER = 1; from recall.cli import main; sys.exit(main(sys.argv[2:]))",
+            str(REPO), "secret", "get", "jira-api-token"]
+    code, out = _in_pty(argv, env)
+    assert code == 0 and CANARY.encode() not in out, out
+    assert b"copied the value of jira-api-token to the clipboard (xclip)" in out
+    assert b"sh -c 'sleep 1; printf '' | xclip -selection clipboard'" in out and b"empties it in 1 s" in out
+    assert seen.read_text().startswith(f"argv: -selection clipboard\n{CANARY}\n")
+    import time
+    deadline = time.monotonic() + 10
+    while seen.read_text().count("argv:") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert seen.read_text().endswith("argv: -selection clipboard\n\n")          # emptied, by itself
+    r = run_recall("secret", "get", "jira-api-token", env={"PATH": env["PATH"]})
+    assert r.returncode == 1 and "only to a person at a terminal" in r.stderr     # a pipe: refused
+    assert seen.read_text().count(CANARY) == 1
+
+
+def test_get_without_a_clipboard_tool_says_so_and_prints_nothing(vault_cfg, tmp_path):
+    bin_dir = tmp_path / "emptybin"
+    bin_dir.mkdir()
+    for tool in ("sh", "sleep", "printf"):
+        os.symlink(f"/bin/{tool}" if os.path.exists(f"/bin/{tool}") else f"/usr/bin/{tool}", bin_dir / tool)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    code, out = _in_pty([sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token"], env)
+    assert code == 1 and CANARY.encode() not in out
+    assert b"no clipboard tool on PATH (wl-copy, xclip, xsel or pbcopy); nothing was shown" in out
+    assert b"--print" in out
+    code, out = _in_pty([sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token", "--print"],
+                        env, answer=b"WORD")
+    assert code == 0 and CANARY.encode() in out             # --print and the word: on the terminal
+
+
+def test_get_print_with_a_terminal_on_stdin_but_a_pipe_on_stdout_is_refused(vault_cfg, tmp_path):
+    got = tmp_path / "piped.txt"
+    line = f"{sys.executable} {REPO / 'recall.py'} secret get jira-api-token --print | cat > {got}"
+    code, out = _in_pty(["/bin/sh", "-c", line], dict(os.environ), answer=b"WORD")
+    assert b"Type the word" not in out and CANARY.encode() not in out + got.read_bytes()
+    assert b"prints a value only to a real terminal" in out

@@ -55,8 +55,10 @@ def check_keys(mapping: object, allowed, path: str, what: str, default: int | No
     """An unknown key in a mapping is an InputError at its line, listing the keys allowed."""
     for key in mapping:
         if key not in allowed:
+            from difflib import get_close_matches
+            near = get_close_matches(str(key), sorted(map(str, allowed)), n=1, cutoff=0.6)
             raise InputError(path, line_of(mapping, key, getattr(mapping, "line", default)),
-                             f"unknown field '{key}' in {what}",
+                             f"unknown field '{key}' in {what}" + (f": did you mean '{near[0]}'?" if near else ""),
                              hint="known fields: " + ", ".join(sorted(map(str, allowed))))
 
 

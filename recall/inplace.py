@@ -1,0 +1,260 @@
+"""Values sealed in place in the secrets files (sops-style `ENC[...]`: AES-256-GCM under the vault
+key, bound to the secret's id and field), the atomic rewrite that keeps every other byte, and the
+key's backup."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+from . import keyfile
+from .errors import InputError, MissingExtra, RecallError
+
+_ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
+                  r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
+_TAG = 16
+BACKUP_META = "vault_key_backup"      # meta row: the fingerprint of the key last backed up, and where
+
+
+def is_sealed(text: str) -> bool:
+    """Whether a value as written in a file is sealed (`ENC[...]`) rather than plain."""
+    return text.startswith("ENC[")
+
+
+def _bound(field: str) -> bytes:
+    return b"file\0" + field.encode()        # not JSON: never equal to a DB row's binding
+
+
+def seal(key: bytes, secret_id: str, field: str, value: str) -> str:
+    """The `ENC[...]` text of one value (a fresh nonce each time)."""
+    nonce, blob = keyfile.encrypt(key, secret_id, value.encode("utf-8"), _bound(field))
+    b64 = base64.b64encode
+    return (f"ENC[AES256_GCM,data:{b64(blob[:-_TAG]).decode()},iv:{b64(nonce).decode()},"
+            f"tag:{b64(blob[-_TAG:]).decode()},type:str]")
+
+
+def _what(entry, field: str) -> str:
+    return f"{entry.id}.{field}" if field else entry.id
+
+
+def unseal(keys: list, entry, field: str, text: str, key_file) -> str:
+    """The plain value of a sealed text; a text that is not ours, or that no key opens, is one line."""
+    line = entry.spans[field].row + 1 if entry.spans.get(field) else entry.line
+    m = _ENC.match(text)
+    if not m:
+        raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' starts with ENC[ but is "
+                         "not a value recall sealed", hint="write the plain value over it and run "
+                         "'recall secret sync'")
+    data, iv, tag = (base64.b64decode(g) for g in m.groups())
+    for key in keys:
+        try:
+            return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8")
+        except MissingExtra:
+            raise
+        except RecallError:
+            continue
+    raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' does not open with the vault "
+                     f"key {key_file}", hint=f"put back the key it was sealed under (your 'recall secret key "
+                     f"backup' copy) as {key_file}, or write the plain value over ENC[...] and sync again")
+
+
+def key_for(home, entries: list, probe=None) -> bytes:
+    """The vault key for these entries; a new one is made only while no value is sealed yet."""
+    path = keyfile.key_path(home)
+    sealed = next((e for e in entries if any(is_sealed(v) for v in e.values.values())), None)
+    if sealed is not None and not os.path.lexists(path):
+        raise RecallError(f"{sealed.file}:{sealed.line}: values are sealed (ENC[...]) and there is no "
+                          f"vault key at {path}", f"put your key backup back: cp BACKUP {path} && chmod 600 {path}")
+    return keyfile.load_key(home, create=True, probe=probe)
+
+
+def _keys(home, key: bytes) -> list:
+    """The key, and a rotation's new key when one is pending (files are resealed before it lands)."""
+    pending = keyfile.next_path(keyfile.key_path(home))
+    if pending.is_file():
+        try:
+            return [key, pending.read_bytes()]
+        except OSError:
+            pass
+    return [key]
+
+
+def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None = None) -> dict:
+    """Each sealed value opened in place (entry.values holds plain text after), and the edits that
+    seal every plain value: {file: (stamp, [(span, new text)])}. `reseal_with`: seal every value,
+    sealed or not, under that key (rotate-key)."""
+    keys, key_file = _keys(home, key), keyfile.key_path(home)
+    edits: dict = {}
+    for e in entries:
+        for field, text in e.values.items():
+            was_sealed = is_sealed(text)
+            if was_sealed:
+                e.values[field] = unseal(keys, e, field, text, key_file)
+            span = e.spans.get(field)
+            if span is None or (was_sealed and reseal_with is None) or (
+                    not was_sealed and field in e.meta.get("public", ())):   # a username stays readable
+                continue                  # a sealed value keeps its ciphertext: no diff under git
+            sealed = seal(reseal_with or key, e.id, field, e.values[field])
+            edits.setdefault(e.file, (e.stamp, []))[1].append((span, f'"{sealed}"' if span.flow else sealed))
+    return edits
+
+
+def write_edits(edits: dict) -> int:
+    """Apply open_entries' edits, file by file, atomically; how many values were sealed."""
+    for path, (stamp, changes) in edits.items():
+        rewrite(path, stamp, changes)
+    return sum(len(changes) for _, changes in edits.values())
+
+
+def rewrite(path, stamp: tuple, changes: list) -> None:
+    """Replace spans of a file: a temp file in its folder (same mode), fsync, rename; refused, with
+    nothing written, when the file is no longer as it was read (`stamp`)."""
+    from .secretfile import file_stamp
+    from .yaml import replace_spans
+    real = os.path.realpath(path)
+    changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
+                          "run the command again")
+    with open(real, "rb") as f:
+        data = f.read()
+    if file_stamp(real) != stamp:
+        raise changed
+    text = replace_spans(data.decode("utf-8"), changes)
+    mode = stat.S_IMODE(os.stat(real).st_mode)
+    tmp = f"{real}.recall-{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, text.encode("utf-8"))
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if file_stamp(real) != stamp:
+            raise changed
+        os.replace(tmp, real)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(os.path.dirname(real), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
+    """Seal `value` into the file where secret `secret_id` (its `field`) is written; returns
+    `id` or `id.field`. The caller syncs the vault after."""
+    from .secretfile import load_secret_files
+    if not value:
+        raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
+    entries, _ = load_secret_files(cfg.secrets)
+    by_id = {e.id: e for e in entries}
+    if secret_id not in by_id:
+        from .names import resolve
+        resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")   # NotFound, near ids
+        secret_id = next(i for i in by_id if i.lower() == secret_id.lower())
+    e = by_id[secret_id]
+    names = [f for f in e.values if f]
+    if field is None and names:
+        raise RecallError(f"secret '{e.id}' has fields ({', '.join(names)}): name one",
+                          f"recall secret set {e.id} {names[0]}")
+    field = field or ""
+    if field not in e.values:
+        raise RecallError(f"secret '{e.id}' has no field '{field}'" if names else
+                          f"secret '{e.id}' has one value, no fields",
+                          f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
+    span = e.spans[field]
+    key = key_for(cfg.home, entries)
+    sealed = seal(key, e.id, field, value)
+    rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
+    return _what(e, field)
+
+
+def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
+    """A value typed on the terminal without echo, or read from stdin when it is not a terminal
+    (one trailing line break dropped)."""
+    if not os.isatty(stdin_fd):
+        data = os.read(stdin_fd, 1 << 20)
+        chunks = [data]
+        while data:
+            data = os.read(stdin_fd, 1 << 20)
+            chunks.append(data)
+        text = b"".join(chunks).decode("utf-8")
+        return text[:-1] if text.endswith("\n") else text
+    import termios
+    fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
+    try:
+        old = termios.tcgetattr(fd)
+        new = termios.tcgetattr(fd)
+        new[3] &= ~termios.ECHO
+        os.write(fd, prompt.encode())
+        termios.tcsetattr(fd, termios.TCSAFLUSH, new)
+        try:
+            data = b""
+            while not data.endswith((b"\n", b"\r")):
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            termios.tcsetattr(fd, termios.TCSAFLUSH, old)
+            os.write(fd, b"\n")
+        return data.decode("utf-8").rstrip("\r\n")
+    finally:
+        os.close(fd)
+
+
+# -- the key's backup: the one thing to keep -------------------------------------------------------
+
+def fingerprint(key: bytes) -> str:
+    """A short name of a key that tells keys apart and says nothing about them."""
+    import hashlib
+    return hashlib.blake2b(key, digest_size=8, person=b"recall-key-id").hexdigest()
+
+
+def backup_key(con, cfg, dest, probe=None) -> Path:
+    """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
+    import json
+
+    from . import db
+    key = keyfile.load_key(cfg.home, create=False, probe=probe)
+    dest = Path(dest).expanduser()
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise RecallError(f"{dest} exists; a key backup never overwrites a file", "name a new file") from None
+    except OSError as exc:
+        raise RecallError(f"cannot write {dest}: {exc.strerror}", "name a file in a folder you can write") from None
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with db.transaction(con):
+        db.set_meta(con, BACKUP_META, json.dumps({"key": fingerprint(key), "file": str(dest),
+                                                  "at": time.time()}))
+    return dest
+
+
+def backup_state(con, home) -> tuple:
+    """(ok, detail): whether the key in use was backed up since it was made or rotated."""
+    import json
+
+    from . import db
+    path = keyfile.key_path(home)
+    try:
+        key = path.read_bytes()
+        mark = json.loads(db.get_meta(con, BACKUP_META) or "{}")
+    except (OSError, ValueError):
+        return False, f"cannot read {path}"
+    if mark.get("key") == fingerprint(key):
+        when = time.strftime("%Y-%m-%d", time.localtime(mark["at"]))
+        return True, f"backed up {when} to {mark['file']}"
+    return False, ("never backed up" if not mark else "rotated since the last backup") + \
+        ": without it the sealed values in the secrets files are lost with this disk — run " \
+        "'recall secret key backup FILE' and keep FILE off this machine"

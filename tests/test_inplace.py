@@ -1,0 +1,184 @@
+"""Values sealed in place in the secrets files (ENC[...]); the key's backup; faults that end in one line."""
+import os
+import re
+import sqlite3
+import stat
+
+import pytest
+
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+from recall import db, inplace, keyfile, vault  # noqa: E402
+from recall.config import load_config  # noqa: E402
+from recall.errors import RecallError  # noqa: E402
+from recall.secretfile import load_secret_files  # noqa: E402
+from tests.conftest import CANARY, run_recall  # noqa: E402
+
+# Every way a value is written, with comments, blank lines and odd spacing the writer must keep.
+WRITTEN = {
+    "plain": f"{CANARY}-p",
+    "single": f"'{CANARY}-s''q'",
+    "double": f'"{CANARY}-d\\tx"',
+    "block": f"|\n    {CANARY}-b1\n    line two\n",
+    "flowpw": f'"{CANARY}-f"',
+}
+SECRETS = f"""\
+# my credentials  — kept by hand
+- id: plain-one      # a comment after the id
+  service: jira
+  value: {WRITTEN['plain']}   # and one after the value
+
+- id: single-one
+  value: {WRITTEN['single']}
+- id: double-one
+  tags: [a, b]
+  value:   {WRITTEN['double']}
+- id: block-one
+  value: {WRITTEN['block']}
+- id: db
+  fields: {{username: {{value: admin, public: true}}, password: {WRITTEN['flowpw']}}}
+"""
+ENC = re.compile(r'"?ENC\[AES256_GCM,data:[^\]]*\]"?')
+VALUES = {"plain-one": f"{CANARY}-p", "single-one": f"{CANARY}-s'q", "double-one": f"{CANARY}-d\tx",
+          "block-one": f"{CANARY}-b1\nline two\n"}
+
+
+@pytest.fixture
+def sealed(tmp_path, config):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0 and "5 values sealed in their files" in r.stdout, r.stdout + r.stderr
+    return secrets
+
+
+def _values(secrets) -> dict:
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    got = vault.load_values(con, cfg)
+    return {k: v[""] if "" in v else v for k, v in got.items()}
+
+
+def test_sync_seals_each_value_in_place_and_keeps_every_other_byte(sealed):
+    text = sealed.read_text()
+    assert CANARY not in text and "admin" in text          # a public field stays readable
+    expected = SECRETS
+    for literal in WRITTEN.values():
+        expected = expected.replace(literal, "X\n" if literal.startswith("|") else "X")
+    assert ENC.sub("X", text) == expected                  # comments, spacing, blank lines, order kept
+    assert stat.S_IMODE(sealed.stat().st_mode) == 0o600
+    assert [p.name for p in sealed.parent.iterdir() if "recall-" in p.name] == []   # no temp file left
+    got = _values(sealed)
+    assert {k: got[k] for k in VALUES} == VALUES and got["db"] == {"username": "admin", "password": f"{CANARY}-f"}
+
+
+def test_a_value_not_changed_keeps_its_ciphertext_and_a_new_plain_one_is_sealed(sealed):
+    before = sealed.read_bytes()
+    assert run_recall("secret", "sync").returncode == 0
+    assert sealed.read_bytes() == before                   # a file under git shows no diff
+    old = re.search(r"value: (ENC\[[^\]]*\])", before.decode()).group(1)
+    sealed.write_text(before.decode().replace(old, "brand-new-value-42", 1))
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0 and "1 values sealed" in r.stdout and "1 updated" in r.stdout, r.stdout
+    after = sealed.read_text()
+    assert "brand-new-value-42" not in after
+    assert [line for line in after.splitlines() if "plain-one" not in line and "ENC[" in line][1:] == \
+        [line for line in before.decode().splitlines() if "ENC[" in line][1:]     # the others untouched
+    assert _values(sealed)["plain-one"] == "brand-new-value-42"
+
+
+def test_secret_set_seals_a_value_from_stdin_into_the_file_and_the_vault(sealed):
+    sealed.chmod(0o400)                                     # the file's mode is kept as it was
+    r = run_recall("secret", "set", "db", "password", input="from-stdin-77\n")
+    assert stat.S_IMODE(sealed.stat().st_mode) == 0o400
+    assert r.returncode == 0 and r.stdout.startswith("sealed a new value for db.password"), r.stderr
+    assert "from-stdin-77" not in sealed.read_text() + r.stdout + r.stderr
+    assert _values(sealed)["db"]["password"] == "from-stdin-77"
+    r = run_recall("secret", "set", "db", input="x\n")
+    assert r.returncode == 1 and "has fields (username, password): name one" in r.stderr
+    r = run_recall("secret", "set", "plian-one", input="x\n")
+    assert r.returncode == 1 and "plain-one" in r.stderr              # did you mean
+
+
+def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
+    key = keyfile.key_path(load_config().home)
+    key.rename(tmp_path / "saved.key")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "values are sealed (ENC[...]) and there is no vault key" in r.stderr and f"cp BACKUP {key}" in r.stderr
+    assert not key.exists()                                 # no new key made over the sealed values
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in r.stderr
+    assert "'recall secret key backup' copy" in r.stderr
+
+
+def test_the_write_is_refused_when_the_file_changed_while_sync_ran(tmp_path, config):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    entries, _ = load_secret_files(cfg.secrets)
+    edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
+    secrets.write_text(SECRETS + "# edited meanwhile\n")
+    with pytest.raises(RecallError, match="changed while recall was reading it; nothing was written"):
+        inplace.write_edits(edits)
+    assert secrets.read_text() == SECRETS + "# edited meanwhile\n"
+
+
+def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
+    from recall.doctor import run_doctor
+    checks = {c.name: c for c in run_doctor(extras=False)}
+    assert not checks["vault key backup"].ok and "never backed up" in checks["vault key backup"].detail
+    r = run_recall("secret", "key", "backup", tmp_path / "copy.key")
+    assert r.returncode == 0 and "keep it off this machine" in r.stdout
+    assert stat.S_IMODE((tmp_path / "copy.key").stat().st_mode) == 0o600
+    assert run_recall("secret", "key", "backup", tmp_path / "copy.key").returncode == 1   # never overwrites
+    assert {c.name: c for c in run_doctor(extras=False)}["vault key backup"].ok
+    before = sealed.read_text()
+    assert run_recall("secret", "rotate-key").returncode == 0
+    after = sealed.read_text()
+    assert ENC.sub("X", after) == ENC.sub("X", before) and set(ENC.findall(after)).isdisjoint(ENC.findall(before))
+    assert _values(sealed)["block-one"] == VALUES["block-one"]       # the resealed file opens
+    assert run_recall("secret", "sync").returncode == 0 and sealed.read_text() == after
+    checks = {c.name: c for c in run_doctor(extras=False)}
+    assert not checks["vault key backup"].ok and "rotated since the last backup" in checks["vault key backup"].detail
+
+
+def test_a_vault_key_that_is_a_directory_is_one_line(sealed):
+    key = keyfile.key_path(load_config().home)
+    key.rename(key.with_name("moved"))
+    key.mkdir(mode=0o700)
+    for args in (["secret", "sync"], ["secret", "exec", "plain-one", "--", "true"], ["index"]):
+        r = run_recall(*args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, (args, r.stderr)
+        assert f"the vault key {key} is not a file" in r.stderr, r.stderr
+    from recall.doctor import run_doctor
+    assert "is not a file" in {c.name: c for c in run_doctor(extras=False)}["vault key"].detail
+
+
+def test_rows_of_an_older_recall_say_to_sync_not_tampering(sealed):
+    """Rows stored before values were bound to their use (id only): exec, index, doctor say to sync."""
+    cfg = load_config()
+    con = sqlite3.connect(cfg.db_path)
+    key = keyfile.load_key(cfg.home, create=False)
+    for (sid,) in con.execute("SELECT id FROM secrets").fetchall():
+        nonce, blob = keyfile.encrypt(key, sid, b'{"": "old-value-1"}', b"")
+        con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (nonce, blob, sid))
+    con.commit()
+    con.close()
+    for args in (["secret", "exec", "plain-one", "--", "true"], ["index"]):
+        r = run_recall(*args)
+        assert r.returncode == 1 and "was stored by an older recall" in r.stderr, (args, r.stderr)
+        assert "run 'recall secret sync' to re-encrypt" in r.stderr and "changed" not in r.stderr
+    from recall.doctor import run_doctor
+    detail = {c.name: c for c in run_doctor(extras=False)}["vault rows"].detail
+    assert "older recall" in detail and "run 'recall secret sync' to re-encrypt" in detail
+    assert run_recall("secret", "sync").returncode == 0
+    assert run_recall("secret", "exec", "plain-one", "--", "true").returncode == 0
