@@ -83,6 +83,9 @@ def find_config(explicit: str | None = None) -> Path | None:
     for candidate, named in ((explicit, "--config"), (os.environ.get("RECALL_CONFIG"), "RECALL_CONFIG")):
         if candidate:
             path = Path(candidate).expanduser()
+            if path.is_dir():
+                raise RecallError(f"config file {path} (from {named}) is a folder, not a file",
+                                  f"name the file in it, e.g. {path / 'config.yaml'}")
             if not path.is_file():
                 raise RecallError(f"config file {path} (from {named}) does not exist",
                                   f"create it with {EXAMPLE!r}")

@@ -448,6 +448,11 @@ def _resolve(host: str, port: int, timeout: float):
     return outcome[0]
 
 
+def is_tcp_check(text: str) -> bool:
+    """Is a check `tcp HOST:PORT` (a connect), not a command?"""
+    return bool(_TCP.match(text.strip()))
+
+
 def check_timeout(e: Entry) -> float:
     """Seconds a prerequisite's check may take: its `timeout`, else 3 (tcp) or 20 (a command)."""
     if e.timeout:

@@ -51,7 +51,8 @@ def describe_backend(con=None) -> str:
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
                 "cosine vec0")
     hint = "pip install 'recall[vec]' for sqlite-vec"
-    if _importable("numpy") is not None:
+    from importlib.util import find_spec
+    if find_spec("numpy") is not None:     # found, not imported (doctor's 1 s); its import is probed apart
         return f"numpy brute force ({hint})"
     return f"pure Python brute force, slow past ~10k chunks ({hint})"
 
