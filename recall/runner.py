@@ -7,8 +7,8 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .errors import RecallError
 from .mask import Masker, MaskStream
@@ -100,6 +100,9 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
         if child.prelude is not None:
             try:
                 pre = child.prelude(proc, report)
+            except BaseException:      # an interrupt while the setup runs: nothing is left running
+                _stop(proc, masker, b"")
+                raise
             finally:
                 os.close(report)
             masker = Masker({**child.masks, **pre.masks})
