@@ -209,6 +209,7 @@ EXAMPLES = {
     "secret key backup": ["recall secret key backup /media/usb/recall-vault.key"],
     "secret log": ["recall secret log", "recall secret log jira-api-token -n 20"],
     "secret rotate-key": ["recall secret rotate-key"],
+    "secret restore": ["recall secret log", "recall secret restore jira-api-token"],
     "access": ["recall access find ops", "recall access exec ops-cluster -- kubectl get pods"],
     "access find": ["recall access find \"platform cluster\"", "recall access find"],
     "access show": ["recall access show ops-cluster"],
@@ -278,6 +279,9 @@ def _secret_parsers(sub, common) -> None:
     p.add_argument("id", nargs="?")
     p.add_argument("-n", type=int, default=50)
     p.set_defaults(func=cmd_secret_log)
+    p = verbs.add_parser("restore", parents=[common], help="write a secret a sync removed (30 days) back into its file")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_secret_restore)
     p = verbs.add_parser("rotate-key", parents=[common], help="re-encrypt the vault under a new key")
     p.set_defaults(func=cmd_secret_rotate)
 
@@ -509,6 +513,17 @@ def cmd_secret_sync(args) -> int:
         _out(f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
              + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
              + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else ""))
+        if rep.removed_ids:
+            _out(f"removed: {', '.join(rep.removed_ids)} — kept 30 days: 'recall secret restore ID' writes "
+                 "one back into its file ('recall secret log' lists them)")
+    return 0
+
+
+def cmd_secret_restore(args) -> int:
+    vault, cfg, con = _vault(args)
+    target, rep = vault.restore(con, cfg, args.id)
+    if not _json_done(args, {"restored": args.id, "file": target, **rep.__dict__}):
+        _out(f"restored {args.id} into {target} (its values sealed); synced {rep.total} secrets")
     return 0
 
 
@@ -525,11 +540,13 @@ def cmd_secret_set(args) -> int:
 
 
 def cmd_secret_key_backup(args) -> int:
-    vault, cfg, con = _vault(args)
-    dest = vault.backup_key(con, cfg, args.file)
+    from .inplace import backup_key
+    from .keyfile import key_path
+    _, cfg, con = _vault(args)
+    dest, key = backup_key(con, cfg, args.file), key_path(cfg.home)
     if not _json_done(args, {"backup": str(dest)}):
         _out(f"wrote a copy of the vault key to {dest} (0600): keep it off this machine; to restore it: "
-             f"cp {dest} {vault.key_file(cfg)} && chmod 600 {vault.key_file(cfg)}")
+             f"cp {dest} {key} && chmod 600 {key}")
     return 0
 
 
@@ -540,7 +557,11 @@ def _secret_text(meta: dict) -> str:
             lines.append(f"  {key}: {' '.join(str(meta[key]).split())}")
     if meta.get("tags"):
         lines.append(f"  tags: {', '.join(meta['tags'])}")
-    lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
+    if meta["inject"] == "stdin":
+        lines.append("  inject: stdin — the value, then a newline, on the command's stdin"
+                     + (f"; variables: {', '.join(meta['variables'])}" if meta["variables"] else ""))
+    else:
+        lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
     if meta.get("host_bound"):
         lines.append(f"  host-bound: {meta['host_bound']}")
     if "last_verified" in meta:
@@ -608,11 +629,17 @@ def cmd_secret_get(args) -> int:
 def cmd_secret_log(args) -> int:
     vault, cfg, con = _vault(args)
     rows = vault.access_log(con, args.id, args.n)
+    from .removed import listed
+    gone = [g for g in listed(con) if not args.id or g.id == args.id]
     if not _json_done(args, rows):
         for r in rows:
             code = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
             _out(f"{r['time']}  {r['caller']}({r['parent']})  {r['verb']:<15} {r['target']}  "
                  f"{r['verdict']}{code}  {r['argv']}".rstrip())
+        if gone:
+            _out("removed by a sync, restorable with 'recall secret restore ID':")
+            for g in gone:
+                _out(f"  {g.id}  from {g.file}:{g.line}  until {g.until}")
     return 0
 
 

@@ -121,8 +121,27 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
         data = f.read()
     if file_stamp(real) != stamp:
         raise changed
-    text = replace_spans(data.decode("utf-8"), changes)
-    mode = stat.S_IMODE(os.stat(real).st_mode)
+    _write_atomic(real, stamp, replace_spans(data.decode("utf-8"), changes), changed)
+
+
+def append_entry(path, text: str) -> None:
+    """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
+    from .secretfile import file_stamp
+    real = os.path.realpath(path)
+    stamp = file_stamp(real)
+    try:
+        with open(real, "rb") as f:
+            old = f.read().decode("utf-8")
+    except FileNotFoundError:
+        old = ""
+    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
+    _write_atomic(real, stamp, joined, RecallError(f"{path} changed while recall was writing to it; "
+                                                   "nothing was written", "run the command again"))
+
+
+def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> None:
+    from .secretfile import file_stamp
+    mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -217,12 +236,12 @@ def fingerprint(key: bytes) -> str:
     return hashlib.blake2b(key, digest_size=8, person=b"recall-key-id").hexdigest()
 
 
-def backup_key(con, cfg, dest, probe=None) -> Path:
+def backup_key(con, cfg, dest) -> Path:
     """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
     import json
 
     from . import db
-    key = keyfile.load_key(cfg.home, create=False, probe=probe)
+    key = keyfile.load_key(cfg.home, create=False)
     dest = Path(dest).expanduser()
     try:
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -17,8 +17,8 @@ CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on 
 
 class SyncReport(Record):
     FIELDS = {"added": 0, "updated": 0, "removed": 0, "total": 0, "warnings": [], "embedded": 0,
-              "unchanged": 0, "sealed": 0}   # unchanged: ids kept as they were; sealed: values
-    # written over in their files as ENC[...]
+              "unchanged": 0, "sealed": 0, "removed_ids": []}   # unchanged: ids kept as they were;
+    # sealed: values written over in their files as ENC[...]; removed_ids: kept for 'secret restore' 
 
 
 def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
@@ -68,7 +68,11 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     before = _stored(con, key)
     old = set(before)
     now = time.time()
+    from . import removed
+    new_ids = {e.id for e in entries}
     with db.transaction(con):
+        gone = [r for r in con.execute("SELECT * FROM secrets ORDER BY id") if r["id"] not in new_ids]
+        removed.keep(con, gone, now)                             # recoverable for removed.KEEP_DAYS
         con.execute("DELETE FROM secrets")
         con.execute("DELETE FROM secrets_fts")
         for e in entries:
@@ -90,7 +94,8 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                     e.variables, e.values))
     report = SyncReport(added=len(new - old), updated=len(new & old) - same, removed=len(old - new),
-                        total=len(new), warnings=warnings, unchanged=same, sealed=sealed)
+                        total=len(new), warnings=warnings, unchanged=same, sealed=sealed,
+                        removed_ids=[r["id"] for r in gone])
     if cfg.embedding.provider != "none":
         try:
             report.embedded = embed_metadata(con, cfg)
@@ -189,6 +194,11 @@ def rotate_key(con, cfg) -> int:
             plain = keyfile.decrypt(old_key, sid, row["nonce"], row["ciphertext"], use)
             n2, b2 = keyfile.encrypt(new_key, sid, plain, use)
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
+        from . import removed
+        for row in removed.rows(con):                  # the removed ones stay restorable
+            use = _row_bound(row)
+            plain = keyfile.decrypt(old_key, row["id"], row["nonce"], row["ciphertext"], use)
+            removed.replace_ciphertext(con, row["id"], *keyfile.encrypt(new_key, row["id"], plain, use))
     # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
     # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
     try:
@@ -198,10 +208,26 @@ def rotate_key(con, cfg) -> int:
     return len(rows)
 
 
-def backup_key(con, cfg, dest):
-    """Copy the vault key to `dest` (inplace.backup_key), for the person to keep elsewhere."""
-    from .inplace import backup_key as write_backup
-    return write_backup(con, cfg, dest, probe=_probe(con))
+def restore(con, cfg, secret_id: str) -> tuple:
+    """Write a secret a sync removed back into its file (values sealed), then sync: (file, report)."""
+    import json
+
+    from . import removed
+    from .inplace import append_entry, seal
+    from .secretfile import load_secret_files
+    row = removed.row_of(con, secret_id)
+    entries, _ = load_secret_files(cfg.secrets)
+    removed.require_absent(entries, secret_id)
+    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
+    values = json.loads(keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row)))
+    text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
+    target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
+    append_entry(target, text)
+    report = sync(con, cfg)
+    with db.transaction(con):
+        removed.forget(con, row["id"])
+    audit.log(con, "secret.restore", row["id"], argv="", verdict=f"written back into {target}")
+    return target, report
 
 
 def first_fault(con, cfg) -> str | None:
@@ -220,10 +246,6 @@ def first_fault(con, cfg) -> str | None:
     except RecallError as exc:
         return str(exc)
     return None
-
-
-def key_file(cfg):
-    return keyfile.key_path(cfg.home)
 
 
 # -- reading metadata (works without the crypto extra) -------------------------------------------
@@ -290,8 +312,12 @@ def row_named(con, secret_id: str):
 def _public(row, status=None) -> dict:
     import json
     meta = json.loads(row["meta"])
+    variables = json.loads(row["variables"])
+    if row["inject"] == "stdin":        # the value goes to stdin: its variable is never set
+        stdin_field = "" if "" in variables.values() else "password"
+        variables = {v: f for v, f in variables.items() if f != stdin_field}
     out = {"id": row["id"], **meta, "tags": json.loads(row["tags"]),
-           "variables": sorted(json.loads(row["variables"])), "inject": row["inject"],
+           "variables": sorted(variables), "inject": row["inject"],
            "check": row["check_cmd"], "file": f"{row['file']}:{row['line']}"}
     if meta.get("proxy"):               # inject: proxy — where the value may go, said once for cli and MCP
         p = meta["proxy"]

@@ -592,3 +592,11 @@ def test_get_print_with_a_terminal_on_stdin_but_a_pipe_on_stdout_is_refused(vaul
     code, out = _in_pty(["/bin/sh", "-c", line], dict(os.environ), answer=b"WORD")
     assert b"Type the word" not in out and CANARY.encode() not in out + got.read_bytes()
     assert b"prints a value only to a real terminal" in out
+
+
+def test_show_of_a_stdin_secret_lists_no_variable(vault_cfg, cli):
+    cfg, con, _ = vault_cfg
+    assert vault.show(con, "sudo-pass")["variables"] == []
+    code, out, _ = cli("secret", "show", "sudo-pass")
+    assert code == 0 and "SUDO_PASS" not in out and "inject: stdin — the value, then a newline" in out
+    assert vault.show(con, "jira-api-token")["variables"] == ["JIRA_API_TOKEN"]
