@@ -428,3 +428,27 @@ def test_a_json_form_with_non_ascii_kept_and_html_characters_escaped_is_masked()
     assert b"\\u003c" in out and "é".encode() in out and CORE.encode() in out, out
     assert Masker({"v": [value]}).mask(out).count(b"[recall:v]") == 1
     assert CORE.encode() not in Masker({"v": [value]}).mask(out)
+
+
+def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
+    """release() (the stream went quiet) lets a prefix of another secret go as it always did, but
+    keeps a prefix of the child's own value until the next bytes decide; flush() masks one of 4+."""
+    own = masker.stream(given=["api-token"])
+    assert own.feed(b"key=" + TOKEN[:5].encode()) == b""
+    assert own.release() == b"key=" and not own.holding
+    assert own.feed(TOKEN[5:].encode() + b" ok!") == b""
+    assert own.flush() == b"[recall:api-token] ok!"
+    own = masker.stream(given=["api-token"])
+    own.feed(b"key=" + TOKEN[:5].encode())
+    assert own.release() == b"key="
+    own.feed(b"-not-it")
+    assert own.release() + own.flush() == TOKEN[:5].encode() + b"-not-it"
+    other = masker.stream(given=["db-password"])
+    other.feed(b"key=" + TOKEN[:5].encode())
+    assert other.release() == b"key=" + TOKEN[:5].encode()
+    end = masker.stream(given=["api-token"])
+    end.feed(b"x " + TOKEN[:4].encode())
+    assert end.flush() == b"x [recall:api-token]"
+    end = masker.stream(given=["api-token"])
+    end.feed(b"x " + TOKEN[:3].encode())
+    assert end.flush() == b"x " + TOKEN[:3].encode()
