@@ -76,25 +76,35 @@ def world(tmp_path, monkeypatch):
     return tmp_path, secrets
 
 
+# (argv, the exit code it must end with, stdin): a command that fails early must not pass unseen.
+KEY_COPY = "/tmp/recall-canary-key-copy"      # replaced per test by the fixture's own folder
 COMMANDS = [
-    ["secret", "sync"], ["index"], ["index", "--full"], ["search", "canary"], ["search", "old", "token"],
-    ["read", "jira/pasted.md"], ["search", "canary"], ["search", "token"], ["--json", "search", "canary-host"],
-    ["read", "incidents/2023/INC-10963-db-failover.md"], ["read", "secrets.yaml"], ["doctor"],
-    ["secret", "sync"], ["secret", "find", "canary"], ["--json", "secret", "find", "token"],
-    ["secret", "show", "canary-token"], ["--json", "secret", "show", "canary-token"],
-    ["secret", "command", "canary-token"], ["secret", "command", "canary-token", "--", "env"],
-    ["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD],
-    ["secret", "exec", "canary-token", "--stdin", "--", sys.executable, "-c", "import sys; print(sys.stdin.read())"],
-    ["secret", "exec", "canary-token", "--", "no-such-program-xyz"],
-    ["secret", "exec", "canary-token", "--", "env"],
-    ["secret", "get", "canary-token"], ["secret", "log"], ["--json", "secret", "log", "canary-token"],
-    ["access", "find", "canary"], ["access", "show", "canary-host"],
-    ["access", "exec", "canary-host", "--", sys.executable, "-c", CHILD],
-    ["access", "exec", "canary-host"], ["access", "exec", "behind-vpn"],
-    ["access", "exec", "canary-stdin-host", "--", sys.executable, "-c", "import sys; print(sys.stdin.read())"],
-    ["verify", "--dry-run"], ["--json", "verify", "--dry-run"], ["verify"], ["--json", "verify"],
-    ["access", "show", "canary-host"], ["secret", "show", "canary-token"], ["secret", "rotate-key"],
-    ["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD], ["instructions"],
+    (["secret", "sync"], 0), (["index"], 0), (["index", "--full"], 0), (["search", "canary"], 0),
+    (["search", "old", "token"], 0), (["read", "jira/pasted.md"], 0), (["search", "canary"], 0),
+    (["search", "token"], 0), (["--json", "search", "canary-host"], 0),
+    (["read", "incidents/2023/INC-10963-db-failover.md"], 0), (["read", "secrets.yaml"], 1), (["doctor"], 1),
+    (["secret", "sync"], 0), (["secret", "find", "canary"], 0), (["--json", "secret", "find", "token"], 0),
+    (["secret", "show", "canary-token"], 0), (["--json", "secret", "show", "canary-token"], 0),
+    (["secret", "command", "canary-token"], 0), (["secret", "command", "canary-token", "--", "env"], 0),
+    (["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD], 0),
+    (["secret", "exec", "canary-token", "--stdin", "--", sys.executable, "-c",
+      "import sys; print(sys.stdin.read())"], 0),
+    (["secret", "exec", "canary-token", "--", "no-such-program-xyz"], 1),
+    (["secret", "exec", "canary-token", "--", "env"], 0),
+    (["secret", "get", "canary-token"], 1), (["secret", "get", "canary-token", "--print"], 1),
+    (["secret", "log"], 0), (["--json", "secret", "log", "canary-token"], 0),
+    (["access", "find", "canary"], 0), (["access", "show", "canary-host"], 0),
+    (["access", "exec", "canary-host", "--", sys.executable, "-c", CHILD], 0),
+    (["access", "exec", "canary-host"], 0), (["access", "exec", "behind-vpn"], 69),
+    (["access", "exec", "canary-stdin-host", "--", sys.executable, "-c", "import sys; print(sys.stdin.read())"], 0),
+    (["verify", "--dry-run"], 0), (["--json", "verify", "--dry-run"], 0), (["verify"], 1), (["--json", "verify"], 1),
+    (["access", "show", "canary-host"], 0), (["secret", "show", "canary-token"], 0),
+    (["secret", "set", "canary-token"], 0, f"{CANARY}-set\n"),            # a new value from stdin
+    (["secret", "set", "canary-sudo"], 0, f"sudo-{CANARY}\n"),
+    (["secret", "key", "backup", KEY_COPY], 0), (["secret", "key", "backup", KEY_COPY], 1),
+    (["secret", "rotate-key"], 0), (["secret", "sync"], 0),
+    (["secret", "exec", "canary-token", "--", sys.executable, "-c", CHILD], 0), (["instructions"], 0),
+    (["doctor"], 1), (["secret", "log"], 0), (["secret", "restore", "canary-sudo"], 1),
 ]
 
 
@@ -123,35 +133,75 @@ def by_args(outputs, args):
     return next(r for a, r in outputs if a == args)
 
 
-def test_the_canary_never_leaves(world):
-    tmp_path, secrets = world
-    outputs = []
-    for args in COMMANDS:
-        r = run_recall(*args, timeout=120)
+def _run_all(commands, tmp_path, outputs) -> None:
+    for args, code, *stdin in commands:
+        args = [str(tmp_path / "key-copy") if a == KEY_COPY else a for a in args]
+        r = run_recall(*args, timeout=120, input=stdin[0] if stdin else None)
         assert "Traceback" not in r.stderr, (args, r.stderr)
         _assert_clean(f"`recall {' '.join(map(str, args))}` output", r.stdout + r.stderr)
+        assert r.returncode == code, (args, r.returncode, r.stdout[-300:], r.stderr[-300:])
         outputs.append((args, r))
-    by = {tuple(a): r for a, r in outputs}
-    child = by[tuple(next(c for c in COMMANDS if c[:2] == ["secret", "exec"] and c[-1] == CHILD))]
-    assert child.stdout.splitlines() == ["argv-clean", "[recall:canary-token]"]
-    assert by[("secret", "get", "canary-token")].returncode == 1
-    assert "[recall:canary-token]" in by[("read", "jira/pasted.md")].stdout
-    assert "jira/pasted.md" in by[("search", "old", "token")].stdout
-    assert by[("access", "exec", "behind-vpn")].returncode == 69
-    by_access_stdin = by[tuple(next(c for c in COMMANDS if "canary-stdin-host" in c))]
-    assert (by_access_stdin.returncode, by_access_stdin.stdout) == (0, "[recall:canary-sudo]\n\n"), \
-        by_access_stdin.stderr
-    by_stdin = by[tuple(next(c for c in COMMANDS if "--stdin" in c))]
-    assert (by_stdin.returncode, by_stdin.stdout) == (0, "[recall:canary-token]\n\n"), by_stdin.stderr
+
+
+def _assert_files_clean(tmp_path) -> None:
+    """No form of the canary in any file of the notes tree (the secrets file too), the state folder
+    (DB, WAL, logs) or HOME: `grep -r` finds nothing."""
     state = Path(os.environ["RECALL_HOME"])
     files = [p for p in state.rglob("*") if p.is_file() and p.name != "vault.key"]
     assert any(p.name == "recall.db" for p in files)
-    for path in files:
+    notes = [p for p in (tmp_path / "notes").rglob("*") if p.is_file() and p.name != "pasted.md"]
+    assert any(p.name == "secrets.yaml" for p in notes)     # (pasted.md: a value the user pasted, on purpose)
+    for path in files + notes:
         _assert_clean(str(path), path.read_bytes())
     _assert_db_clean(state / "recall.db")
     for path in glob.glob(str(tmp_path / "home" / "**"), recursive=True):
         if os.path.isfile(path):
             _assert_clean(path, open(path, "rb").read())
+
+
+def test_the_canary_never_leaves(world):
+    tmp_path, secrets = world
+    outputs = []
+    _run_all(COMMANDS, tmp_path, outputs)
+    by = {tuple(a): r for a, r in outputs}
+    child = by[tuple(next(c[0] for c in COMMANDS if c[0][:2] == ["secret", "exec"] and c[0][-1] == CHILD))]
+    assert child.stdout.splitlines() == ["argv-clean", "[recall:canary-token]"]
+    assert "[recall:canary-token]" in by[("read", "jira/pasted.md")].stdout
+    assert "jira/pasted.md" in by[("search", "old", "token")].stdout
+    by_access_stdin = by[tuple(next(c[0] for c in COMMANDS if "canary-stdin-host" in c[0]))]
+    assert by_access_stdin.stdout == "[recall:canary-sudo]\n\n", by_access_stdin.stderr
+    by_stdin = by[tuple(next(c[0] for c in COMMANDS if "--stdin" in c[0]))]
+    assert by_stdin.stdout == "[recall:canary-token]\n\n", by_stdin.stderr
+    assert "ENC[AES256_GCM," in secrets.read_text()
+    _assert_files_clean(tmp_path)
+    # a cut-short file: the removed secret is named, listed, and written back sealed
+    text = secrets.read_text()
+    secrets.write_text(text[:text.index("- id: canary-sudo")])
+    _run_all([(["secret", "sync"], 0), (["secret", "log"], 0), (["--json", "secret", "log"], 0),
+              (["secret", "restore", "canary-sudo"], 0), (["secret", "restore", "canary-sudo"], 1),
+              (["access", "exec", "canary-stdin-host", "--", sys.executable, "-c",
+                "import sys; print(sys.stdin.read())"], 0)], tmp_path, outputs)
+    assert "removed: canary-sudo" in outputs[-6][1].stdout and "  canary-sudo  from " in outputs[-5][1].stdout
+    assert outputs[-1][1].stdout == "[recall:canary-sudo]\n\n"
+    _assert_files_clean(tmp_path)
+
+
+def test_get_through_the_clipboard_leaves_the_value_only_in_the_clipboard(world):
+    """A fake xclip on PATH records what it is given; the terminal, the DB and the files stay clean."""
+    from tests.conftest import REPO
+    from tests.test_vault import _fake_clipboard, _in_pty
+    tmp_path, secrets = world
+    assert run_recall("secret", "sync").returncode == 0
+    bin_dir, seen = _fake_clipboard(tmp_path)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    code, out = _in_pty([sys.executable, str(REPO / "recall.py"), "secret", "get", "canary-token"], env)
+    assert code == 0 and b"copied the value of canary-token to the clipboard (xclip)" in out
+    _assert_clean("the terminal of `secret get`", out)
+    assert CANARY in seen.read_text()                       # it did reach the clipboard
+    seen.unlink()
+    r = run_recall("secret", "log")
+    assert r.returncode == 0 and "copied to the clipboard (xclip)" in r.stdout
+    _assert_files_clean(tmp_path)
 
 
 def test_a_value_indexed_before_the_vault_knew_it_leaves_the_db_at_sync(world):
