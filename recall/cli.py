@@ -63,8 +63,11 @@ class _OnlyVerb:
         return self.sub.add_parser(name, **kwargs) if self.only in (None, name) else _Skipped()
 
 
-def _modes() -> list:
-    from .search import MODES  # the one list, search's own; loaded only with the search or eval parser
+def _modes(parser) -> list:
+    """Search's own list of modes; imported only for the search or eval parser this run builds."""
+    if isinstance(parser, _Skipped):
+        return []
+    from .search import MODES
     return list(MODES)
 
 
@@ -116,7 +119,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
     p.add_argument("query", nargs="+", help="words, identifiers, or a question")
     p.add_argument("-n", "--limit", dest="n", type=int, default=10, help="number of hits (default 10)")
-    p.add_argument("--mode", default="auto", choices=_modes(),
+    p.add_argument("--mode", default="auto", choices=_modes(p),
                    help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
     p.add_argument("--explain", action="store_true", help="show ranks, scores and the route")
@@ -163,7 +166,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", parents=[common], help="score search against golden queries")
     p.add_argument("golden", metavar="GOLDEN.jsonl")
     p.add_argument("--mode", action="append",
-                   choices=[*_modes(), "hybrid+rerank"],
+                   choices=[*_modes(p), "hybrid+rerank"],
                    help="mode(s) to score, side by side (default: keyword, semantic and hybrid when "
                         "a provider is configured, else auto); hybrid+rerank costs Voyage calls")
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")
