@@ -150,8 +150,8 @@ class _Events:
 class Watcher:
     """Follows `cfg`'s sources in a thread of this process (`start`) or in the foreground (`run`):
     each change is indexed for keyword search at once (`run_index(embed=False)`, which keeps what a
-    vanished folder held), and embedded once nothing changed for QUIET_S, under the index lock and
-    the token cap like any run. `redactor`/`load_values` are the vault's, as run_index takes them;
+    vanished folder held), and embedded once nothing changed for QUIET_S, each text claimed in the
+    ledger and counted against the token cap like any run. `redactor`/`load_values` are the vault's, as run_index takes them;
     `report(kind, result)` hears each pass ('index' or 'embed')."""
 
     def __init__(self, cfg, *, redactor, load_values=None, report=None):
@@ -209,8 +209,8 @@ class Watcher:
                 if unembedded and time.monotonic() - last_change >= QUIET_S:
                     unembedded = False
                     try:
-                        with db.index_lock(cfg.db_path):        # one embedding run per DB: never billed twice
-                            rep = embed_pending(con, cfg, redactor=self.redactor, load_values=self.load_values)
+                        # as run_index's own pass: each text claimed in the ledger first, never billed twice
+                        rep = embed_pending(con, cfg, redactor=self.redactor, load_values=self.load_values)
                         if self.report:
                             self.report("embed", rep)
                     except (RecallError, OSError) as exc:
