@@ -22,24 +22,12 @@ from pathlib import Path
 
 from common import OUT, REPO, machine, write_section
 
-DEPTH = 10        # files per query, as the dev set's scorer reads them
-
 
 def load_scorer(devset: Path):
     spec = importlib.util.spec_from_file_location("devset_baseline", devset / "baseline.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def files_for(hits) -> list:
-    """Hits → files, first occurrence kept (the dev set scores files)."""
-    seen, out = set(), []
-    for h in hits:
-        if h.relpath not in seen:
-            seen.add(h.relpath)
-            out.append(h.relpath)
-    return out[:DEPTH]
 
 
 def score(scorer, queries: list, runs: dict) -> dict:
@@ -80,6 +68,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from recall import db, vault
     from recall.config import load_config
+    from recall.evaluate import ranked_files
     from recall.index import run_index
     from recall.search import search
 
@@ -104,9 +93,9 @@ def main() -> int:
         runs, took = {}, []
         for q in queries:
             t = time.perf_counter()
-            hits = search(con, cfg, q["query"], n=2 * DEPTH, mode=mode, remotes=False).hits
+            runs[q["id"]] = ranked_files(lambda text, m, n: [h.relpath for h in search(
+                con, cfg, text, n=n, mode=m, remotes=False).hits], q["query"], mode)
             took.append(time.perf_counter() - t)
-            runs[q["id"]] = files_for(hits)
         with open(outdir / f"run-{mode}.jsonl", "w") as fh:
             for qid, ranked in runs.items():
                 fh.write(json.dumps({"id": qid, "ranked": ranked}) + "\n")
@@ -126,12 +115,14 @@ def main() -> int:
             cells = " ".join(f"{m[:3]} {detail[m][q['id']][0]:.2f}/{detail[m][q['id']][1]:.2f}" for m in modes)
             print(f"{q['id']} {q['type'][:5]} {cells}  {q['query'][:60]}")
     if args.write:
-        write_section("devset", f"""
-## Dev set: recall@5 / MRR@10 / nDCG@10 per mode (issue 13)
+        name = "devset" if devset.name == "devset" else f"devset-{devset.name}"
+        write_section(name, f"""
+## Dev set `{devset.name}`: recall@5 / MRR@10 / nDCG@10 per mode (issues 13, 24)
 
-{machine()}. `python3 bench/bench_devset.py ../shared/devset --write`: the dev set's {files} pages
+{machine()}. `python3 bench/bench_devset.py ../shared/{devset.name} --write`: the dev set's {files} pages
 ({chunks} chunks) indexed with `embedding.provider: {args.provider}` (all-MiniLM-L6-v2), its {len(queries)}
-queries searched per mode (20 hits → the first 10 files), scored by its own `baseline.py`.
+queries searched per mode (the first 10 distinct files, as `recall eval` ranks them), scored by its own
+`baseline.py`.
 
 ```
 {text}

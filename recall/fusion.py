@@ -7,15 +7,19 @@ from datetime import date as _date
 PER_FILE = 2                  # chunks of one file on a page of hits
 RRF_K = 60                    # plain RRF: the baseline every fusion change is measured against
 FUSION_K = 60
-FUSION_WEIGHTS = {"vector": 1.0, "keyword": 1.0, "identifiers": 1.0}
+FUSION_WEIGHTS = {"vector": 1.0, "keyword": 0.2, "identifiers": 1.0}
 FILE_SUPPORT = 0.1            # keyword route: share of a file's next candidates' BM25 added to each chunk
 FILE_SUPPORT_N = 2
 FUSED_FILE_SUPPORT = 0.0    # the same in a fused question (a share of RRF scores)
+FUSION = "convex"               # or "convex": each list's scores scaled into [0, 1] and summed
+CONVEX_IDENT = 0.1
+CONVEX_NORM = "minmax"
 FILE_FUSION = False           # fuse files' ranks (a file's best chunk in each list), chunks within a file by their own
 # Recency multiplies relevance (BM25, or the RRF score), never the identifier tier: at a 0.95 floor
 # it can lift a newer note only over one less than ~5% more relevant — it breaks near-ties.
 RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
+FUSED_RECENCY = False         # recency on an RRF score too (whose neighbours are always near-ties)
 
 
 def recency_factor(date: str, today: _date | None = None) -> float:
@@ -87,6 +91,7 @@ def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None,
     kw_at = {cid: (rank, score, info) for rank, (cid, score, info) in enumerate(kw, start=1)}
     vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
     fused = rrf(lists, k, weights)
+    scaled = _convex(kw, vec, weights) if FUSION == "convex" else None
     per_file = {}
     if FILE_FUSION and file_of:
         ranks = {name: _file_ranks(ids, file_of) for name, ids in lists.items()}
@@ -101,14 +106,32 @@ def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None,
         if cid in vec_at:
             rank, sim = vec_at[cid]
             per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
-        info = {"lists": per_list, "rrf": round(score, 6)}
-        relevance = score
+        relevance = score if scaled is None else scaled[cid]
+        info = {"lists": per_list, ("rrf" if scaled is None else "scaled"): round(relevance, 6)}
         if per_file and file_of.get(cid) in per_file:
             info["file_rrf"] = round(per_file[file_of[cid]], 6)
             relevance = per_file[file_of[cid]] + score * 1e-3      # a file's rank, then its chunks' own
         scored.append((cid, relevance, info))
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored
+
+
+def _unit(pairs: list) -> dict:
+    """{id: score min-max scaled into [0, 1] over its list}."""
+    if not pairs:
+        return {}
+    lo, hi = min(s for _, s in pairs) if CONVEX_NORM == "minmax" else 0.0, max(s for _, s in pairs)
+    return {c: (s - lo) / (hi - lo) if hi > lo else 1.0 for c, s in pairs}
+
+
+def _convex(kw: list, vec: list, weights: dict) -> dict:
+    """Score fusion: {chunk_id: each list's score scaled into [0, 1] (its best 1, its last 0),
+    summed with the lists' weights; holding an identifier adds CONVEX_IDENT × its weight}."""
+    v = _unit(list(vec))
+    b = _unit([(c, s) for c, s, _ in kw])
+    held = {c for c, _, info in kw if info["exact_identifiers"]}
+    return {cid: weights.get("vector", 1.0) * v.get(cid, 0.0) + weights.get("keyword", 1.0) * b.get(cid, 0.0)
+            + weights.get("identifiers", 1.0) * CONVEX_IDENT * (cid in held) for cid in set(v) | set(b)}
 
 
 def keyword_first(kw: list, vec: list) -> list:

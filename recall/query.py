@@ -33,7 +33,7 @@ class Query:
     """What every part of a search reads of the query: nothing downstream splits the text again."""
     text: str
     tokens: tuple         # split at white space, surrounding quotes and punctuation stripped
-    identifiers: tuple    # the tokens someone types only to find that exact thing, lower-cased, once each
+    identifiers: tuple    # the tokens someone types only to find that exact thing, as the index holds them
     phrases: tuple        # FTS5 phrases (a token's words), question words dropped, once each
     words: tuple          # every word as SQLite's unicode61 cuts it, lower-cased
     lookup: str           # why the query looks up one exact thing ("" for a question)
@@ -65,10 +65,10 @@ def is_flag(token: str) -> bool:
 
 
 def lookup_of(text: str, tokens: list) -> str:
-    """Why a query is a lookup of one exact thing, or "": made only of identifiers, a command with
-    a flag, or a string in quotes (a pasted error message)."""
-    if terms.is_identifier_query(text):
-        return "identifier"
+    """Why a query is a lookup of one exact thing, or "": made only of identifiers (or one token
+    holding punctuation), a command with a flag, or a string in quotes (a pasted error message)."""
+    if terms.is_identifier_query(text) or (len(tokens) == 1 and not tokens[0].isalnum()):
+        return "identifier"             # also one token of code: _netdev, RespectIgnoreDifferences=true
     if len(tokens) <= COMMAND_TOKENS and any(is_flag(t) for t in text.split()):
         return "command with flags"
     if len(text) > 2 and text[0] in QUOTES and text[-1] in QUOTES and len(tokens) >= 2:
@@ -82,7 +82,7 @@ def parse_query(text: str) -> Query:
     phrases = [" ".join(ws) for ws in (terms.words(t) for t in tokens) if ws]
     content = [p for p in phrases if p not in terms.QUERY_SKIP]
     return Query(text=text, tokens=tuple(tokens),
-                 identifiers=tuple(dict.fromkeys(t.lower() for t in tokens if terms.is_identifier(t))),
+                 identifiers=tuple(dict.fromkeys(t.lower().strip("-.") for t in tokens if terms.is_identifier(t))),
                  phrases=tuple(dict.fromkeys(content or phrases)), words=tuple(terms.words(text)),
                  lookup=lookup_of(text, tokens))
 

@@ -97,19 +97,20 @@ def _gone(con, scored: list) -> bool:
     return found < len(ids)
 
 
-def shape(con, cfg, q: Query, scored: list, rows: dict, n: int, explain: bool, file_share: float = 0.0) -> list:
+def shape(con, cfg, q: Query, got, n: int, explain: bool) -> list:
     """Apply recency to each candidate's relevance, sort, keep at most PER_FILE chunks per file,
-    build Hits. `scored` is [(chunk_id, relevance, info)]; the tier comes from info."""
+    build Hits from `got` (Candidates); a candidate's tier comes from its info."""
+    scored, rows = got.scored, got.rows
     roots = {s.name: Path(s.path) for s in cfg.sources}
     today = _date.today()
     qt = QueryTerms(q)
-    support = fusion.file_support(scored, {cid: r["file_id"] for cid, r in rows.items()}, file_share)
+    support = fusion.file_support(scored, {cid: r["file_id"] for cid, r in rows.items()}, got.file_share)
     final = []
     for cid, score, info in scored:
         row = rows.get(cid)
         if row is None:
             continue
-        factor = recency_factor(row["date"], today)
+        factor = recency_factor(row["date"], today) if got.recency else 1.0
         if support.get(cid):
             info = dict(info, file_support=round(support[cid], 6))
         final.append((final_score(tier_of(info), score + support.get(cid, 0.0), factor), factor, cid, info, row))
@@ -184,11 +185,23 @@ def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: boo
     return result
 
 
-def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList | None):
-    """(route, [(chunk_id, relevance, info)], the chunks' rows, exhausted, file support's share):
-    the route's lists, fused.
-    A hybrid search whose keyword list holds a lookup's match (or a note holds the whole query word
-    for word) is keyword-first: the vector list's other chunks follow it."""
+@dataclass
+class Candidates:
+    """What a route's lists give the shaping: the route taken (a hybrid search may turn
+    keyword-first), [(chunk_id, relevance, info)], the chunks' rows, whether the lists ran out,
+    file support's share and whether recency weighs in."""
+    route: Route
+    scored: list
+    rows: dict
+    exhausted: bool
+    file_share: float
+    recency: bool
+
+
+def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList | None) -> Candidates:
+    """The route's lists, fused. A hybrid search whose keyword list holds a lookup's match (or a
+    note holding the whole query word for word) is keyword-first: the vector list's other chunks
+    follow it."""
     if not route.vectors:
         kw, vec = keyword_ranked(con, q, pool), []
     elif route.kind == "hybrid" and vector_search.own_connection:
@@ -199,12 +212,12 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
     rows = _load_chunks(con, list(dict.fromkeys([c for c, _, _ in kw] + [c for c, _ in vec])))
     exhausted = len(kw) < pool and (not route.vectors or len(vec) < pool)
     if not route.vectors:
-        return route, fusion.keyword_only(kw), rows, exhausted, fusion.FILE_SUPPORT
+        return Candidates(route, fusion.keyword_only(kw), rows, exhausted, fusion.FILE_SUPPORT, True)
     if route.kind == "hybrid" and (q.lookup or any("word_for_word" in info for _, _, info in kw)):
-        return (Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec), rows, exhausted,
-                fusion.FILE_SUPPORT)
-    file_of = {cid: r["file_id"] for cid, r in rows.items()}
-    return route, fusion.fuse(kw, vec, file_of=file_of), rows, exhausted, fusion.FUSED_FILE_SUPPORT
+        return Candidates(Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec), rows,
+                          exhausted, fusion.FILE_SUPPORT, True)
+    scored = fusion.fuse(kw, vec, file_of={cid: r["file_id"] for cid, r in rows.items()})
+    return Candidates(route, scored, rows, exhausted, fusion.FUSED_FILE_SUPPORT, fusion.FUSED_RECENCY)
 
 
 def ranked_hits(con, cfg, q: Query, route: Route, n: int, *, explain=False, rerank=False,
@@ -217,15 +230,16 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, *, explain=False, rera
     pool = max(50, want * 5)
     while True:
         try:
-            route, scored, rows, exhausted, share = candidates(con, q, route, pool, vector_search)
+            got = candidates(con, q, route, pool, vector_search)
         except RecallError as exc:
             if not auto or not route.vectors:
                 raise
             notices.append(f"keyword results only: {exc}")
             route = Route("keyword", "vector search unavailable")
             continue
-        hits = shape(con, cfg, q, scored, rows, want, explain, share)
-        if len(hits) >= want or exhausted:
+        route, scored = got.route, got.scored
+        hits = shape(con, cfg, q, got, want, explain)
+        if len(hits) >= want or got.exhausted:
             break
         from .vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
         if pool >= VEC_K_MAX:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from recall import db, embed, vault
+from recall import db, embed, fusion, vault
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.fusion import fuse
@@ -80,9 +80,7 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
     for entry in ex["lists"].values():
         assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
-    from recall.fusion import FUSION_K, FUSION_WEIGHTS
-    assert ex["rrf"] == pytest.approx(sum(FUSION_WEIGHTS[name] / (FUSION_K + e["rank"])
-                                          for name, e in ex["lists"].items()), abs=1e-6)
+    assert 0 < ex["scaled"] <= sum(fusion.FUSION_WEIGHTS.values())       # the lists' scaled scores, weighted
     assert any("route: hybrid" in n for n in res.notices)
 
 
@@ -93,19 +91,28 @@ def test_identifier_route_in_auto_mode(voyage):
     assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
 
 
-def test_rrf_fuses_weighted_and_identifier_holders_are_one_more_list():
-    from recall.fusion import FUSION_K, FUSION_WEIGHTS
+def test_rrf_fuses_weighted_and_identifier_holders_are_one_more_list(monkeypatch):
+    monkeypatch.setattr(fusion, "FUSION", "rrf")
     kw = [(1, 0.5, {"exact_identifiers": 0}), (2, 0.4, {"exact_identifiers": 0}), (3, 1.2, {"exact_identifiers": 1})]
     vec = [(2, 0.9), (4, 0.8), (1, 0.7)]
-    scored = fuse(kw, vec)
-    by = {cid: (s, info) for cid, s, info in scored}
-    assert by[2][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 2)
-                                            + FUSION_WEIGHTS["vector"] / (FUSION_K + 1), abs=1e-6)
-    assert by[3][1]["rrf"] == pytest.approx(FUSION_WEIGHTS["keyword"] / (FUSION_K + 3)
-                                            + FUSION_WEIGHTS["identifiers"] / (FUSION_K + 1), abs=1e-6)
+    w, k = {"vector": 1.0, "keyword": 0.5, "identifiers": 0.25}, 60
+    by = {cid: (s, info) for cid, s, info in fuse(kw, vec, k, w)}
+    assert by[2][1]["rrf"] == pytest.approx(0.5 / (k + 2) + 1 / (k + 1), abs=1e-6)
+    assert by[3][1]["rrf"] == pytest.approx(0.5 / (k + 3) + 0.25 / (k + 1), abs=1e-6)
     assert fuse(kw, vec, 60, {})[0][2]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)   # plain RRF
     assert by[4][1]["lists"] == {"vector": {"rank": 2, "similarity": 0.8}}
-    assert [c for c, _, _ in scored] == sorted(by, key=lambda c: (-by[c][0], c))
+
+
+def test_score_fusion_scales_each_list_and_weighs_them():
+    kw = [(1, 8.0, {"exact_identifiers": 0}), (2, 4.0, {"exact_identifiers": 0}), (3, 0.0, {"exact_identifiers": 1})]
+    vec = [(2, 0.9), (4, 0.7), (1, 0.5)]
+    w = {"vector": 1.0, "keyword": 0.2, "identifiers": 1.0}
+    by = {cid: s for cid, s, _ in fuse(kw, vec, weights=w)}
+    assert by[2] == pytest.approx(1.0 + 0.2 * 0.5)            # first in the vectors, halfway in BM25
+    assert by[1] == pytest.approx(0.0 + 0.2 * 1.0)
+    assert by[4] == pytest.approx(0.5)
+    assert by[3] == pytest.approx(fusion.CONVEX_IDENT)        # holds the identifier: a bounded lift
+    assert [c for c, _, _ in fuse(kw, vec, weights=w)] == [2, 4, 1, 3]
 
 
 def test_semantic_mode_uses_only_the_vector_list(voyage):

@@ -458,3 +458,30 @@ def test_a_note_rewritten_while_a_search_reads_is_still_found(indexed, notes, mo
     hits = search(reader, cfg, "INC-10963", mode="keyword").hits
     assert rewritten and hits and hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
     assert not reader.in_transaction
+
+
+@pytest.mark.parametrize("query, reason", [
+    ("kubectl drain --ignore-daemonsets", "command with flags"),
+    ('"connection reset by peer"', "quoted string"),
+    ("_netdev", "identifier"), ("RespectIgnoreDifferences=true", "identifier"),
+    ("INC-10963", "identifier"), ("pg-prod-03", "identifier")])
+def test_a_lookup_routes_keyword_first_even_with_a_provider(query, reason):
+    from recall.query import parse_query, route_for
+    assert route_for("auto", parse_query(query), "local") == Route("keyword", reason)
+
+
+@pytest.mark.parametrize("query", ["how do we use kubectl drain safely on a node", "who is on-call for db2 this week",
+                                   "connection reset by peer"])
+def test_a_question_holding_an_identifier_or_a_command_word_reads_both_lists(query):
+    from recall.query import parse_query, route_for
+    assert route_for("auto", parse_query(query), "local") == Route("hybrid")
+
+
+def test_a_command_with_flags_finds_the_note_holding_the_flag_first(config, notes):
+    write_tree(notes, {
+        "runbooks/drain.md": "# Node maintenance\n\nRun `kubectl drain node-7 --ignore-daemonsets` first.\n",
+        "notes/kubectl.md": "# kubectl tips\n\nkubectl drain, kubectl cordon: drain drains, kubectl kubectl.\n"})
+    cfg, con = _index()
+    res = search(con, cfg, "kubectl drain --ignore-daemonsets")
+    assert res.route == Route("keyword", "command with flags")
+    assert _rels(res)[0] == "runbooks/drain.md"
