@@ -134,7 +134,45 @@ def _held(key, tool):
 
 
 def _json(obj):
-    return json.dumps(obj, indent=1, ensure_ascii=False, default=str)
+    """Compact JSON (no indentation: every space is a token the agent pays for)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# What a response leaves out, and why: each is said by another field of the same response, is
+# for a person's terminal, or is what the agent itself just sent.
+HIT_FIELDS = ("read", "breadcrumb", "snippet", "date")  # read: 'source:relpath:line', the note named once
+ENTRY_DROPS = {"block", "file", "line"}       # block: these fields as text; file:line: for the user's editor
+FIND_FIELDS = ("id", "service", "kind", "environment", "notes", "variables")   # enough to choose one
+SHOW_DROPS = {"check"}                        # the proof recall_verify runs; the agent names `use` instead
+
+
+def _lean(d: dict, drop=()) -> dict:
+    """d without empty values and without the keys in `drop`."""
+    return {k: v for k, v in d.items() if k not in drop and v not in ("", [], {}, None)}
+
+
+def _lean_secret(meta: dict) -> dict:
+    """A secret's metadata without its proof, and `inject` only when it is not the default env."""
+    return _lean(meta, SHOW_DROPS | ({"inject"} if meta.get("inject") == "env" else set()))
+
+
+def _lean_search(data: dict) -> dict:
+    """A search's answer for the agent: its route (why nothing matched by meaning), the access
+    entries and hits it acts on, nothing twice (no query or mode echoed, no text block of the entry's own fields, no absolute path beside `read`,
+    no terminal highlight offsets)."""
+    out = {"route": data["route"]}
+    if data.get("access"):
+        out["access"] = [_lean(a, ENTRY_DROPS) for a in data["access"]]
+    out["hits"] = [{k: h[k] for k in HIT_FIELDS if h.get(k) not in (None, "")} for h in data["hits"]]
+    for h, full in zip(out["hits"], data["hits"]):
+        heading = full.get("breadcrumb", "").rsplit(" › ", 1)[-1]
+        if heading and h.get("snippet", "").startswith(heading + " "):     # the breadcrumb says it
+            h["snippet"] = h["snippet"][len(heading) + 1:]
+        if full.get("explain"):
+            h["explain"] = full["explain"]
+    if data.get("notices"):
+        out["notices"] = data["notices"]
+    return out
 
 
 def _limit(limit, notices):
@@ -199,9 +237,9 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
                   offset: int = 0) -> str:
     """Search my notes (runbooks, incidents, decisions). Use it FIRST for any question about my
     systems, past incidents or how something is done here, instead of grep over the notes.
-    Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `access` (the access block of any
-    system the query names) and `hits` (relpath, line, breadcrumb, snippet, date, read). Next:
-    recall_read with path=the hit's `read`."""
+    Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `route`, `access` (the inventory
+    entry of any system the query names) and `hits` (read = 'source:relpath:line', breadcrumb, snippet, date).
+    Next: recall_read with path=the hit's `read`."""
     from .search import SearchHooks, search
     notices: list = []
     n = _limit(limit, notices)
@@ -215,7 +253,7 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
             ask_remotes=ask, pins=pin_access, require_open=vault.require_open, load_values=vault.load_values))
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
-        return _page(_mask(_response_masker(con, cfg), _json(data)), offset, "recall_search")
+        return _page(_mask(_response_masker(con, cfg), _json(_lean_search(data))), offset, "recall_search")
 
 
 def recall_read(path: str, offset: int = 0) -> str:
@@ -248,15 +286,17 @@ def _listing(key: str, found: list, total: int, shown: int, notices: list, none:
 def recall_secret_find(query: str = "", limit: int = 10) -> str:
     """Find credentials by what they are for (service, environment, kind, username, tags, notes);
     values are never shown. Use it when a task needs a token, password or key; an empty query
-    lists them all. Returns JSON: `count` and `secrets` (id, variables, `use` line). Next:
-    recall_secret_show, then recall_secret_command."""
+    lists them all. Returns JSON: `count` and `secrets` (id, service, kind, environment, notes,
+    variables). Next: recall_secret_show (url, `use` line, inject when not env), then
+    recall_secret_command."""
     from . import vault
     notices: list = []
     n = _limit(limit, notices)
     with _opened() as (cfg, con):
         found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
         total = vault.count(con) if not query.strip() else len(found)
-        data = _listing("secrets", found[:n], total, min(n, total), notices,
+        data = _listing("secrets", [_lean({k: m.get(k) for k in FIND_FIELDS}) for m in found[:n]], total,
+                        min(n, total), notices,
                         f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
         return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_secret_find")
 
@@ -267,7 +307,7 @@ def recall_secret_show(id: str) -> str:
     which variable a command should name. Next: recall_secret_command."""
     from . import vault
     with _opened() as (cfg, con):
-        return _page(_mask(_response_masker(con, cfg), _json(vault.show(con, id))), 0, "recall_secret_show")
+        return _page(_mask(_response_masker(con, cfg), _json(_lean_secret(vault.show(con, id)))), 0, "recall_secret_show")
 
 
 def recall_secret_command(id: str, command: str = "") -> str:
@@ -298,7 +338,7 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     n = _limit(limit, notices)
     with _opened() as (cfg, con):
         found = inventory.find(_entries(cfg, con), query)
-        data = _listing("entries", [inventory.describe(con, e) for e in found[:n]], len(found),
+        data = _listing("entries", [_lean(inventory.describe(con, e), ENTRY_DROPS) for e in found[:n]], len(found),
                         min(n, len(found)), notices, f"no inventory entries match {query!r}: try an empty query")
         return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_access_find")
 
@@ -310,7 +350,7 @@ def recall_access_show(id: str) -> str:
     from . import inventory
     with _opened() as (cfg, con):
         entry = inventory.get_entry(_entries(cfg, con), id)
-        text = _json(inventory.describe(con, entry))
+        text = _json(_lean(inventory.describe(con, entry), ENTRY_DROPS - {"file", "line"}))
         return _page(_mask(_response_masker(con, cfg), text), 0, "recall_access_show")
 
 
@@ -343,12 +383,11 @@ def _verify_data(con, cfg, report) -> dict:
     from .vault import kinds as secret_kinds
     for sid, kind in secret_kinds(con).items():
         kinds[f"secret:{sid}"] = "secret" + (f" ({kind})" if kind else "")
-    rows = [{"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
-             "status": p.status, "reason": p.detail, "command": p.command} for p in report.probes]
+    rows = [_lean({"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
+                   "status": p.status, "reason": p.detail}) for p in report.probes]
     counts = collections.Counter(r["status"] for r in rows)
-    summary = f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-    bad = [f"{r['id']} {r['status']}" for r in rows if r["status"] != "ok"]
-    return {"summary": summary + (f" — not ok: {', '.join(bad)}" if bad else ""), "entries": rows}
+    return {"summary": f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
+            "entries": rows}
 
 
 def recall_verify(id: str = "", offset: int = 0) -> str:

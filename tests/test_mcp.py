@@ -194,10 +194,15 @@ def test_search_returns_the_core_result_and_read_continues_it(world):
     text, err = call("recall_search", query="INC-10963", limit=3)
     assert not err
     got = json.loads(text)
+    assert "\n" not in text and ", " not in text.split('"snippet"')[0]          # compact JSON
     want = search(world["con"], world["cfg"], "INC-10963", n=3).public()
-    assert got == want
-    top = got["hits"][0]
-    text, err = call("recall_read", path=f"{top['source']}:{top['relpath']}:{top['line']}")
+    assert [h["read"] for h in got["hits"]] == [f"{h['source']}:{h['relpath']}:{h['line']}" for h in want["hits"]]
+    for hit, full in zip(got["hits"], want["hits"]):          # what the agent acts on, each said once
+        assert hit == {**{k: full[k] for k in ("read", "breadcrumb", "date")}, "snippet": hit["snippet"]}
+        assert full["snippet"].endswith(hit["snippet"]) and len(hit["snippet"]) > 20
+    assert set(got) == {"route", "hits"}          # no query or mode echoed, no empty access or notices
+    top = want["hits"][0]
+    text, err = call("recall_read", path=got["hits"][0]["read"])
     assert not err
     assert text.startswith(f"notes:{top['relpath']} lines ")
     assert "│ # INC-10963 primary database failover" in text
@@ -206,7 +211,9 @@ def test_search_returns_the_core_result_and_read_continues_it(world):
 def test_search_pins_the_access_block_of_a_named_entry(world):
     got = json.loads(call("recall_search", query="jira-prod token")[0])
     assert [a["id"] for a in got["access"]] == ["jira-prod"]
-    assert "Access: jira-prod" in got["access"][0]["block"]
+    entry = got["access"][0]
+    assert entry["requires"] == ["vpn"] and entry["secrets"] == ["jira-api-token"] and entry["verify"]
+    assert "block" not in entry and "file" not in entry                    # the fields, said once
 
 
 def test_secret_tools_give_metadata_and_the_command_line_never_the_value(world):
@@ -250,6 +257,10 @@ def test_a_line_from_the_default_places_carries_nothing_extra(world, monkeypatch
     default = home / ".config/recall/config.yaml"
     default.parent.mkdir(parents=True, exist_ok=True)
     default.write_text(world["cfg"].path.read_text())
+    state = home / ".local/share/recall"              # the sealed values need their key there too
+    state.mkdir(parents=True, mode=0o700, exist_ok=True)
+    (state / "vault.key").write_bytes((world["cfg"].home / "vault.key").read_bytes())
+    (state / "vault.key").chmod(0o600)
     for var in ("RECALL_CONFIG", "RECALL_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
         monkeypatch.delenv(var, raising=False)
     cfg = load_config()
@@ -494,7 +505,7 @@ def test_verify_says_one_status_per_entry_with_its_kind_after_a_summary_line(wor
     assert not err, text
     got = json.loads(text)
     assert list(got) == ["summary", "entries"]
-    assert got["summary"] == "2 checked: 1 skipped, 1 stale — not ok: jira-prod skipped, jira-api-token stale"
+    assert got["summary"] == "2 checked: 1 skipped, 1 stale"                 # the rows say which
     rows = {r["id"]: r for r in got["entries"]}
     assert len(got["entries"]) == 2
     assert (rows["jira-api-token"]["kind"], rows["jira-api-token"]["status"], rows["jira-api-token"]["reason"]) == (
@@ -534,7 +545,7 @@ def test_over_real_stdio_python_m_recall_mcp(world):
         listed, *calls = anyio.run(session)
     assert {t.name for t in listed.tools} == TOOLS
     texts = [("".join(c.text for c in r.content), r.is_error) for r in calls]
-    assert json.loads(texts[0][0])["hits"][0]["relpath"] == "incidents/2023/INC-10963-db-failover.md"
+    assert json.loads(texts[0][0])["hits"][0]["read"].startswith("notes:incidents/2023/INC-10963-db-failover.md:")
     assert " secret exec jira-api-token -- " in texts[1][0]
     assert texts[2] == ("exit code: 0\n--- stdout ---\n[recall:jira-api-token]\n--- stderr ---\n\n", False)
     assert texts[3][1] and "no secret 'nope'" in texts[3][0]

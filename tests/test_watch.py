@@ -51,7 +51,8 @@ class Server:
                     async def search(query):
                         r = await s.call_tool("recall_search", {"query": query, "mode": "keyword", "limit": 20})
                         text = "".join(c.text for c in r.content)
-                        return [] if r.is_error else [h["relpath"] for h in json.loads(text)["hits"]]
+                        return [] if r.is_error else [h["read"].split(":", 1)[1].rsplit(":", 1)[0]   # source:relpath:line
+                                                      for h in json.loads(text)["hits"]]
 
                     async def until(query, check):
                         deadline = time.monotonic() + DEADLINE_S
