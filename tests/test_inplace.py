@@ -182,3 +182,42 @@ def test_rows_of_an_older_recall_say_to_sync_not_tampering(sealed):
     assert "older recall" in detail and "run 'recall secret sync' to re-encrypt" in detail
     assert run_recall("secret", "sync").returncode == 0
     assert run_recall("secret", "exec", "plain-one", "--", "true").returncode == 0
+
+
+def test_secret_set_on_a_terminal_reads_without_echo(sealed):
+    """On a real pty the value is typed at a prompt on /dev/tty and never echoed back."""
+    import pty
+    import select
+    import sys
+
+    from tests.conftest import REPO
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "secret", "set", "single-one"])
+    out, typed = b"", False
+    while select.select([fd], [], [], 10)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if b"New value for single-one (not shown" in out and not typed:
+            os.write(fd, b"typed-at-the-tty-5\n")
+            typed = True
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and typed, out
+    assert b"typed-at-the-tty-5" not in out and b"sealed a new value for single-one" in out
+    assert _values(sealed)["single-one"] == "typed-at-the-tty-5"
+    assert "typed-at-the-tty-5" not in sealed.read_text()
+
+
+def test_a_secrets_file_over_4_mb_is_one_line_before_parsing(tmp_path, config):
+    big = tmp_path / "secrets.yaml"
+    big.write_bytes(b"- id: x\n  value: '" + b"a" * (5 * 2**20) + b"'\n")
+    big.chmod(0o600)
+    config(f"secrets: [{big}]\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{big}: the file is 5 MB; recall reads YAML files of at most 4 MB" in r.stderr
