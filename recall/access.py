@@ -7,7 +7,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from . import inventory
+from . import inventory, setupvars
 from .errors import RecallError
 
 # Steps that switch state for every other shell on the machine: left out, --context/--subscription instead.
@@ -58,7 +58,7 @@ def set_by_setup(before: dict, after: dict) -> dict:
 def masked_exports(before: dict, after: dict) -> dict:
     """What the setup set that is masked in every output (inventory.secret_setting, the rule the
     display paths apply too): all of it but the plainly harmless values."""
-    return {k: v for k, v in set_by_setup(before, after).items() if inventory.secret_setting(k, v)}
+    return {k: v for k, v in set_by_setup(before, after).items() if setupvars.secret_setting(k, v)}
 
 
 def kube_context(entry) -> str:

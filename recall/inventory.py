@@ -10,6 +10,7 @@ import time
 from . import status
 from .errors import InputError, PrerequisiteDown, RecallError
 from .records import Record
+from .setupvars import hide_values, show_step
 
 FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
           "secrets", "check", "hint", "tags", "notes", "url", "timeout"}
@@ -18,15 +19,6 @@ DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
 _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Variable names that hold a secret: whole words between underscores, so PATH, PWD, AUTHOR stay clear.
-_SECRET_WORDS = {"TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PAT", "APIKEY", "AUTH",
-                 "CREDENTIAL", "CREDENTIALS"}
-_SECRET_PAIRS = {("API", "KEY"), ("API", "KEYS"), ("ACCESS", "KEY"), ("ACCESS", "KEYS"),
-                 ("PRIVATE", "KEY"), ("PRIVATE", "KEYS")}
-_SECRET_NAMES = {"SSHPASS", "MYSQL_PWD"}     # well-known names the word rule cannot see
-_ASSIGNMENT = re.compile(r"""(?<![\w$])([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|\$\([^)]*\)|[^\s;&|]+)""")
-
-
 class Entry(Record):
     FIELDS = {"id": "", "kind": "", "name": "", "aliases": [], "environment": "", "account": "",
               "requires": [], "access": [], "verify": "", "secrets": [], "check": "", "hint": "",
@@ -35,76 +27,6 @@ class Entry(Record):
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
-
-
-def sensitive_name(name: str) -> bool:
-    """Does a variable name look like it holds a secret (`GITHUB_TOKEN`, `API_KEY`, `X_SECRET_V2` …)?"""
-    upper = name.upper()
-    if "SECRET" in upper or upper in _SECRET_NAMES:
-        return True
-    words = [w for w in upper.split("_") if w]
-    return (any(w in _SECRET_WORDS or w.endswith(("TOKEN", "PASSWORD", "APIKEY")) for w in words)
-            or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:])))
-
-
-def hide_values(step: str) -> str:
-    """A step as shown to people and agents: `export GITHUB_TOKEN=[hidden]`; `$VAR` / `$(cmd)` stay."""
-    def hide(m):
-        name, value = m.group(1), m.group(2)
-        if not sensitive_name(name) or (value[0] != "'" and value.strip('"').startswith("$")):
-            return m.group(0)
-        return f"{name}=[hidden]"
-    return _ASSIGNMENT.sub(hide, step)
-
-
-# -- which setup values are secret: the one rule access exec masks by and every display path shows by --
-
-# Names whose values are not secrets; everything else a setup step sets is secret unless its value
-# is a path, a number or too short to mask (then it is secret only if its name says so).
-CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
-               "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
-               "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
-               "GOOGLE_CLOUD_PROJECT", "AZURE_DEFAULTS_GROUP", "AZURE_DEFAULTS_LOCATION", "REGION"}
-CLEAR_SUFFIXES = ("_CONTEXT", "_REGION", "_ZONE", "_NAMESPACE", "_PROFILE")
-_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
-_DQ_ESCAPE = re.compile(r'\\([\\"$`])')
-
-
-def secret_setting(name: str, value: str) -> bool:
-    """Is what a setup step sets in `name` a secret? Known harmless names, paths and numbers are
-    not; a value too short to mask is, only when its name says so (`PIN_TOKEN=1234`)."""
-    from .mask import MIN_SECRET_LEN
-    if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
-        return False
-    if _NUMBER.fullmatch(value) or _is_path(value):
-        return False
-    return len(value) >= MIN_SECRET_LEN or sensitive_name(name)
-
-
-def _is_path(value: str) -> bool:
-    """'/opt/x', '~/.kube/ops', '/a:/b' — each part under a top folder that exists here (so a base64
-    token that happens to start with '/' is not taken for a path)."""
-    for part in value.split(":"):
-        if not re.fullmatch(r"~?/[\w.@+/-]*", part) or "//" in part:
-            return False
-        if not part.startswith("~") and not os.path.isdir("/" + part[1:].split("/", 1)[0]):
-            return False
-    return True
-
-
-def show_step(entry_id: str, step: str) -> str:
-    """A step as `access show`/`find`, search pins, MCP and `verify --dry-run` print it: each literal
-    it assigns that access exec would mask becomes `NAME=[recall:ENTRY:NAME]`, the label exec's
-    output carries; `$VAR` / `$(cmd)` references and harmless values (region, profile, path) stay."""
-    def hide(m):
-        name, value = m.group(1), m.group(2)
-        if value[0] != "'" and value.strip('"').startswith("$"):
-            return m.group(0)
-        if m.start() and step[m.start() - 1] == "-":          # an option (--token=…), not a variable
-            return f"{name}=[hidden]" if sensitive_name(name) else m.group(0)
-        literal = value[1:-1] if value[0] == "'" else _DQ_ESCAPE.sub(r"\1", value[1:-1]) if value[0] == '"' else value
-        return f"{name}=[recall:{entry_id}:{name}]" if secret_setting(name, literal) else m.group(0)
-    return _ASSIGNMENT.sub(hide, step)
 
 
 # -- loading and validation ------------------------------------------------------------------------
