@@ -236,8 +236,8 @@ class Agent:
     """One MCP session as an agent drives it: each tool call counted, every response searched for
     the canary in the forms an agent could paste."""
 
-    def __init__(self, session, root):
-        self.session, self.root = session, str(root)
+    def __init__(self, session):
+        self.session = session
         self.calls = []
 
     async def call(self, tool, **args):
@@ -247,8 +247,7 @@ class Agent:
         for form in _forms(CANARY):
             assert form not in text, f"{tool}({args}) returned the value"
         assert len(text) < 16_000, tool
-        # counted as with the 41-character world folder the figures were measured in (xdist's is longer)
-        SPENT[-1] += len(text) - text.count(self.root) * (len(self.root) - 41)
+        SPENT[-1] += len(text)
         return text, r.is_error
 
 
@@ -275,7 +274,7 @@ def story(world, steps):
             async with stdio_client(params, errlog=errlog) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
-                    agent = Agent(session, world.root)
+                    agent = Agent(session)
                     return await steps(agent), agent.calls
 
     result = anyio.run(go)
