@@ -424,3 +424,16 @@ def test_the_license_is_the_mit_text_pyproject_names():
     assert 'license = {text = "MIT"}' in (REPO / "pyproject.toml").read_text()
     assert text.startswith("MIT License\n\nCopyright (c) 2026 the recall authors\n")
     assert "WITHOUT WARRANTY OF ANY KIND" in text
+
+
+def test_the_readme_lists_every_field_of_the_secrets_and_inventory_files():
+    import re
+
+    from recall.inventory import FIELDS as INVENTORY_FIELDS
+    from recall.secretfile import ALLOWED as SECRET_FIELDS
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## File formats"):text.index("## Make targets")]
+    secrets, inventory = section.split("**Inventory file**")
+    for fields, table in ((SECRET_FIELDS, secrets), (INVENTORY_FIELDS, inventory)):
+        listed = re.findall(r"^\| `(\w+)` \| \S", table, re.M)
+        assert sorted(listed) == sorted(fields), set(listed) ^ set(fields)
