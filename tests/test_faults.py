@@ -692,3 +692,28 @@ def test_index_full_leaves_no_wal_behind_while_another_process_holds_the_db(conf
         assert holder.execute("SELECT count(*) FROM files").fetchone()[0] == 4
     finally:
         holder.close()
+
+
+def test_doctor_on_a_source_nested_1200_folders_deep_says_its_count_no_traceback(tmp_path, monkeypatch):
+    """os.walk's recursion ended doctor (and index) in a RecursionError page."""
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    os.chdir(deep)
+    for _ in range(1200):                      # relative mkdirs: the full path passes PATH_MAX
+        os.mkdir("d")
+        os.chdir("d")
+    Path("bottom.md").write_text("# Bottom\n\nthe deepest note\n")
+    os.chdir(tmp_path)
+    cfg = tmp_path / "deep.yaml"
+    cfg.write_text(f"sources:\n  - name: deep\n    path: {deep}\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
+    try:
+        index = run_recall("index", "--no-embed")
+        r = run_recall("doctor")
+    finally:                                   # pytest's own clean-up (shutil.rmtree) recurses too
+        subprocess.run(["rm", "-rf", str(deep)], check=True)
+    assert "Traceback" not in index.stderr, index.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stdout + r.stderr, r.stderr[-2000:]
+    source = next(line for line in r.stdout.splitlines() if " source deep " in line)
+    assert source.startswith("ok ") and ": 1 files" in source, source
+    assert r.returncode == 0, r.stdout
