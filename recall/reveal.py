@@ -18,6 +18,7 @@ CLIPBOARDS = (("wl-copy", ["wl-copy"], "wl-copy --clear"),
               ("xclip", ["xclip", "-selection", "clipboard"], "printf '' | xclip -selection clipboard"),
               ("xsel", ["xsel", "--clipboard", "--input"], "xsel --clipboard --clear"),
               ("pbcopy", ["pbcopy"], "printf '' | pbcopy"))
+_CLEARER_ENV = ("PATH", "HOME", "DISPLAY", "XAUTHORITY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR")
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
          "kestrel", "lantern", "meadow", "nimbus", "orchid", "pepper", "quartz", "raven", "saffron",
          "tundra", "umber", "violet", "willow", "yarrow", "zephyr", "copper", "falcon", "glacier")
@@ -67,8 +68,9 @@ def to_clipboard(con, cfg, secret_id: str, *, stdin_fd: int = 0) -> Copied:
         raise RecallError(f"{name} exited {done.returncode}; the clipboard may not hold the value",
                           "check that a display is available (DISPLAY / WAYLAND_DISPLAY)")
     clearer = f"sleep {CLEAR_AFTER}; {clear}"
+    env = {k: v for k, v in os.environ.items() if k in _CLEARER_ENV}    # not the caller's tokens
     subprocess.Popen(["sh", "-c", clearer], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=env)
     audit.log(con, "secret.get", secret_id, argv="", verdict=f"copied to the clipboard ({name})")
     return Copied(secret_id, name, CLEAR_AFTER, clearer)
 
