@@ -633,6 +633,33 @@ def test_local_model_loads_from_the_package_with_no_network_and_no_offline_varia
     assert not (tmp_path / "home" / ".cache" / "huggingface").exists()     # no hub cache was touched
 
 
+@pytest.mark.extras
+def test_a_hub_name_uses_the_copy_an_earlier_run_fetched_without_asking_the_hub(config, tmp_path):
+    """embedding.model as a hub name, its files in the hub's cache (as the one fetch leaves them),
+    no bundled package asked: `recall index` embeds from that copy with no network and no torch."""
+    folder = _model_folder()
+    cache = tmp_path / "hf"
+    repo = cache / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    sha = "0" * 40
+    for root, _dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        (repo / "snapshots" / sha / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            os.symlink(os.path.join(root, name), repo / "snapshots" / sha / rel / name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    config(f"embedding:\n  provider: local\n  model: {embed.LOCAL_DEFAULT_MODEL}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HUB_CACHE")}
+    run = subprocess.run([sys.executable, "-c", NO_TORCH + NO_NETWORK, "index"], capture_output=True, text=True,
+                         cwd=REPO, env=dict(env, HF_HOME=str(cache)), timeout=300)
+    assert run.returncode == 0, run.stderr
+    *printed, last = run.stdout.strip().splitlines()
+    result = json.loads(last)
+    assert result == {"code": 0, "tried": [], "loaded": [], "encoders": [str(repo / "snapshots" / sha)],
+                      "torch": False}
+    assert "6 embedded" in "\n".join(printed)
+
+
 # -- long chunks: windows for a local model ---------------------------------------------------------
 
 @pytest.mark.extras
