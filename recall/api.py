@@ -1,5 +1,10 @@
-"""The library layer both faces call: what a failure says, the same for the CLI and the MCP server."""
+"""The library layer both faces call: config and DB opened once, the vault, inventory and remotes
+wired into index, search, read and verify here; what a failure says, the same for the CLI and MCP."""
 from __future__ import annotations
+
+import contextlib
+
+from .errors import RecallError
 
 LONG_ARGUMENT = 256         # an argument longer than this (no path or id is) is echoed as …
 ECHO_CHARS = 40             # … its first 40 characters + '…'
@@ -13,3 +18,73 @@ def bound_echoes(text: str, arguments: list) -> str:
         short = value[:ECHO_CHARS] + "…"
         text = text.replace(value, short).replace(repr(value)[1:-1], short)
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "…"
+
+
+@contextlib.contextmanager
+def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False, vectors: bool = False):
+    """(cfg, con) for one verb or one tool call: the config read now (an edit applies at once), the
+    DB opened, and closed after. `notes`: a config without sources is the error ("no config file"
+    says more than "no index")."""
+    from . import db
+    from .config import load_config
+    cfg = load_config(config)
+    if notes:
+        cfg.require_sources()
+    con = db.connect(cfg.db_path, readonly=readonly, vectors=vectors)
+    try:
+        yield cfg, con
+    finally:
+        con.close()
+
+
+def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = True, prune: bool = False,
+          progress=None, notify=None):
+    """`recall index`: the vault's redactor and values wired in; `--full` rebuilds a broken DB."""
+    from . import vault
+    from .index import run_index
+    from .repair import index_repairing
+    cfg.require_sources()
+    embed = embed and cfg.embedding.provider != "none"
+    return index_repairing(cfg.db_path, lambda con: run_index(
+        con, cfg, full=full, only=only, progress=progress, embed=embed, notify=notify,
+        redactor=vault.redactor, load_values=vault.load_values, prune=prune),
+        full=full, vectors=embed, notify=notify, holds_values=vault.holds_values)
+
+
+def _read_remote(cfg, name: str, target: str, **kw) -> dict:
+    from .remote import read_remote  # loaded only for a NAME:path on a configured remote
+    return read_remote(cfg, name, target, **kw)
+
+
+def read(con, cfg, target: str, *, max_chars: int, offset: int = 0):
+    """A note or section, redacted by the vault's values; NAME:path reads a remote's."""
+    from .read import read_note
+    from .vault import redactor
+    return read_note(con, cfg, target, redactor=redactor, max_chars=max_chars, offset=offset,
+                     read_remote=_read_remote)
+
+
+def search_hooks(cfg):
+    """The vault, the inventory's pins and the remotes, as a search takes them (each loaded only
+    when the config names it)."""
+    from . import vault
+    from .search import SearchHooks
+    ask = pins = None
+    if cfg.remotes:
+        from .remote import ask_remotes as ask
+    if cfg.inventory:
+        from .inventory import pin_access as pins
+    return SearchHooks(ask_remotes=ask, pins=pins, require_open=vault.require_open, load_values=vault.load_values)
+
+
+def entries(cfg, con) -> list:
+    """The inventory's entries (a broken one carries its error); none configured is the error."""
+    from . import inventory
+    if not cfg.inventory:
+        raise RecallError("no inventory files configured", "add 'inventory: [~/notes/inventory.yaml]' to the config")
+    return inventory.load_inventory(cfg, con)
+
+
+def verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float | None = None):
+    from .verify import DEFAULT_TIMEOUT, run_verify
+    return run_verify(con, cfg, ids or None, dry_run=dry_run, timeout=DEFAULT_TIMEOUT if timeout is None else timeout)

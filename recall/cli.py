@@ -399,7 +399,6 @@ def cmd_init(args) -> int:
 
 
 def cmd_index(args) -> int:
-    from .index import run_index
     cfg = _config(args)
     if args.remote:
         from .remote import index_remote
@@ -409,15 +408,10 @@ def cmd_index(args) -> int:
                  f"removed, {data['unchanged']} unchanged files; {data['chunks']} chunks written; "
                  f"{data['seconds']:.2f}s")
         return 0
-    cfg.require_sources()
-    from . import vault
-    from .repair import index_repairing
+    from . import api
     embed = not args.no_embed and cfg.embedding.provider != "none"
-    say = lambda line: sys.stderr.write(f"recall: {line}\n")  # noqa: E731
-    report = index_repairing(cfg.db_path, lambda con: run_index(      # --full rebuilds a broken DB
-        con, cfg, full=args.full, only=args.source, progress=_Progress(), embed=embed, notify=say,
-        redactor=vault.redactor, load_values=vault.load_values, prune=args.prune),
-        full=args.full, vectors=embed, notify=say, holds_values=vault.holds_values)
+    report = api.index(cfg, full=args.full, only=args.source, embed=embed, prune=args.prune, progress=_Progress(),
+                       notify=lambda line: sys.stderr.write(f"recall: {line}\n"))
     if _json_done(args, report.__dict__):
         return 0
     for path, why in report.skipped:
@@ -477,18 +471,10 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _read_remote(cfg, name: str, target: str, **kw) -> dict:
-    from .remote import read_remote  # loaded only for a NAME:path on a configured remote
-    return read_remote(cfg, name, target, **kw)
-
-
 def cmd_read(args) -> int:
-    from .read import read_note
-    from .vault import redactor
-    cfg = _config(args)
-    con = _db(cfg, readonly=True)
-    res = read_note(con, cfg, args.target, redactor=redactor, max_chars=args.max_chars, offset=args.offset,
-                    read_remote=_read_remote)
+    from . import api
+    with api.opened(getattr(args, "config", None), readonly=True) as (cfg, con):
+        res = api.read(con, cfg, args.target, max_chars=args.max_chars, offset=args.offset)
     if _json_done(args, res.public()):
         return 0
     _out(f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.total_lines or res.range_end}")
@@ -654,12 +640,10 @@ def cmd_secret_rotate(args) -> int:
 
 
 def _inventory(args):
-    from . import inventory
+    from . import api, inventory
     cfg = _config(args)
-    if not cfg.inventory:
-        raise RecallError("no inventory files configured", "add 'inventory: [~/notes/inventory.yaml]' to the config")
     con = _db(cfg)
-    return inventory, cfg, con, inventory.load_inventory(cfg, con)
+    return inventory, cfg, con, api.entries(cfg, con)
 
 
 def cmd_access_find(args) -> int:
@@ -694,11 +678,11 @@ def cmd_access_exec(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from . import api
     from .inventory import show_step
-    from .verify import run_verify
     cfg = _config(args)
     con = _db(cfg)
-    report = run_verify(con, cfg, args.ids or None, dry_run=args.dry_run, timeout=args.timeout)
+    report = api.verify(con, cfg, args.ids, dry_run=args.dry_run, timeout=args.timeout)
     code = 0 if report.dry_run else report.exit_code()      # 1 when anything is stale, down, missing or broken
     if _json_done(args, report.public()):
         return code

@@ -54,24 +54,18 @@ _LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _opened(readonly=False, notes=False):
-    """Config and DB opened per call (edits to the config apply at once); closed after."""
-    from . import db, inventory
-    from .config import load_config
+    """Config and DB opened per call by the library layer (edits to the config apply at once)."""
+    from . import api, inventory
     inventory.forget_checks()        # "once per process" means once per call in a long-lived server
-    cfg = load_config()
-    if notes:
-        cfg.require_sources()         # "no config file" says more than "no index"
-    con = db.connect(cfg.db_path, readonly=readonly)
-    try:
-        yield cfg, con
-    except RecallError as exc:        # an error may echo a command line or a child's message
-        masker = _response_masker(con, cfg)
-        if masker is None:
-            raise
-        err = RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint))
-        raise err from None
-    finally:
-        con.close()
+    with api.opened(readonly=readonly, notes=notes) as (cfg, con):
+        try:
+            yield cfg, con
+        except RecallError as exc:        # an error may echo a command line or a child's message
+            masker = _response_masker(con, cfg)
+            if masker is None:
+                raise
+            err = RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint))
+            raise err from None
 
 
 def _response_masker(con, cfg):
@@ -196,6 +190,7 @@ _FOR_AGENT = [
     (re.compile(r"(?:\brun |\buse )?'recall (index|secret sync|secret rotate-key|doctor|remote install)([^']*)'"),
      r"ask the user to run 'recall \1\2'"),
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
+    (re.compile(r"— add '"), "— ask the user to add '"),
 ]
 
 
@@ -261,11 +256,9 @@ def recall_read(path: str, offset: int = 0) -> str:
     Use it after recall_search to see a hit in full; long notes page by `offset`. Secrets files
     cannot be read. Next: for a system it names, recall_access_find; for a credential,
     recall_secret_find."""
-    from .read import read_note
-    from .remote import read_remote
+    from . import api
     with _opened(readonly=True, notes=True) as (cfg, con):
-        from .vault import redactor
-        res = read_note(con, cfg, path, redactor=redactor, max_chars=READ_CHARS, offset=offset, read_remote=read_remote)
+        res = api.read(con, cfg, path, max_chars=READ_CHARS, offset=offset)
         head = f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}\n"
         tail = ("" if res.next_offset is None else
                 f"… more: call recall_read with path={path!r} and offset={res.next_offset}\n")
@@ -321,11 +314,8 @@ def recall_secret_command(id: str, command: str = "") -> str:
 
 
 def _entries(cfg, con):
-    from . import inventory
-    if not cfg.inventory:
-        raise RecallError("no inventory files configured",
-                          "ask the user to add 'inventory: [~/notes/inventory.yaml]' to the config")
-    return inventory.load_inventory(cfg, con)
+    from . import api
+    return api.entries(cfg, con)
 
 
 def recall_access_find(query: str = "", limit: int = 10) -> str:
@@ -399,10 +389,10 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     key = ("recall_verify", id)
     if offset:
         return _page(_held(key, "recall_verify"), offset, "recall_verify", key)
-    from .verify import run_verify
+    from . import api
     ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
     with _opened() as (cfg, con):
-        report = run_verify(con, cfg, ids=ids)
+        report = api.verify(con, cfg, ids)
         text = _mask(_response_masker(con, cfg), _json(_verify_data(con, cfg, report)))
         return _page(text, 0, "recall_verify", key)
 
