@@ -143,10 +143,17 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
     from .secretfile import file_stamp
     mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise RecallError(f"cannot write beside {real}: {exc.strerror}; nothing was written",
+                          "recall seals values in place through a temp file in the same folder: "
+                          "make the folder writable") from None
     try:
         try:
-            os.write(fd, text.encode("utf-8"))
+            data = text.encode("utf-8")
+            if os.write(fd, data) != len(data):
+                raise OSError(28, "short write")
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
@@ -154,6 +161,10 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
         if file_stamp(real) != stamp:
             raise changed
         os.replace(tmp, real)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise RecallError(f"cannot write {real}: {exc.strerror}; the file is as it was",
+                          "free some space, or check the folder's permissions") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

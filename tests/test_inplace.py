@@ -221,3 +221,17 @@ def test_a_secrets_file_over_4_mb_is_one_line_before_parsing(tmp_path, config):
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert f"{big}: the file is 5 MB; recall reads YAML files of at most 4 MB" in r.stderr
+
+
+def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(tmp_path, config):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    entries, _ = load_secret_files(cfg.secrets)
+    edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
+    (tmp_path / f"secrets.yaml.recall-{os.getpid()}.tmp").mkdir()      # its temp name is taken
+    with pytest.raises(RecallError, match="cannot write beside .*secrets.yaml: File exists; nothing was written"):
+        inplace.write_edits(edits)
+    assert secrets.read_text() == SECRETS
