@@ -220,7 +220,7 @@ def test_a_secrets_file_over_4_mb_is_one_line_before_parsing(tmp_path, config):
     config(f"secrets: [{big}]\n")
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
-    assert f"{big}: the file is 5 MB; recall reads YAML files of at most 4 MB" in r.stderr
+    assert f"{big}: the file is 5.0 MB; recall reads YAML files of at most 4 MB" in r.stderr
 
 
 def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(tmp_path, config):

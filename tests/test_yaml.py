@@ -686,7 +686,7 @@ def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
     with open(big, "wb") as f:
         f.write(b"- id: x\n  value: ")
         f.truncate(yamlish.MAX_BYTES + 1)
-    with pytest.raises(InputError, match=r"secrets.yaml: the file is 4 MB; recall reads YAML files of at most 4 MB"):
+    with pytest.raises(InputError, match=r"secrets.yaml: the file is 4.0 MB; recall reads YAML files of at most 4 MB"):
         yamlish.load(big)
     big.write_bytes(b"- id: x\n  value: " + b"a" * (yamlish.MAX_BYTES - 100) + b"\n")
     assert len(yamlish.load(big)[0]["value"]) == yamlish.MAX_BYTES - 100

@@ -89,7 +89,7 @@ def load(path: object) -> object:
         with open(name, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_BYTES:           # refused before reading: a 64 MB scalar took 800 MB to parse
-                raise InputError(name, None, f"the file is {size / 2**20:.0f} MB; recall reads YAML files "
+                raise InputError(name, None, f"the file is {size / 2**20:.1f} MB; recall reads YAML files "
                                  f"of at most {MAX_BYTES // 2**20} MB",
                                  hint="check that it is the file you meant, or split it into several")
             data = f.read(MAX_BYTES + 1)
