@@ -10,13 +10,6 @@ from dataclasses import dataclass
 from . import inventory, setupvars
 from .errors import RecallError
 
-# Steps that switch state for every other shell on the machine: left out, --context/--subscription instead.
-GLOBAL_STATE = [re.compile(p) for p in (r"^kubectl\s+config\s+(use-context|set-context|use)\b",
-                                        r"^az\s+account\s+set\b", r"^gcloud\s+config\s+set\b",
-                                        r"^kubectx\b", r"^aws\s+configure\s+set\b",
-                                        r"^aws\s+eks\s+update-kubeconfig\b", r"^az\s+aks\s+get-credentials\b",
-                                        r"^gcloud\s+container\s+clusters\s+get-credentials\b")]
-SETUP = re.compile(r"^(source|\.|export|unset)\s")
 SETUP_TIMEOUT = 30
 _RC_VARIABLES = ("BASH_ENV", "ENV")
 
@@ -28,15 +21,16 @@ class Plan:
 
 
 def plan_steps(entry) -> Plan:
+    """The entry's setup steps judged as verify judges them (guard.setup_verdict): the allowed ones
+    run; a denied one is left out with its rule's reason."""
+    from .guard import setup_verdict
     run, left = [], []
     for step in entry.access:
-        s = step.strip()
-        if any(p.search(s) for p in GLOBAL_STATE):
-            left.append((s, "switches global state; recall passes --context/--subscription instead"))
-        elif SETUP.match(s):
-            run.append(s)
+        v = setup_verdict(step)
+        if v.allow:
+            run.append(step.strip(" \t"))
         else:
-            left.append((s, "not a setup step (source, export, unset)"))
+            left.append((step.strip(), f"{v.rule}: {v.reason}"))
     return Plan(run, left)
 
 

@@ -152,12 +152,14 @@ def _signature(cfg) -> str:
 
 
 def _holds_inline_values(entries: list) -> bool:
-    """A step or URL with a literal token (`export X_TOKEN=abc`, `https://u:pw@…`): such
-    entries are never cached in the DB, so no token is kept there in plain text (issue 11)."""
+    """A step or URL with a literal secret (`export X_TOKEN=abc`, `export DB_PWD=…` — whatever
+    access exec would mask — `https://u:pw@…`): such entries are never cached in the DB, so no value
+    is kept there in plain text."""
     import re
     for e in entries:
         for text in [*e.access, e.verify, e.check, e.url]:
-            if text and (hide_values(text) != text or re.search(r"://[^/\s:@]+:[^/\s@]+@", text)):
+            if text and (show_step(e.id, text) != text or hide_values(text) != text
+                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text)):
                 return True
     return False
 

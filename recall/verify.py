@@ -292,6 +292,8 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         if p.variables and any("RECALLVAR" in a for a in argv):
             values = vault.load_values(con, cfg)
             placeholders = _placeholders(con, p)       # a host-bound secret's header gets its placeholder
+            if placeholders:     # a host-bound secret's curl goes through recall's proxy, loopback or not
+                argv = _through_proxy(argv)
             argv, data = _curl_stdin(argv, p.variables, {**values, **{
                 sid: {**values.get(sid, {}), **ph} for sid, ph in placeholders.items()}})
         if p.kind == "entry":
@@ -324,6 +326,20 @@ def _placeholders(con, p: Probe) -> dict:
     ids = sorted({sid for sid, _ in p.variables.values()})
     rows = [stored_row(con, sid) for sid in ids]
     return placeholders_for([r for r in rows if r is not None])
+
+
+def _through_proxy(argv: list) -> list:
+    """argv without `--noproxy HOSTS` (guard.run_form's for a loopback target, or the proof's own):
+    a host-bound secret's value is swapped in only by recall's proxy."""
+    out, skip = [], False
+    for k, a in enumerate(argv):
+        if skip:
+            skip = False
+        elif k and a == "--noproxy":
+            skip = True
+        else:
+            out.append(a)
+    return out
 
 
 def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):

@@ -229,7 +229,7 @@ def test_steps_that_switch_global_state_are_left_out_and_said(tmp_path, config, 
     assert not calls.exists()
     said = [line for line in r.stderr.splitlines() if line.startswith("recall: left out")]
     assert [line.split("'")[1] for line in said] == switching
-    assert all("global state" in line for line in said)
+    assert all("setup.global-state" in line and "switches state for every shell" in line for line in said)
 
 
 # -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------
@@ -277,7 +277,7 @@ DISPLAY_SECRET = {     # name -> (as the step writes it, the value bash sets)
     "DATABASE_URL": ("postgres://u:pgPw8zz@db.internal:5432/app", "postgres://u:pgPw8zz@db.internal:5432/app"),
 }
 DISPLAY_CLEAR = {"AWS_REGION": "eu-west-1", "AWS_PROFILE": "ops-prod", "OPS_PROFILE": "admin-ro",
-                 "KUBECONFIG": "/tmp/kube/ops", "CACHE_DIR": "/tmp/cache/ops"}
+                 "KUBE_CONTEXT": "ops-prod", "CACHE_DIR": "/tmp/cache/ops"}
 
 
 @pytest.fixture

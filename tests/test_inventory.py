@@ -340,14 +340,24 @@ def test_exec_without_command_runs_verify(tmp_path, config, listener):
     assert r.returncode == 0 and r.stdout == "verified\n"
 
 
-def test_global_state_steps_are_planned_out():
+def test_access_exec_plans_steps_as_verify_judges_them(tmp_path):
+    """One rule for what a setup step may be: access exec runs exactly the steps verify allows, and
+    leaves out the rest with the guard's rule (a global-state switch, a command substitution, a
+    relative source path bash would look up on PATH)."""
     from recall.access import plan_steps
-    e = inventory.Entry(id="x", access=["source a.sh", "kubectl config use-context prod", "az account set -s 1",
-                                        "export A=1", "kubectl get nodes"])
-    plan = plan_steps(e)
-    assert plan.run == ["source a.sh", "export A=1"]
-    assert [s for s, _ in plan.left_out] == ["kubectl config use-context prod", "az account set -s 1",
-                                             "kubectl get nodes"]
+    from recall.guard import setup_verdict
+    own = tmp_path / "a.sh"
+    own.write_text("export A=2\n")
+    own.chmod(0o600)
+    steps = [f"source {own}", "source a.sh", "kubectl config use-context prod", "az account set -s 1",
+             "export A=1", "export X=$(touch /tmp/ran)", "kubectl get nodes"]
+    plan = plan_steps(inventory.Entry(id="x", access=steps))
+    assert plan.run == [f"source {own}", "export A=1"]
+    assert [s for s, _ in plan.left_out] == [s for s in steps if s not in plan.run]
+    assert plan.run == [s for s in steps if setup_verdict(s).allow]
+    reasons = dict(plan.left_out)
+    assert reasons["export X=$(touch /tmp/ran)"].startswith("shell-expansion")
+    assert reasons["kubectl config use-context prod"].startswith("setup.global-state")
 
 
 def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config, cli, listener):
@@ -409,3 +419,25 @@ def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, config):
         assert token not in r.stderr
     finally:
         stop_sshd(server)
+
+
+def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(tmp_path, config):
+    """`export DB_PWD=…` (any value access exec would mask, not only *TOKEN* names) keeps the entry out
+    of the DB's inventory cache, so the literal is in no DB byte; a harmless entry is cached."""
+    from recall import db
+    from recall.config import load_config
+    literal = "Pw-9xq7Lm2Zr4"
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"- id: box\n  access:\n    - export DB_PWD={literal}\n    - export AWS_REGION=eu-west-1\n"
+                    "- id: other\n  access:\n    - export AWS_PROFILE=ops\n")
+    config(f"inventory: [{path}]\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert [e.id for e in inventory.load_inventory(cfg, con)] == ["box", "other"]
+    con.close()
+    stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+    assert literal.encode() not in stored
+    path.write_text("- id: other\n  access:\n    - export AWS_PROFILE=ops\n")
+    con = db.connect(cfg.db_path)
+    inventory.load_inventory(cfg, con)
+    assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
