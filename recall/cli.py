@@ -426,30 +426,15 @@ def cmd_index(args) -> int:
     return 0
 
 
-def _ask_remotes(cfg, query: str, n: int, mode: str):
-    if not getattr(cfg, "remotes", None):
-        return None
-    from .remote import ask_remotes  # loaded only when remotes are configured
-    return ask_remotes(cfg, query, n, mode)
-
-
-def _pin_access(con, cfg, result) -> None:
-    if getattr(cfg, "inventory", None):
-        from .inventory import pin_access  # loaded only when an inventory is configured
-        pin_access(con, cfg, result)
-
-
 def cmd_search(args) -> int:
-    from . import db, vault
-    from .search import NO_PROVIDER, SearchHooks, needs_vectors, search
+    from . import api, db
+    from .search import NO_PROVIDER, needs_vectors, search
     cfg = _config(args)
     cfg.require_sources()
     query = " ".join(args.query)
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
-    hooks = SearchHooks(ask_remotes=_ask_remotes, pins=_pin_access, require_open=vault.require_open,
-                        load_values=vault.load_values)
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
-                    explain=args.explain, remotes=not args.local, hooks=hooks)
+                    explain=args.explain, remotes=not args.local, hooks=api.search_hooks(cfg))
     if _json_done(args, result.public()):
         return 0
     for notice in result.notices:

@@ -235,17 +235,12 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `route`, `access` (the inventory
     entry of any system the query names) and `hits` (read = 'source:relpath:line', breadcrumb, snippet, date).
     Next: recall_read with path=the hit's `read`."""
-    from .search import SearchHooks, search
+    from . import api
+    from .search import search
     notices: list = []
     n = _limit(limit, notices)
     with _opened(readonly=True, notes=True) as (cfg, con):
-        ask = None
-        if getattr(cfg, "remotes", None):  # the remote code is loaded only when remotes are configured
-            from .remote import ask_remotes as ask
-        from . import vault
-        from .inventory import pin_access
-        result = search(con, cfg, query, n=n, mode=mode, hooks=SearchHooks(
-            ask_remotes=ask, pins=pin_access, require_open=vault.require_open, load_values=vault.load_values))
+        result = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg))
         data = result.public()
         data["notices"] = notices + list(data.get("notices", []))
         return _page(_mask(_response_masker(con, cfg), _json(_lean_search(data))), offset, "recall_search")

@@ -607,3 +607,19 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     # what encodes queries (the numpy encoder, else the full model) is built by the first call, kept for the rest
     encoders = [e for e in query_encoder._CACHE.values() if e is not None]
     assert len(encoders) + len(embed.LOADED_MODELS) == 1, (query_encoder._CACHE, embed.LOADED_MODELS)
+
+
+def test_both_faces_say_the_same_for_the_same_failure(world, config, cli):
+    """One library layer: the CLI and the MCP tool raise the same error, each in its own words for
+    what to do (the agent asks the user)."""
+    config()                                              # notes only: no inventory, no secrets
+    code, _, err = cli("access", "find")
+    text, is_error = call("recall_access_find")
+    assert code == 1 and is_error
+    cli_said = err.removeprefix("recall: ").strip()
+    mcp_said = text.removeprefix("Error executing tool recall_access_find: ")
+    assert cli_said == "no inventory files configured — add 'inventory: [~/notes/inventory.yaml]' to the config"
+    assert mcp_said == cli_said.replace("— add", "— ask the user to add")
+    code, _, err = cli("read", "nowhere.md")
+    text, is_error = call("recall_read", path="nowhere.md")
+    assert code == 1 and is_error and err.removeprefix("recall: ").split(" — ")[0] in text
