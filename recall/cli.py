@@ -280,7 +280,7 @@ def _secret_parsers(sub, common) -> None:
     p.set_defaults(func=cmd_secret_get)
     p = verbs.add_parser("log", parents=[common], help="the access log")
     p.add_argument("id", nargs="?")
-    p.add_argument("-n", type=int, default=50)
+    p.add_argument("-n", "--limit", dest="n", type=int, default=50, help="how many rows (default 50)")
     p.set_defaults(func=cmd_secret_log)
     p = verbs.add_parser("restore", parents=[common], help="write a secret a sync removed (30 days) back into its file")
     p.add_argument("id")

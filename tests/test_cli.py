@@ -437,3 +437,11 @@ def test_the_readme_lists_every_field_of_the_secrets_and_inventory_files():
     for fields, table in ((SECRET_FIELDS, secrets), (INVENTORY_FIELDS, inventory)):
         listed = re.findall(r"^\| `(\w+)` \| \S", table, re.M)
         assert sorted(listed) == sorted(fields), set(listed) ^ set(fields)
+
+
+def test_every_n_has_limit_beside_it(capsys):
+    """The MCP tools say `limit`; every verb that takes -n takes --limit too."""
+    for words, sub in _all_verbs():
+        actions = {o: a for a in sub._actions for o in a.option_strings}
+        if "-n" in actions:
+            assert "--limit" in actions and actions["--limit"] is actions["-n"], words
