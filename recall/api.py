@@ -51,6 +51,13 @@ def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = Tru
         full=full, vectors=embed, notify=notify, holds_values=vault.holds_values)
 
 
+def watcher(cfg, report=None):
+    """The sources followed (watch.Watcher) with the vault's redactor and values, as `index` has them."""
+    from . import vault
+    from .watch import Watcher
+    return Watcher(cfg, redactor=vault.redactor, load_values=vault.load_values, report=report)
+
+
 def _read_remote(cfg, name: str, target: str, **kw) -> dict:
     from .remote import read_remote  # loaded only for a NAME:path on a configured remote
     return read_remote(cfg, name, target, **kw)

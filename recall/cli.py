@@ -113,6 +113,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--source", metavar="NAME", help="only this source")
     p.add_argument("--remote", metavar="NAME", help="run the indexing on that remote, over ssh")
     p.add_argument("--prune", action="store_true", help="also drop what a missing or empty source folder held")
+    p.add_argument("--watch", action="store_true", help="then keep the index fresh in the foreground (Ctrl-C stops)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search the notes",
@@ -194,7 +195,7 @@ examples:
 # Each verb's --help ends with these (search has its own, in SEARCH_HELP).
 EXAMPLES = {
     "init": ["recall init", "recall --config ~/work/recall.yaml init --notes ~/work/notes"],
-    "index": ["recall index", "recall index --full --no-embed", "recall index --source notes"],
+    "index": ["recall index", "recall index --full --no-embed", "recall index --source notes", "recall index --watch"],
     "read": ["recall read incidents/2023/INC-10963-db-failover.md:16",
              "recall read notes:runbooks/vpn.md --offset 120"],
     "secret": ["recall secret find jira", "recall secret command jira-api-token"],
@@ -423,6 +424,28 @@ def cmd_index(args) -> int:
     _out(f"indexed: {report.new} new, {report.changed} changed, {report.removed} removed, "
          f"{report.unchanged} unchanged files; {report.chunks} chunks written; "
          f"{len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s")
+    return _watch(cfg) if args.watch else 0
+
+
+def _watch(cfg) -> int:
+    """`index --watch`: each change indexed as it happens, one line a pass that changed something."""
+    from . import api, watch
+    if watch.method() == "off":
+        raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
+
+    def said(kind, rep):
+        if kind == "index" and (rep.new or rep.changed or rep.removed):
+            _out(f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} removed files; "
+                 f"{rep.chunks} chunks written; {rep.seconds:.2f}s")
+        elif kind == "embed" and rep.embedded:
+            _out(f"embedded: {rep.embedded} chunks" + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else ""))
+        sys.stdout.flush()
+    w = api.watcher(cfg, report=said)
+    sys.stderr.write(f"recall: watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops\n")
+    try:
+        w.run()
+    except KeyboardInterrupt:
+        sys.stderr.write("recall: stopped watching\n")
     return 0
 
 

@@ -122,7 +122,22 @@ def _platform(ctx) -> list:
             Check("sqlite", True, sqlite3.sqlite_version),
             Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5"),
             Check("processes", True, "every command runs in its own process and leaves nothing running "
-                                     "('recall mcp' while its client holds it)")]
+                                     "('recall mcp' while its client holds it)"),
+            _freshness()]
+
+
+def _freshness() -> Check:
+    """How `recall mcp` (and `index --watch`) follows the sources here (watch.method)."""
+    from .errors import RecallError
+    from .watch import method
+    try:
+        how = method()
+    except RecallError as exc:
+        return Check("freshness", False, str(exc))
+    said = {"watchdog": "recall mcp follows the sources with watchdog's file events",
+            "poll": "recall mcp follows the sources with a stat poll (pip install 'recall[watch]' for file events)",
+            "off": "RECALL_WATCH=off: recall mcp answers from the index as of the last 'recall index'"}
+    return Check("freshness", None if how == "off" else True, said[how])
 
 
 def _home(ctx) -> list:

@@ -485,9 +485,9 @@ def serve() -> int:
 def _watching():
     """The sources followed while the server runs (watch.py), so the next search sees a note saved a
     moment ago; None without a config or sources (each tool then says what is missing)."""
-    from . import vault, watch
+    from . import api
     from .config import load_config
     try:                              # a bad RECALL_WATCH too: serve from the index as it is (doctor says why)
-        return watch.Watcher(load_config(), redactor=vault.redactor, load_values=vault.load_values).start()
+        return api.watcher(load_config()).start()
     except RecallError:
         return None

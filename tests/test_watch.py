@@ -192,3 +192,34 @@ def test_a_paid_provider_embeds_changed_chunks_once_files_are_still(fake, config
     assert first_request - saved >= 0.9      # waited until the note was still for a second (a lower bound)
     billed, _ = ledger_totals(db.connect(cfg.db_path, readonly=True))
     assert billed - billed_before >= sum(tokens_of(t) for t in texts), "the ledger counts what the watcher embedded"
+
+
+def test_index_watch_follows_in_the_foreground_and_stops_cleanly_on_ctrl_c(indexed, tmp_path):
+    import signal
+    notes = indexed
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index", "--watch"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "RECALL_WATCH": "poll"})
+    try:
+        first = proc.stdout.readline()                     # the ordinary run's line, then watching
+        assert first.startswith("indexed: "), first
+        (notes / "fresh.md").write_text("# Fresh\n\nINC-44444 written while watching.\n")
+        line = proc.stdout.readline()
+        assert line.startswith("indexed: 1 new, 0 changed, 0 removed files"), line
+        r = run_recall("--json", "search", "INC-44444")    # another process sees it at once
+        assert [h["relpath"] for h in json.loads(r.stdout)["hits"]] == ["fresh.md"]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "watching 1 source(s) with poll; Ctrl-C stops" in err and err.rstrip().endswith("stopped watching")
+    assert "Traceback" not in err
+
+
+def test_doctor_says_how_recall_mcp_follows_the_sources(config):
+    for how, said in (("poll", "with a stat poll"), ("off", "RECALL_WATCH=off"), ("nope", "is not one of")):
+        r = run_recall("doctor", env={"RECALL_WATCH": how})
+        line = next(line for line in r.stdout.splitlines() if " freshness " in line)
+        assert said in line, line
+    assert run_recall("doctor", env={"RECALL_WATCH": "nope"}).stdout.count("NO  freshness") == 1
