@@ -1,25 +1,23 @@
-"""Ranking the candidates: the keyword and vector lists fused by RRF, the identifier boost, per-file
-support, recency. Every constant here was chosen on both dev sets (docs/BENCHMARKS.md, "H5")."""
+"""Ranking the candidates: the keyword and vector lists fused, the identifier lift, per-file support,
+recency. Every constant here was chosen on both dev sets (docs/BENCHMARKS.md, "Ranking on both dev sets")."""
 from __future__ import annotations
 
 from datetime import date as _date
 
 PER_FILE = 2                  # chunks of one file on a page of hits
-RRF_K = 60                    # plain RRF: the baseline every fusion change is measured against
-FUSION_K = 60
+RRF_K = 60                    # plain RRF: the baseline every fusion change was measured against
+FUSION = "convex"             # each list's scores scaled into [0, 1] and summed; "rrf": reciprocal ranks
+FUSION_K = 60                 # RRF's k, when FUSION is "rrf"
 FUSION_WEIGHTS = {"vector": 1.0, "keyword": 0.2, "identifiers": 1.0}
+CONVEX_IDENT = 0.1            # a chunk holding one of a question's identifiers: a bounded lift, not a tier
 FILE_SUPPORT = 0.1            # keyword route: share of a file's next candidates' BM25 added to each chunk
 FILE_SUPPORT_N = 2
-FUSED_FILE_SUPPORT = 0.0    # the same in a fused question (a share of RRF scores)
-FUSION = "convex"               # or "convex": each list's scores scaled into [0, 1] and summed
-CONVEX_IDENT = 0.1
-CONVEX_NORM = "minmax"
-FILE_FUSION = False           # fuse files' ranks (a file's best chunk in each list), chunks within a file by their own
-# Recency multiplies relevance (BM25, or the RRF score), never the identifier tier: at a 0.95 floor
-# it can lift a newer note only over one less than ~5% more relevant — it breaks near-ties.
+FUSED_FILE_SUPPORT = 0.0      # the same in a fused question: lost MRR on dev set 1
+# Recency multiplies relevance (BM25), never the identifier tier: at a 0.95 floor it can lift a newer
+# note only over one less than ~5% more relevant — it breaks near-ties.
 RECENCY_FLOOR = 0.95
 RECENCY_HALF_LIFE_DAYS = 730
-FUSED_RECENCY = False         # recency on an RRF score too (whose neighbours are always near-ties)
+FUSED_RECENCY = False         # on a fused score: level with score fusion, and it reorders RRF's near-ties
 
 
 def recency_factor(date: str, today: _date | None = None) -> float:
@@ -64,20 +62,11 @@ def keyword_only(kw: list) -> list:
             for i, (cid, s, info) in enumerate(kw, start=1)]
 
 
-def _file_ranks(ids: list, file_of: dict) -> dict:
-    """{file: rank among the distinct files of a list}, a file ranked where its best chunk is."""
-    out: dict = {}
-    for cid in ids:
-        f = file_of.get(cid)
-        if f is not None and f not in out:
-            out[f] = len(out) + 1
-    return out
-
-
-def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None, file_of: dict | None = None) -> list:
+def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None) -> list:
     """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]
-    candidates, each with its rank and score in every list it came from. Relevance is the RRF score
-    of the vector list, the keyword list and the keyword list's identifier holders — one bounded
+    candidates, each with its rank and score in every list it came from. Relevance is the lists'
+    scaled scores, weighted and summed (or, with FUSION "rrf", the RRF score of the vector list, the
+    keyword list and the keyword list's identifier holders); holding an identifier is one bounded
     signal among the others: an identifier-looking word inside a question never lifts a chunk into
     a tier above the fused results."""
     weights = FUSION_WEIGHTS if weights is None else weights
@@ -92,11 +81,6 @@ def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None,
     vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
     fused = rrf(lists, k, weights)
     scaled = _convex(kw, vec, weights) if FUSION == "convex" else None
-    per_file = {}
-    if FILE_FUSION and file_of:
-        ranks = {name: _file_ranks(ids, file_of) for name, ids in lists.items()}
-        for f in {file_of[c] for c in fused if c in file_of}:
-            per_file[f] = sum(weights.get(name, 1.0) / (k + r[f]) for name, r in ranks.items() if f in r)
     scored = []
     for cid, (score, _ranks) in fused.items():
         per_list = {}
@@ -108,9 +92,6 @@ def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None,
             per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
         relevance = score if scaled is None else scaled[cid]
         info = {"lists": per_list, ("rrf" if scaled is None else "scaled"): round(relevance, 6)}
-        if per_file and file_of.get(cid) in per_file:
-            info["file_rrf"] = round(per_file[file_of[cid]], 6)
-            relevance = per_file[file_of[cid]] + score * 1e-3      # a file's rank, then its chunks' own
         scored.append((cid, relevance, info))
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored
@@ -120,7 +101,7 @@ def _unit(pairs: list) -> dict:
     """{id: score min-max scaled into [0, 1] over its list}."""
     if not pairs:
         return {}
-    lo, hi = min(s for _, s in pairs) if CONVEX_NORM == "minmax" else 0.0, max(s for _, s in pairs)
+    lo, hi = min(s for _, s in pairs), max(s for _, s in pairs)
     return {c: (s - lo) / (hi - lo) if hi > lo else 1.0 for c, s in pairs}
 
 

@@ -216,7 +216,7 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
     if route.kind == "hybrid" and (q.lookup or any("word_for_word" in info for _, _, info in kw)):
         return Candidates(Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec), rows,
                           exhausted, fusion.FILE_SUPPORT, True)
-    scored = fusion.fuse(kw, vec, file_of={cid: r["file_id"] for cid, r in rows.items()})
+    scored = fusion.fuse(kw, vec)
     return Candidates(route, scored, rows, exhausted, fusion.FUSED_FILE_SUPPORT, fusion.FUSED_RECENCY)
 
 
