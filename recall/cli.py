@@ -449,6 +449,18 @@ def _watch(cfg) -> int:
     return 0
 
 
+def _behind(con, cfg) -> tuple:
+    """(sources changed since the last index run, the lines that say so and name missing folders)."""
+    from .walk import missing_sources
+    from .watch import behind
+    stale = behind(con, cfg)
+    lines = missing_sources(cfg.sources)
+    if stale:
+        lines.append(f"{', '.join(stale)} changed since the last index run: 'recall index' brings the "
+                     "results up to date ('recall index --watch' keeps them so)")
+    return stale, lines
+
+
 def cmd_search(args) -> int:
     from . import api, db
     from .search import NO_PROVIDER, needs_vectors, search
@@ -458,9 +470,12 @@ def cmd_search(args) -> int:
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
                     explain=args.explain, remotes=not args.local, hooks=api.search_hooks(cfg))
-    if _json_done(args, result.public()):
+    stale, behind = _behind(con, cfg)
+    data = result.public()
+    data["stale"], data["notices"] = stale, [*data.get("notices", []), *behind]
+    if _json_done(args, data):
         return 0
-    for notice in result.notices:
+    for notice in data["notices"]:
         sys.stderr.write(f"recall: {notice}\n")
     lines = [a["block"] + "\n" for a in result.access]
     if not result.hits:

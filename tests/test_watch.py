@@ -223,3 +223,21 @@ def test_doctor_says_how_recall_mcp_follows_the_sources(config):
         line = next(line for line in r.stdout.splitlines() if " freshness " in line)
         assert said in line, line
     assert run_recall("doctor", env={"RECALL_WATCH": "nope"}).stdout.count("NO  freshness") == 1
+
+
+def test_search_says_when_it_is_behind_and_names_a_missing_source(indexed, config, tmp_path):
+    r = run_recall("--json", "search", "jump01")
+    assert json.loads(r.stdout)["stale"] == [] and "changed since" not in r.stderr
+    time.sleep(0.05)
+    (indexed / "runbooks" / "late.md").write_text("# Late\n\nINC-33333\n")
+    r = run_recall("search", "jump01")
+    assert r.returncode == 0 and r.stderr.count("\n") == 1
+    assert r.stderr == ("recall: notes changed since the last index run: 'recall index' brings the results up "
+                        "to date ('recall index --watch' keeps them so)\n")
+    assert json.loads(run_recall("--json", "search", "jump01").stdout)["stale"] == ["notes"]
+    assert run_recall("index").returncode == 0
+    assert json.loads(run_recall("--json", "search", "jump01").stdout)["stale"] == []
+    os.rename(indexed, tmp_path / "away")
+    r = run_recall("search", "jump01")
+    assert r.returncode == 0 and "jump-hosts.md" in r.stdout
+    assert "source 'notes'" in r.stderr and "is not there" in r.stderr
