@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import datetime
 import re
-
-from .records import Record  # not dataclasses: `recall search` imports this module (sections_in)
+from dataclasses import dataclass, field
 
 SEPARATOR = " › "
 
@@ -44,33 +43,27 @@ def is_markdown(relpath: str) -> bool:
     return name.endswith(MARKDOWN_SUFFIXES)
 
 
-class Chunk(Record):
-    FIELDS = {"breadcrumb": "",   # heading path joined with " › "; the title (or "") before any heading
-              "start_line": 0,    # 1-based, inclusive, in the original file (front matter counted)
-              "end_line": 0,      # 1-based, inclusive
-              "text": ""}         # the lines as in the file, joined with "\n"
-
-    def __init__(self, breadcrumb: str, start_line: int, end_line: int, text: str):
-        # FIELDS spelled out: one per chunk indexed, where Record's own __init__ costs 8× more
-        self.breadcrumb, self.start_line, self.end_line, self.text = breadcrumb, start_line, end_line, text
+@dataclass
+class Chunk:
+    breadcrumb: str = ""          # heading path joined with " › "; the title (or "") before any heading
+    start_line: int = 0           # 1-based, inclusive, in the original file (front matter counted)
+    end_line: int = 0             # 1-based, inclusive
+    text: str = ""                # the lines as in the file, joined with "\n"
 
 
-class Document(Record):
-    FIELDS = {"meta": {},         # title (str), date ('YYYY-MM-DD'), tags (list[str])
-              "chunks": []}       # list[Chunk], in file order, never overlapping
+@dataclass
+class Document:
+    meta: dict = field(default_factory=dict)      # title (str), date ('YYYY-MM-DD'), tags (list[str])
+    chunks: list = field(default_factory=list)    # list[Chunk], in file order, never overlapping
 
 
-class _Section(Record):
-    FIELDS = {"first": 0,         # 0-based line indexes, inclusive, trimmed of blank lines
-              "last": 0,
-              "breadcrumb": "",
-              "level": 0,         # 0 for the text before the first heading
-              "heading_only": False}
-
-    def __init__(self, first: int, last: int, breadcrumb: str, level: int = 0, heading_only: bool = False):
-        # FIELDS spelled out, as Chunk's: one per heading of every file indexed
-        self.first, self.last, self.breadcrumb = first, last, breadcrumb
-        self.level, self.heading_only = level, heading_only
+@dataclass
+class _Section:
+    first: int = 0                # 0-based line indexes, inclusive, trimmed of blank lines
+    last: int = 0
+    breadcrumb: str = ""
+    level: int = 0                # 0 for the text before the first heading
+    heading_only: bool = False
 
 
 def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) -> Document:

@@ -2,54 +2,58 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError, RecallError
-from .records import Record
 
 DEFAULT_INCLUDE = ["*.md", "*.markdown", "*.mdx", "*.mkd", "*.md.erb", "*.txt", "*.rst"]
 EXAMPLE = 'sources: [{name: notes, path: ~/notes}]'
 
 
-class Source(Record):
-    FIELDS = {"name": "", "path": None, "include": DEFAULT_INCLUDE, "exclude": [], "line": 0}
+@dataclass
+class Source:
+    name: str = ""
+    path: Path | None = None
+    include: list = field(default_factory=lambda: list(DEFAULT_INCLUDE))
+    exclude: list = field(default_factory=list)
+    line: int = 0
+    config_path: str = "config"     # the config file that names it, for errors at its line
 
 
-class Embedding(Record):
-    FIELDS = {
-        "provider": "none",         # voyage | local | none
-        "model": "",
-        "dimension": 0,             # 0: the model's default
-        "token_cap": 20_000_000,
-        "api_key_secret": "",       # a vault id holding the Voyage key
-        "batch_size": 64,
-        "rerank_model": "rerank-2.5-lite",
-        "base_url": "",             # Voyage endpoint override (tests, proxies)
-    }
+@dataclass
+class Embedding:
+    provider: str = "none"          # voyage | local | none
+    model: str = ""
+    dimension: int = 0              # 0: the model's default
+    token_cap: int = 20_000_000
+    api_key_secret: str = ""        # a vault id holding the Voyage key
+    batch_size: int = 64
+    rerank_model: str = "rerank-2.5-lite"
+    base_url: str = ""              # Voyage endpoint override (tests, proxies)
 
 
-class Remote(Record):
-    FIELDS = {"name": "", "host": "", "path": "~/recall", "config": "", "timeout": 10.0,
-              "ssh_config": ""}     # ssh_config: an `ssh -F` file, when the host is not in ~/.ssh/config
+@dataclass
+class Remote:
+    name: str = ""
+    host: str = ""
+    path: str = "~/recall"
+    config: str = ""
+    timeout: float = 10.0
+    ssh_config: str = ""            # an `ssh -F` file, when the host is not in ~/.ssh/config
 
 
-class Config(Record):
-    FIELDS = {
-        "path": None,               # None: no config file was found
-        "home": None,
-        "sources": [],
-        "secrets": [],
-        "inventory": [],
-        "embedding": None,          # an Embedding (a fresh default one when not given)
-        "remotes": [],
-        "max_file_bytes": 2_000_000,
-        "lines": {},                # top-level key -> line, for later errors
-    }
-
-    def __init__(self, **values):
-        super().__init__(**values)
-        if self.embedding is None:
-            self.embedding = Embedding()
+@dataclass
+class Config:
+    path: Path | None = None        # None: no config file was found
+    home: Path | None = None
+    sources: list = field(default_factory=list)
+    secrets: list = field(default_factory=list)
+    inventory: list = field(default_factory=list)
+    embedding: Embedding = field(default_factory=Embedding)
+    remotes: list = field(default_factory=list)
+    max_file_bytes: int = 2_000_000
+    lines: dict = field(default_factory=dict)      # top-level key -> line, for later errors
 
     @property
     def db_path(self) -> Path:

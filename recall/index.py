@@ -221,7 +221,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
         from .postings import refresh
         refresh(con)        # the common words' postings follow the chunks written and deleted
-    if embed and getattr(getattr(cfg, "embedding", None), "provider", "none") != "none":
+    if embed and cfg.embedding.provider != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)
         report.embedded, report.tokens = done.embedded, done.tokens

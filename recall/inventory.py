@@ -6,10 +6,10 @@ import os
 import re
 import socket
 import time
+from dataclasses import asdict, dataclass, field
 
 from . import status
 from .errors import InputError, PrerequisiteDown, RecallError
-from .records import Record
 from .setupvars import hide_values, show_step
 
 FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
@@ -19,11 +19,30 @@ DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
 _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-class Entry(Record):
-    FIELDS = {"id": "", "kind": "", "name": "", "aliases": [], "environment": "", "account": "",
-              "requires": [], "access": [], "verify": "", "secrets": [], "check": "", "hint": "",
-              "tags": [], "notes": "", "url": "", "timeout": 0.0, "file": "", "line": 0,
-              "error": ""}          # set: this entry is broken (file:line: what, did you mean), the rest work
+@dataclass
+class Entry:
+    id: str = ""
+    kind: str = ""
+    name: str = ""
+    aliases: list = field(default_factory=list)
+    environment: str = ""
+    account: str = ""
+    requires: list = field(default_factory=list)
+    access: list = field(default_factory=list)
+    verify: str = ""
+    secrets: list = field(default_factory=list)
+    check: str = ""
+    hint: str = ""
+    tags: list = field(default_factory=list)
+    notes: str = ""
+    url: str = ""
+    timeout: float = 0.0
+    file: str = ""
+    line: int = 0
+    error: str = ""               # set: this entry is broken (file:line: what, did you mean), the rest work
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
@@ -275,7 +294,7 @@ def describe(con, e: Entry) -> dict:
 def pin_access(con, cfg, result) -> None:
     """A search's pins (search passes its result to the function the faces give it): the entries
     the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
-    if not getattr(cfg, "inventory", None):
+    if not cfg.inventory:
         return
     try:
         entries = load_inventory(cfg, con)

@@ -43,7 +43,7 @@ def reserve(con, cfg, provider, kind: str, estimate: int, items: int, claims=Non
         _expire(con)
         billed, held = ledger_totals(con)
         if billed + held + estimate > cap:
-            where = f" in {cfg.path}" if getattr(cfg, "path", None) else ""
+            where = f" in {cfg.path}" if cfg.path else ""
             held_text = f" (+{held:,} held by unfinished requests)" if held else ""
             raise RecallError(f"the embedding token cap stops this request: {billed:,} tokens billed{held_text}, "
                               f"this request needs about {estimate:,}, the cap is {cap:,}",

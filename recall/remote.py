@@ -229,7 +229,7 @@ class _Asked:
 def ask_remotes(cfg, query: str, n: int, mode: str):
     """Start asking every configured remote in the background (search.search takes this as
     `ask_remotes`); None when there are none."""
-    if not getattr(cfg, "remotes", None):
+    if not cfg.remotes:
         return None
     pool = ThreadPoolExecutor(max_workers=1)
     job = pool.submit(search_remotes, cfg, query, n, mode)

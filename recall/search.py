@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date as _date
 from pathlib import Path
 
@@ -11,17 +11,27 @@ from .errors import RecallError
 from .fusion import final_score, recency_factor, rrf, tier_of  # noqa: F401 (re-exported: vault, remote, tests)
 from .keyword import holders, keyword_ranked
 from .query import MODES, NO_PROVIDER, Query, Route, check_query, parse_query, route_for  # noqa: F401 (the faces')
-from .records import Record
 from .snippets import QueryTerms, mark, point_at_section, snippet, snippet_spans  # noqa: F401 (snippet: re-exported)
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
 
 
-class Hit(Record):
-    FIELDS = {"source": "", "relpath": "", "path": "", "line": 0, "end_line": 0, "breadcrumb": "",
-              "snippet": "", "highlights": [], "score": 0.0, "date": "", "chunk_id": 0, "file_id": 0,
-              "explain": {}}
+@dataclass
+class Hit:
+    source: str = ""
+    relpath: str = ""
+    path: str = ""
+    line: int = 0
+    end_line: int = 0
+    breadcrumb: str = ""
+    snippet: str = ""
+    highlights: list = field(default_factory=list)
+    score: float = 0.0
+    date: str = ""
+    chunk_id: int = 0
+    file_id: int = 0
+    explain: dict = field(default_factory=dict)
     # what a hit shows (--json, MCP, a remote's answer), in this order; the rest is internal
     PUBLIC = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score", "date")
 
@@ -44,9 +54,14 @@ class Hit(Record):
         return out
 
 
-class SearchResult(Record):
-    FIELDS = {"query": "", "mode": "", "route": Route("keyword"), "hits": [], "access": [],
-              "notices": []}          # notices: one-line remarks — a remote down, no provider …
+@dataclass
+class SearchResult:
+    query: str = ""
+    mode: str = ""
+    route: Route = field(default_factory=lambda: Route("keyword"))
+    hits: list = field(default_factory=list)
+    access: list = field(default_factory=list)
+    notices: list = field(default_factory=list)     # one-line remarks — a remote down, no provider …
 
     def public(self) -> dict:
         return {"query": self.query, "mode": self.mode, "route": str(self.route),

@@ -42,7 +42,7 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
     folder that cannot be listed is appended to `unreadable` as (relpath + '/', reason)."""
     root = Path(source.path)
     if not root.is_dir():
-        raise InputError(getattr(source, "config_path", "config"), source.line or None,
+        raise InputError(source.config_path, source.line or None,
                          f"source '{source.name}': {root} is not a folder",
                          hint="fix the path or remove the source; nothing was changed")
     included, excluded = _matcher(source.include), _matcher(source.exclude)
