@@ -241,3 +241,38 @@ def test_search_says_when_it_is_behind_and_names_a_missing_source(indexed, confi
     r = run_recall("search", "jump01")
     assert r.returncode == 0 and "jump-hosts.md" in r.stdout
     assert "source 'notes'" in r.stderr and "is not there" in r.stderr
+
+
+def test_the_watcher_and_a_manual_index_at_once_never_corrupt_or_bill_twice(fake, config, notes, monkeypatch):
+    """`recall mcp`'s watcher and a `recall index` the user runs meanwhile, over the same notes being
+    written: the DB passes its integrity check, every note is found, and no text is embedded twice."""
+    from recall import vault
+    from tests.fake_voyage import KEY
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    w = watch.Watcher(cfg, redactor=vault.redactor).start()
+    try:
+        for i in range(40):
+            (notes / "busy" / f"n{i:02}.md").parent.mkdir(exist_ok=True)
+            (notes / "busy" / f"n{i:02}.md").write_text(f"# Busy {i}\n\nticket BUSY-{i:02} and its rollback.\n")
+            if i % 10 == 0:
+                assert run_recall("index").returncode == 0
+        assert run_recall("index").returncode == 0
+        deadline = time.monotonic() + DEADLINE_S
+        con = db.connect(cfg.db_path, readonly=True)
+        while time.monotonic() < deadline and con.execute(
+                "SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.hash=c.hash)"
+                ).fetchone()[0]:
+            time.sleep(0.2)
+        time.sleep(watch.QUIET_S * 2)
+    finally:
+        w.stop()
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    for i in (0, 17, 39):
+        r = run_recall("--json", "search", f"BUSY-{i:02}")
+        assert [h["relpath"] for h in json.loads(r.stdout)["hits"]] == [f"busy/n{i:02}.md"]
+    sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    assert len(sent) == len(set(sent)), "a text was embedded (and billed) twice"
