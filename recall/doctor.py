@@ -227,9 +227,28 @@ def _secrets(ctx) -> list:
             problems.append("edited since the last sync: run 'recall secret sync'")
         elif plain:             # the sync that the two above ask for seals them as well
             problems.append(f"{plain} values in plain text: run 'recall secret sync' to seal them (ENC[...])")
+        unopened = _sealed_fault(ctx.cfg.home, entries)
+        if unopened:
+            problems.append(unopened)
         out.append(Check(name, not problems, f"{path} ({mode}), {len(entries)} secrets"
                          + ("; " + "; ".join(problems) if problems else ", synced")))
     return out
+
+
+def _sealed_fault(home, entries: list):
+    """The one line a sync would end in when a sealed value does not open with the key, else None."""
+    from .errors import MissingExtra, RecallError
+    from .inplace import is_sealed, open_entries
+    from .keyfile import key_path, load_key
+    if not any(is_sealed(v) for e in entries for v in e.values.values()) or not key_path(home).is_file():
+        return None                     # no key at all: the vault key check says it
+    try:
+        open_entries(entries, load_key(home, create=False), home)
+    except MissingExtra:
+        return None                     # said by the extras check
+    except RecallError as exc:
+        return str(exc)
+    return None
 
 
 def _vault_key(ctx) -> list:

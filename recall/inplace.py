@@ -222,8 +222,8 @@ def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
         old = termios.tcgetattr(fd)
         new = termios.tcgetattr(fd)
         new[3] &= ~termios.ECHO
-        os.write(fd, prompt.encode())
-        termios.tcsetattr(fd, termios.TCSAFLUSH, new)
+        termios.tcsetattr(fd, termios.TCSADRAIN, new)   # echo off before the prompt: what is typed
+        os.write(fd, prompt.encode())                   # (or pasted) at once is neither shown nor lost
         try:
             data = b""
             while not data.endswith((b"\n", b"\r")):
@@ -232,7 +232,7 @@ def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
                     break
                 data += chunk
         finally:
-            termios.tcsetattr(fd, termios.TCSAFLUSH, old)
+            termios.tcsetattr(fd, termios.TCSADRAIN, old)
             os.write(fd, b"\n")
         return data.decode("utf-8").rstrip("\r\n")
     finally:

@@ -116,6 +116,9 @@ def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in r.stderr
     assert "'recall secret key backup' copy" in r.stderr
+    from recall.doctor import run_doctor
+    check = {c.name: c for c in run_doctor(extras=False)}["secrets secrets.yaml"]
+    assert not check.ok and "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in check.detail
 
 
 def test_the_write_is_refused_when_the_file_changed_while_sync_ran(tmp_path, config):
@@ -188,12 +191,18 @@ def test_secret_set_on_a_terminal_reads_without_echo(sealed):
     """On a real pty the value is typed at a prompt on /dev/tty and never echoed back."""
     import pty
     import select
+    import subprocess
     import sys
 
     from tests.conftest import REPO
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "secret", "set", "single-one"])
+    fd, side = pty.openpty()            # the child makes the pty its controlling terminal (no fork here:
+    launch = ("import fcntl, os, sys, termios; os.setsid(); t = int(sys.argv[1]); "
+              "fcntl.ioctl(t, termios.TIOCSCTTY, 0); [os.dup2(t, n) for n in (0, 1, 2)]; "
+              "os.execv(sys.executable, [sys.executable] + sys.argv[2:])")   # threads may hold locks)
+    child = subprocess.Popen([sys.executable, "-c", launch, str(side), str(REPO / "recall.py"),
+                              "secret", "set", "single-one"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(side,))
+    os.close(side)
     out, typed = b"", False
     while select.select([fd], [], [], 10)[0]:
         try:
@@ -206,8 +215,12 @@ def test_secret_set_on_a_terminal_reads_without_echo(sealed):
         if b"New value for single-one (not shown" in out and not typed:
             os.write(fd, b"typed-at-the-tty-5\n")
             typed = True
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and typed, out
+    try:
+        code = child.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise AssertionError(out)
+    assert code == 0 and typed, out
     assert b"typed-at-the-tty-5" not in out and b"sealed a new value for single-one" in out
     assert _values(sealed)["single-one"] == "typed-at-the-tty-5"
     assert "typed-at-the-tty-5" not in sealed.read_text()
