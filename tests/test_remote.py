@@ -65,7 +65,7 @@ def test_install_index_search_read_over_ssh(tmp_path, config, box):
                    "--ssh-config", server.client_config)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"installed recall on testbox at {remote_root / 'recall'}")
-    assert (remote_root / "recall" / "recall.py").exists() and (remote_root / "recall" / "recall" / "cli.py").exists()
+    assert (remote_root / "recall" / "recall.py").exists() and (remote_root / "recall" / "recall" / "cli" / "__init__.py").exists()
     assert not (remote_root / "recall" / "tests").exists()
     r = run_recall("remote", "install", "testbox", "--path", str(remote_root / "recall"),
                    "--ssh-config", server.client_config)

@@ -1,0 +1,69 @@
+"""What every verb prints through: text or --json on stdout, the config and DB a verb opens, a progress
+line on a terminal, and CMD after an id's `--`."""
+from __future__ import annotations
+
+import sys
+
+
+def _command(args) -> list:
+    """CMD after the id. argparse's REMAINDER also swallows this verb's own options written after
+    the id (`exec ID --stdin -- CMD`), so those leading options are parsed here; `--` ends them."""
+    cmd, head = list(args.cmd), []
+    known = args.options._option_string_actions
+    while cmd and cmd[0] in known:
+        word = cmd.pop(0)
+        head.append(word)
+        if known[word].nargs != 0 and cmd:
+            head.append(cmd.pop(0))
+    if head:
+        args.options.parse_args([*head, args.id], namespace=args)
+    return cmd[1:] if cmd[:1] == ["--"] else cmd
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+
+
+def _json(obj) -> None:
+    import json
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _json_done(args, data) -> bool:
+    """A verb's `--json` output: `data` as JSON, and True (the verb prints nothing else); False
+    without --json, when the verb prints its text view."""
+    if not getattr(args, "json", False):
+        return False
+    _json(data)
+    return True
+
+
+def _config(args):
+    from ..config import load_config
+    return load_config(getattr(args, "config", None))
+
+
+def _db(cfg, readonly=False):
+    from .. import db
+    return db.connect(cfg.db_path, readonly=readonly)
+
+
+class _Progress:
+    """A one-line progress bar on a terminal's stderr; silent on a pipe."""
+
+    def __init__(self):
+        self.on = sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, done, total, label):
+        import time
+        now = time.monotonic()
+        if not self.on or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} {label[-40:]:<40}")
+        if done >= total:
+            sys.stderr.write("\r" + " " * (width + 90) + "\r")
+        sys.stderr.flush()
