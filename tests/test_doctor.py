@@ -56,7 +56,7 @@ def shadow(tmp_path):
     """Stand-ins for the extras with slow imports, first on the path: the import probes answer at once
     and the same on any machine (the vector ones stay real: doctor's own process loads them).
     Returns a writer for one stand-in's __init__.py."""
-    from recall.doctor import EXTRAS
+    from recall.extras import EXTRAS
     root = tmp_path / "shadow"
 
     def write(module, body="__version__ = '0.0.1'\n"):
@@ -222,8 +222,8 @@ def test_doctor_never_writes_anything(tmp_path, config):
 # -- the truth, in one line each (issue 26 point 6) -------------------------------------------------
 
 def test_a_missing_extra_is_not_ok_and_not_no(cli, config, monkeypatch):
-    from recall import doctor
-    monkeypatch.setattr(doctor, "EXTRAS", [("recall_no_such_extra", "vec"), *doctor.EXTRAS])
+    from recall import extras
+    monkeypatch.setattr(extras, "EXTRAS", [("recall_no_such_extra", "vec"), *extras.EXTRAS])
     code, out, err = cli("doctor")
     line = next(x for x in out.splitlines() if "recall_no_such_extra" in x)
     assert line.startswith("--  extra recall_no_such_extra") and "not installed (pip install 'recall[vec]')" in line
