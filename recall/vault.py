@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 
 from . import audit, db, keyfile, status, terms
 from .errors import MissingExtra, RecallError
 from .keyfile import bound
 from .keyfile import row_bound as _row_bound
-from .records import Record
 from .redact import VaultValues, closed, public_fields, require_openable, text_redactor
 
 CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
 
 
-class SyncReport(Record):
-    FIELDS = {"added": 0, "updated": 0, "removed": 0, "total": 0, "warnings": [], "embedded": 0,
-              "unchanged": 0, "sealed": 0, "removed_ids": []}   # unchanged: ids kept as they were;
-    # sealed: values written over in their files as ENC[...]; removed_ids: kept for 'secret restore' 
+@dataclass
+class SyncReport:
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    total: int = 0
+    warnings: list = field(default_factory=list)
+    embedded: int = 0
+    unchanged: int = 0            # ids kept as they were
+    sealed: int = 0               # values written over in their files as ENC[...]
+    removed_ids: list = field(default_factory=list)     # kept for 'secret restore'
 
 
 def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
@@ -61,6 +68,8 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     from .inplace import key_for, open_entries, write_edits
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
+    if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
+        return SyncReport(warnings=warnings)
     if not prune:
         _refuse_mass_removal(con, {e.id for e in entries})
     key = key_for(cfg.home, entries, _probe(con))
