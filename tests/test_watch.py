@@ -276,3 +276,36 @@ def test_the_watcher_and_a_manual_index_at_once_never_corrupt_or_bill_twice(fake
         assert [h["relpath"] for h in json.loads(r.stdout)["hits"]] == [f"busy/n{i:02}.md"]
     sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
     assert len(sent) == len(set(sent)), "a text was embedded (and billed) twice"
+
+
+def test_a_secrets_file_inside_the_notes_stays_out_while_watched(config, notes, monkeypatch):
+    """A secrets file kept in the notes tree (as older READMEs said) is edited while the watcher runs:
+    its value is never indexed — no chunk holds it and no search finds it."""
+    from recall import vault
+    from tests.conftest import CANARY
+    secrets = notes / "secrets.yaml"
+    secrets.write_text("- id: jira-api-token\n  service: jira\n  value: placeholder-value-1\n")
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    assert run_recall("index").returncode == 0
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    cfg = load_config()
+    w = watch.Watcher(cfg, redactor=vault.redactor).start()
+    try:
+        while w.passes < 1:
+            time.sleep(0.05)
+        secrets.write_text(f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n")
+        (notes / "after.md").write_text("# After\n\nINC-22222 saved after the secrets file.\n")
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            hits = json.loads(run_recall("--json", "search", "INC-22222").stdout)["hits"]
+            if hits:
+                break
+            time.sleep(0.2)
+    finally:
+        w.stop()
+    assert [h["relpath"] for h in hits] == ["after.md"]          # the watcher did index what changed
+    con = db.connect(cfg.db_path, readonly=True)
+    assert not con.execute("SELECT 1 FROM files WHERE relpath='secrets.yaml'").fetchone()
+    stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+    assert CANARY.encode() not in stored
