@@ -233,6 +233,19 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     return report
 
 
+def _folders_indexed(con) -> str:
+    """{source: every folder holding an indexed file, and each one above it} as JSON: what the CLI
+    stats to tell it is behind (a note created, removed or renamed changes its folder's mtime)."""
+    import json
+    folders: dict = {}
+    for source, rel in con.execute("SELECT source, relpath FROM files"):
+        parts = rel.split("/")[:-1]
+        seen = folders.setdefault(source, {""})
+        for depth in range(1, len(parts) + 1):
+            seen.add("/".join(parts[:depth]))
+    return json.dumps({source: sorted(found) for source, found in folders.items()})
+
+
 def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) -> None:
     """The walked files into the index, committing every COMMIT_EVERY_S; files gone are removed."""
     done, last_commit = 0, time.monotonic()
@@ -274,6 +287,7 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
                     con.execute("DELETE FROM files WHERE id=?", (row["id"],))
                     report.removed += 1
         db.set_meta(con, "indexed_at", time.time())
+        db.set_meta(con, "folders", _folders_indexed(con))
         if only is None:
             db.set_meta(con, "chunk_format", CHUNK_FORMAT)
         con.execute("COMMIT")

@@ -50,19 +50,24 @@ def _folders(root: str):
 
 def behind(con, cfg, budget_s: float = 0.005) -> list:
     """Names of the sources holding a folder changed since the last index run (a note created,
-    removed or renamed there, an editor's atomic save), found from folder mtimes within `budget_s`;
-    a source not fully checked in time is not named. [] when never indexed (search says so already)."""
-    indexed = db.get_meta(con, "indexed_at")
-    if not indexed:
+    removed or renamed there, an editor's atomic save): the folders the last run saw (no walk), each
+    stat'ed within `budget_s`; a source not fully checked in time is not named. [] when never indexed."""
+    import json
+    indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
+    if not indexed or not known:
         return []
     since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
+    folders = json.loads(known)
     for source in cfg.sources:
-        for folder in _folders(str(source.path)):
+        if not os.path.isdir(source.path):  # missing or unmounted: search says so in its own line
+            continue
+        for rel in folders.get(source.name, [""]):
             try:
-                if os.stat(folder).st_mtime > since:
-                    stale.append(source.name)
-                    break
-            except OSError:
+                changed = os.stat(os.path.join(str(source.path), rel)).st_mtime > since
+            except OSError:                 # a folder gone: its notes were removed or moved
+                changed = True
+            if changed:
+                stale.append(source.name)
                 break
             if time.monotonic() > deadline:
                 return stale
