@@ -84,8 +84,8 @@ DB {db_mb:.0f} MB. `python3 bench/bench_search.py`.
 | search in-process, identifier (p50 / p95 ms) | {ms(ident_in)} | p50 ≤ 10 ms |
 | search in-process, words (p50 / p95 ms) | {ms(word_in)} | p50 ≤ 10 ms |
 
-Whole processes, p50 / p95 in ms (each query 4×, page cache warm, the warm search helper answering
-as by default; `bench_scale.py` shows both ways):
+Whole processes, p50 / p95 in ms (each query 4×, page cache warm; every search a process of its
+own, leaving nothing running; `bench_scale.py` compares with `rg`'s OR form):
 
 | command | ms |
 |---|---|
