@@ -7,7 +7,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from . import inventory, setupvars
+from . import inventory, runner, setupvars
 from .errors import RecallError
 
 SETUP_TIMEOUT = 30
@@ -146,7 +146,7 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
         if row["inject"] == "proxy":         # a placeholder, and the proxy (hostbound.Session)
             host_bound.append(row)
             continue
-        extra, piece = vault.injection(row, values[sid], False)
+        extra, piece = runner.injection(row, values[sid], False)
         env.update(extra)
         if piece is not None:
             if stdin is not None:
@@ -176,7 +176,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     if missing:
         raise RecallError(f"linked secret(s) {', '.join(missing)} are not in the vault", "run 'recall secret sync'")
     extra, stdin, host_bound = _secret_injection(con, entry, values, stdin)   # refuses before anything runs
-    base = vault.child_env()
+    base = runner.child_env()
     plan = plan_steps(entry)
     context = kube_context(entry)
     from .redact import secret_parts  # usernames and public fields are not masked

@@ -234,16 +234,14 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
 
 
 def _folders_indexed(con) -> str:
-    """{source: every folder holding an indexed file, and each one above it} as JSON: what the CLI
-    stats to tell it is behind (a note created, removed or renamed changes its folder's mtime)."""
-    import json
-    folders: dict = {}
+    """Every folder holding an indexed file, and each one above it, a `source<TAB>relpath` line each:
+    what the CLI stats to tell it is behind (a note created, removed or renamed changes its folder's
+    mtime). Lines, not JSON: a search reads it without importing json."""
+    seen: set = set()
     for source, rel in con.execute("SELECT source, relpath FROM files"):
         parts = rel.split("/")[:-1]
-        seen = folders.setdefault(source, {""})
-        for depth in range(1, len(parts) + 1):
-            seen.add("/".join(parts[:depth]))
-    return json.dumps({source: sorted(found) for source, found in folders.items()})
+        seen.update((source, "/".join(parts[:depth])) for depth in range(len(parts) + 1))
+    return "\n".join(f"{source}\t{rel}" for source, rel in sorted(seen))
 
 
 def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) -> None:

@@ -342,16 +342,53 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
     row = vault.row_named(con, secret_id)
     secret_id = row["id"]
     values = vault.load_values(con, cfg, need=(secret_id,))
-    env, data, host_bound = vault.child_env(), None, []
+    env, data, host_bound = child_env(), None, []
     if row["inject"] == "proxy":        # the child gets a placeholder; the proxy attaches the value
         if stdin:
             raise RecallError(f"secret '{secret_id}' is host-bound (inject: proxy): it is never written to stdin",
                               f"recall secret exec {secret_id} -- CMD (without --stdin)")
         host_bound = [row]
     else:
-        extra, data = vault.injection(row, values[secret_id], stdin)
+        extra, data = injection(row, values[secret_id], stdin)
         env.update(extra)
     child = Child("secret.exec", secret_id, shlex.join(argv), env, secret_parts(values, values.public),
                   given=() if host_bound else (secret_id,), argv=list(argv), stdin=data,
                   host_bound=host_bound, values=values, timeout=timeout)
     return run(con, child, out, err)
+
+
+CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
+
+
+def child_env(base: dict | None = None) -> dict:
+    """This environment (or `base`) less recall's own variables, which no child is given."""
+    env = dict(os.environ if base is None else base)
+    for k in list(env):
+        if k.startswith(CHILD_ENV_DROP):
+            del env[k]
+    return env
+
+
+def injection(row, values: dict, stdin_flag: bool):
+    """(extra env, stdin bytes or None) for one secret."""
+    import json
+
+    from .mask import check_maskable
+    from .redact import public_fields
+    public = public_fields(json.loads(row["meta"]))
+    for name, part in values.items():
+        if name not in public:               # a username is injected, not masked
+            check_maskable(row["id"], part)
+    if row["inject"] == "proxy":       # fail closed: only hostbound.Session injects these (placeholders)
+        raise RecallError(f"secret '{row['id']}' is host-bound (inject: proxy) and cannot be injected here",
+                          f"use 'recall secret exec {row['id']} -- CMD' or 'recall access exec'")
+    variables = json.loads(row["variables"])
+    env = {var: values[field] for var, field in variables.items()}
+    if stdin_flag or row["inject"] == "stdin":
+        if "" in values:
+            return {}, (values[""] + "\n").encode()
+        if "password" in values:
+            return {k: v for k, v in env.items() if variables[k] != "password"}, (values["password"] + "\n").encode()
+        raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
+                          "stdin injection writes one value; use env injection")
+    return env, None

@@ -12,8 +12,6 @@ from .keyfile import bound
 from .keyfile import row_bound as _row_bound
 from .redact import VaultValues, closed, public_fields, require_openable, text_redactor
 
-CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
-
 
 @dataclass
 class SyncReport:
@@ -463,44 +461,9 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     return line
 
 
-def child_env(base: dict | None = None) -> dict:
-    env = dict(os.environ if base is None else base)
-    for k in list(env):
-        if k.startswith(CHILD_ENV_DROP):
-            del env[k]
-    return env
-
-
-def injection(row, values: dict, stdin_flag: bool):
-    """(extra env, stdin bytes or None) for one secret."""
-    import json
-
-    from .mask import check_maskable
-    public = public_fields(json.loads(row["meta"]))
-    for name, part in values.items():
-        if name not in public:               # a username is injected, not masked
-            check_maskable(row["id"], part)
-    if row["inject"] == "proxy":       # fail closed: only hostbound.Session injects these (placeholders)
-        raise RecallError(f"secret '{row['id']}' is host-bound (inject: proxy) and cannot be injected here",
-                          f"use 'recall secret exec {row['id']} -- CMD' or 'recall access exec'")
-    variables = json.loads(row["variables"])
-    env = {var: values[field] for var, field in variables.items()}
-    if stdin_flag or row["inject"] == "stdin":
-        if "" in values:
-            return {}, (values[""] + "\n").encode()
-        if "password" in values:
-            return {k: v for k, v in env.items() if variables[k] != "password"}, (values["password"] + "\n").encode()
-        raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
-                          "stdin injection writes one value; use env injection")
-    return env, None
-
-
 def masker_for(all_values: dict):
     """Every vault value masked; public fields (usernames, logins …) are not."""
     from .mask import Masker
     from .redact import secret_parts
     return Masker(secret_parts(all_values, getattr(all_values, "public", {})))
 
-
-def access_log(con, target: str | None = None, limit: int = 50) -> list:
-    return audit.entries(con, target, limit)

@@ -344,11 +344,10 @@ def _through_proxy(argv: list) -> list:
 
 def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
     """A secret's own curl check: the header on stdin; a host-bound secret's through its proxy."""
-    from . import vault
     from .redact import secret_parts
-    from .runner import Child, run
+    from .runner import Child, child_env, injection, run
     bound = row["inject"] == "proxy"
-    env = vault.child_env() if bound else {**vault.child_env(), **vault.injection(row, values[row["id"]], False)[0]}
+    env = child_env() if bound else {**child_env(), **injection(row, values[row["id"]], False)[0]}
     return run(con, Child("verify", row["id"], shlex.join(argv), env, secret_parts(values, values.public),
                           given=() if bound else (row["id"],), argv=list(argv), stdin=data,
                           host_bound=[row] if bound else [], values=values, placeholders=placeholders,

@@ -52,12 +52,14 @@ def behind(con, cfg, budget_s: float = 0.005) -> list:
     """Names of the sources holding a folder changed since the last index run (a note created,
     removed or renamed there, an editor's atomic save): the folders the last run saw (no walk), each
     stat'ed within `budget_s`; a source not fully checked in time is not named. [] when never indexed."""
-    import json
     indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
     if not indexed or not known:
         return []
     since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
-    folders = json.loads(known)
+    folders: dict = {}
+    for line in known.split("\n"):
+        source, _, rel = line.partition("\t")
+        folders.setdefault(source, []).append(rel)
     for source in cfg.sources:
         if not os.path.isdir(source.path):  # missing or unmounted: search says so in its own line
             continue

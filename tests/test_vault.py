@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from recall import db, keyfile, vault  # noqa: E402
+from recall import audit, db, keyfile, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
 from recall.runner import secret_exec  # noqa: E402
@@ -302,7 +302,7 @@ def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path
         reveal.reveal(con, cfg, "jira-api-token", stdin_fd=tty_side, stdout_fd=out_side,
                      tty=os.ttyname(tty_side), timeout=0.3)
     assert CANARY.encode() not in _drain(tty_main)
-    verdicts = [r["verdict"] for r in vault.access_log(con, "jira-api-token")]
+    verdicts = [r["verdict"] for r in audit.entries(con, "jira-api-token")]
     assert verdicts[-2:] == ["shown on a terminal", "refused: no answer"]
     for fd in (tty_main, tty_side, out_main, out_side):
         os.close(fd)

@@ -140,7 +140,8 @@ def cmd_secret_get(args) -> int:
 
 def cmd_secret_log(args) -> int:
     vault, cfg, con = _vault(args)
-    rows = vault.access_log(con, args.id, args.n)
+    from .. import audit
+    rows = audit.entries(con, args.id, args.n)
     from ..removed import listed
     gone = [g for g in listed(con) if not args.id or g.id == args.id]
     if not _json_done(args, rows):
