@@ -16,9 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import OUT, REPO, machine, ms, run_ms, warm_env, write_section
+from common import OUT, REPO, machine, ms, run_ms, scale_tree, warm_env, write_section
 
-GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
 WORDS = ["certificate rotation", "database failover", "kafka consumer lag", "terraform state lock drift",
          "jump host vpn"]
 IDENTS = ["OPS-77777", "host9999.example.net", "host9999", "OPS-12345"]
@@ -56,17 +55,9 @@ def main() -> int:
     ap.add_argument("--home", default=str(OUT / "home-scale"))
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    if not GEN.exists():
-        print(f"bench_scale: no {GEN}; skipped")
-        return 0
     tree, home = Path(args.tree), Path(args.home)
-    if not tree.exists():
-        subprocess.run([sys.executable, str(GEN), str(tree), "10000"], check=True)
-    cfg_path = home / "scale.yaml"
-    home.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(f"sources:\n  - name: t\n    path: {tree}\n")
-    os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    sys.path.insert(0, str(REPO))
+    if not scale_tree(tree, home, "bench_scale"):
+        return 0
     from recall import common_terms, db, vault
     from recall.config import load_config
     from recall.index import run_index

@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import OUT, REPO, machine, ms, pct, write_section
+from common import OUT, machine, ms, pct, scale_tree, write_section
 
-GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
 QUERIES = ["OPS-77777", "certificate rotation", "kafka consumer lag"]
 
 
@@ -55,17 +53,9 @@ def main() -> int:
     ap.add_argument("--tree", default=str(OUT / "gentree10000"))
     ap.add_argument("--home", default=str(OUT / "home-scale"))
     args = ap.parse_args()
-    if not GEN.exists():
-        print(f"bench_watch: no {GEN}; skipped")
-        return 0
     tree, home = Path(args.tree), Path(args.home)
-    if not tree.exists():
-        subprocess.run([sys.executable, str(GEN), str(tree), "10000"], check=True)
-    cfg_path = home / "scale.yaml"
-    home.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(f"sources:\n  - name: t\n    path: {tree}\n")
-    os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    sys.path.insert(0, str(REPO))
+    if not scale_tree(tree, home, "bench_watch"):
+        return 0
     from recall import db, vault, watch
     from recall.config import load_config
     from recall.index import run_index

@@ -68,3 +68,22 @@ def write_section(name: str, markdown: str) -> None:
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     DOC.write_text(text)
+
+
+GEN = REPO.parent / "shared" / "bench" / "gen_tree.py"
+
+
+def scale_tree(tree: Path, home: Path, who: str) -> bool:
+    """The 10,000-file gen_tree.py tree (made once) and a config naming it in `home`, set as this
+    process's RECALL_HOME / RECALL_CONFIG, with this checkout importable; False (said) without
+    gen_tree.py."""
+    if not GEN.exists():
+        print(f"{who}: no {GEN}; skipped")
+        return False
+    if not tree.exists():
+        subprocess.run([sys.executable, str(GEN), str(tree), "10000"], check=True)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "scale.yaml").write_text(f"sources:\n  - name: t\n    path: {tree}\n")
+    os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(home / "scale.yaml"))
+    sys.path.insert(0, str(REPO))
+    return True
