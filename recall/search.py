@@ -151,14 +151,14 @@ def shape(con, cfg, q: Query, got, n: int, explain: bool) -> list:
     return hits
 
 
-def search(con, cfg, query: str, *, n: int = 10, mode: str = "auto", rerank: bool = False,
+def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rerank: bool = False,
            explain: bool = False, remotes: bool = True, hooks: SearchHooks | None = None,
            vector_search: VectorList | None = None) -> SearchResult:
     """Search the notes. The faces wire the vault, the inventory and the remotes in by `hooks`;
     `vector_search` stands in for the configured provider's vector list (tests), else it is built
     only when the route reads vectors, so keyword-only searches never load it."""
     hooks = hooks or SearchHooks()
-    q = parse_query(query)
+    q = query if isinstance(query, Query) else parse_query(query)      # parsed once, by the caller or here
     if n < 1:
         raise RecallError("-n must be at least 1")
     if hooks.require_open is not None:
@@ -390,9 +390,9 @@ def rerank_hits(con, cfg, q: Query, hits: list, explain: bool, load_values=None)
                                     key=lambda i: (hits[i].chunk_id not in exact, -scores.get(i, -1.0), i))]
 
 
-def needs_vectors(cfg, query: str, mode: str) -> bool:
+def needs_vectors(cfg, query: Query, mode: str) -> bool:
     """Whether this search takes the vector path (so the caller opens the DB for sqlite-vec)."""
     try:
-        return route_for(mode, parse_query(query), cfg.embedding.provider).vectors
+        return route_for(mode, query, cfg.embedding.provider).vectors
     except RecallError:
         return False

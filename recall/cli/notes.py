@@ -90,10 +90,10 @@ def _behind(con, cfg) -> tuple:
 
 def cmd_search(args) -> int:
     from .. import api, db
-    from ..search import NO_PROVIDER, needs_vectors, search
+    from ..search import NO_PROVIDER, needs_vectors, parse_query, search
     cfg = _config(args)
     cfg.require_sources()
-    query = " ".join(args.query)
+    query = parse_query(" ".join(args.query))                 # once: the route, both lists, the snippets
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
                     explain=args.explain, remotes=not args.local, hooks=api.search_hooks(cfg))
