@@ -207,14 +207,18 @@ def run_recall(*args, env=None, input=None, timeout=60, cwd=None):
                           timeout=timeout, cwd=cwd or REPO)
 
 
-def run_in_pty(argv: list) -> tuple:
-    """Run argv with a real pseudo-terminal as its stdin/stdout/stderr: (exit code, bytes seen)."""
+def run_in_pty(argv: list, env=None, answer=None, wait=None) -> tuple:
+    """Run argv with a real pseudo-terminal as its stdin/stdout/stderr (and `env`, else this one):
+    (exit code, bytes seen). With `answer`, once recall asks "Type the word 'W'", that is typed —
+    b"WORD" types the word asked for. `wait`: seconds of silence that end the reading (None: EOF)."""
     import pty
+    import re
+    import select
     pid, fd = pty.fork()
     if pid == 0:
-        os.execv(argv[0], argv)
-    out = b""
-    while True:
+        os.execve(argv[0], argv, os.environ if env is None else env)
+    out, typed = b"", False
+    while wait is None or select.select([fd], [], [], wait)[0]:
         try:
             chunk = os.read(fd, 4096)
         except OSError:
@@ -222,6 +226,10 @@ def run_in_pty(argv: list) -> tuple:
         if not chunk:
             break
         out += chunk
+        asked = re.search(rb"Type the word '(\w+)'", out)
+        if asked and answer is not None and not typed:
+            os.write(fd, (asked.group(1) if answer == b"WORD" else answer) + b"\n")
+            typed = True
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out
 

@@ -14,7 +14,7 @@ from recall import audit, db, keyfile, vault  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
 from recall.runner import secret_exec  # noqa: E402
-from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
+from tests.conftest import CANARY, REPO, run_in_pty, run_recall  # noqa: E402
 
 SECRETS = f"""\
 - id: jira-api-token
@@ -238,31 +238,9 @@ def test_too_short_value_is_refused_for_exec(vault_cfg):
 
 
 def _get_in_pty(answer: bytes | None, wait: float = 20.0) -> tuple:
-    """`recall secret get` on a real terminal; type `answer` after the prompt. (code, bytes seen)."""
-    import pty
-    import re
-    import select
+    """`recall secret get --print` on a real terminal; type `answer` after the prompt. (code, bytes seen)."""
     argv = [sys.executable, str(REPO / "recall.py"), "secret", "get", "jira-api-token", "--print"]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execv(argv[0], argv)
-    out, typed = b"", False
-    while True:
-        if not select.select([fd], [], [], wait)[0]:
-            break
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        asked = re.search(rb"Type the word '(\w+)' to show the value of 'jira-api-token'", out)
-        if asked and not typed and answer is not None:
-            os.write(fd, (asked.group(1) if answer == b"WORD" else answer) + b"\n")
-            typed = True
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
+    return run_in_pty(argv, answer=answer, wait=wait)
 
 
 def test_get_through_a_real_terminal_and_refused_on_a_pipe(vault_cfg):
@@ -515,27 +493,7 @@ def test_redaction_replaces_whole_tokens_only(tmp_path, config):
 
 def _in_pty(argv, env, answer=None, wait=5.0):
     """argv on a real terminal (stdin, stdout, stderr), with env; (code, bytes seen)."""
-    import pty
-    import re
-    import select
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(argv[0], argv, env)
-    out, typed = b"", False
-    while select.select([fd], [], [], wait)[0]:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        asked = re.search(rb"Type the word '(\w+)'", out)
-        if asked and answer is not None and not typed:
-            os.write(fd, (asked.group(1) if answer == b"WORD" else answer) + b"\n")
-            typed = True
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
+    return run_in_pty(argv, env, answer, wait)
 
 
 def _fake_clipboard(tmp_path, name="xclip") -> tuple:
