@@ -355,8 +355,9 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
         lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
         lines += [f"left out: {step} ({why})" for step, why in result.left_out]
         lines += [f"note: {note}" for note in result.notes]
-        lines += ["--- stdout ---", result.stdout.decode("utf-8", "replace").rstrip("\n"),
-                  "--- stderr ---", result.stderr.decode("utf-8", "replace").rstrip("\n")]
+        for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
+            if data.strip():           # an empty stream's header says nothing
+                lines += [f"--- {name} ---", data.decode("utf-8", "replace").rstrip("\n")]
         text = _mask(_response_masker(con, cfg), "\n".join(lines) + "\n")
         return _page(text, 0, "recall_access_exec", key)
 
@@ -457,6 +458,8 @@ def build_server():
             except ToolError as exc:          # the SDK's text is a pydantic dump with a URL
                 if isinstance(exc.__cause__, ValidationError):
                     raise ToolError(_invalid(name, exc.__cause__)) from exc.__cause__
+                if type(exc.__cause__) is ToolError:   # ours: its sentence, without "Error executing tool X: "
+                    raise ToolError(str(exc.__cause__)) from None
                 raise
 
     server = Server(name="recall", version=__version__, instructions=RULES, log_level="WARNING")

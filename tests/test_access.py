@@ -109,7 +109,7 @@ def test_kubectl_without_context_gets_the_entrys_context(tmp_path, config, monke
            verify="kubectl --context ops-prod get nodes")
     r = run_recall("access", "exec", "box", "--", "kubectl get pods -n web | tr a-z A-Z")
     assert (r.returncode, r.stdout) == (0, "KUBECTL --CONTEXT OPS-PROD GET PODS -N WEB\n"), r.stderr
-    assert "recall: kubectl runs with --context ops-prod (this entry's kube context)\n" in r.stderr
+    assert "recall: kubectl gets --context ops-prod (this entry's context)\n" in r.stderr
     r = run_recall("access", "exec", "box", "--", "kubectl --context=other get ns")
     assert r.stdout == "kubectl --context=other get ns\n"
     assert "kube context" not in r.stderr

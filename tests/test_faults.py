@@ -378,7 +378,7 @@ def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
             return await client.call_tool("recall_search", {"query": "failover"})
     r = anyio.run(ask)
     assert r.is_error and r.content[0].text == (
-        f"Error executing tool recall_search: {path} is damaged (database disk image is malformed) — it is a "
+        f"{path} is damaged (database disk image is malformed) — it is a "
         "cache: ask the user to run 'recall index --full': it moves the file aside (recall.db.broken-<time>) "
         "and rebuilds it, keeping the vault key")
 

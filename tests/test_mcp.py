@@ -311,7 +311,7 @@ def test_prerequisite_down_is_the_sentence_and_is_rechecked_on_every_call(world)
     world["inventory"].write_text(inventory_text(port))
     server = mcp_server.build_server()
     down, = run_calls([("recall_access_exec", {"id": "jira-prod", "command": "true"})], server)
-    assert down == ("Error executing tool recall_access_exec: prerequisite 'vpn' is down: "
+    assert down == ("prerequisite 'vpn' is down: "
                     "connect the VPN client and retry", True)
     sock = socket.socket()
     sock.bind(("127.0.0.1", port))
@@ -320,7 +320,7 @@ def test_prerequisite_down_is_the_sentence_and_is_rechecked_on_every_call(world)
         up, = run_calls([("recall_access_exec", {"id": "jira-prod", "command": "true"})], server)
     finally:
         sock.close()
-    assert up == ("exit code: 0\n--- stdout ---\n\n--- stderr ---\n\n", False)
+    assert up == ("exit code: 0\n", False)        # an empty stream gets no header
 
 
 def test_unknown_names_get_the_closest_ids_and_the_tool_to_call(world):
@@ -547,7 +547,7 @@ def test_over_real_stdio_python_m_recall_mcp(world):
     texts = [("".join(c.text for c in r.content), r.is_error) for r in calls]
     assert json.loads(texts[0][0])["hits"][0]["read"].startswith("notes:incidents/2023/INC-10963-db-failover.md:")
     assert " secret exec jira-api-token -- " in texts[1][0]
-    assert texts[2] == ("exit code: 0\n--- stdout ---\n[recall:jira-api-token]\n--- stderr ---\n\n", False)
+    assert texts[2] == ("exit code: 0\n--- stdout ---\n[recall:jira-api-token]\n", False)
     assert texts[3][1] and "no secret 'nope'" in texts[3][0]
     for text, _ in texts:
         assert CANARY not in text
@@ -617,7 +617,7 @@ def test_both_faces_say_the_same_for_the_same_failure(world, config, cli):
     text, is_error = call("recall_access_find")
     assert code == 1 and is_error
     cli_said = err.removeprefix("recall: ").strip()
-    mcp_said = text.removeprefix("Error executing tool recall_access_find: ")
+    mcp_said = text                     # the sentence itself: no SDK "Error executing tool …" before it
     assert cli_said == "no inventory files configured — add 'inventory: [~/notes/inventory.yaml]' to the config"
     assert mcp_said == cli_said.replace("— add", "— ask the user to add")
     code, _, err = cli("read", "nowhere.md")
