@@ -66,10 +66,9 @@ def kube_context(entry) -> str:
     return ""
 
 
-def _context_note(context: str, command: str) -> str:
-    if context and re.search(r"(?<![\w-])kubectl(?![\w-])", command) and "--context" not in command:
-        return f"kubectl gets --context {context} (this entry's context)"
-    return ""
+def _gets_context(context: str, command: str) -> bool:
+    """Whether the command's kubectl runs with the entry's context (it names none of its own)."""
+    return bool(context and re.search(r"(?<![\w-])kubectl(?![\w-])", command) and "--context" not in command)
 
 
 # -- one bash: setup steps, then the command --------------------------------------------------------
@@ -188,12 +187,11 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
                   prelude=lambda proc, report: _prelude(entry, proc, report),
                   stdin=stdin, host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
     result = run(con, child, out, err)
-    note = _context_note(context, line)
-    # a `kubectl config use-context X` the note stands for is not lost: kubectl gets --context X
-    replaced = f"kubectl config use-context {context}" if note else None
+    result.context = context if _gets_context(context, line) else ""
+    # a `kubectl config use-context X` is not lost when kubectl gets --context X in its place
+    replaced = f"kubectl config use-context {context}" if result.context else None
     result.left_out = [(inventory.show_step(entry.id, step), why) for step, why in plan.left_out
                        if " ".join(step.replace("'", "").replace('"', "").split()) != replaced]
-    result.notes = ([note] if note else []) + result.notes
     return result
 
 

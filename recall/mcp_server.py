@@ -342,8 +342,9 @@ def recall_access_show(id: str) -> str:
 def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     """Run a bash command line against an inventory entry: prerequisites checked (e.g. the VPN),
     then one clean bash runs the entry's setup steps and your command (pipes, &&, $VARS from the
-    setup work), linked secrets injected, output masked. Use it for every command on a cluster,
-    host or account. Returns the exit code, stdout, stderr. Killed after 5 minutes (exit 124).
+    setup work), linked secrets injected, output masked; kubectl without --context gets the entry's
+    kube context. Use it for every command on a cluster, host or account. Returns the exit code,
+    stdout, stderr. Killed after 5 minutes (exit 124).
     Next: on 'prerequisite … is down', ask the user to connect it; after 401/403/expired,
     recall_verify."""
     from .access import exec_entry

@@ -25,13 +25,15 @@ RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and
 @dataclass
 class RunResult:
     """A finished child: exit code, masked output (empty when streamed), whether it timed out; for
-    access exec the setup steps not run as (step, why); what the user should know (`notes`)."""
+    access exec the setup steps not run as (step, why) and the kube context kubectl was given;
+    what the user should know (`notes`)."""
     code: int
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
     left_out: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    context: str = ""
 
 
 @dataclass

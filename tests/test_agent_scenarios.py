@@ -318,9 +318,9 @@ def test_run_a_kubectl_pipeline_on_the_ops_cluster(world):
         return await agent.call("recall_access_exec", id="ops", command="kubectl get pods | grep web")
 
     (text, err), calls = story(world, steps)
-    lean("kubectl", 0.6)       # most of it is the command's own output, which stays whole
+    lean("kubectl")
     assert calls == ["recall_access_exec"] and not err, text
-    assert "note: kubectl gets --context ops (this entry's context)" in text
+    assert "note" not in text        # the tool's description says kubectl gets the entry's context
     out = text.split("--- stdout ---\n", 1)[1].split("--- stderr ---", 1)[0]
     assert out == "web-1 Running\nweb-2 Running\n"
     assert "left out" not in text     # its `kubectl config use-context ops` step is the --context above
@@ -425,5 +425,6 @@ def test_wrong_ids_and_typos_get_did_you_mean_then_work(world):
     assert not any("recall access" in t or "recall secret" in t for t, _ in said)
     text, err = fixed[0]
     assert not err and "node-1 Ready" in text
+    assert "kubectl --context ops get nodes" in text   # the stand-in echoes its argv: the entry's context
     report = json.loads(fixed[1][0])
     assert [(r["id"], r["kind"], r["status"]) for r in report["entries"]] == [("jira-prod", "service", "ok")], report

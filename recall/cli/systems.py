@@ -39,6 +39,8 @@ def cmd_access_exec(args) -> int:
     result = exec_entry(con, cfg, args.id, line, out=sys.stdout.buffer, err=sys.stderr.buffer)
     for step, why in result.left_out:
         sys.stderr.write(f"recall: left out '{step}': {why}\n")
+    if result.context:
+        sys.stderr.write(f"recall: kubectl gets --context {result.context} (this entry's context)\n")
     for note in result.notes:
         sys.stderr.write(f"recall: {note}\n")
     return result.code
