@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import OUT, REPO, machine, ms, run_ms, scale_tree, warm_env, write_section
+from common import OUT, REPO, bare_python, machine, ms, run_ms, scale_tree, warm_env, write_section
 
 WORDS = ["certificate rotation", "database failover", "kafka consumer lag", "terraform state lock drift",
          "jump host vpn"]
@@ -35,18 +35,6 @@ def timed_cpu(fn, repeat: int):
         wall.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
     return wall, cpu
-
-
-def bare_python(home: Path):
-    """A venv of this interpreter without pip (made once): its start-up reads no machine-wide
-    site-packages, as an installed recall's own venv (pipx) does not."""
-    venv = home / "bare-venv"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        done = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True)
-        if done.returncode != 0:
-            return None
-    return str(python)
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import bench_mask
-from common import REPO, machine, ms, run_ms, warm_env, write_section
+from common import REPO, bare_python, machine, ms, run_ms, warm_env, write_section
 
 
 def exec_overhead(tmp: Path) -> tuple:
@@ -36,8 +36,13 @@ def exec_overhead(tmp: Path) -> tuple:
     wrapped_argv = [sys.executable, str(REPO / "recall.py"), "secret", "exec", "bench-token", "--", true]
     bare = run_ms([true], 20, env=env)
     wrapped = run_ms(wrapped_argv, 20, env=env)
-    cpu = {"true": cpu_ms([true], 20, env), "python -c pass": cpu_ms([sys.executable, "-c", "pass"], 20, env),
-           "exec": cpu_ms(wrapped_argv, 20, env)}
+    cpu = {"true": cpu_ms([true], 30, env), "python -c pass": cpu_ms([sys.executable, "-c", "pass"], 30, env),
+           "exec": cpu_ms(wrapped_argv, 30, env)}
+    own = bare_python(tmp, "cryptography", "cffi", "_cffi_backend", "pycparser")   # what `pip install 'recall[crypto]'` holds
+    if own:
+        subprocess.run([own, *wrapped_argv[1:]], env=env, check=True)    # it runs there (not an ImportError)
+        cpu["own python -c pass"] = cpu_ms([own, "-c", "pass"], 30, env)
+        cpu["own exec"] = cpu_ms([own, *wrapped_argv[1:]], 30, env)
     return bare, wrapped, env, others, cpu
 
 
@@ -89,6 +94,10 @@ def sweep(tmp: Path) -> float:
     return time.perf_counter() - t
 
 
+def _own(cpu: dict, key: str, minus: float = 0.0) -> str:
+    return f"{cpu[key] - minus:.0f}" if key in cpu else "no venv"
+
+
 def main() -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -123,7 +132,9 @@ The same stream through whole processes, 20 secrets in the vault, output to `/de
 | `recall secret exec ID -- true` (p50 / p95 ms) | {ms(wrapped)} | — |
 | overhead of `secret exec` over the bare command (p50 wall) | {overhead:.0f} ms | ≤ 150 ms |
 | CPU: `true` / `python3 -c pass` / `recall secret exec ID -- true` (median) | {cpu['true']:.0f} / {cpu['python -c pass']:.0f} / {cpu['exec']:.0f} ms | — |
-| CPU of `secret exec` over the bare command (median) | {cpu['exec'] - cpu['true']:.0f} ms | ≤ 80 ms |
+| CPU of `secret exec` over the bare command, this dev venv (editable install: its finder and `.pth` files start with every process) | {cpu['exec'] - cpu['true']:.0f} ms | — |
+| CPU: `python -c pass` / `recall secret exec ID -- true` in a venv of its own holding recall's crypto extra only (as `pip install '.[crypto]'` or pipx gives) | {_own(cpu, 'own python -c pass')} / {_own(cpu, 'own exec')} ms | — |
+| CPU of `secret exec` over the bare command, that venv (median) | {_own(cpu, 'own exec', cpu['true'])} ms | **≤ 80 ms** |
 | `recall verify`: 20 entries, each proof ~1 s (whole process) | {seconds:.2f} s | ≤ 2.5 s |
 """)
     print(f"masker and exec figures written to {REPO / 'docs' / 'BENCHMARKS.md'} (section vault)")

@@ -30,6 +30,27 @@ def timed(fn, repeat: int) -> list:
     return out
 
 
+def bare_python(home: Path, *extras: str):
+    """A venv of this interpreter without pip (made once), as an installed recall's own venv (pipx) is:
+    its start-up reads no machine-wide site-packages `.pth` files (the dev venv's editable finder
+    costs ~10 ms of every start). `extras` (top-level names, e.g. cryptography) are linked in from
+    this interpreter's site-packages, with what they import."""
+    import sysconfig
+    venv = home / "bare-venv"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        done = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True)
+        if done.returncode != 0:
+            return None
+    here = Path(sysconfig.get_paths()["purelib"])
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for name in extras:
+        for found in here.glob(f"{name}*"):
+            if not (site / found.name).exists():
+                (site / found.name).symlink_to(found)
+    return str(python)
+
+
 def warm_env() -> dict:
     """The environment a user has: bytecode caches written and used (this sandbox disables them)."""
     env = dict(os.environ)
