@@ -2,6 +2,7 @@
 each ciphertext is bound to, and decrypting stored rows."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -53,10 +54,13 @@ def _check_private(path: Path) -> None:
 
 
 def write_key(path: Path, key: bytes) -> None:
-    """Write atomically: a 0600 temp file in the same folder, fsync, rename."""
+    """Write atomically: a 0600 temp file in the same folder, fsync, rename. A leftover temp file
+    (or a link planted in its place) is removed, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(path.name + ".new")
-    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         os.write(fd, key)
         os.fsync(fd)

@@ -312,6 +312,22 @@ def test_rotate_key_keeps_values_usable(vault_cfg):
     assert res.stdout == f"{len(CANARY)}\n".encode()
 
 
+def test_rotate_key_never_writes_through_a_link_planted_as_its_temp_file(vault_cfg, tmp_path):
+    """`vault.key.next.new` made a link to a user's file (or left by a stopped rotation): the rotation
+    removes it and writes its own file; the user's file keeps every byte and its mode."""
+    cfg, con, _ = vault_cfg
+    theirs = tmp_path / "their-notes.txt"
+    theirs.write_text("mine\n")
+    theirs.chmod(0o644)
+    (cfg.home / "vault.key.next.new").symlink_to(theirs)
+    assert vault.rotate_key(con, cfg) == 3
+    assert theirs.read_text() == "mine\n" and oct(theirs.stat().st_mode & 0o777) == "0o644"
+    key = cfg.home / "vault.key"
+    assert not key.is_symlink() and len(key.read_bytes()) == keyfile.KEY_BYTES
+    res = secret_exec(con, cfg, "jira-api-token", _py("import os; print(len(os.environ['JIRA_API_TOKEN']))"))
+    assert res.stdout == f"{len(CANARY)}\n".encode()
+
+
 def test_rotate_key_stopped_after_commit_is_finished_by_the_next_use(vault_cfg, monkeypatch):
     """The DB commits under the new key, then the key file is renamed: a stop in between must
     not leave every secret undecryptable."""
