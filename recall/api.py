@@ -71,15 +71,15 @@ def read(con, cfg, target: str, *, max_chars: int, offset: int = 0):
                      read_remote=_read_remote)
 
 
-def search_hooks(cfg):
-    """The vault, the inventory's pins and the remotes, as a search takes them (each loaded only
-    when the config names it)."""
+def search_hooks(cfg, *, local: bool = False):
+    """The vault, and (unless `local`) the inventory's pins and the remotes, as a search takes them
+    (each loaded only when the config names it)."""
     from . import vault
     from .search import SearchHooks
     ask = pins = None
-    if cfg.remotes:
+    if cfg.remotes and not local:
         from .remote import ask_remotes as ask
-    if cfg.inventory:
+    if cfg.inventory and not local:
         from .inventory import pin_access as pins
     return SearchHooks(ask_remotes=ask, pins=pins, require_open=vault.require_open, load_values=vault.load_values)
 

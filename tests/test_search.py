@@ -390,6 +390,7 @@ def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(
     imported = set(out.stdout.rsplit("imported:", 1)[1].split())
     assert {"recall.chunk", "recall.vault", "sqlite3", "argparse"} <= imported     # the path was taken
     assert sorted(imported & set(NOT_FOR_A_SEARCH)) == []
+    assert "shutil" not in imported          # argparse's own width lookup (cli._width stands in)
 
 
 def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, notes):

@@ -45,6 +45,10 @@ class _Parser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
 
+    def _get_formatter(self):
+        # argparse makes a formatter for every add_argument; its own width lookup imports shutil
+        return self.formatter_class(prog=self.prog, width=_width())
+
     def error(self, message):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"recall: {message}\n")
@@ -53,6 +57,16 @@ class _Parser(argparse.ArgumentParser):
             sys.stderr.write(f"recall: words that start with '-' go after '--', as in: "
                              f"{self.prog} -- {dashed[0]}\n")
         sys.exit(EX_USAGE)
+
+
+def _width() -> int:
+    """The help's width as shutil.get_terminal_size gives it (COLUMNS, the terminal, else 80), less 2."""
+    import os
+    try:
+        columns = int(os.environ.get("COLUMNS", 0)) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return (columns or 80) - 2
 
 
 def _dashed_words(argv: list, parser) -> list:
@@ -66,7 +80,7 @@ def _dashed_words(argv: list, parser) -> list:
 
 
 def _common() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+    p = _Parser(add_help=False)
     p.add_argument("--config", default=argparse.SUPPRESS, help="config file (default: RECALL_CONFIG, "
                    "then ~/.config/recall/config.yaml)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")

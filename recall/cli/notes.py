@@ -135,9 +135,9 @@ def cmd_read(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .. import db, vault
+    from .. import api, db
     from ..evaluate import evaluate, judged_not_indexed, load_golden
-    from ..search import SearchHooks, search
+    from ..search import search
     cfg = _config(args)
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
@@ -152,7 +152,7 @@ def cmd_eval(args) -> int:
         sys.stderr.write(f"recall: warning: {len(missing)} of {judged} judged files are not in the index "
                          f"(e.g. {missing[0]}); queries that need them score lower\n")
 
-    hooks = SearchHooks(require_open=vault.require_open, load_values=vault.load_values)
+    hooks = api.search_hooks(cfg, local=True)          # the vault only: no pins, no remotes
 
     def run_query(q, mode, n):
         plain = mode.replace("+rerank", "")
