@@ -1,12 +1,5 @@
-"""The read-only verdict for a proof command: parse it, allow only known argv shapes, deny the rest.
-
-`verdict_for(command)` never runs anything. It lexes the raw string (quote-aware) and denies any
-shell syntax, splits it with `shlex`, denies wrappers / env prefixes / unexpected paths, then
-matches the argv against one allow-listed shape per tool (in `tools.py`, `cloud.py`).
-A credential is bound to its secret's own host (`Binding`). `setup_verdict(step)` judges an
-entry's `access:` setup step the same way. Anything not explicitly allowed is denied; `RULES`
-maps every rule id a `Verdict` can carry to one line for `verify --dry-run`.
-"""
+"""The read-only verdict for a proof command or a setup step: parse it, allow only known argv shapes,
+deny the rest, and say what is allowed instead. It never runs anything."""
 from __future__ import annotations
 
 import os
@@ -14,15 +7,13 @@ import re
 import shlex
 import shutil
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .classify import classify
 from .cloud import CLOUD_RULES, CLOUD_TOOLS, SUDO_FORMS
-from .hints import SETUP_FORM, with_hint
 from .parse import _Deny
 from .tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for, curl_headers, run_form
 
-# the package's surface; the modules beside this one share their private names only with each other
 __all__ = ["MAX_COMMAND_CHARS", "RULES", "Binding", "Verdict", "binding_for", "classify", "curl_headers",
            "run_form", "setup_verdict", "verdict_for"]
 
@@ -72,6 +63,58 @@ RULES: dict = {
     "setup.command": "deny: a setup step other than source, ., export NAME=literal, unset",
 }
 
+SETUP_FORM = ("source FILE or . FILE (absolute or ~/, yours, not writable by group or others), "
+              "export NAME=literal, unset NAME")
+
+_TOOLS = "kubectl, curl, ssh, aws, az, gcloud, true, tcp HOST:PORT, sudo -k true | -n true | -v"
+# what a denial says is allowed instead: by rule, else by tool (_FORMS)
+_INSTEAD = {
+    "empty": "one read-only command, e.g. kubectl --context C get nodes, curl -s https://HOST/health, tcp HOST:PORT",
+    "too-long": "one command of at most 4096 characters",
+    "newline": "one command on one line (a folded `verify: >` block is joined into one line)",
+    "line-continuation": "one command on one line (a folded `verify: >` block is joined into one line)",
+    "control-char": "printable characters, words separated by plain spaces or tabs",
+    "unicode-space": "words separated by plain ASCII spaces or tabs",
+    "escape": "backslashes inside single quotes ('a\\b'), or \\X in double quotes where X is not $ ` \" \\",
+    "shell-metachar": "one command, with ; & | < > ( ) ^ only inside quotes; several checks are several entries",
+    "shell-expansion": "literal text ($ ` ! inside single quotes); a secret only as a curl header, "
+                       "-H \"Authorization: Bearer $VAR\", which verify sends on stdin",
+    "glob": "* ? [ ] { } inside quotes ('po*'); [IPv6] only as a URL's or tcp's host",
+    "tilde": "~/ only as ssh -i ~/KEY or curl --cacert ~/FILE; elsewhere an absolute path",
+    "comment": "# inside quotes",
+    "unbalanced-quote": "every quote closed on the same line",
+    "env-assign": "the variable set by a setup step of the entry (export NAME=literal), then the bare command",
+    "wrapper": f"the tool itself: {_TOOLS}",
+    "path": "the bare tool name, or exactly the path PATH finds for it",
+    "unknown-tool": f"one of {_TOOLS}",
+    "curl.insecure": "the same proof without -k (for a private CA: --cacert FILE)",
+    "curl.redirect": "the same proof without -L, at the URL it ends on",
+    "curl.credential": "the secret as a header, -H \"Authorization: Bearer $VAR\" (verify sends it on stdin)",
+    "curl.config": "every option on the command line",
+    "kubectl.secret": "kubectl get of any other resource type (secret values are never a proof)",
+    "kubectl.identity": "--context C to pick the cluster and user of your kubeconfig",
+    "ssh.jump": "-J through an inventory host (its id, name, alias or ssh:// url host)",
+    "aws.endpoint": "the service's own endpoint (drop --endpoint-url); the region with --region",
+}
+_FORMS = {
+    "kubectl": "kubectl [--context C] [-n NS] get TYPE [NAME…] [-o json|yaml|wide|name|jsonpath=…] [-A] [-l SEL], "
+               "get --raw /readyz|/healthz|/livez, top nodes|pods, version, cluster-info, api-resources, "
+               "auth whoami, auth can-i VERB RESOURCE, config current-context|get-contexts",
+    "curl": TOOL_RULES["curl.get"].split(": ", 1)[1],
+    "ssh": TOOL_RULES["ssh.probe"].split(": ", 1)[1],
+    "aws": "aws sts get-caller-identity or aws s3 ls [s3://BUCKET[/PREFIX]], with [--profile X] [--region X] "
+           "[--output json|text|table] [--query Q] [--no-cli-pager] [--cli-connect-timeout N]",
+    "az": CLOUD_RULES["az.account-show"].split(": ", 1)[1],
+    "gcloud": CLOUD_RULES["gcloud.list"].split(": ", 1)[1],
+    "true": "true, alone",
+    "tcp": "tcp HOST:PORT or tcp [IPv6]:PORT",
+}
+
+
+def _with_hint(deny: _Deny) -> str:
+    """The denial's reason, ending in what is allowed instead (unless the reason already says it)."""
+    form = _INSTEAD.get(deny.rule) or _FORMS.get(deny.rule.split(".")[0], "")
+    return f"{deny.reason} — allowed: {form}" if form and "allowed: " not in deny.reason else deny.reason
 
 
 @dataclass(frozen=True)
@@ -81,7 +124,7 @@ class Verdict:
     allow: bool
     rule: str
     reason: str
-    argv: tuple = field(default=())
+    argv: tuple = ()
 
     @property
     def verdict(self) -> str:
@@ -209,14 +252,27 @@ def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
     return TOOLS[base](argv)
 
 
-def _deferred(argv: list[str], deferred: list, exempt) -> None:
-    """Deny each unquoted `[ ]` / `~/` the lexer left to the argv, unless `exempt` understands it."""
+def _argv(text: str, what: str, exempt) -> tuple:
+    """The words of `text` once the lexer passed it; each unquoted `[ ]` / `~/` it left to the argv
+    is denied unless `exempt(argv, word, rule, after '=')` understands it."""
+    if not text.strip(" \t"):
+        raise _Deny("empty", f"there is no {what}")
+    if len(text) > MAX_COMMAND_CHARS:
+        raise _Deny("too-long", f"the {what} is longer than {MAX_COMMAND_CHARS} characters")
+    deferred = _lex(text)
+    try:
+        argv = tuple(shlex.split(text, posix=True))
+    except ValueError as exc:  # the lexer should have caught it; fail closed anyway
+        raise _Deny("unbalanced-quote", f"the command does not parse: {exc}")
+    if not argv:
+        raise _Deny("empty", "there is no command")
     for word, rule, reason, after_equals in deferred:
         if not exempt(argv, word, rule, after_equals):
             raise _Deny(rule, reason)
+    return argv
 
 
-def _proof_exempt(argv: list[str], word: int, rule: str, after_equals: bool) -> bool:
+def _proof_exempt(argv: tuple, word: int, rule: str, after_equals: bool) -> bool:
     base = argv[0].rsplit("/", 1)[-1]
     if rule == "glob":            # tcp is recall's own connect, curl reads [::1] as a host: no shell, no glob
         return (base == "tcp" and word == 1 and bool(re.fullmatch(r"\[[0-9A-Fa-f:.]+\]:[0-9]+", argv[1]))) or (
@@ -226,46 +282,30 @@ def _proof_exempt(argv: list[str], word: int, rule: str, after_equals: bool) -> 
             and argv[word].startswith("~/"))
 
 
+def _setup_exempt(argv: tuple, word: int, rule: str, after_equals: bool) -> bool:
+    return rule == "tilde" and word >= 1 and ((argv[0] in ("source", ".") and not after_equals) or (
+        argv[0] == "export" and after_equals and argv[word].split("=", 1)[1][:2] == "~/"))
+
+
 _BRACKETED_HOST = re.compile(r"[A-Za-z]+://\[[0-9A-Fa-f:.]+\](?::[0-9]+)?(?:[/?][^\[\]]*)?")
 
 
 def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False, bindings: tuple = (),
                 jump_hosts=(), which=shutil.which, sends: bool | None = None) -> Verdict:
-    """Decide whether `command` may run in a verify sweep; never raises for bad input.
-
-    With a credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare
-    hosts, the older spelling); `jump_hosts` are the inventory hosts ssh -J may use. `sends=False`
-    says the command itself carries no credential (verify: it names no secret's variable), so a
-    curl to 127.0.0.1, localhost or [::1] is judged as without one. Every denial says what is allowed."""
+    """Decide whether `command` may run in a verify sweep; never raises for bad input. With a
+    credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare hosts);
+    `jump_hosts` are the hosts ssh -J may use; `sends=False`: the command itself carries no
+    credential, so a curl to a loopback address is judged as without one."""
     argv: tuple[str, ...] = ()
     try:
-        if not isinstance(command, str) or not command.strip(" \t"):
-            raise _Deny("empty", "there is no command")
-        if len(command) > MAX_COMMAND_CHARS:
-            raise _Deny("too-long", f"the command is longer than {MAX_COMMAND_CHARS} characters")
-        deferred = _lex(command)
-        argv = _split(command)
-        _deferred(list(argv), deferred, _proof_exempt)
+        argv = _argv(command if isinstance(command, str) else "", "command", _proof_exempt)
         hosts = (url_hosts,) if isinstance(url_hosts, str) else tuple(url_hosts or ())
         bound = tuple(bindings) + tuple(b for b in (binding_for("", h) for h in hosts) if b)
         rule, reason = _check_argv(list(argv), which, bound, bool(credential or bindings),
                                    frozenset(h.lower() for h in jump_hosts), sends)
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
-        return Verdict(False, deny.rule, with_hint(deny, argv), argv if deny.rule not in _LEXER else ())
-
-
-_LEXER = frozenset({"glob", "tilde"})
-
-
-def _split(command: str) -> tuple:
-    try:
-        argv = tuple(shlex.split(command, posix=True))
-    except ValueError as exc:  # the lexer should have caught it; fail closed anyway
-        raise _Deny("unbalanced-quote", f"the command does not parse: {exc}")
-    if not argv:
-        raise _Deny("empty", "there is no command")
-    return argv
+        return Verdict(False, deny.rule, _with_hint(deny), argv)
 
 
 # ---------------------------------------------------------------- setup steps
@@ -282,16 +322,8 @@ def setup_verdict(step: str, *, home: str = "") -> Verdict:
     """Whether an inventory entry's setup step may run before a proof: only forms that cannot hide
     a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
     argv: tuple[str, ...] = ()
-    try:
-        step = step.strip(" \t") if isinstance(step, str) else ""      # a newline is a second command
-        if not step:
-            raise _Deny("empty", "there is no step")
-        if len(step) > MAX_COMMAND_CHARS:
-            raise _Deny("too-long", f"the step is longer than {MAX_COMMAND_CHARS} characters")
-        deferred = _lex(step)
-        argv = _split(step)
-        _deferred(list(argv), deferred, lambda a, w, rule, eq: rule == "tilde" and w >= 1 and (
-            (a[0] in ("source", ".") and not eq) or (a[0] == "export" and eq and a[w].split("=", 1)[1][:2] == "~/")))
+    try:                                  # a newline is a second command: only spaces and tabs are stripped
+        argv = _argv(step.strip(" \t") if isinstance(step, str) else "", "step", _setup_exempt)
         rule, reason = _setup_argv(list(argv), home or os.path.expanduser("~"))
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
@@ -314,8 +346,8 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 
 
 def _export_value(name: str, value: str, home: str) -> None:
-    """An inline export of a name that changes how programs run: PATH and config paths must be
-    directories/files no one else can write; the rest belongs in a file you own and source."""
+    """PATH and config paths only to what no one else can write; other names that change how
+    programs run belong in a file you own and source."""
     from ..envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
@@ -344,11 +376,6 @@ def _not_trusted(path: str, allow_root: bool = False) -> str:
     return ""
 
 
-def _switches_global_state(argv: list[str]) -> bool:
-    words = [a for a in argv if not a.startswith("-")]
-    return argv[0] == "kubectx" or tuple(words[:3]) in _GLOBAL_STATE
-
-
 def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
     head, args = argv[0], argv[1:]
     if head in ("source", "."):
@@ -374,19 +401,19 @@ def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
         if not args:
             raise _Deny("setup.args", "export needs NAME=literal")
         for arg in args:
-            name, eq, _ = arg.partition("=")
+            name, eq, value = arg.partition("=")
             if not eq or not _NAME.match(name):
                 raise _Deny("setup.args", f"export {name[:40]!r}… is not NAME=literal")
             if name.upper() in _RUNS_CODE or name.upper().startswith(_RUNS_CODE_PREFIXES):
                 raise _Deny("setup.export-name", f"{name} makes programs load or run other code; "
                                                  "set it in a file you source, if you must")
-            _export_value(name, arg.split("=", 1)[1], home)
+            _export_value(name, value, home)
         return "setup.export", "exports literal values"
     if head == "unset":
         if not args or not all(_NAME.match(a) for a in args):
             raise _Deny("setup.args", "unset takes variable names")
         return "setup.unset", "unsets variables"
-    if _switches_global_state(argv):
+    if head == "kubectx" or tuple([a for a in argv if not a.startswith("-")][:3]) in _GLOBAL_STATE:
         raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine "
                                           "and verify never runs it: drop the step and name the context in the "
                                           "proof (kubectl --context X, az … --subscription X, aws … --profile X)")

@@ -1,7 +1,5 @@
-"""The per-tool allow-lists of the guard: each tool's exact read-only argv shapes, and the rule
-ids it can decide with. The package's `verdict_for` lexes and splits the command first; this module only ever
-sees a clean argv whose argv[0] is the tool.
-"""
+"""The guard's allow-lists for kubectl, curl and ssh (a clean argv, already lexed and split): their
+read-only argv shapes, the rule ids they decide with, and a credential's host binding."""
 from __future__ import annotations
 
 import re
@@ -84,19 +82,35 @@ _KUBECTL = _Flags(
      **_deny_map("kubectl.flag", "--v", "verbose kubectl logging prints bearer tokens")},
     long_equals=True, short_equals=True)
 _KUBE_GLOBAL = {"--context", "--request-timeout", "--namespace"}
-_KUBE_LIST = {"--output", "--all-namespaces", "--selector", "--field-selector", "--no-headers", "--show-labels"}
 _KUBE_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection",
                "impersonate", "use", "bind", "escalate", "approve", "sign", "*"}
-_KUBE_HEALTH = ("/readyz", "/healthz", "/livez")
 _KUBE_TOP = {"node", "nodes", "no", "pod", "pods", "po"}
-
-
-def _kubectl_secret(token: str) -> bool:
-    for part in token.split(","):
-        kind = part.split("/", 1)[0].split(".", 1)[0].lower()
-        if kind in ("secret", "secrets"):
-            return True
-    return False
+_NO_ARGS = (bool, "takes no arguments")
+# subcommand → (options it allows, -o forms, (wrong arguments?, denial), rule, reason)
+_KUBE_SUBS = {
+    ("get",): (_KUBE_GLOBAL | {"--output", "--all-namespaces", "--selector", "--field-selector", "--no-headers",
+                               "--show-labels"}, ("json", "yaml", "wide", "name", "jsonpath"),
+               (lambda a: not a, "needs a resource type"), "kubectl.get", "kubectl get reads objects and changes nothing"),
+    ("top",): (_KUBE_GLOBAL | {"--all-namespaces", "--selector", "--no-headers"}, (),
+               (lambda a: not a or a[0] not in _KUBE_TOP or len(a) > 2, "takes nodes|pods and at most one NAME"),
+               "kubectl.top", "kubectl top reads resource usage"),
+    ("api-resources",): (_KUBE_GLOBAL | {"--output", "--no-headers"}, ("wide", "name"), _NO_ARGS,
+                         "kubectl.api-resources", "kubectl api-resources lists the API's types"),
+    ("version",): (_KUBE_GLOBAL | {"--client", "--output"}, ("json", "yaml"), _NO_ARGS, "kubectl.version",
+                   "kubectl version only reads versions"),
+    ("cluster-info",): (_KUBE_GLOBAL, (), _NO_ARGS, "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"),
+    ("config", "current-context"): (set(), (), _NO_ARGS, "kubectl.config",
+                                    "kubectl config current-context reads context names from the kubeconfig"),
+    ("config", "get-contexts"): ({"--output", "--no-headers"}, ("name",),
+                                 (lambda a: len(a) > 1 or not all(_RESOURCE.match(x) for x in a),
+                                  "takes at most one context name"),
+                                 "kubectl.config", "kubectl config get-contexts reads context names from the kubeconfig"),
+    ("auth", "whoami"): (_KUBE_GLOBAL | {"--output"}, ("json", "yaml"), _NO_ARGS, "kubectl.auth-whoami",
+                         "kubectl auth whoami asks who this identity is"),
+    ("auth", "can-i"): (_KUBE_GLOBAL, (), (lambda a: len(a) != 2 or a[0] not in _KUBE_VERBS or not _RESOURCE.match(a[1]),
+                                           "takes exactly VERB RESOURCE"),
+                        "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"),
+}
 
 
 def _kube_output(opts: dict[str, str], allowed: tuple, where: str) -> None:
@@ -106,14 +120,6 @@ def _kube_output(opts: dict[str, str], allowed: tuple, where: str) -> None:
     shown = "|".join(allowed).replace("jsonpath", "jsonpath=…")
     raise _Deny("kubectl.output", f"kubectl {where} -o must be {shown} (go-template, custom-columns and "
                                   "template read fields jsonpath cannot name)")
-
-
-def _kube_args(args: list[str], where: str) -> None:
-    for arg in args:
-        if not _RESOURCE.match(arg):
-            raise _Deny("kubectl.args", f"{arg!r} is not a resource type or name")
-        if _kubectl_secret(arg):
-            raise _Deny("kubectl.secret", f"kubectl {where} {arg} would print secret values")
 
 
 def _kubectl(argv: list[str]) -> tuple[str, str]:
@@ -132,72 +138,35 @@ def _kubectl(argv: list[str]) -> tuple[str, str]:
     if not re.match(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$", opts.get("--namespace", "default")):
         raise _Deny("kubectl.value", "--namespace must be a namespace name")
     sub, args = pos[0], pos[1:]
-    if "--raw" in opts and sub != "get":
-        raise _Deny("kubectl.raw", "--raw belongs to `kubectl get --raw /readyz|/healthz|/livez` only")
-    if sub == "get" and "--raw" in opts:
+    if "--raw" in opts:
+        if sub != "get":
+            raise _Deny("kubectl.raw", "--raw belongs to `kubectl get --raw /readyz|/healthz|/livez` only")
         _only("kubectl", opts, _KUBE_GLOBAL | {"--raw"}, "get --raw")
-        if opts["--raw"] not in _KUBE_HEALTH or args:
+        if opts["--raw"] not in ("/readyz", "/healthz", "/livez") or args:
             raise _Deny("kubectl.raw", "--raw reaches any API path: only `kubectl get --raw /readyz` "
                                        "(or /healthz, /livez) is a proof")
         return "kubectl.health", f"kubectl get --raw {opts['--raw']} reads the API server's health"
-    if sub == "get":
-        _only("kubectl", opts, _KUBE_GLOBAL | _KUBE_LIST, "get")
-        _kube_output(opts, ("json", "yaml", "wide", "name", "jsonpath"), "get")
-        if not args:
-            raise _Deny("kubectl.args", "kubectl get needs a resource type")
-        _kube_args(args, "get")
-        return "kubectl.get", "kubectl get reads objects and changes nothing"
-    if sub == "top":
-        _only("kubectl", opts, _KUBE_GLOBAL | {"--all-namespaces", "--selector", "--no-headers"}, "top")
-        if not args or args[0] not in _KUBE_TOP or len(args) > 2:
-            raise _Deny("kubectl.args", "kubectl top takes nodes|pods and at most one NAME")
-        _kube_args(args[1:], "top")
-        return "kubectl.top", "kubectl top reads resource usage"
-    if sub == "api-resources":
-        _only("kubectl", opts, _KUBE_GLOBAL | {"--output", "--no-headers"}, "api-resources")
-        _kube_output(opts, ("wide", "name"), "api-resources")
-        if args:
-            raise _Deny("kubectl.args", "kubectl api-resources takes no arguments")
-        return "kubectl.api-resources", "kubectl api-resources lists the API's types"
-    if sub == "version":
-        _only("kubectl", opts, _KUBE_GLOBAL | {"--client", "--output"}, "version")
-        _kube_output(opts, ("json", "yaml"), "version")
-        if args:
-            raise _Deny("kubectl.args", "kubectl version takes no arguments")
-        return "kubectl.version", "kubectl version only reads versions"
-    if sub == "cluster-info":
-        _only("kubectl", opts, _KUBE_GLOBAL, "cluster-info")
-        if "dump" in args:
-            raise _Deny("kubectl.dump", "cluster-info dump prints logs and objects and can write files")
-        if args:
-            raise _Deny("kubectl.args", "kubectl cluster-info takes no arguments")
-        return "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"
-    if sub == "config" and args[:1] in (["current-context"], ["get-contexts"]):
-        if args[0] == "current-context":
-            _only("kubectl", opts, set(), "config current-context")
-            if args[1:]:
-                raise _Deny("kubectl.args", "kubectl config current-context takes no arguments")
-        else:
-            _only("kubectl", opts, {"--output", "--no-headers"}, "config get-contexts")
-            _kube_output(opts, ("name",), "config get-contexts")
-            if len(args) > 2 or not all(_RESOURCE.match(a) for a in args[1:]):
-                raise _Deny("kubectl.args", "kubectl config get-contexts takes at most one context name")
-        return "kubectl.config", f"kubectl config {args[0]} reads context names from the kubeconfig"
-    if sub == "config":
-        raise _Deny("kubectl.command", "only `kubectl config current-context` and `config get-contexts` are "
-                                       "proofs (view prints credentials; use-context/set-* change state)")
-    if sub == "auth" and args[:1] == ["whoami"]:
-        _only("kubectl", opts, _KUBE_GLOBAL | {"--output"}, "auth whoami")
-        _kube_output(opts, ("json", "yaml"), "auth whoami")
-        if args[1:]:
-            raise _Deny("kubectl.args", "kubectl auth whoami takes no arguments")
-        return "kubectl.auth-whoami", "kubectl auth whoami asks who this identity is"
-    if sub == "auth" and args[:1] == ["can-i"]:
-        _only("kubectl", opts, _KUBE_GLOBAL, "auth can-i")
-        if len(args) != 3 or args[1] not in _KUBE_VERBS or not _RESOURCE.match(args[2]):
-            raise _Deny("kubectl.args", "kubectl auth can-i takes exactly VERB RESOURCE")
-        return "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"
-    raise _Deny("kubectl.command", f"kubectl {sub} is not a read-only subcommand")
+    words = (sub, *args[:1]) if sub in ("config", "auth") else (sub,)
+    if words not in _KUBE_SUBS:
+        if sub == "config":
+            raise _Deny("kubectl.command", "only `kubectl config current-context` and `config get-contexts` are "
+                                           "proofs (view prints credentials; use-context/set-* change state)")
+        raise _Deny("kubectl.command", f"kubectl {sub} is not a read-only subcommand")
+    allowed, outputs, (wrong, denial), rule, reason = _KUBE_SUBS[words]
+    where, args = " ".join(words), args[len(words) - 1:]
+    _only("kubectl", opts, allowed, where)
+    if outputs:
+        _kube_output(opts, outputs, where)
+    if sub == "cluster-info" and "dump" in args:
+        raise _Deny("kubectl.dump", "cluster-info dump prints logs and objects and can write files")
+    if wrong(args):
+        raise _Deny("kubectl.args", f"kubectl {where} {denial}")
+    for arg in args[1:] if sub == "top" else args if sub == "get" else ():
+        if not _RESOURCE.match(arg):
+            raise _Deny("kubectl.args", f"{arg!r} is not a resource type or name")
+        if any(part.split("/", 1)[0].split(".", 1)[0].lower() in ("secret", "secrets") for part in arg.split(",")):
+            raise _Deny("kubectl.secret", f"kubectl {where} {arg} would print secret values")
+    return rule, reason
 
 
 _CURL = _Flags(
@@ -321,7 +290,7 @@ def curl_headers(argv: list, wanted) -> tuple:
     return out, picked
 
 
-def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None = None) -> tuple[str, str]:
+def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None) -> tuple[str, str]:
     items = _parse(_CURL, argv[1:])
     opts = _options(items)
     for name, value in items:
@@ -329,17 +298,17 @@ def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None
             raise _Deny("curl.method", f"curl -X {value} is not a GET")
         if name == "--output" and value != "/dev/null":
             raise _Deny("curl.output", f"curl -o {value} would write a file (only /dev/null)")
-        if name == "--header":
-            header_name = (value or "").split(":", 1)[0].strip().lower()
-            if (value or "").startswith("@"):
+        if name == "--header":        # every value an option takes is non-empty (_parse)
+            header_name = value.split(":", 1)[0].strip().lower()
+            if value.startswith("@"):
                 raise _Deny("curl.header", "curl -H @file reads headers from a file")
-            if ":" not in (value or "") or not re.match(r"^[a-z0-9-]+$", header_name):
+            if ":" not in value or not re.match(r"^[a-z0-9-]+$", header_name):
                 raise _Deny("curl.header", f"{value!r} is not a 'Name: value' header")
             if header_name in _OVERRIDE_HEADERS:
                 raise _Deny("curl.header", f"{header_name} can turn a GET into another method")
-        if name == "--write-out" and ((value or "").startswith("@") or "%output{" in (value or "")):
+        if name == "--write-out" and (value.startswith("@") or "%output{" in value):
             raise _Deny("curl.write-out", "curl -w @file or %output{} reads or writes files")
-        if name in ("--max-time", "--connect-timeout") and not _NUMBER.match(value or ""):
+        if name in ("--max-time", "--connect-timeout") and not _NUMBER.match(value):
             raise _Deny("curl.value", f"{name} must be a number of seconds")
         if name == "--retry" and not (value.isascii() and value.isdigit() and int(value) <= 10):
             raise _Deny("curl.value", "--retry must be a count from 0 to 10")
@@ -399,8 +368,8 @@ def _ssh_option(value: str) -> None:
                                   "StrictHostKeyChecking=yes|no|accept-new (others run commands or reroute)")
 
 
-def _ssh_host(text: str, what: str) -> tuple:
-    """[USER@]HOST[:PORT] (the port only for -J) → (user, host); raise ssh.args."""
+def _ssh_host(text: str, what: str) -> str:
+    """The host of [USER@]HOST[:PORT] (the port only for -J), lower case; raise ssh.args."""
     user, _, host = text.rpartition("@")
     if what == "-J" and re.match(r"^[^:\[\]]+:[0-9]+$", host):
         host, port = host.rsplit(":", 1)
@@ -408,11 +377,10 @@ def _ssh_host(text: str, what: str) -> tuple:
             raise _Deny("ssh.value", f"-J port {port} is outside 1-65535")
     if not _is_host(host) or (user and not _USER.match(user)):
         raise _Deny("ssh.args", f"{text!r} is not [USER@]HOST")
-    return user, host.lower()
+    return host.lower()
 
 
-def _ssh(argv: list[str], bindings: tuple = (), credential: bool = False,
-         jump_hosts: frozenset[str] = frozenset()) -> tuple[str, str]:
+def _ssh(argv: list[str], bindings: tuple, credential: bool, jump_hosts: frozenset[str]) -> tuple[str, str]:
     # like ssh itself: options before and after HOST, and the first word after HOST starts the command
     items = _parse(_SSH, argv[1:], stop_at=1)
     pos = _positionals(items)
@@ -425,13 +393,13 @@ def _ssh(argv: list[str], bindings: tuple = (), credential: bool = False,
     opts = _options(items)
     if "-4" in opts and "-6" in opts:
         raise _Deny("ssh.args", "ssh -4 and -6 together")
-    _, host = _ssh_host(pos[0], "HOST")
+    host = _ssh_host(pos[0], "HOST")
     for name, value in items:
         if name == "-o":
-            _ssh_option(value or "")
+            _ssh_option(value)
         if name == "-J":
-            for hop in (value or "").split(","):
-                if _ssh_host(hop, "-J")[1] not in jump_hosts:
+            for hop in value.split(","):
+                if _ssh_host(hop, "-J") not in jump_hosts:
                     raise _Deny("ssh.jump", f"-J {hop}: a jump host must be an inventory host (its id, name, "
                                             "alias or ssh:// url host); add it to the inventory")
     if "-p" in opts and not _port_ok(opts["-p"]):
