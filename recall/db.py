@@ -1,7 +1,7 @@
-"""The one SQLite database: its driver (sqlite3/sqlean + sqlite-vec), connect (WAL, busy timeout, 0600),
-migrations, its storage faults said in one line (explain), helpers."""
+"""The one SQLite database: driver (sqlite3/sqlean + sqlite-vec), connect, migrations, faults in one line."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
@@ -102,26 +102,23 @@ def explain(exc, path=None):
     path = Path(path or (OPENED[-1] if OPENED else "the index"))
     folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
     kind = _kind(exc)
-    if kind == "full":
-        return RecallError(f"the disk holding {path} is full ({what})",
-                           "free some space and run it again; what was committed before is kept")
-    if kind == "readonly":
-        return RecallError(f"{path} is read-only ({what})",
-                           f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME "
-                           "to a writable folder")
-    if kind == "cantopen":
-        return RecallError(f"cannot open {path} ({what})",
-                           f"make {folder} and the files in it yours, readable and writable (ls -l "
-                           f"{folder}; chmod 700 {folder}), or set RECALL_HOME to another folder")
     if kind == "damaged":
         return BrokenDatabase(path, f"damaged ({what})")
-    if kind == "ioerr":
-        return RecallError(f"a disk I/O error on {path} ({what})",
-                           "check the disk; if the index is damaged, 'recall index --full' rebuilds it")
-    if kind == "locked":
-        return RecallError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_MS // 1000} s",
-                           "let the other recall finish (an index or a sync?), then run it again")
-    return None
+    said = {
+        "full": (f"the disk holding {path} is full ({what})",
+                 "free some space and run it again; what was committed before is kept"),
+        "readonly": (f"{path} is read-only ({what})",
+                     f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME to a "
+                     "writable folder"),
+        "cantopen": (f"cannot open {path} ({what})",
+                     f"make {folder} and the files in it yours, readable and writable (ls -l {folder}; "
+                     f"chmod 700 {folder}), or set RECALL_HOME to another folder"),
+        "ioerr": (f"a disk I/O error on {path} ({what})",
+                  "check the disk; if the index is damaged, 'recall index --full' rebuilds it"),
+        "locked": (f"{path} stayed locked by another process for {BUSY_TIMEOUT_MS // 1000} s",
+                   "let the other recall finish (an index or a sync?), then run it again"),
+    }.get(kind)
+    return RecallError(*said) if said else None
 
 
 def refuse_foreign(path) -> None:
@@ -142,16 +139,8 @@ def refuse_foreign(path) -> None:
                           f"move it out of the way (mv {path} {path}.old) and run it again")
 
 
-def state_files(path) -> list:
-    """The DB file and the files SQLite keeps beside it."""
-    return [Path(path), Path(f"{path}-wal"), Path(f"{path}-shm")]
-
-
 def _secure_file(path: Path) -> None:
-    """Create the DB file 0600 inside a 0700 folder before SQLite opens it; never through a link."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for side in state_files(path):
-        refuse_foreign(side)
+    """Create the DB file 0600 before SQLite opens it; never through a link."""
     fd = os.open(str(path), os.O_RDONLY | os.O_CREAT | NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o600)
     try:
         st = os.fstat(fd)
@@ -180,7 +169,6 @@ def in_batches(values, size: int = 500):
 def vec_extension_path():
     """sqlite-vec's loadable file, found without importing the package (it imports numpy: ~0.1 s)."""
     import importlib.util
-    import os
     try:
         spec = importlib.util.find_spec("sqlite_vec")
     except (ImportError, ValueError):
@@ -193,9 +181,7 @@ def vec_extension_path():
 def sqlite_module():
     """The module to open the DB with when vectors are wanted: stdlib sqlite3 if it can load
     extensions and sqlite-vec is installed, else the drop-in `sqlean` (sqlean.py), else sqlite3."""
-    if vec_extension_path() is None:
-        return sqlite3
-    if hasattr(sqlite3.Connection, "enable_load_extension"):
+    if vec_extension_path() is None or hasattr(sqlite3.Connection, "enable_load_extension"):
         return sqlite3
     try:
         import sqlean
@@ -213,12 +199,11 @@ def load_vec(con) -> bool:
         con.enable_load_extension(True)
         con.load_extension(path)
         con.enable_load_extension(False)
-        con.execute("SELECT vec_version()").fetchone()
-        return True
     except Exception as exc:        # SQLite's refusal means "not loadable here": the caller falls back
         if not is_sqlite_error(exc):
             raise
         return False
+    return has_vec(con)
 
 
 def has_vec(con) -> bool:
@@ -240,17 +225,17 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         if readonly and not path.exists():
             raise RecallError(f"no index at {path}", "run 'recall index' first")
         if not readonly:
-            _secure_file(path)
-        for side in state_files(path):       # SQLite writes -wal and -shm for a reader too
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for side in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):   # SQLite writes them for a reader too
             refuse_foreign(side)
+        if not readonly:
+            _secure_file(path)
     except OSError as exc:          # a home folder recall may not use, a full or read-only disk
         raise (explain(exc, path) or RecallError(
             f"cannot make {path} ({exc.strerror}: {exc.filename})",
             "RECALL_HOME (or 'home:' in the config) must name a folder you can create and write")) from None
     OPENED.append(path)
-    module = sqlite3
-    if vectors:
-        module = sqlite_module()
+    module = sqlite_module() if vectors else sqlite3
     try:
         con = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                              check_same_thread=False)
@@ -300,9 +285,8 @@ def schema_version(con, path="the database") -> int:
 
 def migrate(con: sqlite3.Connection, path="the database") -> int:
     """Apply pending migrations, each in its own transaction; returns the schema version."""
-    schema_version(con, path)
+    done = schema_version(con, path)
     con.execute("CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
-    done = con.execute("SELECT COALESCE(MAX(version), 0) FROM migrations").fetchone()[0]
     for version, sql in enumerate(MIGRATIONS[done:], start=done + 1):
         with transaction(con):
             if con.execute("SELECT 1 FROM migrations WHERE version=?", (version,)).fetchone():
@@ -334,22 +318,16 @@ def _statements(sql: str):
         yield buf.strip()
 
 
-class transaction:
+@contextlib.contextmanager
+def transaction(con):
     """`with transaction(con):` — BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception."""
-
-    def __init__(self, con: sqlite3.Connection):
-        self.con = con
-
-    def __enter__(self):
-        self.con.execute("BEGIN IMMEDIATE")
-        return self.con
-
-    def __exit__(self, exc_type, exc, tb):
-        if not exc_type:
-            self.con.execute("COMMIT")
-        else:
-            rollback(self.con)
-        return False
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield con
+    except BaseException:
+        rollback(con)
+        raise
+    con.execute("COMMIT")
 
 
 def rollback(con) -> None:
@@ -362,48 +340,43 @@ def rollback(con) -> None:
             raise
 
 
-class index_lock:
-    """`with index_lock(db_path, notify):` one index run at a time per DB (an flock beside it,
-    released by the kernel if the holder dies); the next run says whom it waits for, then waits."""
-
-    def __init__(self, db_path, notify=None):
-        self.path, self.notify, self.fd = Path(db_path).with_name("index.lock"), notify, None
-
-    def __enter__(self):
+@contextlib.contextmanager
+def index_lock(db_path, notify=None):
+    """One index run at a time per DB: an flock beside it, released by the kernel if the holder dies;
+    the next run says whom it waits for, then waits."""
+    try:
+        import fcntl
+    except ImportError:            # no flock here (Windows): each write is still a transaction
+        yield
+        return
+    path = Path(db_path).with_name("index.lock")
+    refuse_foreign(path)
+    try:
+        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
+    except OSError as exc:          # a link or a folder swapped in since the check
+        refuse_foreign(path)
+        raise explain(exc, path) or exc from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            refuse_foreign(path)
         try:
-            import fcntl
-        except ImportError:            # no flock here (Windows): each write is still a transaction
-            return self
-        refuse_foreign(self.path)
-        try:
-            self.fd = os.open(str(self.path), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
-        except OSError as exc:          # a link or a folder swapped in since the check
-            refuse_foreign(self.path)
-            raise explain(exc, self.path) or exc from None
-        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
-            os.close(self.fd)
-            self.fd = None
-            refuse_foreign(self.path)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self.fd, 20, 0) or (time.sleep(0.05) or os.pread(self.fd, 20, 0))
+            holder = os.pread(fd, 20, 0) or (time.sleep(0.05) or os.pread(fd, 20, 0))
             holder = holder.decode("ascii", "replace").strip() or "unknown"    # the holder writes it
-            if self.notify:
-                self.notify(f"waiting for another index run (pid {holder})")
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            if notify:
+                notify(f"waiting for another index run (pid {holder})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as exc:         # a file system without flock (some NFS): transactions only
             if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            return self
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)          # closing releases the lock
-        return False
+            yield
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)           # closing releases the lock
 
 
 def get_meta(con, key: str, default=None):

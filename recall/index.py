@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from . import db, terms
 from .errors import RecallError
-from .walk import SKIP_DIRS, glob_to_regex, raw_name, shown, walk_source  # noqa: F401 (re-exported)
+from .walk import raw_name, shown, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
@@ -34,9 +34,8 @@ class IndexReport:
 
 
 def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
-    """Front matter date or a `Date:` line (meta["date"]), else a date in the path, else the last
-    git commit touching the file, else its mtime (the recency prior's input). `git_dates()`
-    returns {relpath: date}."""
+    """The recency prior's date: the note's own (meta["date"]), else one in its path, else its last
+    git commit (`git_dates()`: {relpath: date}), else its mtime."""
     if meta.get("date"):
         return str(meta["date"])[:10]
     m = _PATH_DATE.search(relpath)
@@ -49,8 +48,8 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
 
 
 class GitDates:
-    """{relpath: YYYY-MM-DD of its last commit} for a source folder inside a git work tree,
-    read with one `git log` the first time a file needs it; {} without git or a repository."""
+    """{relpath: YYYY-MM-DD of its last commit} by one `git log`, run when a file first needs it;
+    {} without git or a repository."""
 
     def __init__(self, root):
         self.root, self.dates = str(root), None
@@ -74,18 +73,6 @@ class GitDates:
         return self.dates
 
 
-def _chunk(relpath: str, text: str):
-    from .chunk import chunk_markdown, chunk_text, is_markdown
-    if is_markdown(relpath):
-        return chunk_markdown(text)
-    return chunk_text(text, relpath)
-
-
-def chunk_hash(breadcrumb: str, body: str) -> str:
-    """Of what is embedded: give it embedded_breadcrumb(), so vectors follow a renamed file."""
-    return hashlib.blake2b(f"{breadcrumb}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
-
-
 def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     """A markdown chunk's heading path is embedded with it; a plain file's breadcrumb is its path,
     which is left out (shown and keyword-searched still) so a rename costs no new embedding."""
@@ -93,11 +80,8 @@ def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     return breadcrumb if is_markdown(relpath) else ""
 
 
-def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact=None,
-                raw=None) -> int:
-    title = str(doc.meta.get("title") or "")
-    if redact:
-        title = redact(title)
+def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact, raw) -> int:
+    title = redact(str(doc.meta.get("title") or ""))
     if file_id is None:
         file_id = con.execute(
             "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath) "
@@ -107,14 +91,15 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
         con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=? WHERE id=?",
                     (st.st_size, st.st_mtime_ns, digest, date, title, raw, file_id))
     for ord_, ch in enumerate(doc.chunks):
-        crumb, body = (redact(ch.breadcrumb), redact(ch.text)) if redact else (ch.breadcrumb, ch.text)
-        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body, rel)
+        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, redact(ch.breadcrumb),
+                    redact(ch.text), rel)
     return len(doc.chunks)
 
 
 def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
-    digest = chunk_hash(embedded_breadcrumb(rel, crumb), body)
+    head = embedded_breadcrumb(rel, crumb)      # the hash of what is embedded: vectors follow a renamed file
+    digest = hashlib.blake2b(f"{head}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
     chunk_id = con.execute(
         "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
         "VALUES (?,?,?,?,?,?,?,?,?)",
@@ -126,9 +111,8 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
 
 
 def redact_indexed(con, redact) -> int:
-    """Rewrite the indexed chunks that hold a vault value or an encoded form of one (a token
-    pasted into a note), so that no table of the DB keeps it; the note on disk is the user's.
-    `redact` is the vault's redactor for the values it has just stored (vault.sync passes it)."""
+    """Rewrite the indexed chunks and titles holding a vault value (or an encoded form of one), so
+    that no table keeps it; `redact`: the vault's redactor for the values just stored."""
     hit = []           # (row, redacted breadcrumb, redacted body): each text redacted once
     for row in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id"):
         crumb, body = redact(row["breadcrumb"]), redact(row["body"])
@@ -175,13 +159,9 @@ def _decode(data: bytes):
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
               embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False) -> IndexReport:
-    """Bring the index up to date with the configured sources, then embed the chunk texts that
-    have no vector yet (unless `embed` is False or no provider is configured); `notify(line)`
-    hears what is about to be spent before it is. Every caller passes the vault's
-    `redactor(con, cfg)` — required, so no caller can index unchecked text by forgetting it (every
-    vault value in a note is indexed and embedded as [recall:ID]; a vault that cannot be opened
-    stops the run) — and `load_values` (a Voyage key kept in the vault). A source folder that is
-    missing or holds no file (an unmounted disk) keeps what was indexed from it unless `prune`."""
+    """Bring the index up to date with the sources, then embed the texts without a vector (`embed`).
+    `redactor` (the vault's) is required so that no caller indexes unchecked text; `load_values`
+    finds a Voyage key in the vault. A source missing or empty (a disk not mounted) is kept unless `prune`."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -215,8 +195,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
         if report.chunks >= OPTIMIZE_AFTER:
-            # many rows deleted and written leave FTS5's segments in pieces: each query then reads
-            # them all (words 25 → 36 ms, identifiers 0.6 → 5.6 ms at 113k chunks); merge them now
+            # many rows deleted and written leave FTS5's segments in pieces, each read by every query
             with db.transaction(con):
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
         from .postings import refresh
@@ -226,17 +205,15 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
                              load_values=load_values)
         report.embedded, report.tokens = done.embedded, done.tokens
     if full or report.chunks >= OPTIMIZE_AFTER:
-        # a rebuild leaves a WAL as large as what it wrote while another process holds the DB
-        # open (an MCP server): fold it into the DB and cut it to 0 bytes
+        # a WAL as large as the rebuild stays while another process holds the DB open: cut it
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     report.seconds = time.monotonic() - started
     return report
 
 
 def _folders_indexed(con) -> str:
-    """Every folder holding an indexed file, and each one above it, a `source<TAB>relpath` line each:
-    what the CLI stats to tell it is behind (a note created, removed or renamed changes its folder's
-    mtime). Lines, not JSON: a search reads it without importing json."""
+    """`source<TAB>relpath` of every folder holding an indexed file and each above it: what a search
+    stats to tell the index is behind (lines, so that it needs no json)."""
     seen: set = set()
     for source, rel in con.execute("SELECT source, relpath FROM files"):
         parts = rel.split("/")[:-1]
@@ -249,8 +226,7 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
     done, last_commit = 0, time.monotonic()
     con.execute("BEGIN IMMEDIATE")
     try:
-        # chunks written by an older chunker (before .md.erb was markdown, before file-name and
-        # camel-case identifiers) are rewritten once; unchanged texts keep their vectors
+        # chunks of an older chunker are rewritten once; unchanged texts keep their vectors
         full = full or db.get_meta(con, "chunk_format") != CHUNK_FORMAT
         if only is None:
             names = [s.name for s in cfg.sources]
@@ -294,9 +270,8 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         raise
 
 
-def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=None, redact=None) -> None:
-    """Index one file; `rel` as the walk found it (a name that is not UTF-8 is stored under its
-    shown form, with its bytes in files.rawpath)."""
+def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, redact) -> None:
+    """Index one file; a name that is not UTF-8 is stored as shown, its bytes in files.rawpath."""
     raw, rel, path_text = raw_name(rel), shown(rel), shown(full_path)
     try:
         st = os.stat(full_path)
@@ -329,10 +304,10 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates=No
         report.warnings.append((path_text, warning))
     if raw is not None:
         report.warnings.append((path_text, "the name is not valid UTF-8: indexed, shown with U+FFFD"))
-    doc = _chunk(rel, text)
+    from .chunk import chunk_markdown, chunk_text, is_markdown
+    doc = chunk_markdown(text) if is_markdown(rel) else chunk_text(text, rel)
     date = date_for(rel, doc.meta, st.st_mtime_ns, git_dates)
-    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old["id"] if old else None, redact,
-                                 raw)
+    report.chunks += _write_file(con, source, rel, st, digest, doc, date, old and old["id"], redact, raw)
     if old is None:
         report.new += 1
     else:
@@ -402,8 +377,8 @@ def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int
 
 
 def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tuple:
-    """Reserve (paid providers), send, then store the vectors and settle the ledger in one
-    transaction: a kill loses at most this batch, and counts it at most as 'unconfirmed'."""
+    """Reserve (paid), send, then store the vectors and settle in one transaction: a kill loses at
+    most this batch, and counts it at most as 'unconfirmed'."""
     from . import embed
     texts = _texts(con, batch)
     inputs = {h: redact(texts[h][1]) for h in batch}
@@ -427,11 +402,10 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     return len(claimed), result[1]
 
 
-def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=None, backend=None,
+def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=None,
                   load_values=None) -> EmbedReport:
-    """Embed every chunk text that has no vector for the configured model, one committed batch
-    at a time; say first how many texts and (paid) tokens; drop vectors no chunk uses any more.
-    `redactor` and `load_values` are the vault's, as run_index takes them."""
+    """Embed every chunk text without a vector for the configured model, one committed batch at a
+    time, saying first how many texts and tokens; drop vectors no chunk uses any more."""
     from . import embed
     from .vectors import VectorStore
     report = EmbedReport()
@@ -439,7 +413,7 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
     with db.transaction(con):
         mid = embed.model_id(con, fp)
         dim_row = con.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone()
-        store = VectorStore(con, mid, fp.dimension or (dim_row[0] if dim_row else 0), backend)
+        store = VectorStore(con, mid, fp.dimension or (dim_row[0] if dim_row else 0))
         report.removed = store.delete_orphans()
     pending = con.execute(
         "SELECT c.hash, MIN(length(c.breadcrumb) + length(c.body)) + 2 FROM chunks c WHERE NOT EXISTS "
@@ -448,8 +422,7 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
     report.pending = len(pending)
     if not pending:
         return report
-    # Longest first, as SentenceTransformer.encode orders its own input: a batch holds texts of
-    # about one length, so little of the model's time goes on padding.
+    # longest first, as SentenceTransformer.encode orders its input: little padding in a batch
     pending.sort(key=lambda p: -p[1])
     provider = provider or embed.provider_for(cfg, con, load_values)
     report.estimate = sum(_estimate(c) for _, c in pending)

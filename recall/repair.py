@@ -26,8 +26,7 @@ def quick_check(path) -> tuple:
         finally:
             con.close()
     except (sqlite3.Error, RecallError, OSError) as exc:
-        err = explain(exc, path) or exc
-        return False, f"{err}"
+        return False, str(explain(exc, path) or exc)
     if rows != ["ok"]:
         found = [line.strip() for row in rows for line in str(row).splitlines()
                  if line.strip() and not line.startswith("*** in database")]
@@ -37,11 +36,9 @@ def quick_check(path) -> tuple:
 
 
 def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None, holds_values=None):
-    """run(connection) for `recall index`. With `full`, a damaged or foreign DB — found by
-    quick_check before, or by the run itself (damage inside a page, which quick_check cannot
-    see) — is moved aside to recall.db.broken-<time> and the run made again on a new one.
-    `holds_values(con)` (the vault's, passed in by the face) tells whether the old file held secrets."""
-    say = notify or (lambda line: None)
+    """run(connection) for `recall index`. With `full`, a DB found damaged or foreign by quick_check
+    or by the run itself (damage inside a page) is moved aside and the run made again on a new one;
+    `holds_values(con)` (the vault's) tells whether the old file held secrets."""
     if not full:
         return run(db.connect(path, vectors=vectors))
     try:
@@ -60,10 +57,10 @@ def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None
         con.close()
     except db.BrokenDatabase as exc:
         why = exc.why
-    return run(_rebuild(Path(path), why, vectors, say, holds_values))
+    return run(_rebuild(Path(path), why, vectors, notify or (lambda line: None), holds_values))
 
 
-def _rebuild(path: Path, why: str, vectors: bool, say, holds_values=None):
+def _rebuild(path: Path, why: str, vectors: bool, say, holds_values):
     """Move the DB aside, open a new one, copy the token ledger over; say what happened."""
     moved = _move_aside(path)
     ledger, had_secrets = _salvage(moved, holds_values)
@@ -96,7 +93,7 @@ def _move_aside(path: Path) -> Path:
     return moved
 
 
-def _salvage(moved: Path, holds_values=None) -> tuple:
+def _salvage(moved: Path, holds_values) -> tuple:
     """(ledger rows or None when unreadable, whether it held secrets: True/False/None unknown)."""
     try:
         con = sqlite3.connect(f"file:{moved}?mode=ro", uri=True)

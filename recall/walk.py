@@ -8,25 +8,14 @@ from pathlib import Path
 from .errors import InputError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
+_GLOB = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 
 
 def glob_to_regex(pattern: str) -> re.Pattern:
     """gitignore-like: a pattern without '/' matches the file name at any depth; `**` spans folders."""
     if "/" not in pattern.rstrip("/"):
         pattern = "**/" + pattern
-    out, i = "", 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out += "(?:.*/)?"
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-            continue
-        out += {"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c))
-        i += 1
+    out = "".join(_GLOB.get(part) or re.escape(part) for part in re.split(r"(\*\*/|\*\*|[*?])", pattern))
     if pattern.endswith("/"):
         out += ".*"
     return re.compile(out + r"\Z")
@@ -57,21 +46,18 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
                              and not excluded(rel_dir + d + "/"))
-        if rel_dir and excluded(rel_dir):
-            dirnames[:] = []
-            continue
         for name in sorted(filenames):
             rel = rel_dir + name
             full = os.path.join(dirpath, name)
             if included(rel) and not excluded(rel) and full not in skip_paths \
-                    and not (skip_ids and _same_file(full, skip_ids)):
+                    and not (skip_ids and file_ids([full]) & skip_ids):
                 yield rel, full
 
 
 def walk_tree(top: str, onerror):
-    """os.walk(top, onerror=…) top-down without following links, on a stack instead of recursion:
-    a tree 1,000+ folders deep is walked too (os.walk recurses before Python 3.12). `dirnames`
-    may be pruned in place, as os.walk's; a linked folder is listed but not entered."""
+    """os.walk(top, onerror=…) without following links, on a stack: os.walk recurses before Python 3.12,
+    and a tree 1,000+ folders deep is walked too. `dirnames` may be pruned in place; a linked folder
+    is listed, not entered."""
     stack = [top]
     while stack:
         folder = stack.pop()
@@ -104,14 +90,6 @@ def file_ids(paths) -> set:
             continue
         ids.add((st.st_dev, st.st_ino))
     return ids
-
-
-def _same_file(path: str, ids: set) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) in ids
 
 
 def shown(path: str) -> str:

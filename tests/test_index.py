@@ -10,7 +10,8 @@ import pytest
 from recall import db, vault
 from recall.config import load_config
 from recall.errors import RecallError
-from recall.index import glob_to_regex, run_index
+from recall.index import run_index
+from recall.walk import glob_to_regex
 from tests.conftest import NOTES, give_to_nobody, write_tree
 
 
