@@ -228,15 +228,20 @@ def load_inventory(cfg, con=None) -> list:
     return entries
 
 
+def name_table(entries: list, ids=()) -> dict:
+    """{every id, name and alias: its id}; an id (each of `ids` too) wins over an alias."""
+    table = {i: i for i in [*ids, *(e.id for e in entries)]}
+    for e in entries:
+        for n in e.names():
+            table.setdefault(n, e.id)
+    return table
+
+
 def get_entry(entries: list, entry_id: str) -> Entry:
     """The entry an id, name or alias names, in any case; else NotFound with the closest names."""
     from .names import resolve
     by_id = {e.id: e for e in entries}
-    names = {e.id: e.id for e in entries}
-    for e in entries:
-        for n in e.names():
-            names.setdefault(n, e.id)
-    entry = by_id[resolve(entry_id, names, "inventory entry", "see 'recall access find QUERY'")]
+    entry = by_id[resolve(entry_id, name_table(entries), "inventory entry", "see 'recall access find QUERY'")]
     if entry.error:
         raise RecallError(entry.error)
     return entry

@@ -36,9 +36,7 @@ class Probe:
     status: str = ""            # after a run (or skip)
     detail: str = ""
     seconds: float = 0.0
-    requires: list = field(default_factory=list)
     variables: dict = field(default_factory=dict)   # variable -> (secret id, field) the command names
-    serial: bool = False        # shares global state (az): one at a time
     argv: tuple = ()            # as the guard parsed it (secret variables as placeholders)
     tool: str = ""              # argv[0]'s basename once the guard allowed it: what runs and classifies
     setup: list = field(default_factory=list)       # the entry's access: steps, each a guard Verdict
@@ -54,8 +52,8 @@ class Report:
         for p in self.probes:
             entry = entries.setdefault(p.target, {"id": p.id, "kind": p.kind, "commands": []})
             if p.setup:
-                entry["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule, "reason": v.reason}
-                                  for step, v in p.setup]
+                entry["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule,
+                                   "reason": v.reason} for step, v in p.setup]
             entry["commands"].append(
                 {"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason,
                  **({} if self.dry_run else {"status": p.status, "detail": p.detail,
@@ -79,15 +77,9 @@ class Report:
 
 
 def _proof_text(text: str) -> str:
-    """A proof as written, less the spaces, tabs and newlines around it (a `verify: >` block ends in a
-    newline); str.strip() would also drop VT, FF, NBSP, U+3000 … that the guard must see and deny."""
+    """A proof less the spaces, tabs and newlines around it (a `verify: >` block ends in a newline);
+    str.strip() would also drop VT, FF, NBSP, U+3000 … that the guard must see and deny."""
     return text.strip(" \t\n")
-
-
-def _placeholder(command: str, variables: dict) -> str:
-    """The command with the secret's variables as opaque text, so the guard judges its shape."""
-    return _VAR.sub(lambda m: f"RECALLVAR{m.group(1)}RECALLEND" if m.group(1) in variables else m.group(0),
-                    command)
 
 
 def secret_bindings(sid: str, meta: dict, check: str) -> tuple:
@@ -95,36 +87,22 @@ def secret_bindings(sid: str, meta: dict, check: str) -> tuple:
     if meta.get("url"):
         b = binding_for(sid, meta["url"], "url")
         return (b,) if b else ()
-    found = []
+    found: dict = {}
     for source, text in (("use", meta.get("use") or ""), ("check", check or "")):
         try:
             words = shlex.split(text)
         except ValueError:
             words = text.split()
-        for word in words:
-            b = binding_for(sid, word, source) if "://" in word else None
-            if b and (b.scheme, b.host, b.port) not in {(x.scheme, x.host, x.port) for x in found}:
-                found.append(b)
-    return tuple(found)
-
-
-def _inventory_hosts(entries: list) -> set:
-    """Names ssh -J may jump through: every entry's id, name, aliases and its url's host."""
-    hosts = set()
-    for e in entries:
-        hosts.update(n.lower() for n in e.names())
-        b = binding_for(e.id, e.url) if e.url else None
-        if b:
-            hosts.add(b.host)
-    return hosts
+        for b in (binding_for(sid, w, source) for w in words if "://" in w):
+            if b:
+                found.setdefault((b.scheme, b.host, b.port), b)
+    return tuple(found.values())
 
 
 def _entry_url_mismatch(e, bindings: dict) -> str:
     """Why the entry's own url: differs from a linked secret's (an entry can never widen it), or ''."""
     own = binding_for(e.id, e.url) if e.url else None
-    if not own:
-        return ""
-    for sid in e.secrets:
+    for sid in e.secrets if own else ():
         binds = bindings.get(sid, ())
         if binds and not any(b.host == own.host and (b.port is None or own.port in (None, b.port)) for b in binds):
             return (f"the entry's url host {own.host} differs from secret {sid}'s own host {binds[0].host}; "
@@ -133,26 +111,22 @@ def _entry_url_mismatch(e, bindings: dict) -> str:
     return ""
 
 
-def plan(con, cfg, ids=None) -> list:
-    """Every probe the sweep would run, each with the guard's verdict (setup steps too); runs nothing."""
-    entries = inventory.load_inventory(cfg, con)
+def plan(con, cfg, ids=None) -> tuple:
+    """(entries, every probe the sweep would run, each with the guard's verdict, setup steps too)."""
     from .vault import rows
+    entries = inventory.load_inventory(cfg, con)
     secrets = rows(con)
     known = {e.id for e in entries} | {s["id"] for s in secrets}
     if ids:                  # an id or an alias, in any case, as every other verb takes them
-        table = {i: i for i in sorted(known)}
-        for e in entries:
-            for n in e.names():
-                table.setdefault(n, e.id)
+        table = inventory.name_table(entries, sorted(known))
         ids = [found for i in ids for found in _resolve_names(i, table)]
     wanted = set(ids or known)
     secret_vars = {s["id"]: {v: (s["id"], f) for v, f in json.loads(s["variables"]).items()} for s in secrets}
     bindings = {s["id"]: secret_bindings(s["id"], json.loads(s["meta"]), s["check_cmd"]) for s in secrets}
-    jump_hosts = _inventory_hosts(entries)
+    jump_hosts = {n.lower() for e in entries for n in e.names()}      # ssh -J goes through these only
+    jump_hosts.update(b.host for b in (binding_for(e.id, e.url) for e in entries if e.url) if b)
     probes = []
-    for e in entries:
-        if e.id not in wanted:
-            continue
+    for e in (e for e in entries if e.id in wanted):
         if e.error:                 # a broken entry is its own error; the others still run
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="inventory.entry",
                                 reason=e.error))
@@ -163,14 +137,10 @@ def plan(con, cfg, ids=None) -> list:
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="no-proof",
                                 reason="the entry has no verify or check command — allowed: verify: a read-only "
                                        "proof (kubectl --context C get nodes, curl -s https://HOST/health, "
-                                       "tcp HOST:PORT)", requires=e.requires,
-                                setup=setup))
+                                       "tcp HOST:PORT)", setup=setup))
             continue
-        variables = {}
-        for sid in e.secrets:
-            variables.update(secret_vars.get(sid, {}))
-        p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, requires=list(e.requires),
-                         variables=variables, setup=setup),
+        variables = {v: found for sid in e.secrets for v, found in secret_vars.get(sid, {}).items()}
+        p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup),
                    tuple(b for sid in e.secrets for b in bindings.get(sid, ())), bool(e.secrets), jump_hosts)
         mismatch = _entry_url_mismatch(e, bindings)
         if mismatch:                                  # the root cause, whatever else the guard found
@@ -180,7 +150,7 @@ def plan(con, cfg, ids=None) -> list:
         if s["id"] in wanted and s["check_cmd"]:
             probes.append(_judge(Probe(f"secret:{s['id']}", "secret", s["id"], _proof_text(s["check_cmd"]),
                                        variables=secret_vars[s["id"]]), bindings[s["id"]], True, jump_hosts))
-    return probes
+    return entries, probes
 
 
 def _resolve_names(name: str, table: dict) -> list:
@@ -190,19 +160,18 @@ def _resolve_names(name: str, table: dict) -> list:
     what, hint = "inventory entry or secret", "see 'recall access find' and 'recall secret find'"
     try:
         return [resolve(name, table, what, hint)]
-    except RecallError:
-        words = name.split()
-        if len(words) < 2:
-            raise
+    except RecallError as whole:
         try:
-            return [resolve(w, table, what, hint) for w in words]
+            if len(name.split()) > 1:
+                return [resolve(w, table, what, hint) for w in name.split()]
         except RecallError:
             pass
-        raise
+        raise whole
 
 
-def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts=()) -> Probe:
-    text = _placeholder(p.command, p.variables)
+def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts) -> Probe:
+    text = _VAR.sub(lambda m: f"RECALLVAR{m.group(1)}RECALLEND" if m.group(1) in p.variables else m.group(0),
+                    p.command)                # the secret's variables as opaque text: the guard judges the shape
     v = verdict_for(text, bindings=bindings, credential=credential, jump_hosts=jump_hosts,
                     sends=text != p.command)     # a proof naming no secret's variable sends none itself
     p.verdict, p.rule, p.reason, p.tool = v.verdict, v.rule, v.reason, v.tool
@@ -213,12 +182,7 @@ def _judge(p: Probe, bindings: tuple, credential: bool, jump_hosts=()) -> Probe:
             p.verdict, p.rule = "deny", "verify.variable"
             p.reason = ("a secret's variable may appear only in a curl -H header's value (sent on stdin, not "
                         "argv) — allowed: -H \"Authorization: Bearer $VAR\"")
-    p.serial = p.tool == "az"
     return p
-
-
-def _denied_setup(p: Probe):
-    return next(((step, v) for step, v in p.setup if not v.allow), None)
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -241,29 +205,18 @@ def _curl_stdin(argv: list, variables: dict, values: dict) -> tuple:
     out, headers = curl_headers(argv, lambda h: "RECALLVAR" in h)
     if not headers:
         return argv, None
-    config = []
-    for header in headers:
-        def value(m):
-            sid, key = variables[m.group(1)]
-            return _config_value(values[sid][key], sid)
-        config.append('header = "' + _PLACEHOLDER.sub(value, _config_value(header, "(header)")) + '"')
-    return _curl_options(out, ["-K", "-"]), ("\n".join(config) + "\n").encode()
+
+    def value(m):
+        sid, key = variables[m.group(1)]
+        return _config_value(values[sid][key], sid)
+    config = "".join(f'header = "{_PLACEHOLDER.sub(value, _config_value(h, "(header)"))}"\n' for h in headers)
+    return _curl_options(out, ["-K", "-"]), config.encode()
 
 
 def _curl_options(argv: list, options: list) -> list:
     """argv with `options` first, after a leading -q/--disable (curl honours it only as argv[1])."""
     at = 2 if argv[1:2] in (["-q"], ["--disable"]) else 1
     return argv[:at] + options + argv[at:]
-
-
-def _resolve(p: Probe, argv: list, path: str) -> list:
-    """argv with the tool as an absolute path from recall's own PATH: a setup step cannot swap it."""
-    if "/" in argv[0]:
-        return argv                   # the guard already required it to be the tool on this PATH
-    found = shutil.which(argv[0], path=path)
-    if not found or not os.path.isabs(found):
-        raise _Missing(f"{argv[0]} is not installed here (not on PATH)")
-    return [found] + argv[1:]
 
 
 class _Missing(RecallError):
@@ -282,29 +235,32 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             up, detail = inventory.tcp_check("tcp " + argv[1], min(timeout, inventory.DEFAULT_TCP_TIMEOUT))
             p.status, p.detail = ("ok", "") if up else ("unreachable", detail)
             return
-        argv = _resolve(p, argv, path)
-        data = None
+        if "/" not in argv[0]:      # else the guard already required it to be the tool on this PATH
+            found = shutil.which(argv[0], path=path)      # recall's own PATH: a setup step cannot swap it
+            if not found or not os.path.isabs(found):
+                raise _Missing(f"{argv[0]} is not installed here (not on PATH)")
+            argv[0] = found
+        data = placeholders = None
         if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
             argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
             if argv[1:2] not in (["-q"], ["--disable"]):
                 argv.insert(1, "-q")      # never a .curlrc: options the guard did not see (CURL_HOME, HOME)
-        placeholders = None
         if p.variables and any("RECALLVAR" in a for a in argv):
+            from .hostbound import placeholders_for
             values = vault.load_values(con, cfg)
-            placeholders = _placeholders(con, p)       # a host-bound secret's header gets its placeholder
-            if placeholders:     # a host-bound secret's curl goes through recall's proxy, loopback or not
-                argv = _through_proxy(argv)
+            rows = [vault.stored_row(con, sid) for sid in sorted({sid for sid, _ in p.variables.values()})]
+            placeholders = placeholders_for([r for r in rows if r is not None])
+            if placeholders:     # a host-bound secret's value is swapped in only by recall's proxy, loopback or not:
+                # no `--noproxy HOSTS` (run_form's for a loopback target, or the proof's own)
+                argv = [a for k, a in enumerate(argv) if not (k and "--noproxy" in (a, argv[k - 1]))]
             argv, data = _curl_stdin(argv, p.variables, {**values, **{
                 sid: {**values.get(sid, {}), **ph} for sid, ph in placeholders.items()}})
         if p.kind == "entry":
             res = exec_entry(con, cfg, p.id, argv, timeout=timeout, stdin=data, placeholders=placeholders)
         elif data is not None:
-            values = vault.load_values(con, cfg)
-            row = vault.stored_row(con, p.id)
-            res = _run_secret_curl(con, row, values, placeholders, argv, data, timeout)
+            res = _run_secret_curl(con, vault.stored_row(con, p.id), values, placeholders, argv, data, timeout)
         else:
-            row = vault.stored_row(con, p.id)
-            if p.tool == "sudo" and row["inject"] == "stdin":
+            if p.tool == "sudo" and vault.stored_row(con, p.id)["inject"] == "stdin":
                 argv = [argv[0], "-S", *argv[1:]]      # the password arrives on stdin
             res = secret_exec(con, cfg, p.id, argv, timeout=timeout)
         text = (res.stdout + b"\n" + res.stderr).decode("utf-8", "replace")
@@ -317,29 +273,6 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.seconds = time.monotonic() - started
         status.record(con, p.target, p.status, p.detail, p.command)
         con.close()
-
-
-def _placeholders(con, p: Probe) -> dict:
-    """Fresh placeholders for the host-bound secrets a probe names (verify takes the proxy path too)."""
-    from .hostbound import placeholders_for
-    from .vault import stored_row
-    ids = sorted({sid for sid, _ in p.variables.values()})
-    rows = [stored_row(con, sid) for sid in ids]
-    return placeholders_for([r for r in rows if r is not None])
-
-
-def _through_proxy(argv: list) -> list:
-    """argv without `--noproxy HOSTS` (guard.run_form's for a loopback target, or the proof's own):
-    a host-bound secret's value is swapped in only by recall's proxy."""
-    out, skip = [], False
-    for k, a in enumerate(argv):
-        if skip:
-            skip = False
-        elif k and a == "--noproxy":
-            skip = True
-        else:
-            out.append(a)
-    return out
 
 
 def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
@@ -356,36 +289,37 @@ def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
 
 def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Plan, then (unless dry_run) check prerequisites once, skip their dependants, run the rest."""
-    probes = plan(con, cfg, ids)
+    entries, probes = plan(con, cfg, ids)
     if dry_run:
         audit.log(con, "verify", ",".join(ids or []) or "*", argv="--dry-run", verdict=f"{len(probes)} planned")
         return Report(True, probes)
-    entries = inventory.load_inventory(cfg, con)
-    checked = _check_prerequisites(entries, [p for p in probes if p.kind == "entry"])
+    by_id = {e.id: e for e in entries}
+    needs = {p.target: inventory.prerequisites(entries, by_id[p.id]) for p in probes if p.kind == "entry"}
+    checked = _check_prerequisites({r.id: r for rs in needs.values() for r in rs})
     down = {i: why for i, (up, why) in checked.items() if not up}
     runnable = []
     for p in probes:
-        blocker = next((d for d in _all_requires(entries, p) if d in down), None) if p.kind == "entry" else None
+        blocker = next((r.id for r in needs.get(p.target, ()) if r.id in down), None)
         own = checked.get(p.id) if p.kind == "entry" else None
+        denied_step = next(((step, v) for step, v in p.setup if not v.allow), None)
         if p.rule == "inventory.entry":
             p.status, p.detail = "error", p.reason
-        elif own is not None and p.verdict == "allow" and p.command == _proof_text(next(e.check for e in entries if e.id == p.id)):
+        elif own is not None and p.verdict == "allow" and p.command == _proof_text(by_id[p.id].check):
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
             p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"
         elif p.verdict != "allow":
             p.status, p.detail = "skipped", f"not run: the guard denied it ({p.rule}): {p.reason}"
-        elif _denied_setup(p):
-            step, v = _denied_setup(p)
+        elif denied_step:
+            step, v = denied_step
             p.status = "skipped"
             p.detail = f"setup step not allowed ({v.rule}): {inventory.show_step(p.id, step)!r}: {v.reason}"
         else:
             runnable.append(p)
             continue
         status.record(con, p.target, p.status, p.detail, p.command)
-    serial = [p for p in runnable if p.serial]       # az: one job, so its waits hold no other slot
-    jobs = ([serial] if serial else []) + [[p] for p in runnable if not p.serial]
-
+    serial = [p for p in runnable if p.tool == "az"]     # az shares global state: one job, holding no other slot
+    jobs = ([serial] if serial else []) + [[p] for p in runnable if p.tool != "az"]
     path = os.environ.get("PATH", os.defpath)       # the PATH recall started with, not a setup step's
 
     def work(batch):
@@ -402,18 +336,8 @@ def _pool_size(jobs) -> int:
     return max(1, min(MAX_WORKERS, len(jobs)))
 
 
-def _all_requires(entries: list, p: Probe) -> list:
-    e = next((x for x in entries if x.id == p.id), None)
-    return [x.id for x in inventory.prerequisites(entries, e)] if e else []
-
-
-def _check_prerequisites(entries: list, probes: list) -> dict:
-    """{id: (up, why)} for every prerequisite of the probes, each checked once, in parallel."""
-    needed = {}
-    for p in probes:
-        e = next((x for x in entries if x.id == p.id), None)
-        for r in inventory.prerequisites(entries, e) if e else []:
-            needed[r.id] = r
+def _check_prerequisites(needed: dict) -> dict:
+    """{id: (up, why)} for every prerequisite in `needed`, each checked once, in parallel."""
     denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items() if r.check)
               if not v.allow}        # a check the guard denies is not run: the prerequisite counts as down
     run = {i: r for i, r in needed.items() if i not in denied}

@@ -32,12 +32,6 @@ def _deny_map(rule: str, names: str, reason: str) -> dict:
     return {n: (rule, reason) for n in names.split()}
 
 
-def _take_value(spec: _Flags, name: str, value: str | None) -> str:
-    if not value or value.startswith("-"):
-        raise _Deny(f"{spec.tool}.value", f"{name} needs a value that does not start with '-'")
-    return value
-
-
 def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
            spans: list | None = None) -> list[tuple[str, str | None]]:
     """Split args into ordered items: (option name, value|None) or ("", positional).
@@ -47,17 +41,20 @@ def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
     items: list[tuple[str, str | None]] = []
     spans = [] if spans is None else spans
     unknown = f"{spec.tool}.flag"
-    i = 0
+    i, rest = 0, False
+
+    def add(name: str, value: str | None, first: int, letter: int = 0) -> None:
+        if name and (not value or value.startswith("-")) and name not in spec.bools:
+            raise _Deny(f"{spec.tool}.value", f"{name} needs a value that does not start with '-'")
+        items.append((name, value))
+        spans.append((first, i - 1, letter))
+
     while i < len(args):
         tok = args[i]
         i += 1
-        if stop_at is not None and len(_positionals(items)) >= stop_at and not tok.startswith("-"):
-            items.extend(("", rest) for rest in args[i - 1:])
-            spans.extend((k, k, 0) for k in range(i - 1, len(args)))
-            break
-        if not tok.startswith("-"):
-            items.append(("", tok))
-            spans.append((i - 1, i - 1, 0))
+        if rest or not tok.startswith("-"):
+            rest = rest or (stop_at is not None and len(_positionals(items)) >= stop_at)
+            add("", tok, i - 1)
             continue
         if tok in ("-", "--"):
             raise _Deny(unknown, f"{tok!r} is not accepted by the {spec.tool} allow-list")
@@ -66,39 +63,34 @@ def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
             if name in spec.denied:
                 raise _Deny(*spec.denied[name])
             if name in spec.bools and not eq:
-                items.append((name, None))
-                spans.append((i - 1, i - 1, 0))
+                add(name, None, i - 1)
                 continue
             if name not in spec.values:
                 raise _Deny(unknown, f"{spec.tool} option {tok!r} is not on the allow-list")
             if eq and not spec.long_equals:
                 raise _Deny(unknown, f"{spec.tool} has no --opt=value form: {tok!r}")
-            start = i - 1
+            first = i - 1
             if not eq:
                 value = args[i] if i < len(args) else None
                 i += 1
-            items.append((name, _take_value(spec, name, value)))
-            spans.append((start, i - 1, 0))
+            add(name, value, first)
             continue
         for j in range(1, len(tok)):
             name = spec.short.get(tok[j], "")
             if name in spec.denied:
                 raise _Deny(*spec.denied[name])
             if name in spec.bools:
-                items.append((name, None))
-                spans.append((i - 1, i - 1, j))
+                add(name, None, i - 1, j)
                 continue
             if name not in spec.values:
                 raise _Deny(unknown, f"{spec.tool} flag -{tok[j]} (in {tok!r}) is not on the allow-list")
-            start = i - 1
-            rest = tok[j + 1:]
-            if rest:
-                value = rest[1:] if spec.short_equals and rest[0] == "=" else rest
-            else:
+            first, value = i - 1, tok[j + 1:]
+            if not value:
                 value = args[i] if i < len(args) else None
                 i += 1
-            items.append((name, _take_value(spec, name, value)))
-            spans.append((start, i - 1, j))
+            elif spec.short_equals and value[0] == "=":
+                value = value[1:]
+            add(name, value, first, j)
             break
     return items
 
