@@ -43,16 +43,11 @@ _SHELL_VARS = {"_", "PWD", "OLDPWD", "SHLVL", "PIPESTATUS", "LINENO", "SECONDS",
 _END = b"\x01end"
 
 
-def set_by_setup(before: dict, after: dict) -> dict:
-    """Every variable the setup steps added or changed, and its value."""
-    return {k: v for k, v in after.items()
-            if k not in _SHELL_VARS and not k.startswith(("BASH", "__recall")) and before.get(k) != v}
-
-
 def masked_exports(before: dict, after: dict) -> dict:
-    """What the setup set that is masked in every output (inventory.secret_setting, the rule the
-    display paths apply too): all of it but the plainly harmless values."""
-    return {k: v for k, v in set_by_setup(before, after).items() if setupvars.secret_setting(k, v)}
+    """What the setup steps added or changed that is masked in every output: all of it but the
+    plainly harmless values (setupvars.secret_setting, the rule the display paths apply too)."""
+    return {k: v for k, v in after.items() if k not in _SHELL_VARS and not k.startswith(("BASH", "__recall"))
+            and before.get(k) != v and setupvars.secret_setting(k, v)}
 
 
 def kube_context(entry) -> str:
@@ -64,11 +59,6 @@ def kube_context(entry) -> str:
         if m:
             return m.group(2)
     return ""
-
-
-def _gets_context(context: str, command: str) -> bool:
-    """Whether the command's kubectl runs with the entry's context (it names none of its own)."""
-    return bool(context and re.search(r"(?<![\w-])kubectl(?![\w-])", command) and "--context" not in command)
 
 
 # -- one bash: setup steps, then the command --------------------------------------------------------
@@ -135,6 +125,7 @@ def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
                     err += chunk
     return bytes(data), bytes(err), False
 
+
 def _secret_injection(con, entry, values: dict, stdin) -> tuple:
     """(extra env, stdin bytes or None) for the entry's linked secrets; `inject: stdin` ones are
     written to the command's stdin, in the order the entry lists them."""
@@ -179,15 +170,16 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     plan = plan_steps(entry)
     context = kube_context(entry)
     from .redact import secret_parts  # usernames and public fields are not masked
-    from .runner import Child, run
-    child = Child("access.exec", entry.id, line, {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES},
+    child = runner.Child("access.exec", entry.id, line, {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES},
                   secret_parts(values, values.public) if values else {},
                   given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
                   script=lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
                   prelude=lambda proc, report: _prelude(entry, proc, report),
                   stdin=stdin, host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
-    result = run(con, child, out, err)
-    result.context = context if _gets_context(context, line) else ""
+    result = runner.run(con, child, out, err)
+    # the command's kubectl runs with the entry's context when it names none of its own
+    gets = context and re.search(r"(?<![\w-])kubectl(?![\w-])", line) and "--context" not in line
+    result.context = context if gets else ""
     # a `kubectl config use-context X` is not lost when kubectl gets --context X in its place
     replaced = f"kubectl config use-context {context}" if result.context else None
     result.left_out = [(inventory.show_step(entry.id, step), why) for step, why in plan.left_out
@@ -199,19 +191,17 @@ def _prelude(entry, proc, report: int):
     """The setup steps' end: what they set (masked unless plainly harmless), their output, and the
     error when they failed or hung."""
     import time
-
-    from .runner import Prelude
     data, setup_err, late = _wait_setup(proc, report, time.monotonic() + SETUP_TIMEOUT)
     before, after, status = _parse_vars(data)
     masks = {f"{entry.id}:{k}": [v] for k, v in masked_exports(before, after).items()}
     hint = f"run 'recall access show {entry.id}' and check the steps"
     if late:
-        return Prelude(masks, setup_err, lambda _last: RecallError(
+        return runner.Prelude(masks, setup_err, lambda _last: RecallError(
             f"the setup steps of '{entry.id}' did not finish within {SETUP_TIMEOUT}s", hint))
     if status != "ok":
-        return Prelude(masks, setup_err, lambda last: RecallError(
+        return runner.Prelude(masks, setup_err, lambda last: RecallError(
             f"the setup steps of '{entry.id}' failed: {last or 'no message'}", hint))
-    return Prelude(masks, setup_err)
+    return runner.Prelude(masks, setup_err)
 
 
 def _has_vault(con, cfg) -> bool:

@@ -19,6 +19,8 @@ DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
 _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
 @dataclass
 class Entry:
     id: str = ""
@@ -41,28 +43,23 @@ class Entry:
     line: int = 0
     error: str = ""               # set: this entry is broken (file:line: what, did you mean), the rest work
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
 
 
 # -- loading and validation ------------------------------------------------------------------------
 
-def _entry(item, path: str, line, lines: dict) -> Entry:
+def _entry(item, path: str, line) -> Entry:
+    from .yaml import line_of
     if not isinstance(item, dict):
         raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
-    line = getattr(item, "line", line)
-    from .yaml import line_of  # loaded already: only a parsed file has lines
+    entry = Entry(file=path, line=item.line)
     for key in item:
         if key not in FIELDS:
-            raise InputError(path, line_of(item, key, line), f"unknown field '{key}' in an inventory entry",
+            raise InputError(path, line_of(item, key, item.line), f"unknown field '{key}' in an inventory entry",
                              hint=_did_you_mean(str(key), sorted(FIELDS), "known fields: " + ", ".join(sorted(FIELDS))))
-    entry = Entry(id="", file=path, line=line)
     for key, value in item.items():
-        kline = line_of(item, key, line)
-        lines[key] = kline
+        kline = line_of(item, key, item.line)
         if key in LIST_FIELDS:
             value = [value] if isinstance(value, str) else (value or [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -78,11 +75,11 @@ def _entry(item, path: str, line, lines: dict) -> Entry:
             raise InputError(path, kline, f"'{key}' must be a string", hint="quote it")
         setattr(entry, key, value)
     if not entry.id or not _ID.match(entry.id):
-        raise InputError(path, line, "an entry needs an 'id' of letters, digits, '-', '_' or '.'")
-    if entry.check and not _TCP.match(entry.check.strip()):
+        raise InputError(path, item.line, "an entry needs an 'id' of letters, digits, '-', '_' or '.'")
+    if entry.check and not is_tcp_check(entry.check):
         from .guard import verdict_for
         if not verdict_for(entry.check).allow:
-            raise InputError(path, line_of(item, "check", line),
+            raise InputError(path, line_of(item, "check", item.line),
                              f"check '{entry.check}' is not a read-only command recall may run",
                              hint="use 'tcp HOST:PORT' or a command 'recall verify --dry-run' allows")
     return entry
@@ -104,24 +101,24 @@ def _secret_ids(cfg) -> set:
 
 def _did_you_mean(name: str, known, otherwise: str) -> str:
     from .names import closest
-    close = closest(name, {k: k for k in known}, n=3)
+    close = closest(name, {k: k for k in known})
     return f"did you mean '{close[0]}'?" if close else otherwise
 
 
-def _check_references(entries: list, secret_ids: set, lines: dict) -> None:
+def _check_references(entries: list, secret_ids: set, items: dict) -> None:
     """A dangling reference or a cycle breaks the entries it is in, each with file:line (of the
-    field, from `lines`: id -> field -> line) and the closest names; the rest stay usable."""
+    field in its item, from `items`: id -> parsed mapping) and the closest names; the rest stay usable."""
+    from .yaml import line_of
     by_id = {e.id: e for e in entries}
 
     def _broken(e: Entry, key: str, message: str, hint: str) -> None:
         if not e.error:                      # its first error is the one it shows
-            where = lines.get(e.id, {}).get(key, e.line)
+            where = line_of(items.get(e.id), key, e.line)
             e.error = str(InputError(e.file, where, f"entry '{e.id}': {message}", hint=hint))
 
     for e in entries:
         refs = [("account", e.account)] if e.account else []
-        refs += [("requires", r) for r in e.requires]
-        for what, ref in refs:
+        for what, ref in refs + [("requires", r) for r in e.requires]:
             if ref not in by_id:
                 _broken(e, what, f"{what} '{ref}' is not an inventory id",
                         _did_you_mean(ref, by_id, "see 'recall access find'"))
@@ -132,13 +129,12 @@ def _check_references(entries: list, secret_ids: set, lines: dict) -> None:
     state: dict = {}
 
     def visit(e, trail):
-        if state.get(e.id) == "done":
-            return
         if state.get(e.id) == "active":
             cycle = trail[trail.index(e.id):] + [e.id]
             for i in set(cycle):
                 _broken(by_id[i], "requires", "a cycle in 'requires': " + " → ".join(cycle),
                         "remove one of these requires")
+        if e.id in state:
             return
         state[e.id] = "active"
         for r in e.requires:
@@ -148,15 +144,6 @@ def _check_references(entries: list, secret_ids: set, lines: dict) -> None:
 
     for e in entries:
         visit(e, [])
-
-
-def _broken_item(item, path: str, line, exc: InputError):
-    """An entry whose fields are wrong, kept as broken by its id; None when it has no usable id
-    (then the file itself is wrong)."""
-    ident = item.get("id") if isinstance(item, dict) else None
-    if not isinstance(ident, str) or not _ID.match(ident):
-        return None
-    return Entry(id=ident, file=path, line=getattr(item, "line", line), error=str(exc))
 
 
 def _signature(cfg) -> str:
@@ -171,16 +158,11 @@ def _signature(cfg) -> str:
 
 
 def _holds_inline_values(entries: list) -> bool:
-    """A step or URL with a literal secret (`export X_TOKEN=abc`, `export DB_PWD=…` — whatever
-    access exec would mask — `https://u:pw@…`): such entries are never cached in the DB, so no value
-    is kept there in plain text."""
-    import re
-    for e in entries:
-        for text in [*e.access, e.verify, e.check, e.url]:
-            if text and (show_step(e.id, text) != text or hide_values(text) != text
-                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text)):
-                return True
-    return False
+    """A step or URL with a literal secret (`export X_TOKEN=abc`, whatever access exec would mask,
+    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text."""
+    return any(text and (show_step(e.id, text) != text or hide_values(text) != text
+                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text))
+               for e in entries for text in [*e.access, e.verify, e.check, e.url])
 
 
 def load_inventory(cfg, con=None) -> list:
@@ -196,20 +178,19 @@ def load_inventory(cfg, con=None) -> list:
             if data["sig"] == sig:
                 return [Entry(**e) for e in data["entries"]]
     from . import yaml
-    entries, seen_ids, seen_names, lines = [], {}, {}, {}
-    for path in cfg.inventory:
-        path = str(path)
+    entries, items, seen_ids, seen_names = [], {}, {}, {}
+    for path in map(str, cfg.inventory):
         for item, line in yaml.load_entries(path, "inventory", "inventory"):
             try:
+                e = _entry(item, path, line)
+            except InputError as exc:       # kept as broken by its id; without a usable id the file is wrong
                 ident = item.get("id") if isinstance(item, dict) else None
-                e = _entry(item, path, line, lines.setdefault(ident if isinstance(ident, str) else "", {}))
-            except InputError as exc:
-                e = _broken_item(item, path, line, exc)
-                if e is None:
+                if not isinstance(ident, str) or not _ID.match(ident):
                     raise
+                e = Entry(id=ident, file=path, line=item.line, error=str(exc))
             if e.id in seen_ids:
                 raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")
-            seen_ids[e.id] = f"{path}:{e.line}"
+            seen_ids[e.id], items[e.id] = f"{path}:{e.line}", item
             for name in e.names():
                 key = name.lower()
                 if key in seen_names and seen_names[key][0] != e.id:
@@ -217,11 +198,11 @@ def load_inventory(cfg, con=None) -> list:
                                      hint=f"first at {seen_names[key][1]}")
                 seen_names[key] = (e.id, f"{path}:{e.line}")
             entries.append(e)
-    _check_references(entries, _secret_ids(cfg), lines)
+    _check_references(entries, _secret_ids(cfg), items)
     if con is not None and not _holds_inline_values(entries):
         from .db import is_sqlite_error, set_meta
         try:
-            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [e.as_dict() for e in entries]}))
+            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
         except Exception as exc:   # a read-only moment (another writer) only costs the cache
             if not is_sqlite_error(exc):
                 raise
@@ -288,7 +269,7 @@ def mentioned(entries: list, query: str) -> list:
 
 def describe(con, e: Entry) -> dict:
     """The access block as data (what `access show` prints and search pins)."""
-    d = {k: v for k, v in e.as_dict().items() if v not in ("", [], 0.0)}
+    d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
     d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
@@ -338,12 +319,11 @@ def tcp_check(target: str, timeout: float) -> tuple:
         return False, f"'{target}' is not 'tcp HOST:PORT'"
     host, port = m.group(1).strip("[]"), int(m.group(2))
     started = time.monotonic()
-    deadline = started + timeout
     try:
         addresses = _resolve(host, port, timeout)
         if addresses is None:
             return False, f"{host} did not resolve within {timeout:g}s"
-        _connect_any(addresses, deadline)
+        _connect_any(addresses, started + timeout)
         return True, f"{host}:{port} answered in {(time.monotonic() - started) * 1000:.0f} ms"
     except socket.timeout:
         return False, f"{host}:{port} did not answer within {timeout:g}s"
@@ -389,11 +369,9 @@ def _resolve(host: str, port: int, timeout: float):
     worker = threading.Thread(target=resolve, name=f"resolve {host}", daemon=True)
     worker.start()
     worker.join(timeout)
-    if not outcome:
-        return None
-    if isinstance(outcome[0], OSError):
+    if outcome and isinstance(outcome[0], OSError):
         raise outcome[0]
-    return outcome[0]
+    return outcome[0] if outcome else None
 
 
 def is_tcp_check(text: str) -> bool:
@@ -403,9 +381,7 @@ def is_tcp_check(text: str) -> bool:
 
 def check_timeout(e: Entry) -> float:
     """Seconds a prerequisite's check may take: its `timeout`, else 3 (tcp) or 20 (a command)."""
-    if e.timeout:
-        return e.timeout
-    return DEFAULT_TCP_TIMEOUT if _TCP.match(e.check.strip()) else DEFAULT_COMMAND_TIMEOUT
+    return e.timeout or (DEFAULT_TCP_TIMEOUT if is_tcp_check(e.check) else DEFAULT_COMMAND_TIMEOUT)
 
 
 def check_one(e: Entry) -> tuple:
@@ -413,7 +389,7 @@ def check_one(e: Entry) -> tuple:
         return _CHECKED[e.id]
     if not e.check:
         result = (True, "no check")
-    elif _TCP.match(e.check.strip()):
+    elif is_tcp_check(e.check):
         result = tcp_check(e.check, check_timeout(e))
     else:
         import shlex

@@ -10,31 +10,24 @@ def resolve(name: str, names: dict, what: str, hint: str) -> str:
     key = (name or "").strip()
     if key in names:
         return names[key]
-    folded: dict = {}
-    for n, i in names.items():
-        folded.setdefault(n.lower(), i)
+    folded = {n.lower(): i for n, i in reversed(names.items())}     # the first of the spellings wins
     if key.lower() in folded:
         return folded[key.lower()]
     close = closest(key, names)
     raise NotFound(f"no {what} '{key}'", f"did you mean: {', '.join(close)}?" if close else hint)
 
 
-def closest(name: str, names: dict, n: int = 4) -> list:
-    """The names nearest to `name` (typos, a part of the id), each said as 'alias (id)' for an alias."""
+def closest(name: str, names: dict) -> list:
+    """The (at most 4) names nearest to `name` (typos, a part of the id), an alias said as 'alias (id)'."""
     import difflib
     q = name.lower()
-    scored = []
-    for cand, target in names.items():
-        c = cand.lower()
-        ratio = difflib.SequenceMatcher(None, q, c).ratio()
-        if len(q) >= 3 and (q in c or c in q):
-            ratio = max(ratio, 0.75)
-        if ratio >= 0.6:
-            scored.append((-ratio, cand, target))
-    out, seen = [], set()
-    for _, cand, target in sorted(scored):
-        if target in seen:
-            continue
-        seen.add(target)
-        out.append(cand if cand == target else f"{cand} ({target})")
-    return out[:n]
+
+    def ratio(c: str) -> float:
+        r = difflib.SequenceMatcher(None, q, c).ratio()
+        return max(r, 0.75) if len(q) >= 3 and (q in c or c in q) else r
+
+    out: dict = {}           # target -> how it is said, the nearest name of each target
+    for r, cand, target in sorted((-ratio(cand.lower()), cand, target) for cand, target in names.items()):
+        if -r >= 0.6:
+            out.setdefault(target, cand if cand == target else f"{cand} ({target})")
+    return list(out.values())[:4]
