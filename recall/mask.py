@@ -14,10 +14,9 @@ _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own 
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
-_SMALL = 4096             # before the prefilter is built, buffers up to this size get a find per form
-_SMALL_SCANS = 8          # ... for this many scans; a stream of many small reads then builds it
-# Costs of a set lookup per gram, and of one bytes.find pass per byte (bench/bench_mask.py): the cheaper plan wins.
-_GRAM_NS = 40.0
+_SMALL = 4096             # the first _SMALL_SCANS buffers up to this size get a find per form, no prefilter
+_SMALL_SCANS = 8
+_GRAM_NS = 40.0           # a set lookup per gram, and a bytes.find pass per byte: the cheaper plan wins
 _FIND_NS_PER_BYTE = 0.15
 _EOF_PREFIX = 4           # at EOF a held prefix of a given value this long is masked
 _PCT_HEX = re.compile(rb"%[0-9A-F]{2}")
@@ -34,12 +33,8 @@ def check_maskable(secret_id: str, value: str) -> None:
 
 
 def encodings(value: bytes) -> set[bytes]:
-    """Every form of `value` that must be masked (the FORMS table over each base of the value);
-    forms shorter than MIN_SECRET_LEN are left out."""
-    forms: set[bytes] = set()
-    for base in _bases(value):
-        for _name, make, _who in FORMS:
-            forms |= make(base)
+    """Every form of `value` to mask (FORMS over each base of the value), but those under MIN_SECRET_LEN."""
+    forms = {f for base in _bases(value) for _name, make, _who in FORMS for f in make(base)}
     forms |= _line_forms(value)
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
 
@@ -125,22 +120,21 @@ def _case_forms(v: bytes) -> set[bytes]:
 
 
 _SQ_SHELL = set(" !\"$&'()*,;<>?[\\]^`{|}")     # what bash `printf %q` puts a backslash before
-_C_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f",
-            "\r": "\\r", "\x1b": "\\E"}
+_ANSI_C_NAMED = {"\\": "\\\\", "'": "\\'", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+                 "\v": "\\v", "\f": "\\f", "\r": "\\r", "\x1b": "\\E"}     # inside bash's $'…'
+_C_NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
-def _ansi_c(text: str, octal_non_ascii: bool) -> str:
-    """The inside of bash's $'…' (declare -p, set, printf %q of a value holding a control character)."""
+def _escaped(text: str, named: dict, non_ascii: str = "") -> str:
+    """`text` with `named` characters replaced, other controls as \\ooo, non-ASCII bytes as `non_ascii` % byte."""
     out = []
     for ch in text:
-        if ch in "\\'":
-            out.append("\\" + ch)
-        elif ch in _C_NAMED:
-            out.append(_C_NAMED[ch])
+        if ch in named:
+            out.append(named[ch])
         elif ord(ch) < 32 or ord(ch) == 127:
             out.append("\\%03o" % ord(ch))
-        elif ord(ch) > 127 and octal_non_ascii:
-            out.append("".join("\\%03o" % b for b in ch.encode("utf-8", "surrogatepass")))
+        elif ord(ch) > 127 and non_ascii:
+            out.append("".join(non_ascii % b for b in ch.encode("utf-8", "surrogatepass")))
         else:
             out.append(ch)
     return "".join(out)
@@ -156,7 +150,7 @@ def _shell_forms(v: bytes) -> set[bytes]:
         text.replace("'", "'\\''"),                                       # set
         text.replace("'", "'\"'\"'"),                                     # shlex.quote
         "".join("\\" + c if c in _SQ_SHELL else c for c in text),          # printf %q
-        _ansi_c(text, False), _ansi_c(text, True),                       # $'…' (UTF-8 and C locale)
+        _escaped(text, _ANSI_C_NAMED), _escaped(text, _ANSI_C_NAMED, "\\%03o"),   # $'…' (UTF-8, C locale)
     }
     return _as_bytes(forms)
 
@@ -174,22 +168,8 @@ def _c_forms(v: bytes) -> set[bytes]:
     """C-style string escapes (strace, Go %q, printf '%b' input): \\" \\\\ \\n, non-ASCII as is, \\ooo or \\xNN."""
     forms = {"".join("\\x%02x" % b for b in v)}                      # strace -xx: every byte
     text = _text(v)
-    if text is None:
-        return _as_bytes(forms)
-    named = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    for non_ascii in ("keep", "octal", "hex"):
-        out = []
-        for ch in text:
-            if ch in named:
-                out.append(named[ch])
-            elif ord(ch) < 32 or ord(ch) == 127:
-                out.append("\\%03o" % ord(ch))
-            elif ord(ch) > 127 and non_ascii != "keep":
-                fmt = "\\%03o" if non_ascii == "octal" else "\\x%02x"
-                out.append("".join(fmt % b for b in ch.encode("utf-8", "surrogatepass")))
-            else:
-                out.append(ch)
-        forms.add("".join(out))
+    if text is not None:
+        forms |= {_escaped(text, _C_NAMED, non_ascii) for non_ascii in ("", "\\%03o", "\\x%02x")}
     return _as_bytes(forms)
 
 
@@ -204,10 +184,8 @@ def _html_forms(v: bytes) -> set[bytes]:
     text = _text(v)
     if text is None or not any(c in text for c in "&<>\"'"):
         return set()
-    forms = set()
-    for amp, lt, gt, dq, sq in _HTML:
-        forms.add("".join({"&": amp, "<": lt, ">": gt, '"': dq, "'": sq}.get(c, c) for c in text))
-    return _as_bytes(forms)
+    return _as_bytes({"".join({"&": amp, "<": lt, ">": gt, '"': dq, "'": sq}.get(c, c) for c in text)
+                      for amp, lt, gt, dq, sq in _HTML})
 
 
 _RE_SPECIAL = frozenset("()[]{}?*+-|^$\\.&~# \t\n\r\v\f")     # what Python 3.7+ re.escape escapes
@@ -219,7 +197,6 @@ _PERL_QUOTED = ((0x200B, 0x200F), (0x2010, 0x2027), (0x202A, 0x203E), (0x2041, 0
 
 
 def _perl_keeps(c: str) -> bool:
-    """Is character `c` left as is by perl's quotemeta of a character string?"""
     o = ord(c)
     if o < 256:
         return c.isalnum() or c == "_"
@@ -251,8 +228,7 @@ def _line_forms(value: bytes) -> set[bytes]:
     return {part for line in lines for part in (line, line.strip()) if len(part) >= _MIN_LINE_LEN}
 
 
-# The one table of forms: (name, bytes -> set of forms, a program that prints it). Tests check
-# each form against that program's real output.
+# (name, bytes -> set of forms, a program that prints it): tests check each against its real output.
 FORMS = (
     ("raw", lambda v: {v}, "cat"),
     ("case", _case_forms, "tr a-z A-Z"),
@@ -281,9 +257,8 @@ class Masker:
     """All forms of all secrets, and the prefilter that finds them fast."""
 
     def __init__(self, secrets: dict[str, list[str]], whole_tokens: bool = False, lazy: bool = True):
-        """`whole_tokens`: the value as written matches only as a whole token, never inside a
-        longer word (for redacting note text; encoded forms still match anywhere). `lazy`: the
-        prefilter is built on the first large scan (or after a few small ones), not here."""
+        """`whole_tokens`: a value as written matches only as a whole token (note text; encoded forms match
+        anywhere). `lazy`: the prefilter is built on the first large scan, so `exec ID -- true` never pays."""
         owners: dict[bytes, list[int]] = {}
         words: set[bytes] = set()
         self._labels: list[bytes] = []
@@ -300,14 +275,12 @@ class Masker:
         self._owners = [owners[f] for f in self._forms]
         self._word_forms = {fi for fi, f in enumerate(self._forms) if f in words}
         self._maxlen = len(self._forms[0]) if self._forms else 0
-        self._gram_map: dict[int, list[tuple[int, int]]] | None = None   # built on the first large scan
+        self._gram_map: dict[int, list[tuple[int, int]]] | None = None
         self._small_scans = 0
         if not lazy:
             self._prepare()
 
     def _prepare(self) -> None:
-        """The gram prefilter and its plan: built only when a large buffer is scanned, so a
-        short run (`secret exec ID -- true`) never pays for it."""
         gram_map: dict[int, list[tuple[int, int]]] = {}
         for fi, form in enumerate(self._forms):
             if len(form) >= 2 * _GRAM - 1:
@@ -319,28 +292,22 @@ class Masker:
         self._gram_map = gram_map
 
     def _plan(self) -> tuple[int, list[int]]:
-        """Choose between bytes.find per form and a sampled gram lookup plus find for the short forms."""
+        """(stride, forms found by bytes.find): a find per form, or a gram lookup every k-th gram plus a
+        find for the forms too short to cover a whole gram at a multiple of GRAM*k (length < GRAM*(k+1)-1)."""
         lengths = [len(f) for f in self._forms]
-        best_cost, best_stride = _FIND_NS_PER_BYTE * len(lengths), 0
+        best_cost, best_stride, need = _FIND_NS_PER_BYTE * len(lengths), 0, float("inf")
         for k in range(1, _MAX_STRIDE + 1):
-            # A form of length >= GRAM*(k+1)-1 always covers a whole gram at a multiple of GRAM*k.
-            need = _GRAM * (k + 1) - 1
-            cost = _GRAM_NS / (_GRAM * k) + _FIND_NS_PER_BYTE * sum(n < need for n in lengths)
+            cost = _GRAM_NS / (_GRAM * k) + _FIND_NS_PER_BYTE * sum(n < _GRAM * (k + 1) - 1 for n in lengths)
             if cost < best_cost:
-                best_cost, best_stride = cost, k
-        if not best_stride:
-            return 0, list(range(len(lengths)))
-        need = _GRAM * (best_stride + 1) - 1
+                best_cost, best_stride, need = cost, k, _GRAM * (k + 1) - 1
         return best_stride, [fi for fi, n in enumerate(lengths) if n < need]
 
     def mask(self, data: bytes) -> bytes:
-        """Mask a whole buffer."""
         stream = self.stream()
         return stream.feed(data) + stream.flush()
 
     def stream(self, given=()) -> MaskStream:
-        """A masker for one output stream fed in pieces. `given`: ids of the secrets the child
-        holds; a tail that begins one of their forms is held until the next bytes decide."""
+        """A masker for one stream fed in pieces; `given`: ids of the secrets the child holds (see release)."""
         wanted = {self._index[g] for g in given if g in self._index}
         return MaskStream(self, [(f, o[0]) for f, o in zip(self._forms, self._owners)
                                  if wanted.intersection(o)])
@@ -350,9 +317,7 @@ class Masker:
         count = (len(buf) - start) // _GRAM
         if count <= 0 or not self._gram_keys:
             return []
-        grams = memoryview(buf)[start:start + count * _GRAM].cast("Q")
-        if k > 1:
-            grams = grams[::k]
+        grams = memoryview(buf)[start:start + count * _GRAM].cast("Q")[::k]
         keys = self._gram_keys
         found = keys.intersection(grams)
         if not found:
@@ -410,14 +375,12 @@ class MaskStream:
         self._given = given        # (form, owner) of the values this child holds
         self._held = b""
         self._idle = False         # the held bytes were already offered to `release`
-        self._carry_end = 0        # bytes [0, carry_end) of the held buffer belong to an emitted mask
+        self._carry_end = 0        # held bytes [0, carry_end) belong to an emitted mask of these ids
         self._carry_ids: list[int] = []
 
     def feed(self, data: bytes) -> bytes:
-        """Mask what is safe to emit now. The last (longest form - 1) bytes are always held back,
-        whatever they are, so how long a byte is held never depends on the secrets (a child
-        watching its own output learns nothing); `release` lets them go when the stream is idle,
-        `flush` at its end."""
+        """Mask what is safe to emit now. The last (longest form - 1) bytes are always held, whatever they
+        are, so a child watching its own output learns nothing from the delay (`release`, `flush` emit them)."""
         if not self._masker._forms:
             return bytes(data)
         if not data:
@@ -432,16 +395,14 @@ class MaskStream:
         return bool(self._held) and not self._idle
 
     def release(self) -> bytes:
-        """The stream is idle: mask and emit what is held, but keep a tail that is still a prefix
-        of a value the child holds (it knows that value: holding it tells it nothing) — released
-        when the following bytes show it is not the value."""
+        """Idle stream: emit what is held, masked, but a tail that begins a value the child holds (holding
+        it tells the child nothing it knows not) until the next bytes show it is not that value."""
         buf, self._idle = self._held, True
         keep, _owner = self._given_prefix(buf)
         return self._scan(buf, len(buf) - keep)
 
     def flush(self) -> bytes:
-        """Mask and return everything still held, at end of stream: a held prefix of 4 or more
-        characters of a value the child holds is masked too."""
+        """At end of stream, everything held, masked; a held prefix of 4+ characters of a given value too."""
         buf, self._held = self._held, b""
         keep, owner = self._given_prefix(buf)
         if keep and len(buf[len(buf) - keep:].decode("utf-8", "ignore")) < _EOF_PREFIX:
@@ -472,8 +433,7 @@ class MaskStream:
         limit = max(0, limit)
         out: list[bytes] = []
         run_end, run_ids, emitted = self._carry_end, list(self._carry_ids), len(self._carry_ids)
-        # Forms are matched on the ASCII-lower-cased stream: `tr a-z A-Z` of a value, upper-case
-        # hex or %-escapes all match one form (same length, same offsets).
+        # lower-cased: `tr a-z A-Z`, upper-case hex or %-escapes all match one form at the same offsets
         found = masker._occurrences(buf.lower(), limit)
         if extra is not None:
             found = sorted(found + [extra], key=lambda o: (o[0], -o[1]))
@@ -488,9 +448,7 @@ class MaskStream:
             out.append(buf[run_end:start])
             run_end, run_ids, emitted = end, [owner], 0
         out.extend(labels[i] for i in run_ids[emitted:])
-        if run_end > limit:
-            # Every occurrence starting before `limit` is known, so the labels are final; bytes up
-            # to run_end are masked even though later data may extend the run further.
+        if run_end > limit:      # the labels are final; later data may only extend the run
             self._carry_end, self._carry_ids = run_end - limit, run_ids
         else:
             out.append(buf[run_end:limit])
