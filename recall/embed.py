@@ -38,7 +38,7 @@ REQUEST_TIMEOUT_S = 30.0
 
 def document_text(breadcrumb: str, body: str) -> str:
     """What is embedded for a chunk: its breadcrumb (index.embedded_breadcrumb), a blank line, its
-    text; cut at MAX_TEXT_CHARS."""
+    text, cut at MAX_TEXT_CHARS."""
     text = f"{breadcrumb}\n\n{body}" if breadcrumb else body
     return text[:MAX_TEXT_CHARS]
 
@@ -218,14 +218,10 @@ def _usage(data):
 
 def _decode(value) -> list:
     if isinstance(value, str):            # base64 float32, little-endian
-        import array
         import base64
-        import sys
-        arr = array.array("f")
-        arr.frombytes(base64.b64decode(value))
-        if sys.byteorder != "little":
-            arr.byteswap()
-        return arr.tolist()
+
+        from .vectors import unpack
+        return unpack(base64.b64decode(value))
     return [float(x) for x in value]
 
 
@@ -310,10 +306,9 @@ class VoyageProvider:
         self.transport = transport
 
     def embed(self, texts: list, input_type: str):
-        def call():
-            return self.transport.embed(texts, self.model, input_type, self.dimension)
         retry = self.retry if input_type == "document" else QUERY_RETRY
-        vectors, tokens = retry.run(call, f"{len(texts)} texts" if len(texts) > 1 else f"the {input_type}")
+        vectors, tokens = retry.run(lambda: self.transport.embed(texts, self.model, input_type, self.dimension),
+                                    f"{len(texts)} texts" if len(texts) > 1 else f"the {input_type}")
         if len(vectors) != len(texts):
             raise ProviderError(f"Voyage returned {len(vectors)} vectors for {len(texts)} texts",
                                 "nothing was stored for that batch; run 'recall index' again", billed=tokens)
@@ -335,9 +330,7 @@ def provider_for(cfg, con=None, load_values=None):
     """The configured provider, one per config per process (`con` and `load_values`: for a Voyage
     key kept in the vault)."""
     emb = cfg.embedding
-    if emb.provider == "none":
-        raise RecallError("no embedding provider is configured",
-                          "set embedding.provider to voyage or local in the config")
+    fingerprint(emb, "document")            # says so when no provider is configured
     key = (emb.provider, emb.model, emb.dimension, emb.batch_size, voyage_base_url(emb),
            os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret, os.environ.get("RECALL_VOYAGE_TRANSPORT", ""))
     if key not in _PROVIDERS:

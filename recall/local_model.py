@@ -6,18 +6,16 @@ import time
 
 from .errors import MissingExtra, RecallError
 
-# A local model reads at most max_seq_length tokens (all-MiniLM-L6-v2: 256, trained on 128): a longer
-# chunk is embedded as windows of WINDOW_TOKENS of its body, WINDOW_STRIDE apart, each under its
-# breadcrumb, and matches by its best window (docs/BENCHMARKS.md, dev set row 29).
+# a local model reads at most max_seq_length tokens (all-MiniLM-L6-v2: 256, trained on 128): a longer
+# chunk is embedded as windows of its body, and matches by its best window
 WINDOW_TOKENS, WINDOW_STRIDE = 128, 96
 LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_DIMENSIONS = {LOCAL_DEFAULT_MODEL: 384}
 
 
 def windows(offsets, limit: int, breadcrumb: str, text: str) -> list:
-    """`text` (document_text of `breadcrumb` and a body) as the texts to embed: itself when it is at
-    most `limit` tokens, else its body in windows of WINDOW_TOKENS tokens, WINDOW_STRIDE apart, each
-    under the breadcrumb — cut at token boundaries of the text itself. `offsets(text)`: the
+    """`text` (document_text) itself when at most `limit` tokens, else its body in windows of
+    WINDOW_TOKENS tokens, WINDOW_STRIDE apart, each under the breadcrumb. `offsets(text)`: the
     tokenizer's (start, end) span of each token, special tokens left out."""
     if len(offsets(text)) <= limit:
         return [text]
@@ -89,8 +87,7 @@ class LocalProvider:
         self.dimension = emb.dimension or LOCAL_DIMENSIONS.get(self.model, 0)
         self.batch_items = max(1, emb.batch_size)
         self.request_tokens = 10 ** 9
-        self._st = None
-        self._folder = None
+        self._st = self._folder = None
         self.load_seconds = 0.0
 
     def folder(self) -> str:
@@ -113,8 +110,7 @@ class LocalProvider:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
-                from .query_encoder import encoder_for
-                if encoder_for(folder) is None and _importable("tokenizers") and _importable("numpy"):
+                if self._encoder() is None and _importable("tokenizers") and _importable("numpy"):
                     raise RecallError(f"the local model {self.source!r} is not one recall runs in numpy "
                                       "(a BERT with mean pooling): it needs sentence-transformers",
                                       "pip install 'recall[local-torch]'") from None
@@ -146,7 +142,7 @@ class LocalProvider:
 
     def _numpy(self, texts: list, input_type: str):
         """Vectors from the numpy encoder, or None for sentence-transformers: another model, an error
-        (when sentence-transformers is there to take over), RECALL_QUERY_ENCODER=model for a query."""
+        (when it is there to take over), RECALL_QUERY_ENCODER=model for a query."""
         if input_type == "query" and os.environ.get("RECALL_QUERY_ENCODER") == "model":
             return None
         encoder = self._encoder()

@@ -29,8 +29,8 @@ def _json(folder: str, name: str):
 
 
 def read_safetensors(path: str) -> dict:
-    """name -> numpy array over a read-only memory map of the file (the format: a little-endian
-    u64 header length, a JSON header of dtype/shape/offsets, then the raw tensors)."""
+    """name -> numpy array over a read-only memory map of the file (a little-endian u64 header
+    length, a JSON header of dtype/shape/offsets, then the raw tensors)."""
     import numpy as np
     with open(path, "rb") as fh:
         size = struct.unpack("<Q", fh.read(8))[0]
@@ -139,8 +139,8 @@ class BertEncoder:
             return self.forward([self.tok.encode(text).ids])[0].tolist()
 
     def encode_many(self, texts: list, threads: int = 0) -> list:
-        """[vector] for `texts`, longest first in batches of BATCH (little padding work: none, the
-        tokens of a batch are packed), one batch per thread, each thread's BLAS on one core."""
+        """[vector] for `texts`, longest first in batches of BATCH, one batch per thread, each thread's
+        BLAS on one core."""
         from concurrent.futures import ThreadPoolExecutor
         ids = [e.ids for e in self.tok.encode_batch(list(texts))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
@@ -227,23 +227,26 @@ class BertEncoder:
 
 
 _BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_NUMPY_OURS = False          # numpy was first imported here, with BLAS on one thread
 
 
-def _numpy_one_thread():
-    """Import numpy with its BLAS on one thread: a query's matrices are small, and on a busy
-    machine BLAS threads waiting on each other made one query 10× slower. The variables are put
-    back at once, so no child process inherits them; a numpy already loaded is left as it is."""
+def _load_numpy() -> None:
+    """Import numpy with its BLAS on one thread (a query's matrices are small, and on a busy machine
+    BLAS threads wait on each other); the variables are put back at once, so no child inherits them."""
+    global _NUMPY_OURS
     import sys
     if "numpy" in sys.modules:
-        return sys.modules["numpy"]
+        return
     saved = {k: os.environ.get(k) for k in _BLAS_VARS}
     os.environ.update({k: "1" for k in _BLAS_VARS})
     try:
-        import numpy
+        import numpy  # noqa: F401
+        _NUMPY_OURS = True
+    except ImportError:
+        pass
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return numpy
 
 
 def _one_thread():
@@ -266,20 +269,6 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-_NUMPY_OURS = False          # numpy was first imported here, with BLAS on one thread
-
-
-def _load_numpy() -> None:
-    global _NUMPY_OURS
-    import sys
-    if "numpy" not in sys.modules:
-        try:
-            _numpy_one_thread()
-            _NUMPY_OURS = True
-        except ImportError:
-            pass
-
-
 def encoder_for(folder: str):
     """The BertEncoder for a model folder, loaded once per process; None when this folder needs
     sentence-transformers or numpy / tokenizers are missing (the caller then uses the full model)."""
@@ -291,15 +280,3 @@ def encoder_for(folder: str):
             except (Unsupported, ImportError, OSError, KeyError, ValueError, TypeError):
                 _CACHE[folder] = None
         return _CACHE[folder]
-
-
-def encode_with(folder: str, texts: list):
-    """[vector] for `texts`, or None when this folder or this run cannot (fail safe: the caller
-    then encodes with sentence-transformers)."""
-    encoder = encoder_for(folder)
-    if encoder is None:
-        return None
-    try:
-        return [encoder.encode_one(t) for t in texts]
-    except Exception:        # noqa: BLE001 — any failure here only means "use the full model"
-        return None

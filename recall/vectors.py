@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 
+from . import db
 from .db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
 VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
@@ -27,9 +28,8 @@ def _importable(name: str):
 
 def _cannot_write(exc) -> bool:
     """A locked or read-only DB (the vec0 index cannot be brought up to date now), not another error."""
-    from .db import is_sqlite_error
     text = str(exc).lower()
-    return is_sqlite_error(exc) and any(w in text for w in ("locked", "readonly", "read-only", "busy"))
+    return db.is_sqlite_error(exc) and any(w in text for w in ("locked", "readonly", "read-only", "busy"))
 
 
 def available_backend(con) -> str:
@@ -89,14 +89,6 @@ _LOCK = threading.Lock()
 WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20
 
 
-def _gen_key(model_id: int) -> str:
-    return f"vectors_gen:{model_id}"
-
-
-def _vec0_key(model_id: int) -> str:
-    return f"vec0_gen:{model_id}"
-
-
 class VectorStore:
     """Vectors of one embedding model (`embed_models.id`), keyed by chunk hash.
 
@@ -111,6 +103,7 @@ class VectorStore:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown vector backend {self.backend!r}")
         self.table = f"vec_m{int(model_id)}"
+        self.gen_key, self.vec0_key = f"vectors_gen:{model_id}", f"vec0_gen:{model_id}"
 
     # writing ------------------------------------------------------------------------------------
     def put_many(self, rows) -> int:
@@ -158,28 +151,22 @@ class VectorStore:
         return len(rows)
 
     def _bump(self, vec0_too: bool) -> None:
-        from .db import get_meta, set_meta
-        gen = int(get_meta(self.con, _gen_key(self.model_id), 0)) + 1
-        set_meta(self.con, _gen_key(self.model_id), gen)
+        gen = int(db.get_meta(self.con, self.gen_key, 0)) + 1
+        db.set_meta(self.con, self.gen_key, gen)
         if vec0_too:
-            set_meta(self.con, _vec0_key(self.model_id), gen)
+            db.set_meta(self.con, self.vec0_key, gen)
 
     # the sqlite-vec index -----------------------------------------------------------------------
-    def _vec0_exists(self) -> bool:
-        return self.con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (self.table,)).fetchone() is not None
-
     def _vec0_current(self) -> bool:
-        from .db import get_meta
-        if not self._vec0_exists():
+        if self.con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (self.table,)).fetchone() is None:
             return False
-        return get_meta(self.con, _vec0_key(self.model_id)) == get_meta(self.con, _gen_key(self.model_id), "0")
+        return db.get_meta(self.con, self.vec0_key) == db.get_meta(self.con, self.gen_key, "0")
 
     def ensure_index(self) -> None:
         """Create or rebuild `vec_m{id}` from `embeddings` when it is missing or stale."""
         if self.backend != "sqlite-vec" or self._vec0_current():
             return
-        from .db import get_meta, set_meta, transaction
-        with transaction(self.con):
+        with db.transaction(self.con):
             if self._vec0_current():           # another process rebuilt it meanwhile
                 return
             self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
@@ -188,7 +175,7 @@ class VectorStore:
             self.con.execute(f"INSERT INTO {self.table}(rowid, embedding) "
                              "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?",
                              (self.model_id, self.dim))
-            set_meta(self.con, _vec0_key(self.model_id), get_meta(self.con, _gen_key(self.model_id), "0"))
+            db.set_meta(self.con, self.vec0_key, db.get_meta(self.con, self.gen_key, "0"))
 
     # searching ----------------------------------------------------------------------------------
     def count(self) -> int:
@@ -208,10 +195,7 @@ class VectorStore:
             except Exception as exc:   # a locked or read-only DB: search without the index; else it is a bug
                 if not _cannot_write(exc):
                     raise
-                if not _importable("numpy"):
-                    return self._knn_python(query, k)
-                return self._knn_numpy(query, k)
-        if self.backend == "numpy":
+        if self.backend == "numpy" or (self.backend == "sqlite-vec" and _importable("numpy")):
             return self._knn_numpy(query, k)
         return self._knn_python(query, k)
 
@@ -240,9 +224,7 @@ class VectorStore:
 
     def _matrix(self):
         import numpy as np
-
-        from .db import get_meta
-        gen = get_meta(self.con, _gen_key(self.model_id), "0")
+        gen = db.get_meta(self.con, self.gen_key, "0")
         top = self.con.execute("SELECT max(id) FROM embeddings WHERE model_id=?", (self.model_id,)).fetchone()[0]
         key = (self._path(), self.model_id, f"{gen}:{top}")
         with _LOCK:
@@ -278,8 +260,7 @@ class VectorStore:
         scored = ((rid, sum(a * b for a, b in zip(q, unpack(blob))))
                   for rid, blob in self.con.execute(
                       "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
-        best = heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
-        return best
+        return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
 
     def chunks_for(self, hits: list) -> list:
         """[(chunk id, similarity)] for KNN hits, best first: one embedding may serve several

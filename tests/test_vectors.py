@@ -266,7 +266,8 @@ def test_a_db_that_cannot_be_written_is_searched_without_vec0_and_another_error_
     store = VectorStore(con, mid, 4)
     top = store.knn([1, 0, 0, 0], 1)
     assert con.execute("SELECT hash FROM embeddings WHERE id=?", (top[0][0],)).fetchone()[0] == "a"
-    assert store.backend == "sqlite-vec" and not store._vec0_exists()
+    assert store.backend == "sqlite-vec"
+    assert con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (store.table,)).fetchone() is None
     con.execute("PRAGMA query_only=OFF")
     monkeypatch.setattr(vectors, "_SEARCHED", {})     # a first search again: vec0, not a warm matrix
     monkeypatch.setattr(vectors, "_MATRICES", {})
