@@ -533,7 +533,7 @@ ALLOWED = [
     ("tcp [::1]:22", "tcp.connect"),
 ]
 
-# (command, url_hosts, rule, allow) — curl with a credential is bound to the secret's own host
+# (command, the secret's own url:s or bare hosts, rule, allow) — curl with a credential is bound to the secret's own host
 CREDENTIAL = [
     ("curl -s -H 'Accept: application/json' https://jira.example.com/rest/api/2/myself",
      ("jira.example.com",), "curl.get", True),
@@ -565,7 +565,7 @@ def test_allowed(command, rule):
 
 @pytest.mark.parametrize("command,hosts,rule,allow", CREDENTIAL)
 def test_curl_credential_host(command, hosts, rule, allow):
-    v = verdict_for(command, url_hosts=hosts, credential=True, which=fake_which)
+    v = verdict_for(command, bindings=_bindings(hosts), credential=True, which=fake_which)
     assert (v.allow, v.rule) == (allow, rule), v.reason
 
 
@@ -686,7 +686,7 @@ def test_every_denial_says_what_is_allowed_instead(tmp_path):
     """verify --dry-run prints each denial's reason: it ends in the allowed form, never just 'no'."""
     from recall.guard import setup_verdict
     verdicts = [verdict_for(c, which=fake_which) for c, _ in DENIED + NOT_UNDERSTOOD]
-    verdicts += [verdict_for(c, url_hosts=h, credential=True, which=fake_which) for c, h, _, _ in CREDENTIAL]
+    verdicts += [verdict_for(c, bindings=_bindings(h), credential=True, which=fake_which) for c, h, _, _ in CREDENTIAL]
     verdicts += [verdict_for(c, bindings=_bindings(u), credential=True) for c, u, _, _ in SSH_BOUND]
     verdicts += [verdict_for(c, bindings=_bindings(u), credential=True, sends=True) for c, u, _, _ in CURL_LOOPBACK_SENDS]
     home, rows = setup_rows(tmp_path)
@@ -698,13 +698,13 @@ def test_every_denial_says_what_is_allowed_instead(tmp_path):
         assert v.reason.split("allowed: ", 1)[1].strip(), v.rule
     assert "allowed: kubectl [--context C]" in verdict_for("kubectl delete pod x").reason
     assert "allowed: the proof pointed at jira.example.com" in verdict_for(
-        "curl -s https://evil.example.net/", url_hosts=("jira.example.com",), credential=True).reason
+        "curl -s https://evil.example.net/", bindings=_bindings(["jira.example.com"]), credential=True).reason
 
 
-def test_url_hosts_as_a_plain_string_is_one_host():
-    v = verdict_for("curl -s https://j/", url_hosts="jira.example.com", credential=True)
+def test_a_bare_host_binds_the_credential_to_that_host():
+    v = verdict_for("curl -s https://j/", bindings=_bindings(["jira.example.com"]), credential=True)
     assert (v.allow, v.rule) == (False, "curl.host")
-    assert verdict_for("curl -s https://jira.example.com/", url_hosts="jira.example.com",
+    assert verdict_for("curl -s https://jira.example.com/", bindings=_bindings(["jira.example.com"]),
                        credential=True).allow
 
 
@@ -721,7 +721,7 @@ def test_every_rule_is_reached_by_a_real_command_and_every_verdict_is_documented
     for command, _ in DENIED + ALLOWED + NOT_UNDERSTOOD:
         reached.add(verdict_for(command, which=fake_which).rule)
     for command, hosts, _, _ in CREDENTIAL:
-        reached.add(verdict_for(command, url_hosts=hosts, credential=True, which=fake_which).rule)
+        reached.add(verdict_for(command, bindings=_bindings(hosts), credential=True, which=fake_which).rule)
     for command, urls, _, _ in SSH_BOUND:
         reached.add(verdict_for(command, bindings=_bindings(urls), credential=True).rule)
     for command, urls, _, _ in CURL_LOOPBACK_SENDS:

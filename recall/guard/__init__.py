@@ -227,9 +227,7 @@ def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
     if "=" in head:
         raise _Deny("env-assign", f"{head.split('=')[0]}=… sets the environment of the command")
     base = head.rsplit("/", 1)[-1]
-    if base == "sudo" and tuple(argv[1:]) in SUDO_FORMS:
-        pass
-    elif base in _WRAPPERS:
+    if base in _WRAPPERS and not (base == "sudo" and tuple(argv[1:]) in SUDO_FORMS):
         raise _Deny("wrapper", f"{base} runs another program, which the guard cannot see"
                     + (" (sudo: only `sudo -k true`, `sudo -n true`, `sudo -v`)" if base == "sudo" else ""))
     elif base == "find" and _FIND_ACTIONS.intersection(argv[1:]):
@@ -290,18 +288,16 @@ def _setup_exempt(argv: tuple, word: int, rule: str, after_equals: bool) -> bool
 _BRACKETED_HOST = re.compile(r"[A-Za-z]+://\[[0-9A-Fa-f:.]+\](?::[0-9]+)?(?:[/?][^\[\]]*)?")
 
 
-def verdict_for(command: str, *, url_hosts: tuple = (), credential: bool = False, bindings: tuple = (),
-                jump_hosts=(), which=shutil.which, sends: bool | None = None) -> Verdict:
+def verdict_for(command: str, *, credential: bool = False, bindings: tuple = (), jump_hosts=(),
+                which=shutil.which, sends: bool | None = None) -> Verdict:
     """Decide whether `command` may run in a verify sweep; never raises for bad input. With a
-    credential, curl and ssh may reach only each `Binding`'s own host (`url_hosts`: bare hosts);
-    `jump_hosts` are the hosts ssh -J may use; `sends=False`: the command itself carries no
-    credential, so a curl to a loopback address is judged as without one."""
+    credential, curl and ssh may reach only each `Binding`'s own host; `jump_hosts` are the hosts
+    ssh -J may use; `sends=False`: the command itself carries no credential, so a curl to a loopback
+    address is judged as without one."""
     argv: tuple[str, ...] = ()
     try:
         argv = _argv(command if isinstance(command, str) else "", "command", _proof_exempt)
-        hosts = (url_hosts,) if isinstance(url_hosts, str) else tuple(url_hosts or ())
-        bound = tuple(bindings) + tuple(b for b in (binding_for("", h) for h in hosts) if b)
-        rule, reason = _check_argv(list(argv), which, bound, bool(credential or bindings),
+        rule, reason = _check_argv(list(argv), which, tuple(bindings), bool(credential or bindings),
                                    frozenset(h.lower() for h in jump_hosts), sends)
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:

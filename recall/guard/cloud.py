@@ -48,8 +48,7 @@ _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,62}(/[A-Za-z0-9!_.*'()/=-]*)?$
 
 def _aws(argv: list[str]) -> tuple[str, str]:
     items = _parse(_AWS, argv[1:])
-    pos = _positionals(items)
-    opts = _options(items)
+    pos, opts = _positionals(items), _options(items)
     if opts.get("--output", "json") not in ("json", "text", "table"):
         raise _Deny("aws.value", "--output must be json, text or table")
     if not re.match(r"^[a-z0-9-]+$", opts.get("--region", "x")):
@@ -122,12 +121,11 @@ def _gcloud(argv: list[str]) -> tuple[str, str]:
                                   "list, config list, or list|describe under projects, compute instances …")
 
 
-_SUDO = {("-k", "true"): "sudo.k", ("-n", "true"): "sudo.n", ("-v",): "sudo.v"}
-SUDO_FORMS = frozenset(_SUDO)
+SUDO_FORMS = {("-k", "true"): "sudo.k", ("-n", "true"): "sudo.n", ("-v",): "sudo.v"}
 
 
 def _sudo(argv: list[str]) -> tuple[str, str]:
-    rule = _SUDO[tuple(argv[1:])]          # the package lets only these forms past its wrapper rule
+    rule = SUDO_FORMS[tuple(argv[1:])]          # the package lets only these forms past its wrapper rule
     return rule, f"sudo {' '.join(argv[1:])} proves the password or the cached ticket and runs nothing else"
 
 

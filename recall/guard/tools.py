@@ -318,13 +318,12 @@ def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None
     if len(urls) != 1:
         raise _Deny("curl.url", f"curl needs exactly one URL, got {len(urls)}")
     scheme, host, port = _curl_url(urls[0], "--globoff" in opts)
-    if sends is False and host in LOOPBACK:
-        credential = False          # nothing of the secret's is in this request: a port-forward's health
-    if credential and "--insecure" in opts:
-        raise _Deny("curl.insecure", "curl -k with a credential would send it over unverified TLS")
-    if credential and "--location" in opts:
-        raise _Deny("curl.redirect", "curl -L with a credential forwards custom headers to other hosts")
-    if credential:
+    # sends=False to a loopback address: nothing of the secret's is in this request (a port-forward's health)
+    if credential and not (sends is False and host in LOOPBACK):
+        if "--insecure" in opts:
+            raise _Deny("curl.insecure", "curl -k with a credential would send it over unverified TLS")
+        if "--location" in opts:
+            raise _Deny("curl.redirect", "curl -L with a credential forwards custom headers to other hosts")
         if not bindings:
             raise _Deny("curl.host", f"{host} cannot receive the credential: its secret has no url: (nor a URL "
                                      "in its own use: or check: line) — allowed: once the secret's url: names "
