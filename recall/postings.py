@@ -8,8 +8,7 @@ from .common_terms import WEIGHTS, bit_count, load_lengths, set_bits, state_key,
 
 COMMON_MIN = 3000           # chunks holding a term before it gets postings here (FTS5 is quick below)
 REBUILD_AFTER = 2000        # chunks changed in one index run after which the postings are rebuilt
-SPARSE = 1024               # a group of at most this many chunks also keeps their ids (to filter
-                            # rather than scan a bitmap for the few chunks of a branch)
+SPARSE = 1024               # a group of at most this many chunks keeps their ids too: filtered, not scanned
 
 
 def _bitmap(ids) -> int:
@@ -39,10 +38,9 @@ def weighted(counts, weights) -> float:
 
 
 def refresh(con, weights=WEIGHTS) -> str:
-    """Bring the postings up to date with chunks_fts: apply the chunks changed since (recorded by
-    trigger), or rebuild them all (the first time, after REBUILD_AFTER changes, or for other
-    weights). Returns what was done. A concurrent writer makes it give up (the search then asks
-    FTS5, as it does while any change is pending)."""
+    """Bring the postings up to date with chunks_fts: apply the chunks changed since (listed by trigger)
+    or rebuild them all (the first time, after REBUILD_AFTER changes, for other weights); say which.
+    A concurrent writer makes it give up: the search then asks FTS5, as while a change is pending."""
     common_min, rebuild_after = COMMON_MIN, REBUILD_AFTER      # read now: tests lower them
     weights = [float(w) for w in weights]
     key = state_key(weights)
@@ -106,36 +104,20 @@ def _rebuild(con, weights, key, common_min) -> str:
     for term in common:
         groups: dict = {}
         for row in con.execute(sql, (*names, term)):
-            ids = [int(x) for x in row[-1].split(",")]
-            f = weighted(row[:-1], weights)
-            g = groups.setdefault(f, [[], None])
-            g[0].extend(ids)
-            low = min(map(lengths.__getitem__, ids))
-            g[1] = low if g[1] is None else min(g[1], low)
-        _write_term(con, term, groups)
+            _add(groups, weighted(row[:-1], weights), [int(x) for x in row[-1].split(",")], lengths)
+        _write(con, _term_rows(term, {f: [_bitmap(ids), dmin] for f, (ids, dmin) in groups.items()}))
     con.execute("DELETE FROM common_dirty")
     con.execute("INSERT OR REPLACE INTO common_state(id, rows, weights, lengths) VALUES (1, ?, ?, ?)",
                 (rows, key, _store_lengths(lengths)))
     return f"rebuilt: {len(common)} common terms"
 
 
-def _groups(counts: dict, weights, lengths) -> dict:
-    """{f: [ids, dmin]} for one term's {chunk_id: per-column hit counts}."""
-    groups: dict = {}
-    for doc, c in counts.items():
-        f = weighted(c, weights)
-        g = groups.get(f)
-        if g is None:
-            g = groups[f] = [[], lengths[doc]]
-        g[0].append(doc)
-        g[1] = min(g[1], lengths[doc])
-    return groups
-
-
-def _row(term: str, f: float, bits: int, dmin: int) -> tuple:
-    n = bit_count(bits)
-    ids = array("I", set_bits(bits)).tobytes() if n <= SPARSE else None
-    return term, f, n, dmin, _pack(bits), ids
+def _add(groups: dict, f: float, ids: list, lengths) -> None:
+    """Chunks `ids` into a term's group of frequency f: {f: [ids, their least length]}."""
+    low = min(map(lengths.__getitem__, ids))
+    g = groups.setdefault(f, [[], low])
+    g[0].extend(ids)
+    g[1] = min(g[1], low)
 
 
 def _write(con, rows) -> None:
@@ -149,16 +131,14 @@ def _term_rows(term: str, groups: dict, only=None) -> list:
     for f, (bits, dmin) in groups.items():
         if bits:
             if only is None or f in only:
-                rows.append(_row(term, f, bits, dmin))
+                n = bit_count(bits)
+                ids = array("I", set_bits(bits)).tobytes() if n <= SPARSE else None
+                rows.append((term, f, n, dmin, _pack(bits), ids))
             union |= bits
             dmin_all = dmin if dmin_all is None else min(dmin_all, dmin)
     if union:
         rows.append((term, 0.0, bit_count(union), dmin_all, _pack(union), None))
     return rows
-
-
-def _write_term(con, term, groups: dict) -> None:
-    _write(con, _term_rows(term, {f: [_bitmap(ids), dmin] for f, (ids, dmin) in groups.items()}))
 
 
 def _apply(con, weights, dirty: list) -> str:
@@ -196,8 +176,10 @@ def _apply(con, weights, dirty: list) -> str:
             c[cols[col]] += 1
     con.execute("DELETE FROM temp.recall_tok")
     for term, docs in counts.items():
-        groups = terms[term]
-        for f, (ids, dmin) in _groups(docs, weights, lengths).items():
+        groups, fresh = terms[term], {}
+        for doc, c in docs.items():
+            _add(fresh, weighted(c, weights), [doc], lengths)
+        for f, (ids, dmin) in fresh.items():
             g = groups.setdefault(f, [0, dmin, True])
             g[0] |= _bitmap(ids)
             g[1] = min(g[1], dmin)       # a removed chunk's length may stay: still a lower bound
