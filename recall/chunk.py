@@ -16,8 +16,7 @@ _THEMATIC = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _CONTAINER = re.compile(r"^ {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)")
 # ERB (Middleman, Rails) and Liquid/Jinja (Jekyll, Hugo) tags: not words of a heading
 _TEMPLATE_TAG = re.compile(r"<%.*?%>|\{\{.*?\}\}|\{%.*?%\}")
-# Front matter and dates: patterns compiled on first use (re's cache), as `recall search` imports
-# this module for sections_in and most notes it reads have neither.
+# front matter and dates: compiled on first use (re's cache), as a search imports this for sections_in
 _YAML_KEY = r"^([A-Za-z_][\w.-]*)[ \t]*:(.*)$"
 _YAML_ITEM = r"^-(?:[ \t]+(.*))?$"
 _FLOW_ITEM = r"""\s*("[^"]*"|'[^']*'|[^,]*)\s*(?:,|$)"""
@@ -36,11 +35,8 @@ TEMPLATE_SUFFIXES = (".erb", ".liquid", ".njk", ".j2", ".jinja", ".hbs", ".tmpl"
 def is_markdown(relpath: str) -> bool:
     """Markdown by name: .md, .markdown, .mdx, .mkd, .mdown, also under a template suffix (.md.erb)."""
     name = relpath.lower()
-    for suffix in TEMPLATE_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[:-len(suffix)]
-            break
-    return name.endswith(MARKDOWN_SUFFIXES)
+    stem, _, suffix = name.rpartition(".")
+    return (stem if f".{suffix}" in TEMPLATE_SUFFIXES else name).endswith(MARKDOWN_SUFFIXES)
 
 
 @dataclass
@@ -66,16 +62,21 @@ class _Section:
     heading_only: bool = False
 
 
-def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) -> Document:
-    """Markdown → heading sections: tiny ones merged, huge ones split, fences kept whole."""
-    _check_max(max_chars)
+def _parse(text: str) -> tuple:
+    """(lines, meta with the title of the front matter or the first H1, first body line, headings, fences)."""
     lines = _split_lines(text)
     meta, body = _front_matter(lines)
     headings, fences = _scan(lines, body)
-    if "title" not in meta:
-        h1 = next((name for _, level, name, _ in headings if level == 1 and name), "")
-        if h1:
-            meta["title"] = h1
+    title = meta.get("title") or next((name for _, level, name, _ in headings if level == 1 and name), "")
+    if title:
+        meta["title"] = title
+    return lines, meta, body, headings, fences
+
+
+def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) -> Document:
+    """Markdown → heading sections: tiny ones merged, huge ones split, fences kept whole."""
+    _check_max(max_chars)
+    lines, meta, body, headings, fences = _parse(text)
     if "date" not in meta:
         found = _date_line(lines, body)
         if found:
@@ -92,19 +93,15 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
 def sections_in(text: str, first: int, last: int) -> list:
     """[(start line, end line, breadcrumb)] (1-based) of the heading sections that lines
     first..last of a markdown file hold, before any merging: what a hit inside them points at."""
-    lines = _split_lines(text)
-    meta, body = _front_matter(lines)
-    headings, _ = _scan(lines, body)
-    title = meta.get("title") or next((name for _, level, name, _ in headings if level == 1 and name), "")
-    return [(sec.first + 1, sec.last + 1, sec.breadcrumb) for sec in _sections(lines, body, headings, title)
+    lines, meta, body, headings, _ = _parse(text)
+    return [(sec.first + 1, sec.last + 1, sec.breadcrumb)
+            for sec in _sections(lines, body, headings, meta.get("title", ""))
             if sec.first + 1 <= last and sec.last + 1 >= first]
 
 
 def heading_lines(text: str) -> list:
     """[(1-based line, level)] of every heading outside fences and front matter."""
-    lines = _split_lines(text)
-    _, body = _front_matter(lines)
-    return [(at + 1, level) for at, level, _, _ in _scan(lines, body)[0]]
+    return [(at + 1, level) for at, level, _, _ in _parse(text)[3]]
 
 
 def chunk_text(text: str, path: str, *, max_chars: int = 2000) -> Document:
@@ -325,7 +322,7 @@ def _sections(lines: list, body: int, headings: list, title: str) -> list:
     """One section per heading (plus the text before the first), trimmed, with its breadcrumb."""
     # "INC-1 — failover" names the same document as "INC-1 — Failover (db3)"
     def same(a: str, b: str) -> bool:
-        words_a, words_b = _words(a), _words(b)
+        words_a, words_b = (re.sub(r"[\W_]+", " ", name).casefold().split() for name in (a, b))
         shorter = min(len(words_a), len(words_b))
         return shorter > 0 and words_a[:shorter] == words_b[:shorter]
 
@@ -347,10 +344,6 @@ def _sections(lines: list, body: int, headings: list, title: str) -> list:
         sections.append(_Section(first, last, SEPARATOR.join(names), level,
                                  heading_only=last == first + rows - 1))
     return sections
-
-
-def _words(name: str) -> list:
-    return re.sub(r"[\W_]+", " ", name).casefold().split()
 
 
 def _merge_tiny(sections: list, size, max_chars: int, min_chars: int) -> list:
