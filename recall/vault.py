@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from . import audit, db, keyfile, status, terms
 from .errors import MissingExtra, RecallError
-from .keyfile import bound
-from .keyfile import row_bound as _row_bound
+from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, require_openable, text_redactor
 
 
@@ -26,17 +25,18 @@ class SyncReport:
     removed_ids: list = field(default_factory=list)     # kept for 'secret restore'
 
 
-def metadata_text(meta: dict, tags: list, secret_id: str) -> str:
-    """What is searchable (and embedded) about a secret: its metadata, never its value."""
-    parts = [secret_id, meta.get("service", ""), meta.get("environment", ""), meta.get("kind", ""),
-             meta.get("username", ""), meta.get("url", ""), " ".join(tags), meta.get("notes", ""),
-             meta.get("use", "")]
-    return "\n".join(p for p in parts if p)
-
-
-def _metadata_hash(text: str) -> str:
+def _metadata_texts(con) -> dict:
+    """{secret id: (hash, text)} of what is searchable (and embedded) about each: metadata, never a value."""
     import hashlib
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+    import json
+    out = {}
+    for row in con.execute("SELECT id, meta, tags FROM secrets"):
+        meta = json.loads(row["meta"])
+        parts = [row["id"], *(meta.get(k, "") for k in ("service", "environment", "kind", "username", "url")),
+                 " ".join(json.loads(row["tags"])), meta.get("notes", ""), meta.get("use", "")]
+        text = "\n".join(p for p in parts if p)
+        out[row["id"]] = (hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest(), text)
+    return out
 
 
 def _comparable(meta, tags, env, inject, check, variables, values) -> tuple:
@@ -49,12 +49,13 @@ def _stored(con, key) -> dict:
     """{id: comparable} of the vault as it is, so sync can say what it changed (values stay in memory)."""
     import json
     out = {}
-    for r in con.execute("SELECT id, meta, tags, env, inject, check_cmd, variables, nonce, ciphertext FROM secrets"):
+    for r in con.execute("SELECT * FROM secrets"):
         try:
-            values = json.loads(keyfile.decrypt(key, r[0], r[7], r[8], _row_bound(r)))
+            values = json.loads(keyfile.decrypt(key, *cipher_of(r)))
         except RecallError:         # a row this key cannot open is replaced, and counted as updated
             values = None
-        out[r[0]] = _comparable(json.loads(r[1]), json.loads(r[2]), r[3], r[4], r[5], json.loads(r[6]), values)
+        out[r["id"]] = _comparable(json.loads(r["meta"]), json.loads(r["tags"]), r["env"], r["inject"],
+                                   r["check_cmd"], json.loads(r["variables"]), values)
     return out
 
 
@@ -63,22 +64,21 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     remove most of the vault, or all of one file's secrets, stops unless `prune`."""
     import json
 
+    from . import removed
     from .inplace import key_for, open_entries, write_edits
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
         return SyncReport(warnings=warnings)
+    new = {e.id for e in entries}
     if not prune:
-        _refuse_mass_removal(con, {e.id for e in entries})
+        _refuse_mass_removal(con, new)
     key = key_for(cfg.home, entries, _probe(con))
     sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
     before = _stored(con, key)
-    old = set(before)
     now = time.time()
-    from . import removed
-    new_ids = {e.id for e in entries}
     with db.transaction(con):
-        gone = [r for r in con.execute("SELECT * FROM secrets ORDER BY id") if r["id"] not in new_ids]
+        gone = [r for r in rows(con) if r["id"] not in new]
         removed.keep(con, gone, now)                             # recoverable for removed.KEEP_DAYS
         con.execute("DELETE FROM secrets")
         con.execute("DELETE FROM secrets_fts")
@@ -97,12 +97,11 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     from .index import redact_indexed  # a value pasted into a note leaves the index
     redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics(con)))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
-    new = {e.id for e in entries}
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                     e.variables, e.values))
-    report = SyncReport(added=len(new - old), updated=len(new & old) - same, removed=len(old - new),
-                        total=len(new), warnings=warnings, unchanged=same, sealed=sealed,
-                        removed_ids=[r["id"] for r in gone])
+    report = SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
+                        removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
+                        sealed=sealed, removed_ids=[r["id"] for r in gone])
     if cfg.embedding.provider != "none":
         try:
             report.embedded = embed_metadata(con, cfg)
@@ -125,19 +124,13 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
 
 
 def embed_metadata(con, cfg) -> int:
-    """Embed each secret's metadata text that has no vector for the configured model (values are
-    never part of it, and every vault value is redacted from it all the same)."""
-    import json
-
+    """Embed each secret's metadata text that has no vector for the configured model (redacted all the same)."""
     from . import embed
     from .vectors import pack
     fp = embed.fingerprint(cfg.embedding, "document")
     with db.transaction(con):
         mid = embed.model_id(con, fp)
-    texts = {}
-    for row in con.execute("SELECT id, meta, tags FROM secrets"):
-        text = metadata_text(json.loads(row["meta"]), json.loads(row["tags"]), row["id"])
-        texts[_metadata_hash(text)] = text
+    texts = dict(_metadata_texts(con).values())
     have = {r[0] for r in con.execute("SELECT hash FROM secret_vectors WHERE model_id=?", (mid,))}
     todo = [h for h in texts if h not in have]
     if not todo:
@@ -155,7 +148,6 @@ def embed_metadata(con, cfg) -> int:
 
 def _by_meaning(con, cfg, query: str, limit: int) -> list:
     """Secret ids ranked by cosine similarity of their metadata to the query; [] when unavailable."""
-    import json
     if cfg is None or cfg.embedding.provider == "none":
         return []
     from . import embed
@@ -172,17 +164,15 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
         q = normalize(query_vector(con, cfg, query, load_values=load_values))
     except RecallError:
         return []
-    scored = []
-    for row in con.execute("SELECT id, meta, tags FROM secrets"):
-        vec = stored.get(_metadata_hash(metadata_text(json.loads(row["meta"]), json.loads(row["tags"]), row["id"])))
-        if vec is not None:
-            scored.append((sum(a * b for a, b in zip(q, normalize(vec))), row["id"]))
+    scored = [(sum(a * b for a, b in zip(q, normalize(stored[h]))), sid)
+              for sid, (h, _text) in _metadata_texts(con).items() if h in stored]
     return [sid for _, sid in sorted(scored, reverse=True)[:limit]]
 
 
 def rotate_key(con, cfg) -> int:
     """Re-encrypt every row, and reseal every value in the secrets files, under a new key; the key
     file is replaced atomically after."""
+    from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
     old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
@@ -194,25 +184,23 @@ def rotate_key(con, cfg) -> int:
     keyfile.write_key(pending, new_key)
     # the files first: stopped after them, a sync opens them with vault.key.next
     write_edits(edits)
+
+    def reencrypt(row) -> tuple:
+        sid, nonce, ciphertext, use = cipher_of(row)
+        return keyfile.encrypt(new_key, sid, keyfile.decrypt(old_key, sid, nonce, ciphertext, use), use)
     with db.transaction(con):
-        rows = con.execute("SELECT * FROM secrets").fetchall()
-        for row in rows:
-            sid, use = row["id"], _row_bound(row)
-            plain = keyfile.decrypt(old_key, sid, row["nonce"], row["ciphertext"], use)
-            n2, b2 = keyfile.encrypt(new_key, sid, plain, use)
-            con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (n2, b2, sid))
-        from . import removed
+        stored = rows(con)
+        for row in stored:
+            con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
         for row in removed.rows(con):                  # the removed ones stay restorable
-            use = _row_bound(row)
-            plain = keyfile.decrypt(old_key, row["id"], row["nonce"], row["ciphertext"], use)
-            removed.replace_ciphertext(con, row["id"], *keyfile.encrypt(new_key, row["id"], plain, use))
+            removed.replace_ciphertext(con, row["id"], *reencrypt(row))
     # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
     # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
     try:
         os.replace(pending, path)
     except FileNotFoundError:
         pass
-    return len(rows)
+    return len(stored)
 
 
 def restore(con, cfg, secret_id: str) -> tuple:
@@ -226,7 +214,7 @@ def restore(con, cfg, secret_id: str) -> tuple:
     entries, _ = load_secret_files(cfg.secrets)
     removed.require_absent(entries, secret_id)
     key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    values = json.loads(keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row)))
+    values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
     text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
     target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
     append_entry(target, text)
@@ -242,12 +230,11 @@ def first_fault(con, cfg) -> str | None:
     import sqlite3
     cur = con.cursor()
     cur.row_factory = sqlite3.Row          # doctor's connection reads plain tuples
-    rows = cur.execute("SELECT * FROM secrets ORDER BY id").fetchall()
+    stored = cur.execute("SELECT * FROM secrets ORDER BY id").fetchall()
     try:
-        probe = (rows[0]["id"], rows[0]["nonce"], rows[0]["ciphertext"], _row_bound(rows[0])) if rows else None
-        key = keyfile.load_key(cfg.home, create=False, probe=probe)
-        for row in rows:
-            keyfile.decrypt(key, row["id"], row["nonce"], row["ciphertext"], _row_bound(row))
+        key = keyfile.load_key(cfg.home, create=False, probe=cipher_of(stored[0]) if stored else None)
+        for row in stored:
+            keyfile.decrypt(key, *cipher_of(row))
     except MissingExtra:            # said by the extras check
         return None
     except RecallError as exc:
@@ -271,11 +258,10 @@ def publics(con) -> dict:
 def _probe(con):
     """One stored row, for load_key to tell which key the DB is under."""
     row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
-    return (row["id"], row["nonce"], row["ciphertext"], _row_bound(row)) if row else None
+    return cipher_of(row) if row else None
 
 
 def count(con) -> int:
-    """How many secrets the vault holds."""
     return con.execute("SELECT count(*) FROM secrets").fetchone()[0]
 
 
@@ -285,7 +271,7 @@ def signature(con) -> tuple:
 
 
 def synced(con) -> dict:
-    """{secret id: (file, synced_at)} as the vault holds them."""
+    """{secret id: (file, synced_at)}."""
     return {r[0]: (r[1], r[2]) for r in con.execute("SELECT id, file, synced_at FROM secrets")}
 
 
@@ -301,18 +287,17 @@ def rows(con) -> list:
 
 
 def stored_row(con, secret_id: str):
-    """The stored row of exactly this id (for injection), or None."""
+    """The stored row of exactly this id, or None."""
     return con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
 
 
 def row_named(con, secret_id: str):
     """The row an id names, in any case; else NotFound with the closest ids."""
-    row = con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
+    row = stored_row(con, secret_id)
     if row is None:
         from .names import resolve
         ids = {r[0]: r[0] for r in con.execute("SELECT id FROM secrets ORDER BY id")}
-        real = resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'")
-        row = con.execute("SELECT * FROM secrets WHERE id=?", (real,)).fetchone()
+        row = stored_row(con, resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'"))
     return row
 
 
@@ -341,9 +326,9 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     with similarity of the embedded metadata when a provider is configured (cfg given)."""
     query = (query or "").strip()
     if not query:          # everything, bounded: the caller says how many there are in all
-        rows = con.execute("SELECT * FROM secrets ORDER BY id LIMIT ?", (limit,)).fetchall()
-        audit.log(con, "secret.find", "", argv="", verdict=f"{len(rows)} listed")
-        return [_public(r) for r in rows]
+        listed = con.execute("SELECT * FROM secrets ORDER BY id LIMIT ?", (limit,)).fetchall()
+        audit.log(con, "secret.find", "", argv="", verdict=f"{len(listed)} listed")
+        return [_public(r) for r in listed]
     exact = con.execute("SELECT * FROM secrets WHERE id=?", (query,)).fetchall()
     ranked = []
     fq = terms.fts_query(query)
@@ -357,8 +342,8 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     if meaning:
         from .search import rrf
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
-        rows = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
-        ranked = [rows[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in rows]
+        by_id = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
+        ranked = [by_id[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in by_id]
     seen, out = set(), []
     for row in exact + ranked:
         if row["id"] not in seen:
@@ -384,32 +369,37 @@ def _masked_query(con, cfg, query: str):
 
 def show(con, secret_id: str) -> dict:
     row = row_named(con, secret_id)
-    secret_id = row["id"]
-    out = _public(row, status.describe(con, f"secret:{secret_id}"))
-    audit.log(con, "secret.show", secret_id, argv="", verdict="shown")
+    out = _public(row, status.describe(con, f"secret:{row['id']}"))
+    audit.log(con, "secret.show", row["id"], argv="", verdict="shown")
     return out
 
 
 # -- the values, decrypted: for injection, masking and redaction only, never for output -------------
 
 def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
-    """{secret id: {field: value}} decrypted (keyfile.decrypt_rows: a row that does not open fails
-    only itself unless it is in `need`), and `.public`: the fields of each that are not secret."""
+    """{secret id: {field: value}} decrypted, and `.public`: the fields of each that are not secret. A row
+    that does not open (changed, corrupt) is left out unless it is in `need`; when none opens, the key is wrong."""
     import json
     key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    rows = con.execute("SELECT * FROM secrets").fetchall()
-    if ids is not None:
-        rows = [r for r in rows if r["id"] in set(ids)]
-    values = VaultValues()
-    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in rows}
-    return keyfile.decrypt_rows(key, rows, values, need=need)
+    wanted = None if ids is None else set(ids)
+    stored = [r for r in con.execute("SELECT * FROM secrets") if wanted is None or r["id"] in wanted]
+    values, first_error = VaultValues(), None
+    values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in stored}
+    for row in stored:
+        try:
+            values[row["id"]] = json.loads(keyfile.decrypt(key, *cipher_of(row)))
+        except RecallError as exc:
+            if row["id"] in need:
+                raise
+            first_error = first_error or exc
+    if first_error is not None and not values:
+        raise first_error
+    return values
 
 
 def redactor(con, cfg):
-    """text -> text with every (non-public) vault value and its encoded forms replaced by
-    [recall:ID], as whole tokens (redact.text_redactor); the identity when the vault is empty.
-    Raises VaultClosed when the vault holds values but cannot be opened here: no text is ever
-    shown unchecked. The faces pass it to index and read."""
+    """text -> text with every (non-public) vault value and its encoded forms as [recall:ID] (whole tokens);
+    the identity when the vault is empty; VaultClosed when it holds values it cannot open here."""
     from .redact import identity
     if not holds_values(con):
         return identity
@@ -421,8 +411,7 @@ def redactor(con, cfg):
 
 
 def require_open(con, cfg) -> None:
-    """Cheap check for the search path (the faces pass it to search): refuse when the vault holds
-    values and plainly cannot be opened here (no crypto package, key missing or unreadable)."""
+    """For the search path: refuse when the vault holds values and plainly cannot be opened here."""
     if holds_values(con):
         require_openable(cfg)
 
@@ -430,10 +419,9 @@ def require_open(con, cfg) -> None:
 # -- using a value ---------------------------------------------------------------------------------
 
 def command_line(con, secret_id: str, command, cfg=None) -> str:
-    """One shell-quoted line that runs `command` with the secret injected. `command` is an argv
-    list, or one string (split like a shell; if it names the secret's variables it runs under
-    `sh -c` so they expand in the child). Empty → the secret's `use` line. With `cfg`, the line
-    names the config and state folder it came from (`invocation.invocation`)."""
+    """One shell-quoted `recall secret exec ID -- …` line (naming cfg's config and state folder) for
+    `command`: an argv list, or a string split like a shell (run under `sh -c` when it names the
+    secret's variables, so they expand in the child); empty: the secret's `use` line."""
     import json
     import shlex
     row = row_named(con, secret_id)
@@ -461,9 +449,8 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     return line
 
 
-def masker_for(all_values: dict):
+def masker_for(all_values: VaultValues):
     """Every vault value masked; public fields (usernames, logins …) are not."""
     from .mask import Masker
     from .redact import secret_parts
-    return Masker(secret_parts(all_values, getattr(all_values, "public", {})))
-
+    return Masker(secret_parts(all_values, all_values.public))
