@@ -102,28 +102,27 @@ def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
     held unmasked in memory until the masker knows what the setup set). (records, stderr, timed out)"""
     import selectors
     import time
-    data, err = bytearray(), bytearray()
+    bufs = {vars_r: bytearray(), proc.stderr.fileno(): bytearray()}
+    late, exited = False, None
     with selectors.DefaultSelector() as sel:
-        sel.register(vars_r, selectors.EVENT_READ)
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        exited = None
-        while _END + b"\0" not in data:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while _END + b"\0" not in bufs[vars_r]:
             now = time.monotonic()
             if now >= deadline:
-                return bytes(data), bytes(err), True
+                late = True
+                break
             if proc.poll() is not None:
                 exited = exited or now
                 if now - exited > 1.0 or not sel.get_map():
                     break
             for key, _ in sel.select(min(0.1, deadline - now)):
                 chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                elif key.fd == vars_r:
-                    data += chunk
+                if chunk:
+                    bufs[key.fd] += chunk
                 else:
-                    err += chunk
-    return bytes(data), bytes(err), False
+                    sel.unregister(key.fd)
+    return bytes(bufs[vars_r]), bytes(bufs[proc.stderr.fileno()]), late
 
 
 def _secret_injection(con, entry, values: dict, stdin) -> tuple:

@@ -22,6 +22,8 @@ STATUSES = ("ok", "stale", "unreachable", "missing", "error", "skipped")
 FAILED = frozenset({"stale", "unreachable", "missing", "error"})
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _PLACEHOLDER = re.compile(r"RECALLVAR([A-Za-z_][A-Za-z0-9_]*?)RECALLEND")
+_NO_PROOF = ("the entry has no verify or check command — allowed: verify: a read-only proof (kubectl --context C "
+             "get nodes, curl -s https://HOST/health, tcp HOST:PORT)")
 
 
 @dataclass
@@ -127,17 +129,12 @@ def plan(con, cfg, ids=None) -> tuple:
     jump_hosts.update(b.host for b in (binding_for(e.id, e.url) for e in entries if e.url) if b)
     probes = []
     for e in (e for e in entries if e.id in wanted):
-        if e.error:                 # a broken entry is its own error; the others still run
-            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="inventory.entry",
-                                reason=e.error))
-            continue
-        command = _proof_text(e.verify or e.check)
-        setup = [(step, setup_verdict(step)) for step in e.access]
+        # a broken entry is its own error; the others still run
+        command = "" if e.error else _proof_text(e.verify or e.check)
+        setup = [] if e.error else [(step, setup_verdict(step)) for step in e.access]
         if not command:
-            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", rule="no-proof",
-                                reason="the entry has no verify or check command — allowed: verify: a read-only "
-                                       "proof (kubectl --context C get nodes, curl -s https://HOST/health, "
-                                       "tcp HOST:PORT)", setup=setup))
+            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", setup=setup,
+                                rule="inventory.entry" if e.error else "no-proof", reason=e.error or _NO_PROOF))
             continue
         variables = {v: found for sid in e.secrets for v, found in secret_vars.get(sid, {}).items()}
         p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup),
