@@ -13,7 +13,7 @@ WEIGHTS = (3.0, 1.0, 1.0)
 K1, B = 1.2, 0.75           # FTS5's bm25() constants (fts5_aux.c)
 SMALL = 128                 # a branch holding this few chunks is scored chunk by chunk
 LIST_AT = 256               # … and this few is carried as a list of ids rather than a bitmap
-FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned (~60 µs)
+FILTER_MAX = 400            # ids filtered one by one rather than a bitmap scanned
 IDF_FLOOR = 1e-6            # FTS5's idf for a term in more than half the rows
 MAX_TERMS = 32              # a longer query (a pasted message) is left to FTS5
 ANY_MAX = 4                 # an OR of more common words (2**n - 1 ANDs) is left to FTS5
@@ -26,8 +26,8 @@ _BITS = [tuple(i for i in range(8) if byte >> i & 1) for byte in range(256)]
 # -- bitmaps and FTS5's own numbers (shared with postings.py) ------------------------------------
 
 def set_bits(bits: int) -> list:
-    """The set bits of `bits`, ascending. The non-zero bytes are found by bytes.find over a
-    translated copy (memchr speed): a regex scan took ~60 µs for 14 KB however few bits were set."""
+    """The set bits of `bits`, ascending; the non-zero bytes found by bytes.find over a translated
+    copy (memchr speed, where a regex scan costs the same however few bits are set)."""
     raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
     flags = raw.translate(_NONZERO)
     out = []
@@ -78,8 +78,7 @@ def totals(con) -> tuple:
 
 
 def tokenizer_clause(con) -> str:
-    """`, tokenize="…"` as chunks_fts was made with (read without a regex: one costs ~0.3 ms to
-    compile in a new process)."""
+    """`, tokenize="…"` as chunks_fts was made with (read without a regex: compiling one costs a new process)."""
     sql = con.execute("SELECT sql FROM sqlite_master WHERE name='chunks_fts'").fetchone()[0]
     at = sql.find("tokenize")
     if at < 0:
@@ -117,49 +116,30 @@ def _stems(con, words: list) -> list:
     return [t[0] for t in out] if all(len(t) == 1 for t in out) else []
 
 
-def prepare(con) -> None:
-    """Do ahead what the first query on a new connection does (the stemming tables, the state row),
-    for a connection opened before its query is known (warm.py)."""
-    con.execute("BEGIN")
-    try:
-        con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
-        _stems(con, ["prepare"])
-    finally:
-        con.execute("COMMIT")
-
-
-def top_k_any(con, phrases: list, weights, limit: int):
-    """[(chunk_id, score)] best first, exactly what the OR query `"p1" OR "p2" …` gives under
-    bm25() (as top_k for AND), or None when this path does not apply: a term held by some chunks but
-    too few for postings, more than ANY_MAX terms, and top_k's other cases. A term no chunk holds
-    adds nothing to any score, so it is left out; the rest is every subset's AND, a chunk's best."""
-    if not phrases or len(phrases) > MAX_TERMS or not all(p.isalnum() for p in phrases):
-        return None
-    return _snapshot(con, lambda: _top_k(con, phrases, [float(w) for w in weights], limit, any_of=True))
-
-
-def top_k(con, phrases: list, weights, limit: int):
-    """[(chunk_id, score)] best first (ties by id), exactly what
-    `SELECT rowid, bm25(…) … MATCH '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25),
-    or None when this path does not apply: a phrase of several words, a term without postings,
-    chunks changed since the postings were made, fewer than `limit` chunks holding every term."""
+def top_k(con, phrases: list, weights, limit: int, any_of: bool = False):
+    """[(chunk_id, score)] best first (ties by id), exactly what `SELECT rowid, bm25(…) … MATCH
+    '"p1" AND "p2" …' ORDER BY bm25 LIMIT limit` gives (score = −bm25; `any_of`: the OR), or None when
+    this path does not apply: a phrase of several words, a term without postings, chunks changed since
+    the postings were made, fewer than `limit` chunks holding every term (AND), more than ANY_MAX (OR)."""
     if not phrases or len(phrases) > MAX_TERMS or not all(p.isalnum() for p in phrases):
         return None                          # a phrase of several words, a prefix, any FTS5 syntax
-    return _snapshot(con, lambda: _top_k(con, phrases, [float(w) for w in weights], limit))
-
-
-def _snapshot(con, read):
     own = not con.in_transaction
     if own:
         con.execute("BEGIN")                 # the postings, the pending list and FTS5's totals: one snapshot
     try:
-        return read()
+        return _top_k(con, phrases, [float(w) for w in weights], limit, any_of)
     finally:
         if own:
             con.execute("COMMIT")
 
 
-def _top_k(con, phrases, weights, limit, any_of=False):
+def top_k_any(con, phrases: list, weights, limit: int):
+    """top_k for the OR query `"p1" OR "p2" …`: every subset's AND, a chunk's best; a term no chunk
+    holds adds nothing to any score, so it is left out."""
+    return top_k(con, phrases, weights, limit, any_of=True)
+
+
+def _top_k(con, phrases, weights, limit, any_of):
     state = con.execute("SELECT rows, weights, lengths FROM common_state WHERE id=1").fetchone()
     if state is None or state[1] != state_key(weights):
         return None
@@ -183,16 +163,10 @@ def _top_k(con, phrases, weights, limit, any_of=False):
         union = groups.pop()
         df = sum(g[1] for g in groups)
         idf = math.log((rows - df + 0.5) / (df + 0.5))
-        if idf <= 0.0:
-            idf = 1e-6
-        terms.append(_Term(idf, groups, union[3]))
-    lengths = load_lengths(state[2])
-    if not any_of:
-        found = _best(terms, lengths, avgdl, limit)
-    elif len(terms) > ANY_MAX:
+        terms.append(_Term(idf if idf > 0.0 else IDF_FLOOR, groups, union[3]))
+    if any_of and len(terms) > ANY_MAX:
         return None
-    else:
-        found = _best_of_any(terms, lengths, avgdl, limit)
+    found = (_best_of_any if any_of else _best)(terms, load_lengths(state[2]), avgdl, limit)
     if found is not None:
         STATS["served"] += 1
     return found
@@ -232,12 +206,12 @@ class _Term:
 
     def __init__(self, idf: float, groups: list, union: bytes):
         self.idf, self.groups = idf, groups          # [(f, n, dmin, packed bitmap, packed ids or None)]
-        self._packed_union = union
+        self.union_raw = bytes(union)                # every chunk holding the term
         self.by_size = sorted(range(len(groups)), key=lambda j: -groups[j][1])
         self._raw: dict = {}
         self._int: dict = {}
         self._ids: dict = {}
-        self._union = self._union_raw = None
+        self._union = None
 
     def raw(self, j: int) -> bytes:
         got = self._raw.get(j)
@@ -261,19 +235,15 @@ class _Term:
             got.frombytes(self.groups[j][4])
         return got
 
-    def union(self) -> bytes:
-        """Every chunk holding the term, as bitmap bytes."""
+    def union(self) -> int:
         if self._union is None:
-            self._union = unpack(self._packed_union)
+            self._union = unpack(self.union_raw)
         return self._union
 
     def group_of(self, cid: int):
         """The index of the group holding the chunk, or None (the chunk lacks the term)."""
         pos, bit = cid >> 3, 1 << (cid & 7)
-        if self._union_raw is None:
-            u = self.union()
-            self._union_raw = u.to_bytes((u.bit_length() + 7) >> 3, "little")
-        if pos >= len(self._union_raw) or not self._union_raw[pos] & bit:
+        if pos >= len(self.union_raw) or not self.union_raw[pos] & bit:
             return None
         for j in self.by_size:
             raw = self.raw(j)
@@ -293,12 +263,10 @@ def _extract(bits: int, hint) -> list:
 
 
 def _best(terms: list, lengths, avgdl: float, limit: int, short: bool = False):
-    """Branch and bound over the terms, most telling (highest idf) first: a node is one frequency
-    group chosen per term so far, its chunks the AND of their bitmaps; its bound is the score of
-    those frequencies, plus each remaining term's highest, at the shortest length any chunk has.
-    A node bounded below the limit-th score found so far is cut, its lower-frequency siblings with
-    it; a node of few chunks is scored chunk by chunk. A term whose idf is FTS5's floor (in more
-    than half the chunks) cannot change a bound: it only filters (its union), never branches."""
+    """Branch and bound over the terms, highest idf first: a node is one frequency group per term so
+    far (the AND of their bitmaps), bounded by those frequencies plus each other term's highest at the
+    shortest length; a node bounded below the limit-th score is cut with its lower siblings, one of
+    few chunks is scored chunk by chunk. A term at FTS5's idf floor only filters, never branches."""
     m = len(terms)
     dlow = max(min(g[2] for g in t.groups) for t in terms)
     ub = [[t.idf * _part(g[0], dlow, avgdl) for g in t.groups] for t in terms]

@@ -53,7 +53,6 @@ class Config:
     embedding: Embedding = field(default_factory=Embedding)
     remotes: list = field(default_factory=list)
     max_file_bytes: int = 2_000_000
-    lines: dict = field(default_factory=dict)      # top-level key -> line, for later errors
 
     @property
     def db_path(self) -> Path:
@@ -101,53 +100,45 @@ def find_config(explicit: str | None = None) -> Path | None:
 def load_config(explicit: str | None = None) -> Config:
     path = find_config(explicit)
     cfg = Config(path=path, home=home_dir())
-    if path is None:
-        return cfg
-    from . import yaml
-    doc = yaml.load(str(path))
-    if doc is None:
-        return cfg
-    apply_doc(cfg, doc, str(path))
+    if path is not None:
+        from . import yaml
+        doc = yaml.load(str(path))
+        if doc is not None:
+            apply_doc(cfg, doc, str(path))
     return cfg
 
 
 # -- validation -------------------------------------------------------------------------------
 
+TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file_bytes", "home"}
+SOURCE_KEYS = {"name", "path", "include", "exclude"}
+EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
+                   "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
+REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
+_KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping", bool: "true or false",
+          float: "a number"}
+
+
 def _expect(value, kind, path, line, what):
-    names = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping",
-             bool: "true or false", float: "a number"}
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        ok = True
-    if not ok:
-        raise InputError(path, line, f"'{what}' must be {names[kind]}, not {type(value).__name__}")
+    # a bool is no number; a whole number is a float
+    if not isinstance(value, (int, float) if kind is float else kind) or \
+            (kind in (int, float) and isinstance(value, bool)):
+        raise InputError(path, line, f"'{what}' must be {_KINDS[kind]}, not {type(value).__name__}")
     return value
 
 
-def _at_least(value, minimum, path, line, what):
-    """A number below `minimum` (a negative size, a zero timeout) is refused at its line."""
-    if not value >= minimum:          # NaN too
-        raise InputError(path, line, f"'{what}' must be at least {minimum:g}, not {value:g}")
+def _field(mapping, key, kind, path, what=None, minimum=None):
+    """mapping[key] checked to be of `kind` (and at least `minimum`), or an error at its line."""
+    from .yaml import line_of  # loaded already: only a parsed config has lines
+    value = _expect(mapping[key], kind, path, line_of(mapping, key), what or key)
+    if minimum is not None and not value >= minimum:          # NaN too
+        raise InputError(path, line_of(mapping, key), f"'{what or key}' must be at least {minimum:g}, not {value:g}")
     return value
-
-
-def _keys(mapping, allowed, path, what):
-    from .yaml import check_keys
-    check_keys(mapping, allowed, path, what)
 
 
 def _resolve(base: Path, text: str) -> Path:
     p = Path(os.path.expanduser(str(text)))
     return p if p.is_absolute() else (base / p)
-
-
-def _paths(value, path, line, what, base):
-    from .yaml import line_of  # loaded already: only a parsed config has lines
-    if isinstance(value, str):
-        value = [value]
-    _expect(value, list, path, line, what)
-    return [_resolve(base, _expect(v, str, path, line_of(value, i), what))
-            for i, v in enumerate(value)]
 
 
 def _strings(value, path, line, what):
@@ -156,13 +147,6 @@ def _strings(value, path, line, what):
         value = [value]
     _expect(value, list, path, line, what)
     return [_expect(v, str, path, line_of(value, i), what) for i, v in enumerate(value)]
-
-
-TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file_bytes", "home"}
-SOURCE_KEYS = {"name", "path", "include", "exclude"}
-EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
-                   "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
-REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
 
 
 def _unknown_fields(doc, path: str) -> None:
@@ -188,26 +172,24 @@ def _unknown_fields(doc, path: str) -> None:
 
 
 def apply_doc(cfg: Config, doc, path: str) -> None:
+    """Fill `cfg` from a parsed config document; unknown keys are refused before anything is read."""
     from .yaml import line_of  # loaded already: only a parsed config has lines
-    _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")
+    _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")     # a scalar has no line
     _unknown_fields(doc, path)
     base = Path(path).parent
-    cfg.lines = {k: line_of(doc, k) for k in doc}
     if "home" in doc and not os.environ.get("RECALL_HOME"):
-        cfg.home = _resolve(base, _expect(doc["home"], str, path, line_of(doc, "home"), "home"))
+        cfg.home = _resolve(base, _field(doc, "home", str, path))
     if "sources" in doc:
         cfg.sources = _sources(doc["sources"], path, line_of(doc, "sources"), base)
     for key in ("secrets", "inventory"):
-        if key in doc and doc[key] is not None:
-            setattr(cfg, key, _paths(doc[key], path, line_of(doc, key), key, base))
+        if doc.get(key) is not None:
+            setattr(cfg, key, [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)])
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
         cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"))
     if "max_file_bytes" in doc:
-        line = line_of(doc, "max_file_bytes")
-        cfg.max_file_bytes = _at_least(_expect(doc["max_file_bytes"], int, path, line, "max_file_bytes"),
-                                       1, path, line, "max_file_bytes")
+        cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
 
 
 def _sources(value, path, line, base):
@@ -217,20 +199,18 @@ def _sources(value, path, line, base):
     for i, item in enumerate(value):
         iline = line_of(value, i)
         _expect(item, dict, path, iline, "sources[]")
-        _keys(item, SOURCE_KEYS, path, "a source")
         if "path" not in item:
             raise InputError(path, iline, "a source needs a 'path'")
-        src_path = _resolve(base, _expect(item["path"], str, path, line_of(item, "path"), "path"))
+        src_path = _resolve(base, _field(item, "path", str, path))
         name = item.get("name") or src_path.name
         _expect(name, str, path, line_of(item, "name"), "name")
         if name in seen:
-            raise InputError(path, line_of(item, "name", getattr(item, "line", None)), f"duplicate source name '{name}'")
+            raise InputError(path, line_of(item, "name", item.line), f"duplicate source name '{name}'")
         seen.add(name)
         src = Source(name=name, path=src_path, line=iline)
-        if "include" in item:
-            src.include = _strings(item["include"], path, line_of(item, "include"), "include")
-        if "exclude" in item:
-            src.exclude = _strings(item["exclude"], path, line_of(item, "exclude"), "exclude")
+        for key in ("include", "exclude"):
+            if key in item:
+                setattr(src, key, _strings(item[key], path, line_of(item, key), key))
         out.append(src)
     return out
 
@@ -239,17 +219,15 @@ def _embedding(value, path, line):
     from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, dict, path, line, "embedding")
     emb = Embedding()
-    types = EMBEDDING_TYPES
-    _keys(value, set(types), path, "embedding")
-    for key, kind in types.items():
+    for key, kind in EMBEDDING_TYPES.items():
         if key in value:
-            setattr(emb, key, _expect(value[key], kind, path, line_of(value, key), f"embedding.{key}"))
+            setattr(emb, key, _field(value, key, kind, path, f"embedding.{key}"))
     if emb.provider not in ("voyage", "local", "none"):
         raise InputError(path, line_of(value, "provider"),
                          f"unknown embedding provider '{emb.provider}'", hint="use voyage, local or none")
     for key, minimum in (("token_cap", 0), ("batch_size", 1), ("dimension", 0)):
         if key in value:
-            _at_least(getattr(emb, key), minimum, path, line_of(value, key), f"embedding.{key}")
+            _field(value, key, int, path, f"embedding.{key}", minimum)
     return emb
 
 
@@ -260,22 +238,16 @@ def _remotes(value, path, line):
     for i, item in enumerate(value):
         iline = line_of(value, i)
         _expect(item, dict, path, iline, "remotes[]")
-        _keys(item, REMOTE_KEYS, path, "a remote")
         for req in ("name", "host"):
             if req not in item:
                 raise InputError(path, iline, f"a remote needs a '{req}'")
-        rem = Remote(name=_expect(item["name"], str, path, line_of(item, "name"), "name"),
-                     host=_expect(item["host"], str, path, line_of(item, "host"), "host"))
-        if "path" in item:
-            rem.path = _expect(item["path"], str, path, line_of(item, "path"), "path")
-        if "config" in item:
-            rem.config = _expect(item["config"], str, path, line_of(item, "config"), "config")
-        if "ssh_config" in item:
-            rem.ssh_config = os.path.expanduser(
-                _expect(item["ssh_config"], str, path, line_of(item, "ssh_config"), "ssh_config"))
+        rem = Remote(name=_field(item, "name", str, path), host=_field(item, "host", str, path))
+        for key in ("path", "config", "ssh_config"):
+            if key in item:
+                text = _field(item, key, str, path)
+                setattr(rem, key, os.path.expanduser(text) if key == "ssh_config" else text)
         if "timeout" in item:
-            rem.timeout = float(_at_least(_expect(item["timeout"], float, path, line_of(item, "timeout"), "timeout"),
-                                          0.1, path, line_of(item, "timeout"), "timeout"))
+            rem.timeout = float(_field(item, "timeout", float, path, minimum=0.1))
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)

@@ -43,12 +43,6 @@ def rrf(lists: dict, k: int = RRF_K, weights: dict | None = None) -> dict:
     return fused
 
 
-def tier_of(info: dict) -> int:
-    """The first sort key: how many of the query's identifiers a candidate holds exactly, on the
-    routes where that decides (a lookup, the keyword list alone); 0 in a fused question."""
-    return info.get("tier", 0)
-
-
 def final_score(tier: int, relevance: float, factor: float) -> float:
     """The identifier tier, then relevance × recency squashed into [0, 1): one float that sorts
     as (tier, relevance × recency) — recency never lifts a note over one naming the identifier."""
@@ -56,43 +50,37 @@ def final_score(tier: int, relevance: float, factor: float) -> float:
     return tier + r / (1.0 + r)
 
 
-def keyword_only(kw: list) -> list:
-    """The keyword list as candidates: its identifier holders first, then BM25."""
-    return [(cid, s, {"tier": info["exact_identifiers"], "lists": {"keyword": dict(info, rank=i, score=round(s, 4))}})
-            for i, (cid, s, info) in enumerate(kw, start=1)]
+def _per_list(kw: list, vec: list):
+    """({chunk_id: its keyword list entry}, {chunk_id: its vector list entry}), ranks from 1."""
+    return ({cid: dict(info, rank=rank, score=round(s, 4)) for rank, (cid, s, info) in enumerate(kw, start=1)},
+            {cid: {"rank": rank, "similarity": round(sim, 4)} for rank, (cid, sim) in enumerate(vec, start=1)})
+
+
+def _lists(cid, kw_at: dict, vec_at: dict) -> dict:
+    lists = {"keyword": kw_at[cid]} if cid in kw_at else {}
+    if cid in vec_at:
+        lists["vector"] = vec_at[cid]
+    return lists
 
 
 def fuse(kw: list, vec: list, k: int | None = None, weights: dict | None = None) -> list:
-    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]
-    candidates, each with its rank and score in every list it came from. Relevance is the lists'
-    scaled scores, weighted and summed (or, with FUSION "rrf", the RRF score of the vector list, the
-    keyword list and the keyword list's identifier holders); holding an identifier is one bounded
-    signal among the others: an identifier-looking word inside a question never lifts a chunk into
-    a tier above the fused results."""
+    """Keyword [(cid, score, info)] and vector [(cid, similarity)] lists → [(cid, relevance, info)]:
+    the lists' scaled scores weighted and summed (FUSION "rrf": the RRF of the vector list, the
+    keyword list and its identifier holders); an identifier in a question is one bounded signal."""
     weights = FUSION_WEIGHTS if weights is None else weights
-    k = k or FUSION_K
     lists = {"vector": [c for c, _ in vec]}
     if kw:
         lists["keyword"] = [c for c, _, _ in kw]
         held = [c for c, _, info in kw if info["exact_identifiers"]]
         if held:
             lists["identifiers"] = held
-    kw_at = {cid: (rank, score, info) for rank, (cid, score, info) in enumerate(kw, start=1)}
-    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
-    fused = rrf(lists, k, weights)
+    kw_at, vec_at = _per_list(kw, vec)
     scaled = _convex(kw, vec, weights) if FUSION == "convex" else None
     scored = []
-    for cid, (score, _ranks) in fused.items():
-        per_list = {}
-        if cid in kw_at:
-            rank, s, info = kw_at[cid]
-            per_list["keyword"] = dict(info, rank=rank, score=round(s, 4))
-        if cid in vec_at:
-            rank, sim = vec_at[cid]
-            per_list["vector"] = {"rank": rank, "similarity": round(sim, 4)}
+    for cid, (score, _ranks) in rrf(lists, k or FUSION_K, weights).items():
         relevance = score if scaled is None else scaled[cid]
-        info = {"lists": per_list, ("rrf" if scaled is None else "scaled"): round(relevance, 6)}
-        scored.append((cid, relevance, info))
+        scored.append((cid, relevance, {"lists": _lists(cid, kw_at, vec_at),
+                                        ("rrf" if scaled is None else "scaled"): round(relevance, 6)}))
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored
 
@@ -106,8 +94,8 @@ def _unit(pairs: list) -> dict:
 
 
 def _convex(kw: list, vec: list, weights: dict) -> dict:
-    """Score fusion: {chunk_id: each list's score scaled into [0, 1] (its best 1, its last 0),
-    summed with the lists' weights; holding an identifier adds CONVEX_IDENT × its weight}."""
+    """{chunk_id: the lists' scores scaled into [0, 1], weighted and summed, + CONVEX_IDENT × its
+    weight for an identifier holder}."""
     v = _unit(list(vec))
     b = _unit([(c, s) for c, s, _ in kw])
     held = {c for c, _, info in kw if info["exact_identifiers"]}
@@ -116,20 +104,12 @@ def _convex(kw: list, vec: list, weights: dict) -> dict:
 
 
 def keyword_first(kw: list, vec: list) -> list:
-    """A lookup asked in hybrid mode (or a question a note holds word for word): the keyword list as
-    it stands, then the vector list's other chunks after it (relevance 0) — neighbours in meaning
-    never displace the exact match."""
-    vec_at = {cid: (rank, sim) for rank, (cid, sim) in enumerate(vec, start=1)}
-    scored = []
-    for rank, (cid, s, info) in enumerate(kw, start=1):
-        lists = {"keyword": dict(info, rank=rank, score=round(s, 4))}
-        if cid in vec_at:
-            lists["vector"] = {"rank": vec_at[cid][0], "similarity": round(vec_at[cid][1], 4)}
-        scored.append((cid, s, {"tier": info["exact_identifiers"], "lists": lists}))
-    held = {cid for cid, _, _ in kw}
-    scored += [(cid, 0.0, {"lists": {"vector": {"rank": rank, "similarity": round(sim, 4)}}})
-               for cid, (rank, sim) in vec_at.items() if cid not in held]
-    return scored
+    """The keyword list as it stands (its identifier holders first), then the vector list's other
+    chunks (relevance 0): neighbours in meaning never displace an exact match."""
+    kw_at, vec_at = _per_list(kw, vec)
+    scored = [(cid, s, {"tier": info["exact_identifiers"], "lists": _lists(cid, kw_at, vec_at)})
+              for cid, s, info in kw]
+    return scored + [(cid, 0.0, {"lists": {"vector": entry}}) for cid, entry in vec_at.items() if cid not in kw_at]
 
 
 def file_support(scored: list, file_of: dict, share: float) -> dict:

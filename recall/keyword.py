@@ -22,8 +22,8 @@ def bm25_list(con, q: Query, limit: int) -> dict:
     phrases = list(q.phrases)
     if not phrases:
         return {}
-    # Chunks holding every term are asked for first: when they are enough, the OR query (which
-    # scores every chunk holding any common word) is not run.
+    # the chunks holding every term first: when they are enough, the OR (which scores every chunk
+    # holding any of them) is not run
     found = top_k(con, phrases, WEIGHTS, limit) if q.plain else None
     if found is None and len(phrases) > 1:
         found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("AND"), limit))]
@@ -37,22 +37,20 @@ def bm25_list(con, q: Query, limit: int) -> dict:
 
 def holders(con, q: Query, chunk_ids=None) -> dict:
     """{chunk_id: how many of the query's identifiers it holds exactly}, among `chunk_ids` if given."""
+    ids = None if chunk_ids is None else list(chunk_ids)
+    if ids == []:
+        return {}
+    among = "" if ids is None else f" AND chunk_id IN ({','.join('?' * len(ids))})"
     exact: dict = {}
     for term in q.identifiers:
-        if chunk_ids is None:
-            rows = con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,))
-        else:
-            ids = list(chunk_ids)
-            rows = con.execute(f"SELECT chunk_id FROM idents WHERE term=? AND chunk_id IN ({','.join('?' * len(ids))})",
-                               [term] + ids) if ids else []
-        for (cid,) in rows:
+        for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?" + among, [term] + (ids or [])):
             exact[cid] = exact.get(cid, 0) + 1
     return exact
 
 
 def _named_after(con, q: Query, exact: dict) -> None:
-    """The page named after the identifier (alerts/RouterErrorRatioTooHigh.md) is about it: it
-    counts as holding one identifier more than pages that only mention it."""
+    """The page named after the identifier (alerts/RouterErrorRatioTooHigh.md) counts as holding
+    one identifier more than pages that only mention it."""
     wanted = set(q.identifiers)
     for part, marks in in_batches(list(exact)):
         for cid, rel in con.execute(f"SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
@@ -62,9 +60,8 @@ def _named_after(con, q: Query, exact: dict) -> None:
 
 
 def word_for_word(con, q: Query, candidates: list) -> set:
-    """The candidates holding the whole query word for word (a pasted message: "x509: certificate
-    signed by unknown authority"). Read here rather than asked of FTS5: a phrase query reads every
-    position of common words."""
+    """The candidates holding the whole query word for word (a pasted message), read here: an FTS5
+    phrase query reads every position of common words."""
     if len(q.tokens) < 3 or not candidates:
         return set()
     part = candidates[:PHRASE_CHECK]
@@ -74,11 +71,9 @@ def word_for_word(con, q: Query, candidates: list) -> set:
 
 
 def keyword_ranked(con, q: Query, limit: int) -> list:
-    """[(chunk_id, bm25, info)] best first: chunks holding the query's identifiers exactly (or the
-    whole query word for word) come first — INC-10963 beats a note saying "INC 10963" — then BM25.
-    The score is BM25 itself (≥ 0), unsquashed, so the recency prior keeps its proportions; `info`
-    says how many identifiers a chunk holds (`exact_identifiers`) and whether it holds the whole
-    query (`word_for_word`)."""
+    """[(chunk_id, bm25 ≥ 0, info)] best first: the holders of the query's identifiers (or of the
+    whole query word for word) first — INC-10963 beats "INC 10963" — then BM25. `info` holds
+    `exact_identifiers`, `bm25` and `word_for_word`."""
     exact = holders(con, q)
     bm25 = bm25_list(con, q, limit)
     missing = [cid for cid in exact if cid not in bm25] if q.phrases else []

@@ -16,7 +16,7 @@ COMMAND_TOKENS = 6            # a flag in a query this short makes it a command,
 @dataclass(frozen=True)
 class Route:
     """Which lists a search reads: `kind` is keyword, semantic or hybrid; `reason` says why a
-    search took a route other than the one its mode names ("" when it is the mode's own)."""
+    search took a route other than its mode's own ("" when it did not)."""
     kind: str
     reason: str = ""
 
@@ -48,16 +48,6 @@ class Query:
         return not self.identifiers and all(" " not in p for p in self.phrases)
 
 
-def check_query(text: str) -> str:
-    text = (text or "").strip()
-    if not text:
-        raise RecallError("empty query", "say what to look for, e.g. recall search 'INC-10963'")
-    if len(text) > MAX_QUERY_CHARS:
-        raise RecallError(f"the query is {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}",
-                          "search for its most distinctive words or identifiers")
-    return text
-
-
 def is_flag(token: str) -> bool:
     """`--ignore-daemonsets`, `-n`: an option of a command line."""
     body = token.lstrip("-")
@@ -67,7 +57,7 @@ def is_flag(token: str) -> bool:
 def lookup_of(text: str, tokens: list) -> str:
     """Why a query is a lookup of one exact thing, or "": made only of identifiers (or one token
     holding punctuation), a command with a flag, or a string in quotes (a pasted error message)."""
-    if terms.is_identifier_query(text) or (len(tokens) == 1 and not tokens[0].isalnum()):
+    if terms.is_identifier_query(tokens) or (len(tokens) == 1 and not tokens[0].isalnum()):
         return "identifier"             # also one token of code: _netdev, RespectIgnoreDifferences=true
     if len(tokens) <= COMMAND_TOKENS and any(is_flag(t) for t in text.split()):
         return "command with flags"
@@ -77,14 +67,16 @@ def lookup_of(text: str, tokens: list) -> str:
 
 
 def parse_query(text: str) -> Query:
-    text = check_query(text)
+    text = (text or "").strip()
+    if not text:
+        raise RecallError("empty query", "say what to look for, e.g. recall search 'INC-10963'")
+    if len(text) > MAX_QUERY_CHARS:
+        raise RecallError(f"the query is {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}",
+                          "search for its most distinctive words or identifiers")
     tokens = terms.query_tokens(text)
-    phrases = [" ".join(ws) for ws in (terms.words(t) for t in tokens) if ws]
-    content = [p for p in phrases if p not in terms.QUERY_SKIP]
     return Query(text=text, tokens=tuple(tokens),
                  identifiers=tuple(dict.fromkeys(t.lower().strip("-.") for t in tokens if terms.is_identifier(t))),
-                 phrases=tuple(dict.fromkeys(content or phrases)), words=tuple(terms.words(text)),
-                 lookup=lookup_of(text, tokens))
+                 phrases=tuple(terms.phrases(tokens)), words=tuple(terms.words(text)), lookup=lookup_of(text, tokens))
 
 
 def route_for(mode: str, query: Query, provider: str) -> Route:
@@ -97,8 +89,7 @@ def route_for(mode: str, query: Query, provider: str) -> Route:
     if mode in ("semantic", "hybrid"):
         if provider == "none":
             raise RecallError(f"--mode {mode} needs an embedding provider, and none is configured",
-                              "set embedding.provider to voyage or local in the config, "
-                              "then run 'recall index'")
+                              "set embedding.provider to voyage or local in the config, then run 'recall index'")
         return Route(mode)
     if query.lookup:
         return Route("keyword", query.lookup)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from . import fusion
 from .errors import RecallError
-from .fusion import final_score, recency_factor, rrf, tier_of  # noqa: F401 (re-exported: vault, remote, tests)
+from .fusion import final_score, recency_factor, rrf  # noqa: F401 (re-exported: vault, remote, tests)
 from .keyword import holders, keyword_ranked
-from .query import MODES, NO_PROVIDER, Query, Route, check_query, parse_query, route_for  # noqa: F401 (the faces')
+from .query import MODES, NO_PROVIDER, Query, Route, parse_query, route_for  # noqa: F401 (the faces')
 from .snippets import QueryTerms, mark, point_at_section, snippet, snippet_spans  # noqa: F401 (snippet: re-exported)
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
@@ -46,9 +46,7 @@ class Hit:
 
     def public(self) -> dict:
         out = {k: getattr(self, k) for k in self.PUBLIC}
-        out["highlights"] = [list(span) for span in self.highlights]
-        out["read"] = self.read
-        out["score"] = round(self.score, 6)
+        out.update(highlights=[list(span) for span in self.highlights], read=self.read, score=round(self.score, 6))
         if self.explain:
             out["explain"] = self.explain
         return out
@@ -64,18 +62,14 @@ class SearchResult:
     notices: list = field(default_factory=list)     # one-line remarks — a remote down, no provider …
 
     def public(self) -> dict:
-        return {"query": self.query, "mode": self.mode, "route": str(self.route),
-                "access": self.access, "hits": [h.public() for h in self.hits],
-                "notices": self.notices}
+        return {"query": self.query, "mode": self.mode, "route": str(self.route), "access": self.access,
+                "hits": [h.public() for h in self.hits], "notices": self.notices}
 
 
 @dataclass(frozen=True)
 class SearchHooks:
-    """What the faces wire into a search: `ask_remotes(cfg, query, n, mode)` (remote.ask_remotes:
-    starts asking the remotes, its job merges their hits in), `pins(con, cfg, result)`
-    (inventory.pin_access: the access blocks first), the vault's `require_open(con, cfg)` (a vault
-    that holds values but cannot be opened here: nothing is shown) and `load_values` (a Voyage
-    key kept in the vault)."""
+    """What the faces wire in: `ask_remotes(cfg, query, n, mode)` (a job that merges the remotes'
+    hits), `pins(con, cfg, result)`, the vault's `require_open(con, cfg)` and `load_values`."""
     ask_remotes: object = None
     pins: object = None
     require_open: object = None
@@ -85,7 +79,7 @@ class SearchHooks:
 @dataclass(frozen=True)
 class VectorList:
     """`run(query text, limit) -> [(chunk_id, similarity)]`; `own_connection`: it reads on a
-    connection of its own, so it can run beside the keyword list and in another snapshot."""
+    connection of its own, so it can run beside the keyword list."""
     run: object
     own_connection: bool = False
 
@@ -103,8 +97,7 @@ def _load_chunks(con, ids: list) -> dict:
 
 
 def _gone(con, scored: list) -> bool:
-    """Whether a chunk the vector list named (on its own connection) is missing from this
-    connection's snapshot of the index."""
+    """Whether a chunk the vector list named (on its own connection) is missing from this snapshot."""
     from .db import in_batches
     ids = list(dict.fromkeys(cid for cid, _, info in scored if "vector" in info["lists"]))
     found = sum(con.execute(f"SELECT count(*) FROM chunks WHERE id IN ({marks})", part).fetchone()[0]
@@ -112,23 +105,21 @@ def _gone(con, scored: list) -> bool:
     return found < len(ids)
 
 
-def shape(con, cfg, q: Query, got, n: int, explain: bool) -> list:
-    """Apply recency to each candidate's relevance, sort, keep at most PER_FILE chunks per file,
-    build Hits from `got` (Candidates); a candidate's tier comes from its info."""
-    scored, rows = got.scored, got.rows
+def shape(con, cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
+    """Recency on each candidate's relevance, sorted, at most PER_FILE chunks a file: up to `n` Hits."""
     roots = {s.name: Path(s.path) for s in cfg.sources}
     today = _date.today()
     qt = QueryTerms(q)
-    support = fusion.file_support(scored, {cid: r["file_id"] for cid, r in rows.items()}, got.file_share)
+    support = fusion.file_support(got.scored, {cid: r["file_id"] for cid, r in got.rows.items()}, got.file_share)
     final = []
-    for cid, score, info in scored:
-        row = rows.get(cid)
+    for cid, score, info in got.scored:
+        row = got.rows.get(cid)
         if row is None:
             continue
         factor = recency_factor(row["date"], today) if got.recency else 1.0
         if support.get(cid):
             info = dict(info, file_support=round(support[cid], 6))
-        final.append((final_score(tier_of(info), score + support.get(cid, 0.0), factor), factor, cid, info, row))
+        final.append((final_score(info.get("tier", 0), score + support.get(cid, 0.0), factor), factor, cid, info, row))
     final.sort(key=lambda x: -x[0])
     per_file: dict = {}
     hits = []
@@ -141,8 +132,7 @@ def shape(con, cfg, q: Query, got, n: int, explain: bool) -> list:
                   path=str(root / row["relpath"]) if root else row["relpath"],
                   line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
                   score=score, date=row["date"] or "", chunk_id=cid, file_id=row["file_id"])
-        body = point_at_section(hit, row["body"], qt)
-        hit.snippet, hit.highlights = snippet_spans(body, qt)
+        hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
         if explain:
             hit.explain = dict(info, recency=round(factor, 4), rank=len(hits) + 1)
         hits.append(hit)
@@ -154,57 +144,52 @@ def shape(con, cfg, q: Query, got, n: int, explain: bool) -> list:
 def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rerank: bool = False,
            explain: bool = False, remotes: bool = True, hooks: SearchHooks | None = None,
            vector_search: VectorList | None = None) -> SearchResult:
-    """Search the notes. The faces wire the vault, the inventory and the remotes in by `hooks`;
-    `vector_search` stands in for the configured provider's vector list (tests), else it is built
-    only when the route reads vectors, so keyword-only searches never load it."""
+    """Search the notes. `vector_search` stands in for the provider's vector list (tests); else it
+    is built only when the route reads vectors."""
     hooks = hooks or SearchHooks()
-    q = query if isinstance(query, Query) else parse_query(query)      # parsed once, by the caller or here
+    q = query if isinstance(query, Query) else parse_query(query)
     if n < 1:
         raise RecallError("-n must be at least 1")
     if hooks.require_open is not None:
         hooks.require_open(con, cfg)
     route = route_for(mode, q, cfg.embedding.provider)
-    # remotes start asking now, in the background; their hits are merged in at the end. Bad input asks nobody.
+    # the remotes are asked now, in the background, and merged in at the end; bad input asks nobody
     remote_job = hooks.ask_remotes(cfg, q.text, n, mode) if remotes and hooks.ask_remotes is not None else None
     started = time.perf_counter()
     notices: list = []
     if route.vectors and vector_search is None:
         vector_search = vector_searcher(con, cfg, notices, hooks.load_values)
-    # a search reads its lists and the chunks they name in one snapshot: an index run committing in
-    # between (a note rewritten, its chunks under new ids) cannot leave a list naming chunks gone. The
-    # vector list reads (and writes its query's vector) on a connection of its own: chunks it names
-    # that this snapshot lacks mean an index run came between the two, and the search is read again.
-    # (A rerank writes its paid request to the ledger on this connection, so it reads as before.)
+    # the lists and the chunks they name are read in one snapshot; the vector list reads on its own
+    # connection, so a chunk it names that this snapshot lacks (an index run between) reads it again.
+    # A rerank writes its paid request to the ledger on this connection: no snapshot then.
     own = not con.in_transaction and not rerank and (not route.vectors or vector_search.own_connection)
     for attempt in (1, 2):
         if own:
             con.execute("BEGIN")
         try:
-            got = ranked_hits(con, cfg, q, route, n, explain=explain, rerank=rerank, vector_search=vector_search,
-                              notices=notices, auto=mode == "auto", load_values=hooks.load_values)
-            again = own and attempt == 1 and got[0].vectors and _gone(con, got[2])
+            taken, hits, scored = ranked_hits(con, cfg, q, route, n, explain, rerank, vector_search, notices,
+                                              mode == "auto", hooks.load_values)
+            again = own and attempt == 1 and taken.vectors and _gone(con, scored)
         finally:
             if own:
                 con.execute("COMMIT")
         if not again:
             break
-    route, hits, scored = got
-    result = SearchResult(query=q.text, mode=mode, route=route, hits=hits, notices=notices)
+    result = SearchResult(query=q.text, mode=mode, route=taken, hits=hits, notices=notices)
     if hooks.pins is not None:
         hooks.pins(con, cfg, result)
     if remote_job is not None:
         remote_job.merge_into(result, n)
     if explain:
-        result.notices.append(f"route: {route}; {len(scored)} candidates; "
+        result.notices.append(f"route: {taken}; {len(scored)} candidates; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")
     return result
 
 
 @dataclass
 class Candidates:
-    """What a route's lists give the shaping: the route taken (a hybrid search may turn
-    keyword-first), [(chunk_id, relevance, info)], the chunks' rows, whether the lists ran out,
-    file support's share and whether recency weighs in."""
+    """A route's lists fused: the route taken (a hybrid search may turn keyword-first),
+    [(chunk_id, relevance, info)], their rows, whether the lists ran out, file support, recency."""
     route: Route
     scored: list
     rows: dict
@@ -214,9 +199,8 @@ class Candidates:
 
 
 def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList | None) -> Candidates:
-    """The route's lists, fused. A hybrid search whose keyword list holds a lookup's match (or a
-    note holding the whole query word for word) is keyword-first: the vector list's other chunks
-    follow it."""
+    """The route's lists, fused. A hybrid search whose keyword list holds a lookup's match (or the
+    whole query word for word) is keyword-first."""
     if not route.vectors:
         kw, vec = keyword_ranked(con, q, pool), []
     elif route.kind == "hybrid" and vector_search.own_connection:
@@ -227,20 +211,16 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
     rows = _load_chunks(con, list(dict.fromkeys([c for c, _, _ in kw] + [c for c, _ in vec])))
     exhausted = len(kw) < pool and (not route.vectors or len(vec) < pool)
     if not route.vectors:
-        return Candidates(route, fusion.keyword_only(kw), rows, exhausted, fusion.FILE_SUPPORT, True)
+        return Candidates(route, fusion.keyword_first(kw, []), rows, exhausted, fusion.FILE_SUPPORT, True)
     if route.kind == "hybrid" and (q.lookup or any("word_for_word" in info for _, _, info in kw)):
         return Candidates(Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec), rows,
                           exhausted, fusion.FILE_SUPPORT, True)
-    scored = fusion.fuse(kw, vec)
-    return Candidates(route, scored, rows, exhausted, fusion.FUSED_FILE_SUPPORT, fusion.FUSED_RECENCY)
+    return Candidates(route, fusion.fuse(kw, vec), rows, exhausted, fusion.FUSED_FILE_SUPPORT, fusion.FUSED_RECENCY)
 
 
-def ranked_hits(con, cfg, q: Query, route: Route, n: int, *, explain=False, rerank=False,
-                vector_search=None, notices=None, auto=False, load_values=None):
-    """(route, hits, candidates): the keyword list alone, or keyword + vector lists fused by RRF;
-    then recency and the per-file cap, over-fetching until the page is full; then the reranker.
-    A vector route needs `vector_search` (search() builds it before its snapshot starts)."""
-    notices = notices if notices is not None else []
+def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vector_search, notices, auto,
+                load_values) -> tuple:
+    """(route, hits, candidates): the fused lists shaped, over-fetching until the page is full, reranked."""
     want = max(n, RERANK_POOL) if rerank else n
     pool = max(50, want * 5)
     while True:
@@ -252,7 +232,7 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, *, explain=False, rera
             notices.append(f"keyword results only: {exc}")
             route = Route("keyword", "vector search unavailable")
             continue
-        route, scored = got.route, got.scored
+        route = got.route
         hits = shape(con, cfg, q, got, want, explain)
         if len(hits) >= want or got.exhausted:
             break
@@ -266,12 +246,12 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, *, explain=False, rera
     if explain:
         for h in hits:
             h.explain["route"] = str(route)
-    return route, hits, scored
+    return route, hits, got.scored
 
 
 def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
-    """The vector list in a thread (on its own connection: SQLite and numpy release the GIL)
-    while this thread runs the keyword list — the two costs overlap instead of adding up."""
+    """The vector list in a thread (its own connection; SQLite and numpy release the GIL) while
+    this thread runs the keyword list."""
     import threading
     box: dict = {}
 
@@ -289,25 +269,18 @@ def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
     return box["vec"], kw
 
 
-def _own_connection(con):
-    """A second connection to the same DB file, through the same SQLite library; None for :memory:."""
+def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
+    """The configured model's vector list, on a connection of its own (None for :memory:); the
+    query is embedded (or read from the cache) only once vectors are known to exist."""
     from . import db
     from .vectors import has_vec
-    path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
-    if not path:
-        return None
-    # the same SQLite library as `con`: two libraries on one file in one process break its locks
-    side = db.connect(path, readonly=True, vectors=has_vec(con) or type(con).__module__.startswith("sqlean"))
-    side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
-    return side
-
-
-def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
-    """`(query, limit) -> [(chunk id, similarity)]` over the configured model's vectors; the query
-    is embedded (or read from the cache) only once vectors are known to exist. It works on its
-    own connection, so it can run beside the keyword list."""
     memo: dict = {}
-    side = _own_connection(con)
+    path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
+    side = None
+    if path:
+        # the same SQLite library as `con`: two libraries on one file in one process break its locks
+        side = db.connect(path, readonly=True, vectors=has_vec(con) or type(con).__module__.startswith("sqlean"))
+        side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
     con_ = side or con
 
     def run(query: str, limit: int) -> list:
@@ -333,15 +306,14 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
 
 
 def query_key(query: str) -> str:
-    """What the query-vector cache is keyed by: a hash, so a query holding something the user
-    pasted by mistake (a token) is not kept in the DB as text."""
+    """The query-vector cache's key: a hash, so a token pasted by mistake is not kept as text."""
     import hashlib
     return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
-    """The query's vector: from the DB cache when this model embedded it before (no model load,
-    no request), else from the provider — then cached."""
+    """The query's vector: from the DB cache when this model embedded it before, else from the
+    provider — then cached."""
     from . import db, embed
     from .vectors import pack, unpack
     fp = embed.fingerprint(cfg.embedding, "query")

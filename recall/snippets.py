@@ -7,6 +7,11 @@ from . import terms
 from .query import Query, parse_query
 
 _TEXT_TOKEN = re.compile(r"[^\W_](?:[\w.\-]*\w)?")     # a word, or an identifier with its inner . - _
+_EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
+_HEADING_MARK = re.compile(r"(?m)^ {0,3}#{1,6}[ \t]+")       # the breadcrumb already names the heading
+_INNER_HEADING = re.compile(r"\n {0,3}(?:#{1,6}(?:[ \t]|$)|(?:=+|-+)[ \t]*(?:\n|$))")
+_ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_SETEXT_LINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
 
 
 class QueryTerms:
@@ -15,8 +20,7 @@ class QueryTerms:
 
     def __init__(self, q: Query):
         self.exact = set(q.identifiers)
-        plain = [w for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())]
-        self.stems = {terms.stem(w) for w in plain}
+        self.stems = {terms.stem(w) for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())}
         self._seen: dict = {}        # token → term or None: a note repeats its words
 
     def match(self, token: str):
@@ -29,50 +33,38 @@ class QueryTerms:
         low = token.lower()
         if low in self.exact:
             return low
-        if "." in low:
-            parts = low.split(".")
-            for i in range(len(parts) - 1, 0, -1):
-                if ".".join(parts[:i]) in self.exact:
-                    return ".".join(parts[:i])
-        if low.isalnum():
-            st = terms.stem(low)
-            return st if st in self.stems else None
-        return None
+        parts = low.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            if ".".join(parts[:i]) in self.exact:
+                return ".".join(parts[:i])
+        st = terms.stem(low) if low.isalnum() else None
+        return st if st in self.stems else None
 
     def find(self, text: str) -> list:
         """[(start, end, term)] of whole tokens of `text` that are query terms; an identifier
         such as INC-8214 is one token, never cut at its hyphen."""
         out = []
         for m in _TEXT_TOKEN.finditer(text):
-            term = self.match(m.group(0))
-            if term is None and ("-" in m.group(0) or "." in m.group(0)):
+            token = m.group(0)
+            term = self.match(token)
+            if term is None and ("-" in token or "." in token):
                 # a word inside a compound the query names as words: "jump host" in jump-host
-                words = [w for w in re.split(r"[.\-]", m.group(0)) if w]
+                words = [w for w in re.split(r"[.\-]", token) if w]
                 if words and all(self.match(w) for w in words):
-                    term = m.group(0).lower()
+                    term = token.lower()
             if term is not None:
                 out.append((m.start(), m.end(), term))
         return out
 
 
-_EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
-_HEADING_MARK = re.compile(r"(?m)^ {0,3}#{1,6}[ \t]+")       # the breadcrumb already names the heading
-
-
-def query_terms(query) -> QueryTerms:
-    """The QueryTerms of a query given as text, a parsed Query, or already as QueryTerms."""
-    if isinstance(query, QueryTerms):
-        return query
-    return QueryTerms(query if isinstance(query, Query) else parse_query(query))
-
-
 def snippet_spans(text: str, query, width: int = 220):
     """(window, [(start, end)]): about `width` characters of `text` around its first query term,
-    flattened to one line without markdown emphasis or heading marks, and where the query's terms
-    are. `query`: its text, the parsed Query, or its QueryTerms."""
+    on one line without emphasis or heading marks, and where the terms are. `query`: its text, the
+    parsed Query, or its QueryTerms."""
     flat = " ".join(_EMPHASIS.sub("", _HEADING_MARK.sub("", text)).split())
-    qt = query_terms(query)
-    found = qt.find(flat)
+    if not isinstance(query, QueryTerms):
+        query = QueryTerms(query if isinstance(query, Query) else parse_query(query))
+    found = query.find(flat)
     start = 0
     if found:
         first = found[0][0]
@@ -81,9 +73,9 @@ def snippet_spans(text: str, query, width: int = 220):
             space = flat.find(" ", start)
             start = space + 1 if 0 <= space < first else start
     window = flat[start:start + width]
-    spans = [(s - start, e - start) for s, e, _ in found if s >= start and e <= start + len(window)]
     prefix = "…" if start else ""
-    spans = [(s + len(prefix), e + len(prefix)) for s, e in spans]
+    spans = [(s - start + len(prefix), e - start + len(prefix)) for s, e, _ in found
+             if s >= start and e <= start + len(window)]
     return prefix + window + ("…" if start + width < len(flat) else ""), spans
 
 
@@ -101,39 +93,26 @@ def snippet(text: str, query, width: int = 220) -> str:
     return mark(*snippet_spans(text, query, width))
 
 
-def best_section(sections: list, lines: list, first: int, qt) -> tuple:
-    """The (start, end, breadcrumb) among `sections` whose text holds the most distinct query
-    terms (the first on a tie); `lines` are the file's lines, `first` the 1-based line of lines[0]."""
-    best, best_n = sections[0], 0
-    for sec in sections:
-        text = "\n".join(lines[sec[0] - first:sec[1] - first + 1])
-        n = len({term for _, _, term in qt.find(text + " " + sec[2])})
-        if n > best_n:
-            best, best_n = sec, n
-    return best
-
-
-_INNER_HEADING = re.compile(r"\n {0,3}(?:#{1,6}(?:[ \t]|$)|(?:=+|-+)[ \t]*(?:\n|$))")
-_ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
-_SETEXT_LINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
+def _count(qt: QueryTerms, text: str) -> int:
+    return len({term for _, _, term in qt.find(text)})
 
 
 def point_at_section(hit, body: str, qt: QueryTerms) -> str:
-    """A chunk that merged several small sections (a short note is one chunk) is pointed at the
-    section holding the most query terms: its line, end line and heading path, and its text is
-    returned for the snippet. The file is read again; a file changed since indexing is left be."""
+    """A chunk that merged several small sections is pointed at the one holding the most query
+    terms (its line, end line, heading path), whose text is returned for the snippet. The file is
+    read again; a file changed since indexing is left be."""
     name = hit.relpath.lower()
     if not _INNER_HEADING.search(body) or not (".md" in name or ".markdown" in name or ".mkd" in name):
         return body
     # a rough cut at heading-like lines decides whether to look closer (chunk.py, the exact parser,
-    # is imported only then: `recall search` does not pay for it otherwise)
+    # is imported only then)
     body_lines = body.split("\n")
     starts = [i for i in range(1, len(body_lines)) if _ATX_LINE.match(body_lines[i])
               or (i + 1 < len(body_lines) and body_lines[i].strip() and _SETEXT_LINE.match(body_lines[i + 1]))]
     if not starts:
         return body
     cuts = [0] + starts + [len(body_lines)]
-    counts = [len({t for _, _, t in qt.find("\n".join(body_lines[a:b]))}) for a, b in zip(cuts, cuts[1:])]
+    counts = [_count(qt, "\n".join(body_lines[a:b])) for a, b in zip(cuts, cuts[1:])]
     if max(counts) <= counts[0]:
         return body                         # the chunk's own first section is the best: as stored
     from .chunk import is_markdown, sections_in
@@ -150,7 +129,12 @@ def point_at_section(hit, body: str, qt: QueryTerms) -> str:
     sections = sections_in(text, hit.line, hit.end_line)
     if len(sections) < 2:
         return body
-    start, end, crumb = best_section(sections, lines[hit.line - 1:hit.end_line], hit.line, qt)
-    start, end = max(start, hit.line), min(end, hit.end_line)
-    hit.line, hit.end_line, hit.breadcrumb = start, end, crumb
+    held = lines[hit.line - 1:hit.end_line]
+    best, best_n = sections[0], 0           # the most distinct terms; the first on a tie
+    for sec in sections:
+        n = _count(qt, "\n".join(held[sec[0] - hit.line:sec[1] - hit.line + 1]) + " " + sec[2])
+        if n > best_n:
+            best, best_n = sec, n
+    start, end = max(best[0], hit.line), min(best[1], hit.end_line)
+    hit.line, hit.end_line, hit.breadcrumb = start, end, best[2]
     return "\n".join(lines[start - 1:end])

@@ -7,6 +7,7 @@ import re
 _TOKEN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?")
 _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"^[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+){2,}$")   # KubePodCrashLooping, alert names
+_CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 
 # function words: never highlighted in a snippet, nor counted when a hit is pointed at its section
@@ -14,18 +15,12 @@ STOPWORDS = frozenset("""a an and are as at be been but by can could did do does
 how i if in into is it its me my of on or our so that the their them then there these they this to
 up was we were what when where which who why will with would you your about after again did does
 doing done get got""".split())
-# What a query drops: the words that make it a question — question words and auxiliaries ("how
-# was …", "what did we …", "can I …"; notes seldom hold them, so BM25 would weigh them like a topic
-# word) — and the eight words in more than half of all prose chunks (FTS5 gives those an idf of ~0:
-# dropping them changes no score and saves scoring every chunk they are in). The rest stay, weighed
-# by BM25: prepositions and particles carry the relation ("back up", "after the upgrade", "on call"),
-# pronouns the voice of a write-up; dropping all of STOPWORDS cost 0.04 MRR@10 on the dev set
-# (docs/BENCHMARKS.md, dev set rows 21–26).
+# What a query drops: the words that make it a question (notes seldom hold them, so BM25 would weigh
+# them like a topic word) and the eight in more than half of all prose chunks (an idf of ~0). The
+# other function words stay: they carry the relation ("back up", "after the upgrade", "on call").
 QUERY_SKIP = frozenset("""how what when where which who why are be been can could did do does had has
 have was were will would the a and of to in for is""".split())
-
-
-_CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+_SUFFIXES = ("ings", "ing", "ions", "ion", "edly", "ed", "es", "s", "e")
 
 
 def _camel_parts(token: str) -> int:
@@ -39,12 +34,10 @@ def is_identifier(token: str) -> bool:
     """A token someone would only type to find that exact thing."""
     if _UUID.match(token) or _CAMEL.match(token) or _camel_parts(token) >= 3:
         return True
-    has_digit = any(c.isdigit() for c in token)
-    has_alpha = any(c.isalpha() for c in token)
     if token.isdigit():
         return len(token) >= 4              # account ids, ticket numbers, ports are not
-    inner_punct = any(c in "-._" for c in token.strip("-._"))
-    return (has_digit and has_alpha) or inner_punct
+    has_digit_and_alpha = any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+    return has_digit_and_alpha or any(c in "-._" for c in token.strip("-._"))
 
 
 def identifiers(text: str) -> dict:
@@ -67,17 +60,11 @@ def identifiers(text: str) -> dict:
 
 def query_tokens(query: str) -> list:
     """The query split at white space, each stripped of surrounding punctuation and quotes."""
-    out = []
-    for raw in query.split():
-        token = raw.strip("\"'`()[]{}<>,;!?*:“”‘’")
-        if token:
-            out.append(token)
-    return out
+    return [t for t in (raw.strip("\"'`()[]{}<>,;!?*:“”‘’") for raw in query.split()) if t]
 
 
-def is_identifier_query(query: str) -> bool:
+def is_identifier_query(tokens: list) -> bool:
     """auto mode: queries made only of identifiers skip the vector path."""
-    tokens = query_tokens(query)
     if len(tokens) == 1 and _camel_parts(tokens[0]) >= 2 and not tokens[0][0].islower():
         return True        # a pasted name: EmergencyQuarantine, not a word typed in a sentence
     return bool(tokens) and len(tokens) <= 4 and all(is_identifier(t) for t in tokens)
@@ -88,26 +75,15 @@ def words(text: str) -> list:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def phrases(tokens: list) -> list:
+    """Each token's words as one FTS5 phrase, QUERY_SKIP's words dropped (unless nothing else is left), once each."""
+    found = [" ".join(ws) for ws in (words(t) for t in tokens) if ws]
+    return list(dict.fromkeys([p for p in found if p not in QUERY_SKIP] or found))
+
+
 def fts_query(query: str, op: str = "OR") -> str:
-    """A safe FTS5 query joining with `op` (OR / AND): each query token becomes a quoted phrase of
-    its words; no FTS syntax (quotes, *, -, :, NEAR, AND, parentheses) can reach SQLite."""
-    phrases = []
-    for token in query_tokens(query):
-        ws = words(token)
-        if ws:
-            phrases.append(ws)
-    content = [p for p in phrases if not (len(p) == 1 and p[0] in QUERY_SKIP)]
-    chosen = content or phrases
-    seen, parts = set(), []
-    for p in chosen:
-        key = " ".join(p)
-        if key not in seen:
-            seen.add(key)
-            parts.append('"' + key + '"')
-    return f" {op} ".join(parts)
-
-
-_SUFFIXES = ("ings", "ing", "ions", "ion", "edly", "ed", "es", "s", "e")
+    """A safe FTS5 query joining the query's phrases with `op`: no FTS syntax can reach SQLite."""
+    return f" {op} ".join(f'"{p}"' for p in phrases(query_tokens(query)))
 
 
 def stem(word: str) -> str:
