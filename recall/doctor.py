@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .errors import InputError, MissingExtra, RecallError
 from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, finish_probes, start_probes
 
 PREREQUISITE_BUDGET = 0.8   # seconds for every prerequisite's check, side by side (doctor answers within 1 s)
@@ -34,15 +35,14 @@ class _Context:
 
 
 def run_doctor(config: str | None = None, *, thorough: bool = False, extras: bool = True) -> list:
-    """Every check, in the order a user reads them (config errors first); never raises for a
-    broken part: a check that cannot run says why, and the others still run. `extras=False`
-    leaves out the import probes (tests of the other checks)."""
+    """Every check, in the order a user reads them (config errors first); a check that cannot run
+    says why, and the others still run. `extras=False` leaves out the import probes."""
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
     probes = start_probes(thorough) if extras else []   # children first: they take the longest
     cfg, errors = load_config_leniently(config)
-    with ThreadPoolExecutor(max(1, len(cfg.remotes))) as pool, ThreadPoolExecutor(8) as checks_pool:
-        remote_jobs = [(rem, pool.submit(_remote_check, cfg, rem)) for rem in cfg.remotes]
-        prerequisite_jobs = _start_prerequisites(cfg, checks_pool)
+    with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
+        remotes = [pool.submit(_remote_check, cfg, rem) for rem in cfg.remotes]
+        jobs = [pool.submit(_prerequisite, e) for e in _prerequisites(cfg)] + remotes
         ctx = _Context(cfg, errors, con=_open_index(cfg))
         try:
             checks = [check for section in SECTIONS for check in section(ctx)]
@@ -50,8 +50,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
         finally:
             if ctx.con is not None:
                 ctx.con.close()
-        checks += _finish_prerequisites(prerequisite_jobs)
-        checks += [job.result() for _, job in remote_jobs]
+        checks += [job.result() for job in jobs]
     return checks + embedding + [Check(*found) for found in finish_probes(probes, deadline)]
 
 
@@ -59,7 +58,6 @@ def load_config_leniently(explicit: str | None):
     """(config, errors): the config as far as it is valid — a key with an error is left at its
     default and its error kept, so one mistake does not hide the checks of the rest."""
     from .config import Config, apply_doc, find_config, home_dir, load_config
-    from .errors import RecallError
     try:
         return load_config(explicit), []
     except RecallError as exc:
@@ -87,22 +85,21 @@ def load_config_leniently(explicit: str | None):
 
 
 def _where(exc):
-    return (exc.path, exc.line) if getattr(exc, "line", None) is not None else str(exc)
+    return (exc.path, exc.line) if isinstance(exc, InputError) and exc.line is not None else str(exc)
 
 
 # -- the sections, in the order they print ----------------------------------------------------
 
 def _config_checks(ctx) -> list:
+    from .config import EXAMPLE, default_config_path
     cfg = ctx.cfg
     if ctx.config_errors:
         return [Check("config", False, str(exc)) for exc in ctx.config_errors]
     if cfg.path is None:
-        from .config import EXAMPLE, default_config_path
         return [Check("config", False, f"none found at {default_config_path()}; "
                                        f"create it with {EXAMPLE!r} or set RECALL_CONFIG")]
     out = [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
     if not cfg.sources:
-        from .config import EXAMPLE
         out.append(Check("sources", False, f"none configured: nothing to index or search — add {EXAMPLE!r}"))
     return out
 
@@ -119,7 +116,6 @@ def _platform(ctx) -> list:
 
 def _freshness() -> Check:
     """How `recall mcp` (and `index --watch`) follows the sources here (watch.method)."""
-    from .errors import RecallError
     from .watch import method
     try:
         how = method()
@@ -132,17 +128,17 @@ def _freshness() -> Check:
 
 
 def _home(ctx) -> list:
-    home, db_path = ctx.cfg.home, ctx.cfg.db_path
-    home_mode, db_mode = _mode(home), _mode(db_path)
-    return [Check("home", home_mode in ("absent", "0o700"),
-                  f"{home} ({home_mode})" + ("" if home_mode in ("absent", "0o700") else ": chmod 700 it")),
-            Check("database", db_mode in ("absent", "0o600"),
-                  f"{db_path} ({db_mode})" + ("" if db_mode in ("absent", "0o600") else ": chmod 600 it"))]
+    out = []
+    for name, path, want in (("home", ctx.cfg.home, "0o700"), ("database", ctx.cfg.db_path, "0o600")):
+        mode = _mode(path)
+        fix = "" if mode in ("absent", want) else f": chmod {want[2:]} it"
+        out.append(Check(name, not fix, f"{path} ({mode}){fix}"))
+    return out
 
 
 def _sources(ctx) -> list:
     out = []
-    last = _meta(ctx.con, "indexed_at")
+    last = _one(ctx.con, "SELECT value FROM meta WHERE key='indexed_at'")
     for src in ctx.cfg.sources:
         if not src.path.is_dir():
             out.append(Check(f"source {src.name}", False, f"{src.path} does not exist: fix its path in the config"))
@@ -164,21 +160,20 @@ def _index(ctx) -> list:
                       + (": run 'recall index'" if ctx.cfg.sources else ""))]
     chunks = _one(ctx.con, "SELECT count(*) FROM chunks") or 0
     size = sum(os.path.getsize(p) for p in (ctx.cfg.db_path, f"{ctx.cfg.db_path}-wal") if os.path.exists(p))
-    try:
-        per_model = ctx.con.execute("SELECT m.provider, m.model, m.dimension, count(e.id) FROM embed_models m "
-                                    "LEFT JOIN embeddings e ON e.model_id = m.id GROUP BY m.id").fetchall()
-    except sqlite3.Error:
-        per_model = []
+    per_model = _ask(ctx.con, lambda con: con.execute(
+        "SELECT m.provider, m.model, m.dimension, count(e.id) FROM embed_models m "
+        "LEFT JOIN embeddings e ON e.model_id = m.id GROUP BY m.id").fetchall(), [])
     out = [Check("index", True, f"{chunks:,} chunks, {size / 1e6:.1f} MB"
                   + ("" if per_model else ", no vectors"))]
     return out + [Check(f"vectors {p}/{m}", True, f"{n:,} vectors ({d}d)") for p, m, d, n in per_model]
 
 
 def _secrets(ctx) -> list:
-    from .errors import RecallError
+    from .inplace import is_sealed
     from .secretfile import load_secret_files
+    from .vault import synced as stored
     out, first_at = [], {}
-    synced = _synced(ctx.con)
+    synced = _ask(ctx.con, stored, {})
     for path in ctx.cfg.secrets:
         name = f"secrets {path.name}"
         if not path.exists():
@@ -201,7 +196,6 @@ def _secrets(ctx) -> list:
                 problems.append(f"duplicate id '{e.id}' at {e.file}:{e.line}, first at {first_at[e.id]}")
             first_at.setdefault(e.id, f"{e.file}:{e.line}")
             ctx.secret_ids.add(e.id)
-        from .inplace import is_sealed
         plain = sum(1 for e in entries for f, v in e.values.items()
                     if not is_sealed(v) and f not in e.meta.get("public", ()))
         missing = [e.id for e in entries if synced.get(e.id, (None, 0))[0] != str(path)]
@@ -223,7 +217,6 @@ def _secrets(ctx) -> list:
 
 def _sealed_fault(home, entries: list):
     """The one line a sync would end in when a sealed value does not open with the key, else None."""
-    from .errors import MissingExtra, RecallError
     from .inplace import is_sealed, open_entries
     from .keyfile import key_path, load_key
     if not any(is_sealed(v) for e in entries for v in e.values.values()) or not key_path(home).is_file():
@@ -238,10 +231,11 @@ def _sealed_fault(home, entries: list):
 
 
 def _vault_key(ctx) -> list:
+    from .inplace import backup_state
     from .keyfile import key_path
+    from .vault import count, first_fault, synced
     path = key_path(ctx.cfg.home)
-    from .vault import count
-    stored = _vault_read(ctx.con, count, 0)
+    stored = _ask(ctx.con, count, 0)
     if not path.exists():
         if not ctx.secret_ids and not stored:        # no secret yet: nothing needs a key
             return []
@@ -254,15 +248,13 @@ def _vault_key(ctx) -> list:
     ok = mode == "0o600" and folder == "0o700"
     out = [Check("vault key", ok, f"{path} ({mode}, folder {folder})"
                  + ("" if ok else ": chmod 600 the key and 700 its folder"))]
-    from .inplace import backup_state
     if stored:                          # a vault that holds nothing yet loses nothing with its key
-        out.append(Check("vault key backup", *_vault_read(ctx.con, lambda con: backup_state(con, ctx.cfg.home),
-                                                          (False, "no database yet"))))
-    from .vault import first_fault
-    fault = _vault_read(ctx.con, lambda con: first_fault(con, ctx.cfg), None)
+        out.append(Check("vault key backup", *_ask(ctx.con, lambda con: backup_state(con, ctx.cfg.home),
+                                                   (False, "no database yet"))))
+    fault = _ask(ctx.con, lambda con: first_fault(con, ctx.cfg))
     if fault:
         out.append(Check("vault rows", False, fault))
-    gone = sorted(set(_synced(ctx.con)) - ctx.secret_ids)
+    gone = sorted(set(_ask(ctx.con, synced, {})) - ctx.secret_ids)
     if gone and ctx.cfg.secrets and not ctx.unread_secrets:     # an unread file: its chmod line says it
         out.append(Check("vault", False, f"{stored} secrets stored; {', '.join(gone[:5])} no longer in any "
                                          "secrets file: run 'recall secret sync'"))
@@ -271,7 +263,6 @@ def _vault_key(ctx) -> list:
 
 def _inventory(ctx) -> list:
     from . import inventory, yaml
-    from .errors import RecallError
     out, parsed = [], True
     for path in ctx.cfg.inventory:
         try:
@@ -294,39 +285,41 @@ def _inventory(ctx) -> list:
     return out
 
 
-# Each section takes the context and returns its checks. Issue 15: the index's integrity check
-# (PRAGMA quick_check on ctx.con) is a section of its own, right after _index.
 def _integrity(ctx) -> list:
     """`PRAGMA quick_check` and the schema version of the DB, read-only."""
     from .repair import quick_check
     return [Check("database integrity", *quick_check(ctx.cfg.db_path))]
 
 
+# each takes the context and returns its checks
 SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
 
 
 # -- prerequisites, remotes, the embedding provider, the extras --------------------------------
 
-def _start_prerequisites(cfg, pool) -> list:
-    """[(entry, future (up, detail))]: every inventory entry with a check (the VPN …), side by side,
-    each within the budget; an inventory that does not load has its own line above."""
+def _prerequisites(cfg) -> list:
+    """Every inventory entry with a check (the VPN …); an inventory that does not load has its own line."""
     from . import inventory
-    from .errors import RecallError
     try:
-        entries = inventory.load_inventory(cfg)
+        return [e for e in inventory.load_inventory(cfg) if e.check and not e.error]
     except RecallError:
         return []
-    return [(e, pool.submit(_prerequisite, e)) for e in entries if e.check and not e.error]
 
 
-def _prerequisite(e) -> tuple:
+def _prerequisite(e) -> Check:
+    up, detail = _probe(e)
+    return Check(f"prerequisite {e.id}", up, detail if up else f"down: {detail}" + (f" — {e.hint}" if e.hint else ""))
+
+
+def _probe(e) -> tuple:
+    """(up, detail) of the entry's check, within the budget."""
     from . import inventory
+    timeout = min(inventory.check_timeout(e), PREREQUISITE_BUDGET)
     if inventory.is_tcp_check(e.check):
-        return inventory.tcp_check(e.check, min(inventory.check_timeout(e), PREREQUISITE_BUDGET))
+        return inventory.tcp_check(e.check, timeout)
     import shlex
     try:
-        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=min(inventory.check_timeout(e), PREREQUISITE_BUDGET))
+        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
         return proc.returncode == 0, f"'{e.check}' exit {proc.returncode}"
     except subprocess.TimeoutExpired:
         return False, f"'{e.check}' did not finish within {PREREQUISITE_BUDGET:g}s"
@@ -334,19 +327,9 @@ def _prerequisite(e) -> tuple:
         return False, f"'{e.check}': {exc.strerror or exc}"
 
 
-def _finish_prerequisites(jobs) -> list:
-    out = []
-    for e, job in jobs:
-        up, detail = job.result()
-        out.append(Check(f"prerequisite {e.id}", up, detail if up else
-                         f"down: {detail}" + (f" — {e.hint}" if e.hint else "")))
-    return out
-
-
 def _remote_check(cfg, rem) -> Check:
     """Reachable over ssh within a short timeout, and the recall copy there answers."""
     from . import remote
-    from .errors import RecallError
     timeout = min(rem.timeout, REMOTE_TIMEOUT)
     started = time.monotonic()
     try:
@@ -370,7 +353,7 @@ def _remote_check(cfg, rem) -> Check:
 def _embedding(ctx) -> list:
     """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
     from . import vectors
-    cfg, emb = ctx.cfg, ctx.cfg.embedding
+    emb = ctx.cfg.embedding
     try:
         out = [Check("vectors", True, vectors.describe_backend())]
     except Exception as exc:            # a broken sqlean / sqlite-vec / numpy install is a finding here
@@ -378,7 +361,9 @@ def _embedding(ctx) -> list:
                                        "(pip install --force-reinstall 'recall[vec]')")]
     if emb.provider == "none":
         return out + [Check("embedding", True, "provider none: keyword search only")]
-    from .embed import fingerprint, ledger_totals, local_model_source, voyage_base_url
+    from .embed import fingerprint, voyage_base_url
+    from .ledger import ledger_totals
+    from .local_model import local_model_source
     fp = fingerprint(emb, "document")
     detail = f"provider {fp.provider}, model {fp.model}" + (f", dimension {fp.dimension}" if fp.dimension else "")
     ok = True
@@ -396,16 +381,11 @@ def _embedding(ctx) -> list:
         ok = all(importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers"))   # no torch needed
         detail += f", from {local_model_source(emb)}" if ok else ", not installed (pip install 'recall[local]')"
     out.append(Check("embedding", ok, detail))
-    if cfg.db_path.exists():
-        try:
-            con = sqlite3.connect(f"file:{cfg.db_path}?mode=ro", uri=True)
-            billed, held = ledger_totals(con)
-            con.close()
-            out.append(Check("token cap", billed + held <= emb.token_cap,
-                             f"{billed:,} tokens billed" + (f" (+{held:,} unconfirmed)" if held else "")
-                             + f" of {emb.token_cap:,}"))
-        except sqlite3.Error:
-            pass
+    totals = _ask(ctx.con, ledger_totals)
+    if totals:
+        billed, held = totals
+        out.append(Check("token cap", billed + held <= emb.token_cap, f"{billed:,} tokens billed"
+                         + (f" (+{held:,} unconfirmed)" if held else "") + f" of {emb.token_cap:,}"))
     return out
 
 
@@ -437,8 +417,8 @@ def _open_index(cfg):
         return None
 
 
-def _vault_read(con, read, default):
-    """`read(con)` from the vault, or `default` with no DB or a DB that cannot answer."""
+def _ask(con, read, default=None):
+    """`read(con)`, or `default` with no DB or a DB that cannot answer."""
     if con is None:
         return default
     try:
@@ -448,27 +428,11 @@ def _vault_read(con, read, default):
 
 
 def _one(con, sql: str, params=()):
-    if con is None:
-        return None
-    try:
-        row = con.execute(sql, params).fetchone()
-        return row[0] if row else None
-    except sqlite3.Error:
-        return None
-
-
-def _meta(con, key: str):
-    return _one(con, "SELECT value FROM meta WHERE key=?", (key,))
-
-
-def _synced(con) -> dict:
-    """{secret id: (file, synced_at)} as the vault holds them."""
-    from .vault import synced
-    return _vault_read(con, synced, {})
+    row = _ask(con, lambda con: con.execute(sql, params).fetchone())
+    return row[0] if row else None
 
 
 def _count_files(src) -> int:
-    from .errors import RecallError
     from .index import walk_source
     try:
         return sum(1 for _ in walk_source(src))

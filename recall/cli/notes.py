@@ -76,30 +76,23 @@ def _watch(cfg) -> int:
     return 0
 
 
-def _behind(con, cfg) -> tuple:
-    """(sources changed since the last index run, the lines that say so and name missing folders)."""
-    from ..walk import missing_sources
-    from ..watch import behind
-    stale = behind(con, cfg)
-    lines = missing_sources(cfg.sources)
-    if stale:
-        lines.append(f"{', '.join(stale)} changed since the last index run: 'recall index' brings the "
-                     "results up to date ('recall index --watch' keeps them so)")
-    return stale, lines
-
-
 def cmd_search(args) -> int:
     from .. import api, db
     from ..search import NO_PROVIDER, needs_vectors, parse_query, search
+    from ..walk import missing_sources
+    from ..watch import behind
     cfg = _config(args)
     cfg.require_sources()
     query = parse_query(" ".join(args.query))                 # once: the route, both lists, the snippets
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, query, args.mode))
     result = search(con, cfg, query, n=args.n, mode=args.mode, rerank=args.rerank,
                     explain=args.explain, remotes=not args.local, hooks=api.search_hooks(cfg))
-    stale, behind = _behind(con, cfg)
     data = result.public()
-    data["stale"], data["notices"] = stale, [*data.get("notices", []), *behind]
+    data["stale"] = stale = behind(con, cfg)
+    data["notices"] += missing_sources(cfg.sources)
+    if stale:
+        data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' brings the "
+                               "results up to date ('recall index --watch' keeps them so)")
     if _json_done(args, data):
         return 0
     for notice in data["notices"]:

@@ -24,17 +24,12 @@ def _out(text: str = "") -> None:
     sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
 
 
-def _json(obj) -> None:
-    import json
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
 def _json_done(args, data) -> bool:
-    """A verb's `--json` output: `data` as JSON, and True (the verb prints nothing else); False
-    without --json, when the verb prints its text view."""
+    """With --json: `data` printed as JSON, and True (the verb prints nothing else)."""
     if not getattr(args, "json", False):
         return False
-    _json(data)
+    import json
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     return True
 
 
@@ -43,9 +38,11 @@ def _config(args):
     return load_config(getattr(args, "config", None))
 
 
-def _db(cfg, readonly=False):
+def _opened(args) -> tuple:
+    """(cfg, con): the config args name and its DB, open until the process ends."""
     from .. import db
-    return db.connect(cfg.db_path, readonly=readonly)
+    cfg = _config(args)
+    return cfg, db.connect(cfg.db_path)
 
 
 class _Progress:

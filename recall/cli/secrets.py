@@ -4,13 +4,12 @@ from __future__ import annotations
 import sys
 
 from ..errors import RecallError
-from .output import _command, _config, _db, _json_done, _out
+from .output import _command, _json_done, _opened, _out
 
 
 def _vault(args):
     from .. import vault
-    cfg = _config(args)
-    return vault, cfg, _db(cfg)
+    return (vault, *_opened(args))
 
 
 def cmd_secret_sync(args) -> int:

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from .output import _command, _config, _db, _json_done, _out
+from .output import _command, _config, _json_done, _opened, _out
 
 
 def _inventory(args):
     from .. import api, inventory
-    cfg = _config(args)
-    con = _db(cfg)
+    cfg, con = _opened(args)
     return inventory, cfg, con, api.entries(cfg, con)
 
 
@@ -32,8 +31,7 @@ def cmd_access_show(args) -> int:
 def cmd_access_exec(args) -> int:
     from ..access import exec_entry
     cmd = _command(args)
-    cfg = _config(args)
-    con = _db(cfg)
+    cfg, con = _opened(args)
     sys.stdout.flush()
     line = cmd[0] if len(cmd) == 1 else cmd       # one word: a shell line ('a | b'); more: quoted words
     result = exec_entry(con, cfg, args.id, line, out=sys.stdout.buffer, err=sys.stderr.buffer)
@@ -49,8 +47,7 @@ def cmd_access_exec(args) -> int:
 def cmd_verify(args) -> int:
     from .. import api
     from ..inventory import show_step
-    cfg = _config(args)
-    con = _db(cfg)
+    cfg, con = _opened(args)
     report = api.verify(con, cfg, args.ids, dry_run=args.dry_run, timeout=args.timeout)
     code = 0 if report.dry_run else report.exit_code()      # 1 when anything is stale, down, missing or broken
     if _json_done(args, report.public()):
@@ -98,10 +95,7 @@ def cmd_mcp(args) -> int:
 
 def cmd_instructions(args) -> int:
     from ..instructions import install, rules_text
-    if args.install:
-        _out(install(args.install))
-    else:
-        _out(rules_text())
+    _out(install(args.install) if args.install else rules_text())
     return 0
 
 
