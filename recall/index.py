@@ -149,14 +149,6 @@ def _read(full: str, st, limit: int):
     return data, None
 
 
-def _decode(data: bytes):
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        return data.decode("utf-8", errors="replace"), f"invalid UTF-8 at line {line}, replaced with U+FFFD"
-
-
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
               embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False) -> IndexReport:
     """Bring the index up to date with the sources, then embed the texts without a vector (`embed`).
@@ -281,8 +273,7 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, r
     if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
         report.skipped.append((path_text, "not a regular file"))
         return
-    same_name = old is None or old["rawpath"] == raw
-    if old is not None and not full and same_name and old["size"] == st.st_size \
+    if old is not None and not full and old["rawpath"] == raw and old["size"] == st.st_size \
             and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1
         return
@@ -299,9 +290,12 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, r
                     (st.st_size, st.st_mtime_ns, raw, old["id"]))
         report.unchanged += 1
         return
-    text, warning = _decode(data)
-    if warning:
-        report.warnings.append((path_text, warning))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        text = data.decode("utf-8", errors="replace")
+        report.warnings.append((path_text, f"invalid UTF-8 at line {line}, replaced with U+FFFD"))
     if raw is not None:
         report.warnings.append((path_text, "the name is not valid UTF-8: indexed, shown with U+FFFD"))
     from .chunk import chunk_markdown, chunk_text, is_markdown
@@ -359,15 +353,14 @@ def _texts(con, hashes: list) -> dict:
 
 def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
     from .embed import ledger_totals
-    what = f"embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}"
+    texts = f"{len(pending):,} chunk texts with {fp.provider}/{fp.model}"
+    what = f"embedding {texts}"
     others = [r[0] for r in con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e "
                                         "ON e.model_id = m.id WHERE m.id != ? LIMIT 3", (mid,))]
     if others == [fp.model]:        # the same model, an older way of turning chunks into its texts
-        what = (f"this recall embeds chunks differently ({fp.form}): re-embedding {len(pending):,} "
-                f"chunk texts with {fp.provider}/{fp.model}, once")
+        what = f"this recall embeds chunks differently ({fp.form}): re-embedding {texts}, once"
     elif others:
-        what = (f"the embedding model changed (vectors exist for {', '.join(others)}): "
-                f"re-embedding {len(pending):,} chunk texts with {fp.provider}/{fp.model}")
+        what = f"the embedding model changed (vectors exist for {', '.join(others)}): re-embedding {texts}"
     if provider.paid:
         billed, held = ledger_totals(con)
         held_text = f" + {held:,} unconfirmed" if held else ""
@@ -387,12 +380,10 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     split = getattr(provider, "parts", None)
     parts = {h: split(redact(texts[h][0]), inputs[h]) if split else [inputs[h]] for h in batch}
 
-    def keys(claimed):
-        return [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]
-
     def write(result, claimed):
+        keys = [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]
         store.dim = store.dim or len(result[0][0])
-        store.put_many(zip(keys(claimed), result[0]))
+        store.put_many(zip(keys, result[0]))
     est = sum(embed.estimate_tokens(t) for t in inputs.values()) if provider.paid else 0
     result, claimed = embed.ledgered(con, cfg, provider, "document", est, len(batch),
                                      lambda claimed: provider.embed([t for h in claimed for t in parts[h]], "document"),
