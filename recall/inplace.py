@@ -4,14 +4,16 @@ key's backup."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import stat
 import time
 from pathlib import Path
 
-from . import keyfile
+from . import db, keyfile
 from .errors import InputError, MissingExtra, RecallError
+from .secretfile import file_stamp, load_secret_files
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
@@ -20,7 +22,6 @@ BACKUP_META = "vault_key_backup"      # meta row: the fingerprint of the key las
 
 
 def is_sealed(text: str) -> bool:
-    """Whether a value as written in a file is sealed (`ENC[...]`) rather than plain."""
     return text.startswith("ENC[")
 
 
@@ -83,9 +84,8 @@ def _keys(home, key: bytes) -> list:
 
 
 def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None = None) -> dict:
-    """Each sealed value opened in place (entry.values holds plain text after), and the edits that
-    seal every plain value: {file: (stamp, [(span, new text)])}. `reseal_with`: seal every value,
-    sealed or not, under that key (rotate-key)."""
+    """Each sealed value opened in place (in entry.values), and the edits that seal every plain one:
+    {file: (stamp, [(span, new text)])}. `reseal_with`: every value sealed under that key (rotate-key)."""
     keys, key_file = _keys(home, key), keyfile.key_path(home)
     edits: dict = {}
     for e in entries:
@@ -110,9 +110,7 @@ def write_edits(edits: dict) -> int:
 
 
 def rewrite(path, stamp: tuple, changes: list) -> None:
-    """Replace spans of a file: a temp file in its folder (same mode), fsync, rename; refused, with
-    nothing written, when the file is no longer as it was read (`stamp`)."""
-    from .secretfile import file_stamp
+    """Replace spans of a file atomically; refused, nothing written, when it is no longer as read (`stamp`)."""
     from .yaml import replace_spans
     real = os.path.realpath(path)
     changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
@@ -126,7 +124,6 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
 
 def append_entry(path, text: str) -> None:
     """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
-    from .secretfile import file_stamp
     real = os.path.realpath(path)
     stamp = file_stamp(real)
     try:
@@ -140,7 +137,7 @@ def append_entry(path, text: str) -> None:
 
 
 def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> None:
-    from .secretfile import file_stamp
+    """A temp file in the same folder (the file's mode), fsync, rename; `changed` when the stamp moved."""
     mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
     try:
@@ -177,18 +174,14 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
 
 
 def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
-    """Seal `value` into the file where secret `secret_id` (its `field`) is written; returns
-    `id` or `id.field`. The caller syncs the vault after."""
-    from .secretfile import load_secret_files
+    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`.
+    The caller syncs the vault after."""
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
+    from .names import resolve
     entries, _ = load_secret_files(cfg.secrets)
     by_id = {e.id: e for e in entries}
-    if secret_id not in by_id:
-        from .names import resolve
-        resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")   # NotFound, near ids
-        secret_id = next(i for i in by_id if i.lower() == secret_id.lower())
-    e = by_id[secret_id]
+    e = by_id[resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")]
     names = [f for f in e.values if f]
     if field is None and names:
         raise RecallError(f"secret '{e.id}' has fields ({', '.join(names)}): name one",
@@ -209,12 +202,7 @@ def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
     """A value typed on the terminal without echo, or read from stdin when it is not a terminal
     (one trailing line break dropped)."""
     if not os.isatty(stdin_fd):
-        data = os.read(stdin_fd, 1 << 20)
-        chunks = [data]
-        while data:
-            data = os.read(stdin_fd, 1 << 20)
-            chunks.append(data)
-        text = b"".join(chunks).decode("utf-8")
+        text = b"".join(iter(lambda: os.read(stdin_fd, 1 << 20), b"")).decode("utf-8")
         return text[:-1] if text.endswith("\n") else text
     import termios
     fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
@@ -249,22 +237,14 @@ def fingerprint(key: bytes) -> str:
 
 def backup_key(con, cfg, dest) -> Path:
     """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
-    import json
-
-    from . import db
     key = keyfile.load_key(cfg.home, create=False)
     dest = Path(dest).expanduser()
     try:
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        keyfile.write_new(dest, key)
     except FileExistsError:
         raise RecallError(f"{dest} exists; a key backup never overwrites a file", "name a new file") from None
     except OSError as exc:
         raise RecallError(f"cannot write {dest}: {exc.strerror}", "name a file in a folder you can write") from None
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     with db.transaction(con):
         db.set_meta(con, BACKUP_META, json.dumps({"key": fingerprint(key), "file": str(dest),
                                                   "at": time.time()}))
@@ -273,9 +253,6 @@ def backup_key(con, cfg, dest) -> Path:
 
 def backup_state(con, home) -> tuple:
     """(ok, detail): whether the key in use was backed up since it was made or rotated."""
-    import json
-
-    from . import db
     path = keyfile.key_path(home)
     try:
         key = path.read_bytes()
@@ -285,6 +262,6 @@ def backup_state(con, home) -> tuple:
     if mark.get("key") == fingerprint(key):
         when = time.strftime("%Y-%m-%d", time.localtime(mark["at"]))
         return True, f"backed up {when} to {mark['file']}"
-    return False, ("never backed up" if not mark else "rotated since the last backup") + \
-        ": without it the sealed values in the secrets files are lost with this disk — run " \
-        "'recall secret key backup FILE' and keep FILE off this machine"
+    return False, (f"{'rotated since the last backup' if mark else 'never backed up'}: without it the sealed "
+                   "values in the secrets files are lost with this disk — run 'recall secret key backup FILE' "
+                   "and keep FILE off this machine")
