@@ -243,15 +243,10 @@ def find(entries: list, query: str) -> list:
         return list(entries)
     exact = [e for e in entries if q in (n.lower() for n in e.names())]
     words = [w for w in re.findall(r"[\w.-]+", q) if len(w) > 1]
-    scored = []
-    for e in entries:
-        if e in exact:
-            continue
-        hay = " ".join([*e.names(), e.kind, e.environment, e.account, *e.tags, e.notes, e.url]).lower()
-        score = sum(1 for w in words if w in hay)
-        if score:
-            scored.append((-score, e.id, e))
-    return exact + [e for _, _, e in sorted(scored, key=lambda x: x[:2])]
+    hay = {e.id: " ".join([*e.names(), e.kind, e.environment, e.account, *e.tags, e.notes, e.url]).lower()
+           for e in entries}
+    scored = [(-sum(w in hay[e.id] for w in words), e.id, e) for e in entries if e not in exact]
+    return exact + [e for score, _, e in sorted(scored, key=lambda x: x[:2]) if score]
 
 
 def mentioned(entries: list, query: str) -> list:

@@ -17,8 +17,6 @@ from .tools import TOOL_RULES, Binding, _curl, _kubectl, _ssh, binding_for, curl
 __all__ = ["MAX_COMMAND_CHARS", "RULES", "Binding", "Verdict", "binding_for", "classify", "curl_headers",
            "run_form", "setup_verdict", "verdict_for"]
 
-TOOLS = {"kubectl": _kubectl, **CLOUD_TOOLS}
-
 MAX_COMMAND_CHARS = 4096
 
 RULES: dict = {
@@ -241,13 +239,11 @@ def _check_argv(argv: list[str], which, bindings: tuple, credential: bool,
             found = None
         if not found or found != head or not os.path.isabs(found):
             raise _Deny("path", f"{head} is not the {base or 'tool'} found on PATH ({found or 'none'})")
-    if base == "curl":
-        return _curl(argv, bindings, credential, sends)
-    if base == "ssh":
-        return _ssh(argv, bindings, credential, jump_hosts)
-    if base not in TOOLS:
+    tools = {"kubectl": _kubectl, **CLOUD_TOOLS, "curl": lambda a: _curl(a, bindings, credential, sends),
+             "ssh": lambda a: _ssh(a, bindings, credential, jump_hosts)}
+    if base not in tools:
         raise _Deny("unknown-tool", f"{base or head!r} is not on the allow-list")
-    return TOOLS[base](argv)
+    return tools[base](argv)
 
 
 def _argv(text: str, what: str, exempt) -> tuple:

@@ -92,7 +92,7 @@ def classify(tool: str, code: int, output: str, *, timed_out: bool = False) -> t
             m = re.search(pattern, text) if rule_tool == tool else None
             if m:
                 return rule_status, rule_reason.format(*(g or "" for g in m.groups()))
-    last = _last_line(text)
+    last = next((line.strip()[:200] for line in reversed(text.splitlines()) if line.strip()), "")
     return status, f"{reason}: {last}" if last else reason
 
 
@@ -105,8 +105,3 @@ def _http_code(text: str) -> tuple:
     if http >= 400:
         return "error", f"the service answered HTTP {http}"
     return "ok", ""
-
-
-def _last_line(text: str) -> str:
-    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
-    return lines[-1][:200] if lines else ""

@@ -116,11 +116,8 @@ _RESOURCE = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
 
 
 def _is_host(text: str) -> bool:
-    if _HOST.match(text):
-        return True
     try:
-        ipaddress.IPv6Address(text)
-        return True
+        return bool(_HOST.match(text)) or ipaddress.IPv6Address(text) is not None
     except ValueError:
         return False
 
