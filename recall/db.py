@@ -156,8 +156,7 @@ def _secure_file(path: Path) -> None:
 
 
 def in_batches(values, size: int = 500):
-    """(slice, "?,?,…") of `values`, at most `size` at a time: one `IN (…)` query per slice stays
-    under SQLite's limit on bound variables."""
+    """(slice, "?,?,…") of `values`, `size` at a time: an `IN (…)` each, under SQLite's variable limit."""
     values = list(values)
     for i in range(0, len(values), size):
         part = values[i:i + size]

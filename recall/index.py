@@ -33,7 +33,7 @@ class IndexReport:
     tokens: int = 0
 
 
-def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
+def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates) -> str:
     """The recency prior's date: the note's own (meta["date"]), else one in its path, else its last
     git commit (`git_dates()`: {relpath: date}), else its mtime."""
     if meta.get("date"):
@@ -41,10 +41,8 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates=None) -> str:
     m = _PATH_DATE.search(relpath)
     if m:
         return f"{m.group(1)}-{m.group(2)}-{m.group(3)}"
-    committed = git_dates().get(relpath) if git_dates is not None else None
-    if committed:
-        return committed
-    return datetime.fromtimestamp(mtime_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+    mtime = datetime.fromtimestamp(mtime_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+    return git_dates().get(relpath) or mtime
 
 
 class GitDates:

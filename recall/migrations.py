@@ -1,8 +1,7 @@
-"""The schema as numbered migrations: applied in order by db.migrate, recorded in `migrations`."""
+"""The schema as numbered migrations, applied in order by db.migrate and recorded in `migrations`."""
 from __future__ import annotations
 
-# Each entry is one migration, applied in order and recorded in `migrations`; never edit a landed one.
-MIGRATIONS: list = [
+MIGRATIONS: list = [          # never edit a landed one
     """
     CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
     CREATE TABLE files(

@@ -39,14 +39,11 @@ def available_backend(con) -> str:
     return "numpy" if _importable("numpy") is not None else "python"
 
 
-def describe_backend(con=None) -> str:
+def describe_backend() -> str:
     """One line for `recall doctor`: the live backend and what would improve it."""
     mod = sqlite_module()
-    if con is None:
-        con = mod.connect(":memory:") if vec_extension_path() else None
-        if con is not None:
-            load_vec(con)
-    if con is not None and has_vec(con):
+    con = mod.connect(":memory:") if vec_extension_path() else None
+    if con is not None and load_vec(con):
         version = con.execute("SELECT vec_version()").fetchone()[0]
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
                 "cosine vec0")
