@@ -3,7 +3,10 @@ the controlling terminal after a random word is typed — never to stdout."""
 from __future__ import annotations
 
 import os
+import secrets
+import select
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -32,13 +35,9 @@ class Copied:
     clearer: str          # the detached shell line that empties the clipboard, as it runs
 
 
-def _text(values: dict) -> str:
+def _value(con, cfg, secret_id: str) -> str:
+    values = load_values(con, cfg, [secret_id], need=(secret_id,))[secret_id]
     return values[""] if "" in values else "\n".join(f"{k}: {v}" for k, v in values.items())
-
-
-def clipboard_tool():
-    """The first clipboard tool on PATH as (name, argv, clear line), or None."""
-    return next((c for c in CLIPBOARDS if shutil.which(c[0])), None)
 
 
 def to_clipboard(con, cfg, secret_id: str, *, stdin_fd: int = 0) -> Copied:
@@ -50,14 +49,13 @@ def to_clipboard(con, cfg, secret_id: str, *, stdin_fd: int = 0) -> Copied:
     if not os.isatty(stdin_fd):
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: not a terminal")
         raise RecallError("'secret get' hands a value only to a person at a terminal", hint)
-    tool = clipboard_tool()
+    tool = next((c for c in CLIPBOARDS if shutil.which(c[0])), None)
     if tool is None:
         audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no clipboard tool")
         raise RecallError("no clipboard tool on PATH (wl-copy, xclip, xsel or pbcopy); nothing was shown",
                           f"install one, or run 'recall secret get {secret_id} --print' to see it on this terminal")
-    import subprocess
     name, argv, clear = tool
-    value = _text(load_values(con, cfg, [secret_id], need=(secret_id,))[secret_id])
+    value = _value(con, cfg, secret_id)
     try:
         done = subprocess.run(argv, input=value.encode("utf-8"), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=10)
@@ -80,7 +78,6 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
     """Show the value to a person: stdin and stdout must be a real terminal, a random word shown in
     the prompt must be typed on the controlling terminal within `timeout`, and the value is written
     to that terminal — never to stdout, so a pipe or a captured stdout never holds it."""
-    import secrets
     secret_id = row_named(con, secret_id)["id"]          # NotFound before anything else
     keyfile.require_crypto()
     hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
@@ -102,16 +99,15 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
         if answer != word:
             audit.log(con, "secret.get", secret_id, argv="", verdict="refused: wrong confirmation")
             raise RecallError("the word typed did not match the one asked for", hint)
-        values = load_values(con, cfg, [secret_id], need=(secret_id,))[secret_id]
+        value = _value(con, cfg, secret_id)
         audit.log(con, "secret.get", secret_id, argv="", verdict="shown on a terminal")
-        os.write(fd, _text(values).encode("utf-8") + b"\n")
+        os.write(fd, value.encode("utf-8") + b"\n")
     finally:
         os.close(fd)
 
 
 def _ask(fd: int, prompt: str, timeout: float):
     """One line typed on the terminal `fd`, or None when nothing comes within `timeout`."""
-    import select
     os.write(fd, prompt.encode("utf-8"))
     deadline = time.monotonic() + timeout
     data = b""

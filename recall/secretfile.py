@@ -6,8 +6,10 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from . import yaml
 from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
 from .errors import InputError, RecallError
+from .yaml import check_keys, line_of
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
@@ -37,11 +39,6 @@ class SecretEntry:
     spans: dict = field(default_factory=dict)       # key in values -> yaml.Span of its text in the file
     stamp: tuple = ()                               # the file's (inode, size, mtime) as it was read
 
-    def public(self) -> dict:
-        return {"id": self.id, **self.meta, "tags": self.tags, "inject": self.inject,
-                "check": self.check, "variables": sorted(self.variables), "file": self.file,
-                "line": self.line}
-
 
 _SAFE_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -62,7 +59,6 @@ def default_var(secret_id: str) -> str:
 
 def load_secret_files(paths: list) -> tuple:
     """(entries, warnings); every problem in any file raises before anything is returned."""
-    from . import yaml
     entries, warnings, seen = [], [], {}
     for path in paths:
         path = str(path)
@@ -114,13 +110,11 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
     where = exc.path + "".join(f":{n}" for n in (exc.line, exc.col if exc.line is not None else None)
                                if n is not None)
     message = exc.message[len(where) + 2:] if exc.message.startswith(where + ": ") else exc.message
-    clean = InputError(exc.path, exc.line, _QUOTED.sub(keep, message), col=exc.col,
-                       hint=_QUOTED.sub(keep, exc.hint) if exc.hint else None)
-    return clean
+    return InputError(exc.path, exc.line, _QUOTED.sub(keep, message), col=exc.col,
+                      hint=_QUOTED.sub(keep, exc.hint) if exc.hint else None)
 
 
 def _str(item, key, path, line) -> str:
-    from .yaml import line_of  # loaded already: only a parsed file has lines
     value = item.get(key)
     if value is None:
         return ""
@@ -133,8 +127,7 @@ def _str(item, key, path, line) -> str:
 def _entry(item, path: str, line) -> SecretEntry:
     if not isinstance(item, dict):
         raise InputError(path, line, "each secret is a mapping starting with '- id: …'")
-    line = getattr(item, "line", line)
-    from .yaml import check_keys, line_of  # loaded already: only a parsed file has lines
+    line = item.line
     check_keys(item, ALLOWED, path, "a secret", line)
     sid = _str(item, "id", path, line)
     if not sid:
@@ -167,7 +160,6 @@ def _entry(item, path: str, line) -> SecretEntry:
 
 def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> dict:
     """{paths, ca, query} of a host-bound secret: an https url is required; the other keys only here."""
-    from .yaml import line_of  # loaded already: only a parsed file has lines
     if inject != "proxy":
         for key in PROXY_FIELDS:
             if key in item:
@@ -203,7 +195,6 @@ def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> d
 
 
 def _values(item, sid, env, path, line):
-    from .yaml import line_of  # loaded already: only a parsed file has lines
     has_value, has_fields = "value" in item, "fields" in item
     if has_value == has_fields:
         raise InputError(path, line, f"secret '{sid}' needs exactly one of 'value' or 'fields'")
@@ -212,19 +203,19 @@ def _values(item, sid, env, path, line):
         if not value:
             raise InputError(path, line_of(item, "value", line), f"secret '{sid}' has an empty value")
         _refuse_placeholder(value, sid, path, line_of(item, "value", line))
-        return {"": value}, {env: ""}, [], {"": getattr(item, "spans", {}).get("value")}
+        return {"": value}, {env: ""}, [], {"": item.spans.get("value")}
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
         raise InputError(path, line_of(item, "fields", line), "fields must be a mapping of name: value")
     values, variables, public, spans = {}, {}, [], {}
     for name, value in fields.items():
-        spans[str(name)] = getattr(fields, "spans", {}).get(name)
+        spans[str(name)] = fields.spans.get(name)
         if isinstance(value, dict) and set(value) <= {"value", "public"} and "value" in value:
             if value.get("public") not in (True, False, None):
                 raise InputError(path, line_of(value, "public", line), "public must be true or false")
             if value.get("public"):
                 public.append(str(name))
-            spans[str(name)] = getattr(value, "spans", {}).get("value")
+            spans[str(name)] = value.spans.get("value")
             value = value["value"]
         if not isinstance(value, str) or not value:
             raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
