@@ -114,7 +114,7 @@ TOP_KEYS = {"sources", "secrets", "inventory", "embedding", "remotes", "max_file
 SOURCE_KEYS = {"name", "path", "include", "exclude"}
 EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
                    "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
-REMOTE_KEYS = {"name", "host", "path", "config", "timeout", "ssh_config"}
+REMOTE_TYPES = {"name": str, "host": str, "path": str, "config": str, "ssh_config": str, "timeout": float}
 _KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping", bool: "true or false",
           float: "a number"}
 
@@ -159,7 +159,7 @@ def _unknown_fields(doc, path: str) -> None:
             found.extend((line_of(mapping, k) or 0, str(k), what, allowed) for k in mapping if k not in allowed)
 
     scan(doc, TOP_KEYS, "the config")
-    for key, allowed, what in (("sources", SOURCE_KEYS, "a source"), ("remotes", REMOTE_KEYS, "a remote")):
+    for key, allowed, what in (("sources", SOURCE_KEYS, "a source"), ("remotes", REMOTE_TYPES, "a remote")):
         for item in doc.get(key) if isinstance(doc.get(key), list) else []:
             scan(item, allowed, what)
     scan(doc.get("embedding"), EMBEDDING_TYPES, "embedding")
@@ -241,13 +241,11 @@ def _remotes(value, path, line):
         for req in ("name", "host"):
             if req not in item:
                 raise InputError(path, iline, f"a remote needs a '{req}'")
-        rem = Remote(name=_field(item, "name", str, path), host=_field(item, "host", str, path))
-        for key in ("path", "config", "ssh_config"):
+        rem = Remote()
+        for key, kind in REMOTE_TYPES.items():
             if key in item:
-                text = _field(item, key, str, path)
-                setattr(rem, key, os.path.expanduser(text) if key == "ssh_config" else text)
-        if "timeout" in item:
-            rem.timeout = float(_field(item, "timeout", float, path, minimum=0.1))
+                setattr(rem, key, _field(item, key, kind, path, minimum=0.1 if key == "timeout" else None))
+        rem.ssh_config, rem.timeout = os.path.expanduser(rem.ssh_config), float(rem.timeout)
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)

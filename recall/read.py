@@ -38,12 +38,9 @@ def parse_target(target: str):
     return None, target, line
 
 
-def _shown(rel: str) -> str:
-    from .walk import shown
-    return shown(rel)
-
-
 def _locate(con, cfg, source: str | None, path: str):
+    """(source, relpath as the index shows it, real path) of a note named by its target."""
+    from .walk import shown
     roots = {s.name: Path(s.path).resolve() for s in cfg.sources}
     if source is not None and source not in roots:
         source, path = None, f"{source}:{path}"
@@ -52,10 +49,10 @@ def _locate(con, cfg, source: str | None, path: str):
         real = p.resolve()
         for name, root in roots.items():
             if real == root or root in real.parents:
-                return name, _shown(real.relative_to(root).as_posix()), real
+                return name, shown(real.relative_to(root).as_posix()), real
         raise RecallError(f"{path} is not inside a configured source",
                           "recall reads only the notes it indexes")
-    rel = _shown(p.as_posix())     # a name typed with bytes that are not UTF-8: as the index shows it
+    rel = shown(p.as_posix())     # a name typed with bytes that are not UTF-8: as the index shows it
     if source is None:
         rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
         matches = [r[0] for r in rows if r[0] in roots]
@@ -89,11 +86,8 @@ def _section(text: str, rel: str, line: int, total: int):
 
 def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,
               read_remote=None) -> ReadResult:
-    """A note (or a section of one) by target. The faces pass in the vault's `redactor(con, cfg)`:
-    a vault value pasted into a note reads as [recall:ID], as it is in the index — redacted per line
-    before any cut, so a cut never leaves half a value unrecognised; a vault that holds values but
-    cannot be opened here refuses the read. `read_remote(cfg, name, target, max_chars=, offset=)`
-    (remote.read_remote) reads a NAME:path on a configured remote."""
+    """A note (or a section of one) by target, each line redacted by the vault's `redactor(con, cfg)`
+    before any cut; `read_remote(cfg, name, target, max_chars=, offset=)` reads a NAME:path on a remote."""
     if max_chars < 200:
         raise RecallError("--max-chars must be at least 200")
     if offset < 0:
@@ -142,22 +136,19 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
 
 
 def _numbered(lines: list, first: int, end: int, max_chars: int, redact) -> tuple:
-    """(numbered text of at most max_chars, last line shown). Whole lines while they fit; a first
-    line longer than the budget is cut, with a marker saying how much and how to see it whole,
-    so the next --offset always moves on."""
+    """(numbered text of at most max_chars, last line shown): whole lines while they fit; a first
+    line longer than the budget is cut (_cut), so the next --offset always moves on."""
     width = len(str(end))
-    out, used, shown_end = [], 0, first - 1
+    out, used = [], 0
     for n in range(first, end + 1):
         text = f"{n:>{width}}│ {redact(lines[n - 1])}\n"
         if used + len(text) > max_chars:
             if not out:
-                out.append(_cut(text, n, width, max_chars))
-                shown_end = n
-            break
+                return _cut(text, n, width, max_chars), n
+            return "".join(out), n - 1
         out.append(text)
         used += len(text)
-        shown_end = n
-    return "".join(out), shown_end
+    return "".join(out), end if end >= first else first - 1
 
 
 def _cut(text: str, n: int, width: int, max_chars: int) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError, NotFound
-from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans, split_lines
+from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans
 
-__all__ = ["YMap", "YList", "Span", "line_of", "parse", "load", "split_lines", "replace_spans", "MAX_BYTES"]
+__all__ = ["YMap", "YList", "Span", "line_of", "check_keys", "load_entries", "parse", "load", "replace_spans", "MAX_BYTES"]
 
 _UNSUPPORTED = {
     "&": "anchors ('&name') are not supported",
@@ -19,6 +19,7 @@ _UNSUPPORTED = {
 MAX_BYTES = 4 * 2**20              # secrets, inventory and config files: a larger one is refused unread
 _QUOTE_HINT = "quote the value if it is meant as text"
 MAX_DEPTH = 100                    # nesting levels; deeper is refused at its line, not a RecursionError
+
 
 class YMap(dict):
     """A mapping that remembers the line it starts on and the line of each key."""
@@ -65,7 +66,6 @@ def check_keys(mapping: object, allowed, path: str, what: str, default: int | No
 def load_entries(path, what: str, config_key: str) -> list:
     """A file that is a list of mappings ('- id: …') → [(item, line)]; an absent file, or a
     document that is not a list, is an InputError naming the file."""
-    import os
     path = str(path)
     if not os.path.exists(path):
         raise InputError(path, None, f"{what} file does not exist", hint=f"fix '{config_key}:' in the config")
@@ -105,13 +105,6 @@ def load(path: object) -> object:
                          f"not valid UTF-8 (byte 0x{data[e.start]:02x})",
                          col=e.start - line_start + 1, hint="save the file as UTF-8") from None
     return parse(text, name)
-
-
-def _stripped_end(line: str, c: int) -> int:
-    """The column after the last non-blank character before c (a plain scalar's end)."""
-    while c > 0 and line[c - 1] in _SEP:
-        c -= 1
-    return c
 
 
 class _Parser(_Scalars):
@@ -169,16 +162,16 @@ class _Parser(_Scalars):
         if ind == 0 and self.lines[self.row].startswith("%"):
             raise self.error(self.row, 0, "directives ('%YAML', '%TAG') are not supported",
                              hint="delete the line")
+        value = None
         if ind == -1 and self.row < len(self.lines) and self.lines[self.row].startswith("---"):
             row, line = self.row, self.lines[self.row]
             self.row += 1
-            if not _rest_ok(line, 3):      # `--- value` on the marker line itself
-                col = len(line) - len(line[3:].lstrip(" \t"))
-                value = self.node(row, col, -1, compact=False)
-                self.finish()
-                return value
-            ind = self.skip_blank()
-        value = self.node(self.row, ind, -1, compact=True) if ind >= 0 else None
+            if _rest_ok(line, 3):
+                ind = self.skip_blank()
+            else:                          # `--- value` on the marker line itself
+                value = self.node(row, len(line) - len(line[3:].lstrip(" \t")), -1, compact=False)
+        if ind >= 0:
+            value = self.node(self.row, ind, -1, compact=True)
         self.finish()
         return value
 
@@ -243,7 +236,7 @@ class _Parser(_Scalars):
                 raise self.error(r, c, "found ': ' inside a value",
                                  hint="quote the value, or put the nested mapping on its own lines")
             return self.block_map(row, col)
-        self.span = Span(row, col, r, _stripped_end(self.lines[r], c), False, "plain")
+        self.span = Span(row, col, r, len(self.lines[r][:c].rstrip(" \t")), False, "plain")
         self.row = r + 1
         return _resolve(text)
 
@@ -265,14 +258,9 @@ class _Parser(_Scalars):
         m = YMap(row + 1)
         while True:
             key, c = self.key(row, col)
-            if key in m:
-                raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
-                                 hint="each key may appear once in a mapping")
-            m.key_lines[key] = row + 1
+            self.check_new(m, key, row, col)
             self.span = None
-            m[key] = self.value_after(row, c, col, seq_at_parent=True)
-            if self.span is not None and not isinstance(m[key], (YMap, YList)):
-                m.spans[key] = self.span
+            self.put(m, key, self.value_after(row, c, col, seq_at_parent=True), row)
             ind = self.skip_blank()
             if ind < col:
                 return m
@@ -435,9 +423,16 @@ class _Parser(_Scalars):
         self.fc += 1
         self.span = None
         value = None if self.flow_skip(r0, c0) in ",}" else self.flow_node()
+        self.check_new(m, key, row, col)
+        self.put(m, key, value, row)
+
+    def check_new(self, m: YMap, key: object, row: int, col: int) -> None:
         if key in m:
             raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
                              hint="each key may appear once in a mapping")
+
+    def put(self, m: YMap, key: object, value: object, row: int) -> None:
+        """m[key] = value, with the key's line and the span of a scalar value."""
         m.key_lines[key] = row + 1
         m[key] = value
         if self.span is not None and not isinstance(value, (YMap, YList)):
@@ -453,7 +448,7 @@ class _Parser(_Scalars):
             return text
         self.check_plain_start(row, col, flow=True)
         text, self.fr, self.fc, _ = self.plain(row, col, self.fparent, flow=True)
-        self.span = Span(row, col, self.fr, _stripped_end(self.lines[self.fr], self.fc), True, "plain")
+        self.span = Span(row, col, self.fr, len(self.lines[self.fr][:self.fc].rstrip(" \t")), True, "plain")
         return _resolve(text)
 
     def flow_skip(self, r0: int, c0: int) -> str:

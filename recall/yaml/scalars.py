@@ -32,33 +32,25 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 
 @dataclass
 class Span:
-    """Where a scalar value is written: rows and columns as the parser counts them (0-based rows of
-    the file split at its line breaks, columns in characters, the end exclusive), so a writer can
-    replace exactly its text; `flow`: inside [...] or {...}; `style`: plain, quoted or block."""
+    """Where a scalar value is written (0-based rows split at line breaks, columns in characters, the
+    end exclusive), so a writer can replace exactly its text; `flow`: inside [...] or {...}."""
     row: int
     col: int
     end_row: int
     end_col: int
     flow: bool
-    style: str
-
-def split_lines(text: str) -> tuple[str, list[int]]:
-    """(the text without a byte-order mark, where each row the parser counts starts in it)."""
-    body = text[1:] if text.startswith("\ufeff") else text
-    starts, pos = [0], 0
-    for m in _BREAK.finditer(body):
-        pos = m.end()
-        starts.append(pos)
-    return body, starts
+    style: str                 # plain, quoted or block
 
 
 def replace_spans(text: str, edits: list) -> str:
     """`text` with each (Span, new text) of `edits` replaced, every other character kept as it was."""
-    body, starts = split_lines(text)
+    bom = text[:1] if text.startswith("\ufeff") else ""
+    body = text[len(bom):]
+    starts = [0] + [m.end() for m in _BREAK.finditer(body)]      # where each row the parser counts starts
     for span, new in sorted(edits, key=lambda e: (e[0].row, e[0].col), reverse=True):
         a, b = starts[span.row] + span.col, starts[span.end_row] + span.end_col
         body = body[:a] + new + body[b:]
-    return text[:len(text) - len(split_lines(text)[0])] + body
+    return bom + body
 
 
 def _is_marker(line: str) -> bool:
@@ -103,7 +95,7 @@ def _plain_end(line: str, i: int, flow: bool) -> tuple[int, str]:
 
 
 class _Scalars:
-    """The parser's scalar readers; `yamlish._Parser` supplies lines, indent_of and error."""
+    """The parser's scalar readers; `_Parser` supplies lines, indent_of and error."""
 
     def quoted(self, row: int, col: int, parent: int) -> tuple[str, int, int]:
         """A quoted scalar from (row, col), folded over lines: text and the (row, col) after the quote."""
@@ -143,18 +135,15 @@ class _Scalars:
 
     def next_quoted_line(self, r: int, row: int, col: int, parent: int) -> tuple[int, int]:
         """The next non-blank line of a quoted scalar opened at (row, col), and the blank lines skipped."""
-        kind = "single" if self.lines[row][col] == "'" else "double"
+        q = self.lines[row][col]
         r, empties = r + 1, 0
         while r < len(self.lines) and not self.lines[r].strip(" \t"):
             r, empties = r + 1, empties + 1
-        if r == len(self.lines):
-            raise self.error(row, col, f"unterminated {kind}-quoted string",
-                             hint=f"close it with {self.lines[row][col]}")
-        line = self.lines[r]
-        if _is_marker(line) or len(line) - len(line.lstrip(" \t")) <= parent:
-            raise self.error(row, col, f"unterminated {kind}-quoted string",
-                             hint=f"close it with {self.lines[row][col]} before line {r + 1}, "
-                                  "or indent its continuation lines")
+        end = r == len(self.lines)
+        if end or _is_marker(self.lines[r]) or len(self.lines[r]) - len(self.lines[r].lstrip(" \t")) <= parent:
+            kind = "single" if q == "'" else "double"
+            where = "" if end else f" before line {r + 1}, or indent its continuation lines"
+            raise self.error(row, col, f"unterminated {kind}-quoted string", hint=f"close it with {q}{where}")
         return r, empties
 
     def escape(self, r: int, i: int) -> tuple[str, int]:
