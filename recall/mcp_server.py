@@ -1,6 +1,5 @@
 """The MCP server: one thin tool per core call, errors the agent can read, no value in any response."""
-# No `from __future__ import annotations`: the SDK reads these signatures at run time, and the
-# module must still import on Python 3.9 with nothing installed (`mcp` is imported lazily).
+# No `from __future__ import annotations`: the SDK reads these signatures at run time.
 import collections
 import contextlib
 import inspect
@@ -50,14 +49,12 @@ _OUTPUTS = collections.OrderedDict()                 # (tool, args) -> full text
 _LOCK = threading.Lock()
 
 
-# -- per call: config, DB, masking, bounds ------------------------------------------------------
-
 @contextlib.contextmanager
-def _opened(readonly=False, notes=False):
-    """Config and DB opened per call by the library layer (edits to the config apply at once)."""
+def _opened(notes=False):
+    """Config and DB opened per call (edits to the config apply at once); `notes`: read-only, for search and read."""
     from . import api, inventory
     inventory.forget_checks()        # "once per process" means once per call in a long-lived server
-    with api.opened(readonly=readonly, notes=notes) as (cfg, con):
+    with api.opened(readonly=notes, notes=notes) as (cfg, con):
         try:
             yield cfg, con
         except RecallError as exc:        # an error may echo a command line or a child's message
@@ -72,28 +69,31 @@ def _response_masker(con, cfg):
     """Every vault value masked in every response (a note may hold a pasted token); cached until
     the vault or its key changes. None when there is no usable vault."""
     from . import keyfile, vault
-    sig = vault.signature(con)
-    if not sig[0]:
+    count, synced_at = vault.signature(con)
+    if not count:
         return None
     try:
         keyfile.require_crypto()
-        key = keyfile.key_path(cfg.home)
-        stamp = key.stat().st_mtime_ns
+        sig = (str(cfg.db_path), count, synced_at, keyfile.key_path(cfg.home).stat().st_mtime_ns)
     except (RecallError, OSError):
         return None                    # no crypto or no key: no value can be decrypted here either
-    sig = (str(cfg.db_path), sig[0], sig[1], stamp)
     with _LOCK:
-        held = _WARM.get("masker")
-    if held and held[0] == sig:
-        return held[1]
+        if sig in _WARM:
+            return _WARM[sig]
     masker = vault.masker_for(vault.load_values(con, cfg))
     with _LOCK:
-        _WARM["masker"] = (sig, masker)
+        _WARM.clear()
+        _WARM[sig] = masker
     return masker
 
 
 def _mask(masker, text):
     return text if masker is None else masker.mask(text.encode("utf-8")).decode("utf-8", "replace")
+
+
+def _answer(con, cfg, text, tool, offset=0, key=None):
+    """`text` masked and paged."""
+    return _page(_mask(_response_masker(con, cfg), text), offset, tool, key)
 
 
 def _page(text, offset, tool, key=None):
@@ -118,13 +118,14 @@ def _page(text, offset, tool, key=None):
             f"call {tool} again with the same arguments and offset={end}")
 
 
-def _held(key, tool):
+def _continued(key, offset):
+    """The long output held under key = (tool, its arguments…), from `offset`, without running it again."""
     with _LOCK:
         text = _OUTPUTS.get(key)
     if text is None:
-        raise RecallError(f"there is no earlier {tool} output to continue for these arguments",
+        raise RecallError(f"there is no earlier {key[0]} output to continue for these arguments",
                           "call it again with offset=0 (that runs it again)")
-    return text
+    return _page(text, offset, key[0], key)
 
 
 def _json(obj):
@@ -145,26 +146,21 @@ def _lean(d: dict, drop=()) -> dict:
     return {k: v for k, v in d.items() if k not in drop and v not in ("", [], {}, None)}
 
 
-def _lean_secret(meta: dict) -> dict:
-    """A secret's metadata without its proof, and `inject` only when it is not the default env."""
-    return _lean(meta, SHOW_DROPS | ({"inject"} if meta.get("inject") == "env" else set()))
-
-
 def _lean_search(data: dict) -> dict:
     """A search's answer for the agent: its route (why nothing matched by meaning), the access
-    entries and hits it acts on, nothing twice (no query or mode echoed, no text block of the entry's own fields, no absolute path beside `read`,
-    no terminal highlight offsets)."""
+    entries and hits it acts on, nothing twice (no query or mode echoed, no absolute path beside
+    `read`, no terminal highlight offsets)."""
     out = {"route": data["route"]}
-    if data.get("access"):
+    if data["access"]:
         out["access"] = [_lean(a, ENTRY_DROPS) for a in data["access"]]
-    out["hits"] = [{k: h[k] for k in HIT_FIELDS if h.get(k) not in (None, "")} for h in data["hits"]]
+    out["hits"] = [{k: h[k] for k in HIT_FIELDS if h[k] not in (None, "")} for h in data["hits"]]
     for h, full in zip(out["hits"], data["hits"]):
-        heading = full.get("breadcrumb", "").rsplit(" › ", 1)[-1]
+        heading = full["breadcrumb"].rsplit(" › ", 1)[-1]
         if heading and h.get("snippet", "").startswith(heading + " "):     # the breadcrumb says it
             h["snippet"] = h["snippet"][len(heading) + 1:]
-        if full.get("explain"):
+        if "explain" in full:
             h["explain"] = full["explain"]
-    if data.get("notices"):
+    if data["notices"]:
         out["notices"] = data["notices"]
     return out
 
@@ -194,12 +190,6 @@ _FOR_AGENT = [
 ]
 
 
-def _bounded_error(text: str, arguments: dict) -> str:
-    """An error as the agent reads it, each long argument it echoes cut to a prefix + '…'."""
-    from .api import bound_echoes
-    return bound_echoes(for_agent(text), [v for v in arguments.values() if isinstance(v, str)])
-
-
 def for_agent(text: str) -> str:
     """An error as an MCP client's agent should read it: MCP tool names, not CLI verbs."""
     for pattern, repl in _FOR_AGENT:
@@ -226,7 +216,7 @@ def _invalid(tool: str, exc) -> str:
     return f"{tool} {what}."
 
 
-# -- the tools: each opens, makes one core call, formats, bounds ---------------------------------
+# The tools: each opens, makes one core call, formats, masks and bounds.
 
 def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
                   offset: int = 0) -> str:
@@ -239,11 +229,11 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     from .search import search
     notices: list = []
     n = _limit(limit, notices)
-    with _opened(readonly=True, notes=True) as (cfg, con):
+    with _opened(notes=True) as (cfg, con):
         result = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg))
         data = result.public()
-        data["notices"] = notices + list(data.get("notices", []))
-        return _page(_mask(_response_masker(con, cfg), _json(_lean_search(data))), offset, "recall_search")
+        data["notices"] = notices + data["notices"]
+        return _answer(con, cfg, _json(_lean_search(data)), "recall_search", offset)
 
 
 def recall_read(path: str, offset: int = 0) -> str:
@@ -252,18 +242,18 @@ def recall_read(path: str, offset: int = 0) -> str:
     cannot be read. Next: for a system it names, recall_access_find; for a credential,
     recall_secret_find."""
     from . import api
-    with _opened(readonly=True, notes=True) as (cfg, con):
+    with _opened(notes=True) as (cfg, con):
         res = api.read(con, cfg, path, max_chars=READ_CHARS, offset=offset)
         head = f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}\n"
         tail = ("" if res.next_offset is None else
                 f"… more: call recall_read with path={path!r} and offset={res.next_offset}\n")
-        return _page(_mask(_response_masker(con, cfg), head + res.text + tail), 0, "recall_read")
+        return _answer(con, cfg, head + res.text + tail, "recall_read")
 
 
-def _listing(key: str, found: list, total: int, shown: int, notices: list, none: str) -> dict:
+def _listing(key: str, found: list, total: int, notices: list, none: str) -> dict:
     out = {"count": total, key: found}
-    if total > shown:
-        notices.append(f"{total - shown} more: narrow the query, or raise limit (up to {MAX_LIMIT})")
+    if total > len(found):
+        notices.append(f"{total - len(found)} more: narrow the query, or raise limit (up to {MAX_LIMIT})")
     if not total:
         notices.append(none)
     if notices:
@@ -283,10 +273,9 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     with _opened() as (cfg, con):
         found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
         total = vault.count(con) if not query.strip() else len(found)
-        data = _listing("secrets", [_lean({k: m.get(k) for k in FIND_FIELDS}) for m in found[:n]], total,
-                        min(n, total), notices,
+        data = _listing("secrets", [_lean({k: m.get(k) for k in FIND_FIELDS}) for m in found[:n]], total, notices,
                         f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
-        return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_secret_find")
+        return _answer(con, cfg, _json(data), "recall_secret_find")
 
 
 def recall_secret_show(id: str) -> str:
@@ -295,7 +284,9 @@ def recall_secret_show(id: str) -> str:
     which variable a command should name. Next: recall_secret_command."""
     from . import vault
     with _opened() as (cfg, con):
-        return _page(_mask(_response_masker(con, cfg), _json(_lean_secret(vault.show(con, id)))), 0, "recall_secret_show")
+        meta = vault.show(con, id)           # `inject` only when it is not the default env
+        text = _json(_lean(meta, SHOW_DROPS | ({"inject"} if meta["inject"] == "env" else set())))
+        return _answer(con, cfg, text, "recall_secret_show")
 
 
 def recall_secret_command(id: str, command: str = "") -> str:
@@ -308,35 +299,30 @@ def recall_secret_command(id: str, command: str = "") -> str:
         return _mask(_response_masker(con, cfg), vault.command_line(con, id, command or None, cfg))
 
 
-def _entries(cfg, con):
-    from . import api
-    return api.entries(cfg, con)
-
-
 def recall_access_find(query: str = "", limit: int = 10) -> str:
     """Find how to reach a cluster, host, account, VPN or service: id, name or alias first, then
     entries whose tags or notes match; an empty query lists them all. Use it before touching any
     remote system. Returns JSON: `count` and `entries`, each with its access `block`. Next:
     recall_access_exec with the entry's id."""
-    from . import inventory
+    from . import api, inventory
     notices: list = []
     n = _limit(limit, notices)
     with _opened() as (cfg, con):
-        found = inventory.find(_entries(cfg, con), query)
+        found = inventory.find(api.entries(cfg, con), query)
         data = _listing("entries", [_lean(inventory.describe(con, e), ENTRY_DROPS) for e in found[:n]], len(found),
-                        min(n, len(found)), notices, f"no inventory entries match {query!r}: try an empty query")
-        return _page(_mask(_response_masker(con, cfg), _json(data)), 0, "recall_access_find")
+                        notices, f"no inventory entries match {query!r}: try an empty query")
+        return _answer(con, cfg, _json(data), "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:
     """One inventory entry as JSON: kind, environment, prerequisites (requires), setup steps,
     linked secrets, verify command, notes, last verified. Use it to see how a system is reached.
     Next: recall_access_exec with this id."""
-    from . import inventory
+    from . import api, inventory
     with _opened() as (cfg, con):
-        entry = inventory.get_entry(_entries(cfg, con), id)
+        entry = inventory.get_entry(api.entries(cfg, con), id)
         text = _json(_lean(inventory.describe(con, entry), ENTRY_DROPS - {"file", "line"}))
-        return _page(_mask(_response_masker(con, cfg), text), 0, "recall_access_show")
+        return _answer(con, cfg, text, "recall_access_show")
 
 
 def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
@@ -350,7 +336,7 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     from .access import exec_entry
     key = ("recall_access_exec", id, command)
     if offset:
-        return _page(_held(key, "recall_access_exec"), offset, "recall_access_exec", key)
+        return _continued(key, offset)
     with _opened() as (cfg, con):
         result = exec_entry(con, cfg, id, command.strip() or None, timeout=EXEC_TIMEOUT)
         lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
@@ -359,8 +345,7 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
         for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
             if data.strip():           # an empty stream's header says nothing
                 lines += [f"--- {name} ---", data.decode("utf-8", "replace").rstrip("\n")]
-        text = _mask(_response_masker(con, cfg), "\n".join(lines) + "\n")
-        return _page(text, 0, "recall_access_exec", key)
+        return _answer(con, cfg, "\n".join(lines) + "\n", "recall_access_exec", key=key)
 
 
 def _verify_data(con, cfg, report) -> dict:
@@ -385,13 +370,11 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     reason (ask the user to log in, renew or connect); do not retry blindly."""
     key = ("recall_verify", id)
     if offset:
-        return _page(_held(key, "recall_verify"), offset, "recall_verify", key)
+        return _continued(key, offset)
     from . import api
     ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
     with _opened() as (cfg, con):
-        report = api.verify(con, cfg, ids)
-        text = _mask(_response_masker(con, cfg), _json(_verify_data(con, cfg, report)))
-        return _page(text, 0, "recall_verify", key)
+        return _answer(con, cfg, _json(_verify_data(con, cfg, api.verify(con, cfg, ids))), "recall_verify", key=key)
 
 
 TOOLS = [recall_search, recall_read, recall_secret_find, recall_secret_show, recall_secret_command,
@@ -402,8 +385,6 @@ TITLES = {"recall_search": "Search my notes", "recall_read": "Read a note sectio
           "recall_access_find": "Find how to reach a system", "recall_access_show": "Show an access entry",
           "recall_access_exec": "Run a command on a system", "recall_verify": "Verify access and credentials"}
 
-
-# -- the SDK side ---------------------------------------------------------------------------------
 
 def _annotations(name):
     from mcp.types import ToolAnnotations
@@ -421,18 +402,19 @@ def _as_tool(fn):
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import Field
 
+    from .api import bound_echoes
+    from .db import explain
+
     @functools.wraps(fn)
     def tool(**kwargs):
         try:
             return fn(**kwargs)
-        except RecallError as exc:
-            raise ToolError(_bounded_error(str(exc), kwargs)) from None
-        except Exception as exc:      # a full disk, a damaged DB: its one line, not a logged traceback
-            from .repair import explain
+        except Exception as exc:      # ours, or a full disk, a damaged DB: its one line, not a logged traceback
             err = explain(exc)
             if err is None:
                 raise
-            raise ToolError(_bounded_error(str(err), kwargs)) from None
+            echoed = [v for v in kwargs.values() if isinstance(v, str)]   # each long one cut to a prefix + '…'
+            raise ToolError(bound_echoes(for_agent(str(err)), echoed)) from None
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(
@@ -472,26 +454,21 @@ def build_server():
 
 
 def serve() -> int:
-    """`recall mcp`: serve on stdio until the client closes it."""
+    """`recall mcp`: serve on stdio until the client closes it, following the sources meanwhile so the
+    next search sees a note saved a moment ago."""
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
         raise MissingExtra("mcp", "the MCP server") from None
-    watcher = _watching()
+    from . import api
+    from .config import load_config
+    try:
+        watcher = api.watcher(load_config()).start()
+    except RecallError:               # no config, a bad RECALL_WATCH: serve the index as it is (doctor says why)
+        watcher = None
     try:
         build_server().run("stdio")
     finally:
         if watcher is not None:
             watcher.stop()
     return 0
-
-
-def _watching():
-    """The sources followed while the server runs (watch.py), so the next search sees a note saved a
-    moment ago; None without a config or sources (each tool then says what is missing)."""
-    from . import api
-    from .config import load_config
-    try:                              # a bad RECALL_WATCH too: serve from the index as it is (doctor says why)
-        return api.watcher(load_config()).start()
-    except RecallError:
-        return None

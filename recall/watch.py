@@ -1,7 +1,5 @@
-"""Keeping the index in step with the sources while recall runs long (`recall mcp`, `recall index
---watch`): changes found by an OS file watcher (watchdog, when installed) or a stat poll spread over
-idle moments; the keyword index follows at once, vectors once the files have been still a moment.
-Also `behind`: the CLI's cheap check that a source changed since the last index run."""
+"""Keeping the index in step with the sources while recall runs long (`recall mcp`, `index --watch`),
+by watchdog's file events or a stat poll; and `behind`, the CLI's check that a source changed."""
 from __future__ import annotations
 
 import os
@@ -35,7 +33,7 @@ def method() -> str:
 
 
 def _folders(root: str):
-    """Every folder under `root` that a source walk enters (hidden and SKIP_DIRS left out), iteratively."""
+    """Every folder under `root` that a source walk enters (hidden and SKIP_DIRS left out)."""
     stack = [root]
     while stack:
         folder = stack.pop()
@@ -49,9 +47,8 @@ def _folders(root: str):
 
 
 def behind(con, cfg, budget_s: float = 0.005) -> list:
-    """Names of the sources holding a folder changed since the last index run (a note created,
-    removed or renamed there, an editor's atomic save): the folders the last run saw (no walk), each
-    stat'ed within `budget_s`; a source not fully checked in time is not named. [] when never indexed."""
+    """Names of the sources with a folder the last index run saw (no walk) changed since: a note
+    created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
     indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
     if not indexed or not known:
         return []
@@ -77,8 +74,8 @@ def behind(con, cfg, budget_s: float = 0.005) -> list:
 
 
 class _Poll:
-    """Changes by stat: each round walks the sources (a stretch of at most SLICE_S at a time, a pause
-    between stretches) and compares sizes and mtimes with the round before."""
+    """Changes by stat: each round walks the sources in stretches of SLICE_S and compares sizes and
+    mtimes with the round before."""
 
     def __init__(self, roots: list, ignore: set, stop: threading.Event):
         self.roots, self.ignore, self.work = roots, ignore, 0.0
@@ -155,17 +152,14 @@ class _Events:
 
 
 class Watcher:
-    """Follows `cfg`'s sources in a thread of this process (`start`) or in the foreground (`run`):
-    each change is indexed for keyword search at once (`run_index(embed=False)`, which keeps what a
-    vanished folder held), and embedded once nothing changed for QUIET_S, each text claimed in the
-    ledger and counted against the token cap like any run. `redactor`/`load_values` are the vault's, as run_index takes them;
-    `report(kind, result)` hears each pass ('index' or 'embed')."""
+    """Follows `cfg`'s sources in a thread (`start`) or the foreground (`run`): each change indexed for
+    keyword search at once, embedded once nothing changed for QUIET_S; `report(kind, result)` hears each
+    pass ('index' or 'embed')."""
 
     def __init__(self, cfg, *, redactor, load_values=None, report=None):
         self.cfg, self.redactor, self.load_values, self.report = cfg, redactor, load_values, report
         self.how = method()
-        self.stop_event, self.thread, self.last_error = threading.Event(), None, None
-        self.passes = 0
+        self.stop_event, self.thread, self.passes = threading.Event(), None, 0
 
     def start(self) -> Watcher:
         if self.how != "off" and self.cfg.sources:
@@ -181,8 +175,8 @@ class Watcher:
     def _guarded(self) -> None:
         try:
             self.run()
-        except Exception as exc:        # a long-lived server keeps answering from the index it has
-            self.last_error = str(exc)
+        except Exception:        # a long-lived server keeps answering from the index it has
+            pass
 
     def run(self) -> None:
         """Index what changed since the last run, then follow the sources until `stop()`."""
@@ -203,25 +197,22 @@ class Watcher:
                         rep = run_index(con, cfg, embed=False, redactor=self.redactor,
                                         load_values=self.load_values)
                         self.passes += 1
-                        self.last_error = None
                         unembedded = paid
                         if self.report:
                             self.report("index", rep)
-                    except (RecallError, OSError) as exc:
-                        self.last_error = str(exc)
+                    except (RecallError, OSError):
                         dirty = True
                         if self.stop_event.wait(RETRY_S):
                             break
                         continue
                 if unembedded and time.monotonic() - last_change >= QUIET_S:
                     unembedded = False
-                    try:
-                        # as run_index's own pass: each text claimed in the ledger first, never billed twice
+                    try:         # as run_index's own pass: each text claimed in the ledger, never billed twice
                         rep = embed_pending(con, cfg, redactor=self.redactor, load_values=self.load_values)
                         if self.report:
                             self.report("embed", rep)
-                    except (RecallError, OSError) as exc:
-                        self.last_error = str(exc)
+                    except (RecallError, OSError):
+                        pass            # the next change tries again
                 if detector.wait(self.stop_event, QUIET_S / 4 if unembedded else POLL_S):
                     dirty, last_change = True, time.monotonic()
         finally:
