@@ -50,17 +50,15 @@ class Report:
     probes: list
 
     def public(self) -> dict:
-        entries: dict = {}
-        for p in self.probes:
-            entry = entries.setdefault(p.target, {"id": p.id, "kind": p.kind, "commands": []})
+        def entry(p: Probe) -> dict:             # one probe per target: an entry's proof or a secret's check
+            ran = {} if self.dry_run else {"status": p.status, "detail": p.detail, "seconds": round(p.seconds, 3)}
+            out = {"id": p.id, "kind": p.kind,
+                   "commands": [{"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason, **ran}]}
             if p.setup:
-                entry["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule,
-                                   "reason": v.reason} for step, v in p.setup]
-            entry["commands"].append(
-                {"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason,
-                 **({} if self.dry_run else {"status": p.status, "detail": p.detail,
-                                              "seconds": round(p.seconds, 3)})})
-        out = {"dry_run": self.dry_run, "entries": list(entries.values())}
+                out["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule,
+                                 "reason": v.reason} for step, v in p.setup]
+            return out
+        out = {"dry_run": self.dry_run, "entries": [entry(p) for p in self.probes]}
         if not self.dry_run:
             out["summary"] = self.counts()
         return out

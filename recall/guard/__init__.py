@@ -181,12 +181,10 @@ def _lex(command: str) -> list:
             raise _Deny("newline", f"a newline or carriage return {at} would start a new command")
         if ch not in " \t" and (not ch.isprintable() or ch in _BLANKS):
             raise _Deny(*_not_understood(ch, at))
-        if quote == "'":
-            quote = None if ch == "'" else quote
-        elif quote == '"':
-            if ch == '"':
+        if quote:
+            if ch == quote:
                 quote = None
-            elif ch in _EXPANSION:
+            elif quote == '"' and ch in _EXPANSION:
                 raise _Deny("shell-expansion", f"{ch!r} {at} still expands inside double quotes")
         elif ch in "'\"":
             quote = ch
