@@ -12,8 +12,8 @@ ERROR_CHARS = 4_000         # and no error is longer than this, whatever it quot
 
 
 def bound_echoes(text: str, arguments: list) -> str:
-    """`text` with every long argument it repeats (as given, or as repr shows it) cut to a prefix
-    + '…', and the whole cut at ERROR_CHARS: an error never hands a 100,000-character id back."""
+    """`text` with every long argument it repeats (as given, or as repr shows it) cut to a prefix + '…',
+    and the whole cut at ERROR_CHARS."""
     for value in sorted({a for a in arguments if len(a) > LONG_ARGUMENT}, key=len, reverse=True):
         short = value[:ECHO_CHARS] + "…"
         text = text.replace(value, short).replace(repr(value)[1:-1], short)
@@ -22,9 +22,8 @@ def bound_echoes(text: str, arguments: list) -> str:
 
 @contextlib.contextmanager
 def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False, vectors: bool = False):
-    """(cfg, con) for one verb or one tool call: the config read now (an edit applies at once), the
-    DB opened, and closed after. `notes`: a config without sources is the error ("no config file"
-    says more than "no index")."""
+    """(cfg, con) for one verb or tool call, closed after; `notes`: a config without sources is the
+    error ("no config file" says more than "no index")."""
     from . import db
     from .config import load_config
     cfg = load_config(config)
@@ -72,8 +71,7 @@ def read(con, cfg, target: str, *, max_chars: int, offset: int = 0):
 
 
 def search_hooks(cfg, *, local: bool = False):
-    """The vault, and (unless `local`) the inventory's pins and the remotes, as a search takes them
-    (each loaded only when the config names it)."""
+    """The vault, and (unless `local`) the inventory's pins and the remotes when the config names them."""
     from . import vault
     from .search import SearchHooks
     ask = pins = None

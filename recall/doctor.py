@@ -105,7 +105,11 @@ def _config_checks(ctx) -> list:
 
 
 def _platform(ctx) -> list:
-    fts5 = _fts5()
+    try:
+        sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        fts5 = True
+    except sqlite3.Error:
+        fts5 = False
     return [Check("python", sys.version_info >= (3, 9), sys.version.split()[0] + f" ({sys.executable})"),
             Check("sqlite", True, sqlite3.sqlite_version),
             Check("fts5", fts5, "available" if fts5 else "missing: keyword search needs FTS5"),
@@ -308,7 +312,8 @@ def _prerequisites(cfg) -> list:
 
 def _prerequisite(e) -> Check:
     up, detail = _probe(e)
-    return Check(f"prerequisite {e.id}", up, detail if up else f"down: {detail}" + (f" — {e.hint}" if e.hint else ""))
+    hint = f" — {e.hint}" if e.hint else ""
+    return Check(f"prerequisite {e.id}", up, detail if up else f"down: {detail}{hint}")
 
 
 def _probe(e) -> tuple:
@@ -398,14 +403,6 @@ def _mode(path) -> str:
         return "absent"
 
 
-def _fts5() -> bool:
-    try:
-        sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-        return True
-    except sqlite3.Error:
-        return False
-
-
 def _open_index(cfg):
     if not cfg.db_path.exists():
         return None
@@ -433,7 +430,7 @@ def _one(con, sql: str, params=()):
 
 
 def _count_files(src) -> int:
-    from .index import walk_source
+    from .walk import walk_source
     try:
         return sum(1 for _ in walk_source(src))
     except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more

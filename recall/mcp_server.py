@@ -51,7 +51,7 @@ _LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _opened(notes=False):
-    """Config and DB opened per call (edits to the config apply at once); `notes`: read-only, for search and read."""
+    """Config and DB opened per call (an edit to the config applies at once); `notes`: read-only."""
     from . import api, inventory
     inventory.forget_checks()        # "once per process" means once per call in a long-lived server
     with api.opened(readonly=notes, notes=notes) as (cfg, con):
@@ -374,7 +374,8 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     from . import api
     ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
     with _opened() as (cfg, con):
-        return _answer(con, cfg, _json(_verify_data(con, cfg, api.verify(con, cfg, ids))), "recall_verify", key=key)
+        report = api.verify(con, cfg, ids)
+        return _answer(con, cfg, _json(_verify_data(con, cfg, report)), "recall_verify", key=key)
 
 
 TOOLS = [recall_search, recall_read, recall_secret_find, recall_secret_show, recall_secret_command,

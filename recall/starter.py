@@ -80,10 +80,9 @@ def _folder(path: Path, mode: int, created: list) -> None:
 
 
 def init(config_path: Path, notes: Path | None = None, recall: str = "recall") -> Started:
-    """Write a starter config at `config_path` (refused when anything is there), with its notes
-    folder (default ~/notes), and a secrets file (0600, in a 0700 folder) and an inventory beside
-    the config — so outside the notes tree. Files that exist already are named, never rewritten.
-    `recall` is how the next commands start (with `--config FILE` when it is not the default)."""
+    """A starter config at `config_path` (refused when anything is there), its notes folder, and a
+    secrets file (0600) and an inventory beside it, outside the notes; existing files are kept.
+    `recall` is how the next commands start."""
     config_path = Path(config_path).expanduser().absolute()
     if config_path.exists() or config_path.is_symlink():
         what = "a folder" if config_path.is_dir() else "a config"

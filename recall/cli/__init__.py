@@ -153,7 +153,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _secret_parsers(verbs.add("secret", help="use credentials without seeing them"), common)
     _access_parsers(verbs.add("access", help="how to reach clusters, hosts and accounts"), common)
 
-    p = verbs.add("verify", systems.cmd_verify, help="read-only sweep: which entries and secrets still work, and why not")
+    p = verbs.add("verify", systems.cmd_verify,
+                  help="read-only sweep: which entries and secrets still work, and why not")
     p.add_argument("ids", nargs="*", metavar="ID", help="only these entries or secrets")
     p.add_argument("--dry-run", action="store_true", help="print each command with the guard's verdict; run nothing")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per proof (default 20)")
@@ -165,7 +166,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--ssh-config", default="", metavar="FILE", help="an ssh -F config file")
 
     verbs.add("mcp", systems.cmd_mcp, help="serve MCP on stdio (for the agent)")
-    p = verbs.add("instructions", systems.cmd_instructions, help="the rules block for the agent's instructions file")
+    p = verbs.add("instructions", systems.cmd_instructions,
+                  help="the rules block for the agent's instructions file")
     p.add_argument("--install", metavar="FILE", help="write or update the block in FILE (idempotent)")
     p = verbs.add("doctor", systems.cmd_doctor, help="check this machine and everything the config names")
     p.add_argument("--thorough", action="store_true",
@@ -238,8 +240,9 @@ def _access_parsers(parser, common) -> None:
     p.add_argument("query", nargs="*")
     p = verbs.add("show", systems.cmd_access_show, help="the access block of one entry")
     p.add_argument("id")
-    _id_then_command(verbs.add("exec", systems.cmd_access_exec,
-                               help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask"))
+    p = verbs.add("exec", systems.cmd_access_exec,
+                  help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask")
+    _id_then_command(p)
 
 
 def _id_then_command(p) -> None:
