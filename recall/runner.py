@@ -8,10 +8,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 from .errors import RecallError
-from .mask import Masker, MaskStream
+from .mask import Masker
 
 READ_SIZE = 64 * 1024
 TIMEOUT_CODE = 124
@@ -24,9 +25,8 @@ RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and
 
 @dataclass
 class RunResult:
-    """A finished child: exit code, masked output (empty when streamed), whether it timed out; for
-    access exec the setup steps not run as (step, why) and the kube context kubectl was given;
-    what the user should know (`notes`)."""
+    """A finished child: exit code, masked output (empty when streamed), whether it timed out; access exec
+    adds the setup steps not run (step, why) and kubectl's context; `notes` are for the user."""
     code: int
     stdout: bytes
     stderr: bytes
@@ -66,20 +66,22 @@ class Child:
 
 
 class _Sink:
-    """One output pipe: its mask stream, and where masked bytes go (a binary file or a buffer)."""
+    """One output pipe: its mask stream, and where masked bytes go (a binary file, or captured)."""
 
-    def __init__(self, masker: Masker, target, given=()):
-        self.stream: MaskStream = masker.stream(given)
+    def __init__(self, masker: Masker, target, given):
+        self.stream = masker.stream(given)
         self.target = target
         self.captured = bytearray()
         self.fed_at = 0.0
 
+    def feed(self, chunk: bytes) -> None:
+        self.write(self.stream.feed(chunk))
+        self.fed_at = time.monotonic()
+
     def write(self, data: bytes) -> None:
-        if not data:
-            return
         if self.target is None:
             self.captured += data
-        else:
+        elif data:
             self.target.write(data)
             self.target.flush()
 
@@ -95,10 +97,8 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
         if child.host_bound:
             from .hostbound import Session
             session = Session(child.host_bound, child.values, masker, child.placeholders)
-        env = child.env if session is None else session.child_env(child.env)
-        proc, report = _start(child, env)
-        given = list(child.given)
-        held = b""
+        proc, report = _start(child, child.env if session is None else session.child_env(child.env))
+        given, held = list(child.given), b""
         if child.prelude is not None:
             try:
                 pre = child.prelude(proc, report)
@@ -116,8 +116,8 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
         shown = masker.mask(shown.encode()).decode("utf-8", "replace")
         result = _drive(proc, masker, given, child.stdin, out, err, child.timeout, held)
     except RecallError:
-        audit.log(con, child.verb, child.target, argv=masker.mask(shown.encode()).decode("utf-8", "replace"),
-                  verdict=verdict)
+        shown = masker.mask(shown.encode()).decode("utf-8", "replace")
+        audit.log(con, child.verb, child.target, argv=shown, verdict=verdict)
         raise
     finally:
         if session is not None:
@@ -131,14 +131,9 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
 def run_masked(argv: list[str], *, env: dict[str, str], masker: Masker, stdin: bytes | None = None,
                out=None, err=None, timeout: float | None = None, cwd: str | None = None,
                given=()) -> RunResult:
-    """Run argv (no shell) with exactly `env`; write `stdin` then close it; mask both outputs.
-
-    `out`/`err` are binary files that receive masked output as it arrives; None captures it
-    into the result. On timeout the whole process group is killed and the code is 124.
-    `given`: the ids of the secrets the child holds (Masker.stream). No session, no audit row.
-    """
-    child = Child("", "", "", env, {}, argv=list(argv), stdin=stdin, cwd=cwd)
-    proc, _ = _start(child, env)
+    """Run argv (no shell) with exactly `env`, `stdin` written then closed, both outputs masked (written to
+    `out`/`err` as they arrive, else captured); on timeout code 124. No session, no audit row."""
+    proc, _ = _start(Child("", "", "", env, {}, argv=list(argv), stdin=stdin, cwd=cwd), env)
     return _drive(proc, masker, given, stdin, out, err, timeout)
 
 
@@ -148,47 +143,43 @@ def _start(child: Child, env: dict) -> tuple:
     if child.script is None:
         if not child.argv:
             raise RecallError("no command given", "put the command after `--`")
-        return _popen(list(child.argv), env, child.stdin is not None, child.cwd, ()), None
+        return _popen(list(child.argv), env, child, ()), None
     import threading
     script_r, script_w = os.pipe()
     report_r, report_w = os.pipe()
     text = child.script(script_r, report_w).encode("utf-8", "surrogateescape")
     try:
-        proc = _popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env, child.stdin is not None,
-                      child.cwd, (script_r, report_w))
+        proc = _popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env, child, (script_r, report_w))
     except RecallError:
-        for fd in (script_w, report_r):
-            os.close(fd)
+        os.close(script_w)
+        os.close(report_r)
         raise
     finally:
         os.close(script_r)
         os.close(report_w)
-
-    def feed():
-        try:
-            with open(script_w, "wb") as pipe:
-                pipe.write(text)
-        except OSError:          # bash stopped reading (it failed early): its exit code says why
-            pass
-    threading.Thread(target=feed, name="child script", daemon=True).start()
+    threading.Thread(target=_feed, args=(script_w, text), name="child script", daemon=True).start()
     return proc, report_r
 
 
-def _popen(argv: list, env: dict, with_stdin: bool, cwd: str | None, fds: tuple) -> subprocess.Popen:
+def _feed(fd: int, text: bytes) -> None:
+    with suppress(OSError), open(fd, "wb") as pipe:    # bash stopped reading (it failed early): its code says why
+        pipe.write(text)
+
+
+def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
     try:
         return subprocess.Popen(
-            argv, env=dict(env), cwd=cwd, pass_fds=fds,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
+            stdin=subprocess.DEVNULL if child.stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True)  # own process group: a timeout kills grandchildren too
     except FileNotFoundError as exc:
-        if cwd is not None and exc.filename == cwd:
-            raise RecallError(f"working directory not found: {cwd}", "check the path") from None
+        if child.cwd is not None and exc.filename == child.cwd:
+            raise RecallError(f"working directory not found: {child.cwd}", "check the path") from None
         raise RecallError(f"command not found: {argv[0]}",
                           "check the spelling, or that it is on the PATH given to the child") from None
     except PermissionError:
-        raise RecallError(f"command not executable: {argv[0]}",
-                          "check the file's permissions") from None
+        raise RecallError(f"command not executable: {argv[0]}", "check the file's permissions") from None
     except OSError as exc:
         raise RecallError(f"cannot run {argv[0]}: {exc.strerror}", None) from None
 
@@ -198,13 +189,9 @@ def _stop(proc: subprocess.Popen, masker: Masker, held: bytes) -> str:
     if proc.poll() is None:
         _kill_group(proc)
     rest = b""
-    try:
+    with suppress(OSError, ValueError):
         rest = proc.stderr.read() or b""
-    except (OSError, ValueError):
-        pass
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            _close_quietly(pipe)
+    _close(proc.stdin, proc.stdout, proc.stderr)
     lines = masker.mask(held + rest).decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else ""
 
@@ -215,9 +202,7 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
     before, not yet masked), the timeout applied to its whole process group."""
     sinks = {proc.stdout: _Sink(masker, out, given), proc.stderr: _Sink(masker, err, given)}
     if held:
-        sink = sinks[proc.stderr]
-        sink.write(sink.stream.feed(held))
-        sink.fed_at = time.monotonic()
+        sinks[proc.stderr].feed(held)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         timed_out = _pump(proc, sinks, stdin or b"", deadline)
@@ -230,15 +215,13 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
     finally:
         if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt, a closed `out`) left it running
             _kill_group(proc)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None and not pipe.closed:
-                _close_quietly(pipe)
+        _close(proc.stdin, proc.stdout, proc.stderr)
     code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
     return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured), timed_out)
 
 
 def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | None) -> bool:
-    """Feed stdin and drain both pipes until EOF; returns True if the deadline passed."""
+    """Feed stdin and drain both pipes until EOF; True if the deadline passed."""
     timed_out = False
     exited_at = None  # once the child is gone, don't wait forever on a grandchild's pipe
     last_data = 0.0
@@ -246,11 +229,10 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
     with selectors.DefaultSelector() as selector:
         for pipe in sinks:
             selector.register(pipe, selectors.EVENT_READ)
-        if proc.stdin is not None:
-            if data:
-                selector.register(proc.stdin, selectors.EVENT_WRITE)
-            else:
-                _close_quietly(proc.stdin)
+        if data:
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            _close(proc.stdin)
         while selector.get_map():
             now = time.monotonic()
             if deadline is not None and now >= deadline and not timed_out:
@@ -259,12 +241,9 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
                 now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = last_data = now
-            if exited_at is not None and (now - last_data >= _DRAIN_GRACE
-                                          or now - exited_at >= _DRAIN_MAX):
+            if exited_at is not None and (now - last_data >= _DRAIN_GRACE or now - exited_at >= _DRAIN_MAX):
                 break
-            wait = _POLL
-            if deadline is not None and not timed_out:
-                wait = max(0.0, min(_POLL, deadline - now))
+            wait = _POLL if deadline is None or timed_out else max(0.0, min(_POLL, deadline - now))
             for sink in sinks.values():
                 if sink.stream.holding:
                     idle = now - sink.fed_at
@@ -273,22 +252,16 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
                     else:
                         wait = min(wait, RELEASE - idle)
             for key, _ in selector.select(wait):
-                pipe = key.fileobj
-                if pipe is proc.stdin:
-                    offset = _write_some(selector, pipe, data, offset)
-                    continue
-                chunk = os.read(key.fd, READ_SIZE)
-                sink = sinks[pipe]
-                if chunk:
-                    sink.write(sink.stream.feed(chunk))
-                    last_data = sink.fed_at = time.monotonic()
+                if key.fileobj is proc.stdin:
+                    offset = _write_some(selector, proc.stdin, data, offset)
+                elif chunk := os.read(key.fd, READ_SIZE):
+                    sinks[key.fileobj].feed(chunk)
+                    last_data = time.monotonic()
                 else:
-                    selector.unregister(pipe)
-                    pipe.close()
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
         for sink in sinks.values():
             sink.write(sink.stream.flush())
-    if proc.stdin is not None:
-        _close_quietly(proc.stdin)
     return timed_out
 
 
@@ -301,34 +274,26 @@ def _write_some(selector, pipe, data: bytes, offset: int) -> int:
         offset = len(data)
     if offset >= len(data):
         selector.unregister(pipe)
-        _close_quietly(pipe)
+        _close(pipe)
     return offset
 
 
-def _close_quietly(pipe) -> None:
-    try:
-        pipe.close()
-    except OSError:
-        pass
+def _close(*pipes) -> None:
+    for pipe in pipes:
+        if pipe is not None:
+            with suppress(OSError):
+                pipe.close()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left after a grace period."""
-    for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if grace is None:
-            break
-        try:
-            proc.wait(grace)
-            # The leader is gone; grandchildren in its group may linger, so finish them too.
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the child's process group, then SIGKILL what is left of it (grandchildren too) after a grace."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(_TERM_GRACE)
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
 
 
 def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
@@ -359,16 +324,9 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
     return run(con, child, out, err)
 
 
-CHILD_ENV_DROP = ("RECALL_",)        # recall's own variables are not passed on to children
-
-
-def child_env(base: dict | None = None) -> dict:
-    """This environment (or `base`) less recall's own variables, which no child is given."""
-    env = dict(os.environ if base is None else base)
-    for k in list(env):
-        if k.startswith(CHILD_ENV_DROP):
-            del env[k]
-    return env
+def child_env() -> dict:
+    """This environment less recall's own variables (RECALL_*), which no child is given."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RECALL_")}
 
 
 def injection(row, values: dict, stdin_flag: bool):

@@ -16,45 +16,36 @@ MAX_LOGGED = 200                # substitution rows per run; the rest are counte
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def is_host_bound(row) -> bool:
-    return row["inject"] == "proxy"
-
-
 def placeholders_for(rows) -> dict:
     """{secret id: {field: placeholder}} for the host-bound rows: fresh for every run."""
     out = {}
-    for row in rows:
-        if is_host_bound(row):
-            public = set(json.loads(row["meta"]).get("public") or [])
-            out[row["id"]] = {field: f"{PREFIX}{row['id']}{'.' + field if field else ''}-{os.urandom(12).hex()}"
-                              for field in json.loads(row["variables"]).values() if field not in public}
+    for row in (r for r in rows if r["inject"] == "proxy"):
+        public = set(json.loads(row["meta"]).get("public") or [])
+        out[row["id"]] = {field: f"{PREFIX}{row['id']}{'.' + field if field else ''}-{os.urandom(12).hex()}"
+                          for field in json.loads(row["variables"]).values() if field not in public}
     return out
 
 
 class Session:
-    """The proxy and CA of one child run; `env` is what the child gets for the host-bound secrets."""
+    """The proxy and CA of one child run (`rows`: host-bound only); `env` is what the child gets for them."""
 
     def __init__(self, rows, values: dict, masker, placeholders: dict | None = None):
         from .ca import EphemeralCA
         from .proxy import Binding, HostBoundProxy
-        rows = [r for r in rows if is_host_bound(r)]
         chosen = placeholders if placeholders is not None else placeholders_for(rows)
-        bindings, self.env, trust = [], {}, []
-        self.names = []
+        bindings, self.env, self.names, trust = [], {}, [], []
         for row in rows:
-            meta = json.loads(row["meta"])
-            bound = meta["proxy"]
+            bound = json.loads(row["meta"])["proxy"]
             for var, field in json.loads(row["variables"]).items():
                 value = values[row["id"]][field]
                 ph = chosen.get(row["id"], {}).get(field)
-                if ph is None:                      # a public field (a username): as written
-                    self.env[var] = value
+                self.env[var] = value if ph is None else ph       # a public field (a username): as written
+                if ph is None:
                     continue
                 if _UNSAFE.search(value):
                     raise RecallError(f"secret '{row['id']}' holds a control character, which an HTTP header "
                                       "cannot carry: not sent", "fix the value in the secrets file and run "
                                       "'recall secret sync'")
-                self.env[var] = ph
                 self.names.append(var)
                 bindings.append(Binding(row["id"], ph, value, bound["host"], bound["port"], bound["paths"],
                                         bound["query"]))
@@ -72,9 +63,7 @@ class Session:
         self.env.update({v: self.ca.cert_path for v in CA_VARS})
 
     def child_env(self, base: dict) -> dict:
-        env = {k: v for k, v in base.items() if k not in DROPPED}
-        env.update(self.env)
-        return env
+        return {**{k: v for k, v in base.items() if k not in DROPPED}, **self.env}
 
     def close(self) -> None:
         self.proxy.close()

@@ -110,8 +110,7 @@ class EphemeralCA:
         _sweep_left_behind()
         self._dir = tempfile.mkdtemp(prefix=f"recall-proxy-{os.getpid()}-")        # 0700 by mkdtemp
         self.cert_path = os.path.join(self._dir, "ca.pem")
-        fd = os.open(self.cert_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
+        with open(os.open(self.cert_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(self.pem)
         self._contexts: dict = {}
         self._lock = threading.Lock()
@@ -120,10 +119,9 @@ class EphemeralCA:
         """A TLS server context presenting a leaf for `host` signed by this CA (cached)."""
         host = host.lower()
         with self._lock:
-            ctx = self._contexts.get(host)
-            if ctx is None:
-                ctx = self._contexts[host] = self._context_for(host)
-            return ctx
+            if host not in self._contexts:
+                self._contexts[host] = self._context_for(host)
+            return self._contexts[host]
 
     def _context_for(self, host: str):
         import ipaddress
@@ -167,8 +165,7 @@ def _sweep_left_behind() -> None:
     except OSError:
         return
     for name in names:
-        pid = name.split("-")[2]
-        path = os.path.join(root, name)
+        pid, path = name.split("-")[2], os.path.join(root, name)
         try:
             if not pid.isdigit() or os.lstat(path).st_uid != os.getuid() or alive(int(pid)):
                 continue
