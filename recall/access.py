@@ -193,14 +193,12 @@ def _prelude(entry, proc, report: int):
     data, setup_err, late = _wait_setup(proc, report, time.monotonic() + SETUP_TIMEOUT)
     before, after, status = _parse_vars(data)
     masks = {f"{entry.id}:{k}": [v] for k, v in masked_exports(before, after).items()}
-    hint = f"run 'recall access show {entry.id}' and check the steps"
-    if late:
-        return runner.Prelude(masks, setup_err, lambda _last: RecallError(
-            f"the setup steps of '{entry.id}' did not finish within {SETUP_TIMEOUT}s", hint))
-    if status != "ok":
-        return runner.Prelude(masks, setup_err, lambda last: RecallError(
-            f"the setup steps of '{entry.id}' failed: {last or 'no message'}", hint))
-    return runner.Prelude(masks, setup_err)
+    if not late and status == "ok":
+        return runner.Prelude(masks, setup_err)
+    return runner.Prelude(masks, setup_err, lambda last: RecallError(
+        f"the setup steps of '{entry.id}' " + (f"did not finish within {SETUP_TIMEOUT}s" if late else
+                                               f"failed: {last or 'no message'}"),
+        f"run 'recall access show {entry.id}' and check the steps"))
 
 
 def _has_vault(con, cfg) -> bool:

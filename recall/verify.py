@@ -209,9 +209,10 @@ def _curl_stdin(argv: list, variables: dict, values: dict) -> tuple:
 
 
 def _curl_options(argv: list, options: list) -> list:
-    """argv with `options` first, after a leading -q/--disable (curl honours it only as argv[1])."""
+    """argv with -q first (never a .curlrc: options the guard did not see, from CURL_HOME or HOME; curl
+    honours -q/--disable only as argv[1]), then `options`."""
     at = 2 if argv[1:2] in (["-q"], ["--disable"]) else 1
-    return argv[:at] + options + argv[at:]
+    return [argv[0], *(argv[1:2] if at == 2 else ["-q"]), *options, *argv[at:]]
 
 
 class _Missing(RecallError):
@@ -238,8 +239,6 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         data = placeholders = None
         if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
             argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
-            if argv[1:2] not in (["-q"], ["--disable"]):
-                argv.insert(1, "-q")      # never a .curlrc: options the guard did not see (CURL_HOME, HOME)
         if p.variables and any("RECALLVAR" in a for a in argv):
             from .hostbound import placeholders_for
             values = vault.load_values(con, cfg)
