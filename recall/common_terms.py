@@ -208,21 +208,15 @@ class _Term:
         self.idf, self.groups = idf, groups          # [(f, n, dmin, packed bitmap, packed ids or None)]
         self.union_raw = bytes(union)                # every chunk holding the term
         self.by_size = sorted(range(len(groups)), key=lambda j: -groups[j][1])
-        self._raw: dict = {}
+        self.raw = [bytes(g[3]) for g in groups]     # each group's bitmap bytes (SQLite gives bytes: no copy)
         self._int: dict = {}
         self._ids: dict = {}
         self._union = None
 
-    def raw(self, j: int) -> bytes:
-        got = self._raw.get(j)
-        if got is None:
-            got = self._raw[j] = bytes(self.groups[j][3])
-        return got
-
     def bits(self, j: int) -> int:
         got = self._int.get(j)
         if got is None:
-            got = self._int[j] = int.from_bytes(self.raw(j), "little")
+            got = self._int[j] = int.from_bytes(self.raw[j], "little")
         return got
 
     def ids(self, j: int):
@@ -246,19 +240,23 @@ class _Term:
         if pos >= len(self.union_raw) or not self.union_raw[pos] & bit:
             return None
         for j in self.by_size:
-            raw = self.raw(j)
+            raw = self.raw[j]
             if pos < len(raw) and raw[pos] & bit:
                 return j
         return None
+
+
+def _filter(ids, raw: bytes) -> list:
+    """The ids whose bit is set in the bitmap bytes `raw`."""
+    n = len(raw)
+    return [c for c in ids if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
 
 
 def _extract(bits: int, hint) -> list:
     """The chunk ids in `bits`: filtered from `hint` (the ids of a small group all of them are
     in) when that is cheaper than scanning the bitmap."""
     if hint is not None and len(hint) <= FILTER_MAX:
-        raw = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
-        n = len(raw)
-        return [c for c in hint if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
+        return _filter(hint, bits.to_bytes((bits.bit_length() + 7) >> 3, "little"))
     return set_bits(bits)
 
 
@@ -322,9 +320,7 @@ def _best(terms: list, lengths, avgdl: float, limit: int, short: bool = False):
                 break                  # the lower frequencies bound lower still
             fixed[i] = j
             if isinstance(node, list):     # few chunks: filter them by the group's bytes
-                raw = t.raw(j)
-                n = len(raw)
-                child = [c for c in node if (c >> 3) < n and raw[c >> 3] >> (c & 7) & 1]
+                child = _filter(node, t.raw[j])
                 if child:
                     if last or len(child) <= SMALL:
                         score(child, fixed)

@@ -43,8 +43,8 @@ def load_golden(path: str) -> list:
 
 
 def _metrics(ranked: list, relevant: set):
-    top5 = set(ranked[:5])
-    recall5 = len(top5 & relevant) / len(relevant) if relevant else 0.0
+    """(recall@5, MRR@10, nDCG@10) of one query's ranked files."""
+    recall5 = len(set(ranked[:5]) & relevant) / len(relevant) if relevant else 0.0
     mrr = next((1.0 / i for i, r in enumerate(ranked[:10], start=1) if r in relevant), 0.0)
     dcg = sum(1.0 / math.log2(i + 1) for i, r in enumerate(ranked[:10], start=1) if r in relevant)
     ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(relevant), 10) + 1))
@@ -68,16 +68,10 @@ def evaluate(golden: list, run_query, mode: str) -> list:
     best first; each query is scored on its first DEPTH distinct files (ranked_files)."""
     per_type: dict = {}
     for item in golden:
-        ranked = ranked_files(run_query, item["query"], mode)
-        r5, mrr, ndcg = _metrics(ranked, set(item["relevant"]))
-        bucket = per_type.setdefault(item.get("type", "all"), [])
-        bucket.append((r5, mrr, ndcg, item["query"]))
-    rows = []
-    for qtype, vals in sorted(per_type.items()):
-        k = len(vals)
-        rows.append(EvalRow(mode, qtype, k, sum(v[0] for v in vals) / k, sum(v[1] for v in vals) / k,
-                            sum(v[2] for v in vals) / k, [v[3] for v in vals if v[1] == 0.0]))
-    return rows
+        scores = _metrics(ranked_files(run_query, item["query"], mode), set(item["relevant"]))
+        per_type.setdefault(item.get("type", "all"), []).append((*scores, item["query"]))
+    return [EvalRow(mode, qtype, len(vals), *(sum(v[i] for v in vals) / len(vals) for i in range(3)),
+                    [v[3] for v in vals if v[1] == 0.0]) for qtype, vals in sorted(per_type.items())]
 
 
 def judged_not_indexed(con, golden: list) -> tuple:

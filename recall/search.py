@@ -96,15 +96,6 @@ def _load_chunks(con, ids: list) -> dict:
     return out
 
 
-def _gone(con, scored: list) -> bool:
-    """Whether a chunk the vector list named (on its own connection) is missing from this snapshot."""
-    from .db import in_batches
-    ids = list(dict.fromkeys(cid for cid, _, info in scored if "vector" in info["lists"]))
-    found = sum(con.execute(f"SELECT count(*) FROM chunks WHERE id IN ({marks})", part).fetchone()[0]
-                for part, marks in in_batches(ids))
-    return found < len(ids)
-
-
 def shape(con, cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
     """Recency on each candidate's relevance, sorted, at most PER_FILE chunks a file: up to `n` Hits."""
     roots = {s.name: Path(s.path) for s in cfg.sources}
@@ -160,28 +151,29 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     if route.vectors and vector_search is None:
         vector_search = vector_searcher(con, cfg, notices, hooks.load_values)
     # the lists and the chunks they name are read in one snapshot; the vector list reads on its own
-    # connection, so a chunk it names that this snapshot lacks (an index run between) reads it again.
+    # connection, so a chunk it names that this snapshot lacks (an index run between) reads again.
     # A rerank writes its paid request to the ledger on this connection: no snapshot then.
     own = not con.in_transaction and not rerank and (not route.vectors or vector_search.own_connection)
     for attempt in (1, 2):
         if own:
             con.execute("BEGIN")
         try:
-            taken, hits, scored = ranked_hits(con, cfg, q, route, n, explain, rerank, vector_search, notices,
-                                              mode == "auto", hooks.load_values)
-            again = own and attempt == 1 and taken.vectors and _gone(con, scored)
+            hits, got = ranked_hits(con, cfg, q, route, n, explain, rerank, vector_search, notices,
+                                    mode == "auto", hooks.load_values)
+            again = own and attempt == 1 and any(cid not in got.rows for cid, _, info in got.scored
+                                                 if "vector" in info["lists"])
         finally:
             if own:
                 con.execute("COMMIT")
         if not again:
             break
-    result = SearchResult(query=q.text, mode=mode, route=taken, hits=hits, notices=notices)
+    result = SearchResult(query=q.text, mode=mode, route=got.route, hits=hits, notices=notices)
     if hooks.pins is not None:
         hooks.pins(con, cfg, result)
     if remote_job is not None:
         remote_job.merge_into(result, n)
     if explain:
-        result.notices.append(f"route: {taken}; {len(scored)} candidates; "
+        result.notices.append(f"route: {got.route}; {len(got.scored)} candidates; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")
     return result
 
@@ -220,7 +212,7 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
 
 def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vector_search, notices, auto,
                 load_values) -> tuple:
-    """(route, hits, candidates): the fused lists shaped, over-fetching until the page is full, reranked."""
+    """(hits, Candidates): the fused lists shaped, over-fetching until the page is full, reranked."""
     want = max(n, RERANK_POOL) if rerank else n
     pool = max(50, want * 5)
     while True:
@@ -245,8 +237,8 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vecto
     hits = hits[:n]
     if explain:
         for h in hits:
-            h.explain["route"] = str(route)
-    return route, hits, got.scored
+            h.explain["route"] = str(got.route)
+    return hits, got
 
 
 def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
