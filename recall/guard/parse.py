@@ -58,37 +58,24 @@ def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
             continue
         if tok in ("-", "--"):
             raise _Deny(unknown, f"{tok!r} is not accepted by the {spec.tool} allow-list")
-        if tok.startswith("--"):
-            name, eq, value = tok.partition("=")
+        long = tok.startswith("--")
+        for j in range(0 if long else 1, 1 if long else len(tok)):    # a long option, or each letter of -abc
+            name, eq, value = tok.partition("=") if long else (spec.short.get(tok[j], ""), "", tok[j + 1:])
             if name in spec.denied:
                 raise _Deny(*spec.denied[name])
             if name in spec.bools and not eq:
-                add(name, None, i - 1)
-                continue
-            if name not in spec.values:
-                raise _Deny(unknown, f"{spec.tool} option {tok!r} is not on the allow-list")
-            if eq and not spec.long_equals:
-                raise _Deny(unknown, f"{spec.tool} has no --opt=value form: {tok!r}")
-            first = i - 1
-            if not eq:
-                value = args[i] if i < len(args) else None
-                i += 1
-            add(name, value, first)
-            continue
-        for j in range(1, len(tok)):
-            name = spec.short.get(tok[j], "")
-            if name in spec.denied:
-                raise _Deny(*spec.denied[name])
-            if name in spec.bools:
                 add(name, None, i - 1, j)
                 continue
             if name not in spec.values:
-                raise _Deny(unknown, f"{spec.tool} flag -{tok[j]} (in {tok!r}) is not on the allow-list")
-            first, value = i - 1, tok[j + 1:]
-            if not value:
+                raise _Deny(unknown, f"{spec.tool} option {tok!r} is not on the allow-list" if long else
+                            f"{spec.tool} flag -{tok[j]} (in {tok!r}) is not on the allow-list")
+            if eq and not spec.long_equals:
+                raise _Deny(unknown, f"{spec.tool} has no --opt=value form: {tok!r}")
+            first = i - 1
+            if not (eq or value):
                 value = args[i] if i < len(args) else None
                 i += 1
-            elif spec.short_equals and value[0] == "=":
+            elif not long and spec.short_equals and value[0] == "=":
                 value = value[1:]
             add(name, value, first, j)
             break
