@@ -33,6 +33,13 @@ def _json_done(args, data) -> bool:
     return True
 
 
+def _said(args, data, text: str) -> int:
+    """`data` as JSON with --json, else `text`; exit code 0."""
+    if not _json_done(args, data):
+        _out(text)
+    return 0
+
+
 def _config(args):
     from ..config import load_config
     return load_config(getattr(args, "config", None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import RecallError
-from .output import _command, _json_done, _opened, _out
+from .output import _command, _json_done, _opened, _out, _said
 
 
 def _vault(args):
@@ -33,9 +33,8 @@ def cmd_secret_sync(args) -> int:
 def cmd_secret_restore(args) -> int:
     vault, cfg, con = _vault(args)
     target, rep = vault.restore(con, cfg, args.id)
-    if not _json_done(args, {"restored": args.id, "file": target, **rep.__dict__}):
-        _out(f"restored {args.id} into {target} (its values sealed); synced {rep.total} secrets")
-    return 0
+    return _said(args, {"restored": args.id, "file": target, **rep.__dict__},
+                 f"restored {args.id} into {target} (its values sealed); synced {rep.total} secrets")
 
 
 def cmd_secret_set(args) -> int:
@@ -45,9 +44,8 @@ def cmd_secret_set(args) -> int:
     value = read_value(f"New value for {what} (not shown; Enter ends it): ")
     where = set_value(cfg, args.id, args.field, value)
     rep = vault.sync(con, cfg)
-    if not _json_done(args, {"set": where, **rep.__dict__}):
-        _out(f"sealed a new value for {where} in its file; synced {rep.total} secrets")
-    return 0
+    return _said(args, {"set": where, **rep.__dict__},
+                 f"sealed a new value for {where} in its file; synced {rep.total} secrets")
 
 
 def cmd_secret_key_backup(args) -> int:
@@ -55,10 +53,8 @@ def cmd_secret_key_backup(args) -> int:
     from ..keyfile import key_path
     _, cfg, con = _vault(args)
     dest, key = backup_key(con, cfg, args.file), key_path(cfg.home)
-    if not _json_done(args, {"backup": str(dest)}):
-        _out(f"wrote a copy of the vault key to {dest} (0600): keep it off this machine; to restore it: "
-             f"cp {dest} {key} && chmod 600 {key}")
-    return 0
+    return _said(args, {"backup": str(dest)}, f"wrote a copy of the vault key to {dest} (0600): keep it off "
+                 f"this machine; to restore it: cp {dest} {key} && chmod 600 {key}")
 
 
 def _secret_text(meta: dict) -> str:
@@ -99,18 +95,14 @@ def cmd_secret_find(args) -> int:
 def cmd_secret_show(args) -> int:
     vault, cfg, con = _vault(args)
     meta = vault.show(con, args.id)
-    if not _json_done(args, meta):
-        _out(_secret_text(meta))
-    return 0
+    return _said(args, meta, _secret_text(meta))
 
 
 def cmd_secret_command(args) -> int:
     cmd = _command(args)
     vault, cfg, con = _vault(args)
     line = vault.command_line(con, args.id, cmd if len(cmd) != 1 else cmd[0], cfg)
-    if not _json_done(args, {"id": args.id, "command": line}):
-        _out(line)
-    return 0
+    return _said(args, {"id": args.id, "command": line}, line)
 
 
 def cmd_secret_exec(args) -> int:
@@ -131,10 +123,8 @@ def cmd_secret_get(args) -> int:
         reveal.reveal(con, cfg, args.id)     # asks and shows on /dev/tty, never on stdout
         return 0
     got = reveal.to_clipboard(con, cfg, args.id)
-    if not _json_done(args, got.__dict__):
-        _out(f"copied the value of {got.id} to the clipboard ({got.tool}); a detached "
-             f"`sh -c '{got.clearer}'` empties it in {got.clear_after} s and exits")
-    return 0
+    return _said(args, got.__dict__, f"copied the value of {got.id} to the clipboard ({got.tool}); a detached "
+                 f"`sh -c '{got.clearer}'` empties it in {got.clear_after} s and exits")
 
 
 def cmd_secret_log(args) -> int:

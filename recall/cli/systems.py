@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .output import _command, _config, _json_done, _opened, _out
+from .output import _command, _config, _json_done, _opened, _out, _said
 
 
 def _inventory(args):
@@ -15,17 +15,13 @@ def _inventory(args):
 def cmd_access_find(args) -> int:
     inventory, cfg, con, entries = _inventory(args)
     found = [inventory.describe(con, e) for e in inventory.find(entries, " ".join(args.query))]
-    if not _json_done(args, found):
-        _out("\n\n".join(d["block"] for d in found) if found else "no inventory entries match")
-    return 0
+    return _said(args, found, "\n\n".join(d["block"] for d in found) if found else "no inventory entries match")
 
 
 def cmd_access_show(args) -> int:
     inventory, cfg, con, entries = _inventory(args)
     d = inventory.describe(con, inventory.get_entry(entries, args.id))
-    if not _json_done(args, d):
-        _out(d["block"])
-    return 0
+    return _said(args, d, d["block"])
 
 
 def cmd_access_exec(args) -> int:
@@ -77,11 +73,9 @@ def cmd_verify(args) -> int:
 def cmd_remote_install(args) -> int:
     from ..remote import install
     rep = install(args.host, args.path, ssh_config=args.ssh_config, cfg=_config(args))
-    if not _json_done(args, rep.__dict__):
-        _out(f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at {rep.path}: "
-             f"{rep.files} files, Python {rep.python} — add it under 'remotes:' with "
-             f"host: {rep.host}, path: {rep.path}")
-    return 0
+    return _said(args, rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
+                 f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
+                 f"host: {rep.host}, path: {rep.path}")
 
 
 def cmd_mcp(args) -> int:
