@@ -50,7 +50,7 @@ def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = Tru
         full=full, vectors=embed, notify=notify, holds_values=vault.holds_values)
 
 
-def watcher(cfg, report=None):
+def watcher(cfg, report=lambda kind, result: None):
     """The sources followed (watch.Watcher) with the vault's redactor and values, as `index` has them."""
     from . import vault
     from .watch import Watcher

@@ -32,20 +32,6 @@ def method() -> str:
     return "watchdog"
 
 
-def _folders(root: str):
-    """Every folder under `root` that a source walk enters (hidden and SKIP_DIRS left out)."""
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        yield folder
-        try:
-            with os.scandir(folder) as it:
-                stack.extend(e.path for e in it if e.name not in SKIP_DIRS and not e.name.startswith(".")
-                             and e.is_dir(follow_symlinks=False))
-        except OSError:
-            continue
-
-
 def behind(con, cfg, budget_s: float = 0.005) -> list:
     """Names of the sources with a folder the last index run saw (no walk) changed since: a note
     created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
@@ -74,8 +60,8 @@ def behind(con, cfg, budget_s: float = 0.005) -> list:
 
 
 class _Poll:
-    """Changes by stat: each round walks the sources in stretches of SLICE_S and compares sizes and
-    mtimes with the round before."""
+    """Changes by stat: each round walks the sources (the folders a source walk enters) in stretches of
+    SLICE_S and compares sizes and mtimes with the round before."""
 
     def __init__(self, roots: list, ignore: set, stop: threading.Event):
         self.roots, self.ignore, self.work = roots, ignore, 0.0
@@ -83,22 +69,25 @@ class _Poll:
 
     def _snapshot(self, stop: threading.Event) -> dict | None:
         seen: dict = {}
-        stretch, self.work = time.monotonic(), 0.0
-        for root in self.roots:
-            for folder in _folders(root):
-                try:
-                    with os.scandir(folder) as it:
-                        for e in it:
-                            if e.is_file(follow_symlinks=False) and e.path not in self.ignore:
-                                st = e.stat(follow_symlinks=False)
-                                seen[e.path] = (st.st_size, st.st_mtime_ns)
-                except OSError:
-                    seen[folder] = None
-                if time.monotonic() - stretch > SLICE_S:
-                    self.work += time.monotonic() - stretch
-                    if stop.wait(PAUSE_S):           # a search in this process goes first
-                        return None
-                    stretch = time.monotonic()
+        stretch, self.work, folders = time.monotonic(), 0.0, list(self.roots)
+        while folders:
+            folder = folders.pop()
+            try:
+                with os.scandir(folder) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            if e.name not in SKIP_DIRS and not e.name.startswith("."):
+                                folders.append(e.path)
+                        elif e.is_file(follow_symlinks=False) and e.path not in self.ignore:
+                            st = e.stat(follow_symlinks=False)
+                            seen[e.path] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                seen[folder] = None
+            if time.monotonic() - stretch > SLICE_S:
+                self.work += time.monotonic() - stretch
+                if stop.wait(PAUSE_S):           # a search in this process goes first
+                    return None
+                stretch = time.monotonic()
         self.work += time.monotonic() - stretch
         return seen
 
@@ -156,7 +145,7 @@ class Watcher:
     keyword search at once, embedded once nothing changed for QUIET_S; `report(kind, result)` hears each
     pass ('index' or 'embed')."""
 
-    def __init__(self, cfg, *, redactor, load_values=None, report=None):
+    def __init__(self, cfg, *, redactor, load_values=None, report=lambda kind, result: None):
         self.cfg, self.redactor, self.load_values, self.report = cfg, redactor, load_values, report
         self.how = method()
         self.stop_event, self.thread, self.passes = threading.Event(), None, 0
@@ -198,8 +187,7 @@ class Watcher:
                                         load_values=self.load_values)
                         self.passes += 1
                         unembedded = paid
-                        if self.report:
-                            self.report("index", rep)
+                        self.report("index", rep)
                     except (RecallError, OSError):
                         dirty = True
                         if self.stop_event.wait(RETRY_S):
@@ -208,9 +196,8 @@ class Watcher:
                 if unembedded and time.monotonic() - last_change >= QUIET_S:
                     unembedded = False
                     try:         # as run_index's own pass: each text claimed in the ledger, never billed twice
-                        rep = embed_pending(con, cfg, redactor=self.redactor, load_values=self.load_values)
-                        if self.report:
-                            self.report("embed", rep)
+                        self.report("embed", embed_pending(con, cfg, redactor=self.redactor,
+                                                           load_values=self.load_values))
                     except (RecallError, OSError):
                         pass            # the next change tries again
                 if detector.wait(self.stop_event, QUIET_S / 4 if unembedded else POLL_S):
