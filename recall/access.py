@@ -24,14 +24,9 @@ def plan_steps(entry) -> Plan:
     """The entry's setup steps judged as verify judges them (guard.setup_verdict): the allowed ones
     run; a denied one is left out with its rule's reason."""
     from .guard import setup_verdict
-    run, left = [], []
-    for step in entry.access:
-        v = setup_verdict(step)
-        if v.allow:
-            run.append(step.strip(" \t"))
-        else:
-            left.append((step.strip(), f"{v.rule}: {v.reason}"))
-    return Plan(run, left)
+    judged = [(step, setup_verdict(step)) for step in entry.access]
+    return Plan([step.strip(" \t") for step, v in judged if v.allow],
+                [(step.strip(), f"{v.rule}: {v.reason}") for step, v in judged if not v.allow])
 
 
 # -- what the setup steps set, and which of it is masked -------------------------------------------
@@ -54,11 +49,8 @@ def kube_context(entry) -> str:
     """The kube context an entry names (`kubectl config use-context X`, `kubectx X`, `--context X`)."""
     pattern = re.compile(r"(?:--context[= ]\s*|kubectl\s+config\s+use-context\s+|^kubectx\s+)"
                          r"""(['"]?)([\w.:@/-]+)\1""")
-    for text in [*entry.access, entry.verify, entry.check]:
-        m = pattern.search(text.strip())
-        if m:
-            return m.group(2)
-    return ""
+    return next((m.group(2) for text in [*entry.access, entry.verify, entry.check]
+                 if (m := pattern.search(text.strip()))), "")
 
 
 # -- one bash: setup steps, then the command --------------------------------------------------------

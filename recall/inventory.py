@@ -6,15 +6,12 @@ import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from . import status
 from .errors import InputError, PrerequisiteDown, RecallError
 from .setupvars import hide_values, show_step
 
-FIELDS = {"id", "kind", "name", "aliases", "environment", "account", "requires", "access", "verify",
-          "secrets", "check", "hint", "tags", "notes", "url", "timeout"}
-LIST_FIELDS = ("aliases", "requires", "access", "secrets", "tags")
 DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
 _TCP = re.compile(r"^tcp\s+(\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d{1,5})$")
@@ -45,6 +42,10 @@ class Entry:
 
     def names(self) -> list:
         return [n for n in [self.id, self.name, *self.aliases] if n]
+
+
+FIELDS = {f.name for f in fields(Entry)} - {"file", "line", "error"}     # what an inventory entry may set
+LIST_FIELDS = {f.name for f in fields(Entry) if f.type == "list"}
 
 
 # -- loading and validation ------------------------------------------------------------------------
@@ -252,14 +253,10 @@ def find(entries: list, query: str) -> list:
 def mentioned(entries: list, query: str) -> list:
     """Entries the query names (id, name or alias; case-insensitive; whole words; a hyphen, an
     underscore and a space are the same separator: `jump host` names `jump-host`)."""
-    out = []
-    for e in entries:
-        for name in e.names():
-            words = [re.escape(w) for w in re.split(r"[-_\s]+", name.strip()) if w]
-            if words and re.search(r"(?<![\w-])" + r"[-_\s]+".join(words) + r"(?![\w-])", query, re.IGNORECASE):
-                out.append(e)
-                break
-    return out
+    def named(name: str) -> bool:
+        words = [re.escape(w) for w in re.split(r"[-_\s]+", name.strip()) if w]
+        return bool(words) and bool(re.search(r"(?<![\w-])" + r"[-_\s]+".join(words) + r"(?![\w-])", query, re.I))
+    return [e for e in entries if any(named(n) for n in e.names())]
 
 
 def describe(con, e: Entry) -> dict:
