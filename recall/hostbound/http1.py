@@ -10,8 +10,8 @@ READ_SIZE = 64 * 1024
 class Reader:
     """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
 
-    def __init__(self, sock, data: bytes = b""):
-        self.sock, self.buf = sock, bytearray(data)
+    def __init__(self, sock):
+        self.sock, self.buf = sock, bytearray()
 
     def _fill(self) -> bool:
         chunk = self.sock.recv(READ_SIZE)
@@ -70,10 +70,7 @@ class Request:
             raise ValueError("ambiguous request framing")                  # one Content-Length or chunked
 
     def get(self, name: bytes) -> bytes:
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return b""
+        return next((v for k, v in self.headers if k.lower() == name), b"")
 
 
 def split_header(line: bytes) -> tuple:
@@ -99,16 +96,16 @@ def _chunked(reader: Reader):
             while reader.until(b"\r\n") not in (b"\r\n", None):      # trailers, dropped
                 pass
             return
-        yield from _sized(reader, size, "cut chunk")
+        yield from _sized(reader, size)
         reader.until(b"\r\n")
 
 
-def _sized(reader: Reader, left: int, cut: str = "cut body"):
-    """The next `left` bytes in pieces; ValueError(cut) when the peer closes first."""
+def _sized(reader: Reader, left: int):
+    """The next `left` bytes in pieces; ValueError when the peer closes first."""
     while left:
         piece = reader.some(min(left, READ_SIZE))
         if not piece:
-            raise ValueError(cut)
+            raise ValueError("cut body")
         left -= len(piece)
         yield piece
 
@@ -121,10 +118,7 @@ def response_body(up: Reader, headers: dict):
         yield from _sized(up, int(headers[b"content-length"]))
     else:
         yield None
-        while True:
-            piece = up.some(READ_SIZE)
-            if not piece:
-                return
+        while piece := up.some(READ_SIZE):
             yield piece
 
 
@@ -140,26 +134,22 @@ def copy_request_body(req: Request, reader: Reader, up) -> None:
             up.sendall(piece)
 
 
-def host_port(text: str, default: int) -> tuple:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or (host.count(":") and not host.startswith("[")):
-        host, port = text, str(default)
-    return host.strip("[]").lower(), int(port)
+_HOST = re.compile(r"^(?:\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)$")
 
 
 def absolute_target(target: str) -> tuple:
     """http://host[:port]/path?q → ((host, port), '/path?q'); anything else is refused."""
     if not target.lower().startswith("http://"):
         raise ValueError("only http:// absolute targets and CONNECT are proxied")
-    rest = target[7:]
-    authority, slash, path = rest.partition("/")
-    host, port = host_port(authority.rpartition("@")[2], 80)
+    authority, slash, path = target[7:].partition("/")
+    text = authority.rpartition("@")[2]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or (host.count(":") and not host.startswith("[")):
+        host, port = text, "80"
+    host, port = host.strip("[]").lower(), int(port)
     if not _HOST.match(f"[{host}]" if ":" in host else host) or not 0 < port < 65536:
         raise ValueError("not a host[:port] in the absolute target")
     return (host, port), "/" + path if slash else "/"
-
-
-_HOST = re.compile(r"^(?:\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)$")
 
 
 def connect_target(text: str) -> tuple:
@@ -180,8 +170,7 @@ def authorities(dest, default: int) -> set:
 def misdirected(req: Request, scheme: str, dest, target: str) -> tuple:
     """(origin-form target, status, why): status 0 when the request names only `dest` (its Host header and an
     absolute-form target), 421 when it names another site, 400 when it cannot be read one way only."""
-    default = 443 if scheme == "https" else 80
-    allowed = authorities(dest, default)
+    allowed = authorities(dest, 443 if scheme == "https" else 80)
     hosts = [v.decode("latin-1").lower() for k, v in req.headers if k.lower() == b"host"]
     if len(hosts) > 1:
         return target, 400, "two Host headers"
@@ -208,11 +197,10 @@ def checked_path(raw: str) -> tuple:
     """(the decoded path, '') or ('', why not): forms two servers could read two ways are refused, not
     normalised — dot segments (also '..;' and encoded), encoded dots, slashes, backslashes, double encoding."""
     from urllib.parse import unquote_to_bytes
-    low = raw.lower()
     if not raw.startswith("/"):
         return "", "not a path"
     for form, why in _ENCODED:
-        if form in low:
+        if form in raw.lower():
             return "", why
     if _PERCENT.search(raw):
         return "", "a malformed %-escape"
@@ -242,7 +230,3 @@ def refuse(client, status: int, text: str) -> None:
                        b"Content-Length: %d\r\n\r\n%s" % (status, _REASONS[status].encode(), len(body), body))
     except OSError:
         pass
-
-
-def bad_gateway(client, text: str) -> None:
-    refuse(client, 502, text)

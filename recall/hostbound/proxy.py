@@ -5,6 +5,7 @@ import base64
 import os
 import socket
 import threading
+from contextlib import suppress
 
 from . import http1
 
@@ -19,8 +20,7 @@ _HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"tra
 class Binding:
     """One placeholder: the value it stands for, and the only requests that may carry it."""
 
-    def __init__(self, secret_id: str, placeholder: str, value: str, host: str, port: int, paths=(),
-                 query: bool = False):
+    def __init__(self, secret_id: str, placeholder: str, value: str, host: str, port: int, paths, query: bool):
         self.secret_id, self.placeholder, self.value = secret_id, placeholder.encode(), value.encode()
         self.host, self.port, self.paths, self.query = host.lower(), int(port), list(paths), query
 
@@ -36,21 +36,28 @@ class Binding:
                 return "refused: path outside paths:"
         return ""
 
+    def in_basic(self, value: bytes) -> bool:
+        """Whether `value` is Basic credentials holding this placeholder once decoded."""
+        if value[:6].lower() != b"basic ":
+            return False
+        try:
+            return self.placeholder in base64.b64decode(value[6:].strip(), validate=True)
+        except ValueError:
+            return False
+
 
 class HostBoundProxy:
     """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process."""
 
     def __init__(self, bindings: list, masker, ca, trust_files=()):
         self.bindings, self.masker, self.ca = bindings, masker, ca
-        self.secret = os.urandom(18).hex()
-        self._auth = b"Basic " + base64.b64encode(b"recall:" + self.secret.encode())
         for path in trust_files:
             if not os.access(path, os.R_OK):
                 raise ValueError(f"{path} cannot be read")
-        self._trust_files = list(trust_files)
-        self._upstream_tls = None           # loading the system trust store takes ~50 ms: off the start-up path
+        self._upstream_tls = None           # the system trust store loads in a thread: off the start-up path
         self._trust_ready = threading.Event()
-        threading.Thread(target=self._load_trust, name="recall-proxy-trust", daemon=True).start()
+        threading.Thread(target=self._load_trust, args=(list(trust_files),), name="recall-proxy-trust",
+                         daemon=True).start()
         self.requests = 0
         self.events: list = []          # (secret id, verdict, method, scheme, host, port, path)
         self.problems: list = []        # one line each: a TLS handshake the child refused, an upstream error
@@ -59,15 +66,16 @@ class HostBoundProxy:
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(128)
-        self.port = self._listener.getsockname()[1]
-        self._closed = False
+        secret = os.urandom(18).hex()
+        self._auth = b"Basic " + base64.b64encode(b"recall:" + secret.encode())
+        self.url = f"http://recall:{secret}@127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, name="recall-proxy", daemon=True).start()
 
-    def _load_trust(self) -> None:
+    def _load_trust(self, trust_files: list) -> None:
         import ssl  # here, in a thread: ssl and the trust store stay off start-up
         try:
             ctx = ssl.create_default_context()              # the system trust store
-            for path in self._trust_files:
+            for path in trust_files:
                 ctx.load_verify_locations(path)             # plus the secrets' own ca: files
             ctx.set_alpn_protocols(["http/1.1"])
             self._upstream_tls = ctx
@@ -76,24 +84,15 @@ class HostBoundProxy:
         finally:
             self._trust_ready.set()
 
-    @property
-    def url(self) -> str:
-        return f"http://recall:{self.secret}@127.0.0.1:{self.port}"
-
     def close(self) -> None:
         """Stop listening and cut every open connection."""
-        self._closed = True
-        try:
+        with suppress(OSError):
             self._listener.close()
-        except OSError:
-            pass
         with self._lock:
             socks = list(self._socks)
         for s in socks:
-            try:
+            with suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _note(self, what: str, *items) -> None:
         with self._lock:
@@ -107,10 +106,10 @@ class HostBoundProxy:
             (self._socks.add if add else self._socks.discard)(sock)
 
     def _accept(self) -> None:
-        while not self._closed:
+        while True:
             try:
                 conn, _ = self._listener.accept()
-            except OSError:
+            except OSError:         # closed
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
@@ -130,7 +129,8 @@ class HostBoundProxy:
                              b"realm=\"recall\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
             if req.method != "CONNECT":
-                self._exchange(conn, reader, "http", None, head)
+                reader.buf[:0] = head           # a plain-http request: _exchange reads it again
+                self._exchange(conn, reader, "http", None)
                 return
             try:
                 host, port = http1.connect_target(req.target.decode("latin-1"))
@@ -146,31 +146,24 @@ class HostBoundProxy:
                 return
             self._track(tls)
             conn = tls
-            self._exchange(tls, http1.Reader(tls), "https", (host, port), None)
+            self._exchange(tls, http1.Reader(tls), "https", (host, port))
         except (OSError, ValueError):
             pass
         except Exception as exc:        # a bug: one line, never a traceback on the child's terminal
             self._note("problem", f"the proxy dropped a connection ({type(exc).__name__})")
         finally:
             self._track(conn, False)
-            try:
+            with suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
 
-    def _exchange(self, client, reader, scheme: str, dest, first) -> None:
+    def _exchange(self, client, reader, scheme: str, dest) -> None:
         """Requests from one child connection, each to its upstream (kept alive while it can be)."""
         import hmac
         upstream = None                 # (dest, sock, reader)
         try:
-            while True:
-                head = first if first is not None else reader.until(b"\r\n\r\n")
-                first = None
-                if head is None:
-                    return
+            while (head := reader.until(b"\r\n\r\n")) is not None:
                 req = http1.Request(head)
-                target = req.target.decode("latin-1")
-                where = dest
+                target, where = req.target.decode("latin-1"), dest
                 if scheme == "http":
                     if not hmac.compare_digest(req.get(b"proxy-authorization"), self._auth):
                         return
@@ -188,15 +181,16 @@ class HostBoundProxy:
                 if req.get(b"expect").lower() == b"100-continue":
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                 bodiless = not req.get(b"content-length").strip(b"0") and not req.get(b"transfer-encoding")
-                for attempt in (1, 2):          # a kept-alive upstream the server closed: once more, afresh
-                    if upstream is None:
+                while True:          # a kept-alive upstream the server closed: once more, afresh
+                    fresh = upstream is None
+                    if fresh:
                         try:
                             upstream = (where, *self._connect(scheme, where))
                         except (OSError, ValueError) as exc:
                             self._note("problem", f"{scheme}://{where[0]}:{where[1]}: {_short(exc)}")
-                            http1.bad_gateway(client, f"recall proxy: cannot reach {where[0]}:{where[1]} ({_short(exc)})")
+                            http1.refuse(client, 502, f"recall proxy: cannot reach {where[0]}:{where[1]} "
+                                                      f"({_short(exc)})")
                             return
-                        attempt = 2
                     try:
                         try:
                             upstream[1].sendall(out_head)
@@ -208,11 +202,10 @@ class HostBoundProxy:
                     except http1.NoResponse:         # raised only before anything reached the child
                         upstream[1].close()
                         upstream = None
-                        if attempt == 2 or not bodiless:
+                        if fresh or not bodiless:
                             raise
-                up_sock = upstream[1]
                 if not keep_up:
-                    up_sock.close()
+                    upstream[1].close()
                     upstream = None
                 if not keep_client:
                     return
@@ -263,7 +256,7 @@ class HostBoundProxy:
         """`text` (an Authorization value, another header's, the query, the path) with each placeholder that may
         be replaced there replaced, and one event per placeholder found."""
         for b in self.bindings:
-            basic = place == "authorization" and text[:6].lower() == b"basic " and _basic_holds(text, b.placeholder)
+            basic = place == "authorization" and b.in_basic(text)
             if b.placeholder not in text and not basic:
                 continue
             allowed = place == "authorization" or (place == "query" and b.query)
@@ -283,15 +276,13 @@ class HostBoundProxy:
 
     def _misdirected(self, client, req: http1.Request, head: bytes, scheme: str, where, target: str,
                      status: int, why: str) -> None:
-        """Answer 421/400 and close: the request names another site than its connection (or two); nothing of it
-        goes upstream. Each placeholder it held is logged as refused; the answer names no value nor header."""
+        """Answer 421/400 and close: nothing of the request goes upstream. Each placeholder it held is logged
+        as refused; the answer names no value nor header."""
         path = target.partition("?")[0]
-        found = [b for b in self.bindings if b.placeholder in head or any(
-            k.lower() == b"authorization" and v[:6].lower() == b"basic " and _basic_holds(v, b.placeholder)
-            for k, v in req.headers)]
-        for b in found:
-            self._note("event", b.secret_id, f"refused: {why} ({status}, not forwarded)", req.method, scheme,
-                       where[0], where[1], path)
+        for b in self.bindings:
+            if b.placeholder in head or any(k.lower() == b"authorization" and b.in_basic(v) for k, v in req.headers):
+                self._note("event", b.secret_id, f"refused: {why} ({status}, not forwarded)", req.method, scheme,
+                           where[0], where[1], path)
         self._note("problem", f"a request on the connection to {where[0]}:{where[1]} was refused ({status}): {why}")
         http1.refuse(client, status, f"recall proxy: this connection is for {where[0]}:{where[1]} and {why}; "
                                      "nothing was forwarded")
@@ -318,10 +309,11 @@ class HostBoundProxy:
             # asked for identity, sent something we cannot read: it could hide an echoed value
             self._note("problem", f"a response in {coding.decode('latin-1')[:20]} encoding was not passed on "
                                   "(it could not be checked for the value)")
-            http1.bad_gateway(client, "recall proxy: the response's content encoding cannot be masked")
+            http1.refuse(client, 502, "recall proxy: the response's content encoding cannot be masked")
             return False, False
+        compressed = coding not in (b"", b"identity")
         dropped = (b"transfer-encoding", b"content-length", b"connection", b"keep-alive") + (
-            (b"content-encoding",) if coding not in (b"", b"identity") else ())
+            (b"content-encoding",) if compressed else ())
         out = [lines[0]] + [k + b": " + v for k, v in headers if k.lower() not in dropped]
         chunked = req.version == b"HTTP/1.1"          # an HTTP/1.0 child reads the body until close
         if has_body and chunked:
@@ -336,7 +328,7 @@ class HostBoundProxy:
             return keep_up, keep_client
         stream = self.masker.stream()
         inflate = None
-        if coding not in (b"", b"identity"):
+        if compressed:
             import zlib
             inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
         for piece in http1.response_body(up, get):
@@ -354,20 +346,9 @@ class HostBoundProxy:
 
 def _inflated(inflate, piece: bytes):
     """The plain bytes of one compressed piece, READ_SIZE at a time: a small bomb is streamed, never held whole."""
-    tail = piece
-    while True:
-        data = inflate.decompress(tail, http1.READ_SIZE)
-        if not data:
-            return
+    while data := inflate.decompress(piece, http1.READ_SIZE):
         yield data
-        tail = inflate.unconsumed_tail
-
-
-def _basic_holds(value: bytes, placeholder: bytes) -> bool:
-    try:
-        return placeholder in base64.b64decode(value[6:].strip(), validate=True)
-    except ValueError:
-        return False
+        piece = inflate.unconsumed_tail
 
 
 def _short(exc: BaseException) -> str:
