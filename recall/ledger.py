@@ -4,17 +4,17 @@ from __future__ import annotations
 import os
 import time
 
+from .db import transaction
 from .errors import RecallError
+from .pids import alive
 
 STALE_RESERVATION_S = 3600.0
+RUN_ID = os.urandom(6).hex()      # this process's reservations
 
 
 def estimate_tokens(text: str) -> int:
     """A deliberately high guess (≈3 characters a token) so the cap is checked conservatively."""
     return len(text) // 3 + 1
-
-
-RUN_ID = os.urandom(6).hex()      # this process's reservations
 
 
 def ledger_totals(con) -> tuple:
@@ -26,7 +26,6 @@ def ledger_totals(con) -> tuple:
 
 def _expire(con) -> None:
     """Reservations of processes that died (kill -9) become 'unconfirmed': maybe billed, still counted."""
-    from .pids import alive
     now = time.time()
     for lid, pid, run, at in con.execute("SELECT id, pid, run, at FROM embed_ledger WHERE state='reserved'").fetchall():
         if run != RUN_ID and (not alive(pid) or now - at > STALE_RESERVATION_S):
@@ -35,9 +34,8 @@ def _expire(con) -> None:
 
 
 def reserve(con, cfg, provider, kind: str, estimate: int, items: int, claims=None, model=None):
-    """Before a paid request: inside one BEGIN IMMEDIATE, check billed + held + estimate ≤ cap and
-    record the reservation (and claim the texts). Returns (ledger id, the claimed hashes)."""
-    from .db import transaction
+    """In one BEGIN IMMEDIATE: check billed + held + estimate ≤ cap, record the reservation, claim the texts
+    not stored or claimed yet. (ledger id, the claimed hashes), or (None, []) when none is left to claim."""
     cap = cfg.embedding.token_cap
     with transaction(con):
         _expire(con)
@@ -73,9 +71,8 @@ def settle(con, lid, tokens: int) -> None:
 
 
 def release(con, lid, billed=None, uncertain=False) -> None:
-    """A failed paid request: `billed` tokens if the answer said so, held if it may have been
-    (`uncertain`), else dropped."""
-    from .db import transaction
+    """A failed paid request: `billed` tokens if the answer said so, held if it may have been (`uncertain`),
+    else dropped."""
     with transaction(con):
         if billed is not None:
             settle(con, lid, billed)
@@ -88,10 +85,9 @@ def release(con, lid, billed=None, uncertain=False) -> None:
 
 def ledgered(con, cfg, provider, kind: str, estimate: int, items: int, call, *, claims=None, model=None,
              store=None):
-    """The one ledger step of every paid request: reserve (paid providers only; `claims` = (model id,
-    hashes) an index run takes), `call(claimed)` -> (answer, billed tokens), then `store(result,
-    claimed)` and the settlement in one transaction; a failure releases the reservation.
-    Returns (result, claimed), or (None, []) when another run already holds every claimed text."""
+    """The one ledger step of every paid request: reserve (paid providers only; `claims`: (model id, hashes)),
+    `call(claimed)` -> (answer, billed tokens), then `store(result, claimed)` and the settlement in one
+    transaction; a failure releases it. (result, claimed), or (None, []) when another run holds every text."""
     lid, claimed = None, (claims[1] if claims is not None else None)
     if provider.paid:
         lid, claimed = reserve(con, cfg, provider, kind, estimate, items, claims=claims, model=model)
@@ -107,7 +103,6 @@ def ledgered(con, cfg, provider, kind: str, estimate: int, items: int, call, *, 
         raise
     if lid is None and store is None:
         return result, claimed
-    from .db import transaction
     with transaction(con):
         if store is not None:
             store(result, claimed)

@@ -2,6 +2,7 @@
 (the values, and whether there are any, are the vault's: the faces pass its redactor in); fail closed."""
 from __future__ import annotations
 
+import functools
 import os
 
 from .errors import RecallError
@@ -33,8 +34,7 @@ def closed(exc: RecallError) -> VaultClosed:
 
 
 def require_openable(cfg) -> None:
-    """Cheap check for the search path, for a vault that holds values (vault.require_open asks):
-    refuse when it plainly cannot be opened here (no crypto package, key missing or unreadable)."""
+    """For vault.require_open: refuse when the vault plainly cannot be opened here (no crypto, key missing or unreadable)."""
     from importlib.util import find_spec
 
     from .errors import MissingExtra
@@ -53,36 +53,31 @@ class VaultValues(dict):
     public: dict = {}
 
 
-_INLINE = None
+@functools.cache
+def _inline_patterns() -> list:
+    import re
+    name = (r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_KEY"
+            r"|PRIVATE_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*")
+    value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
+    return [
+        (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1[hidden]@"),
+        (re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$)[^\s'\"]+"),
+         r"\1[hidden]"),
+        (re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$)[^\s'\"]+"), r"\1[hidden]"),
+        (re.compile(rf"(?i)\b({name})={value}"), r"\1=[hidden]"),
+        (re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"), r"\1[hidden]"),
+    ]
 
 
 def scrub_inline(text: str) -> str:
-    """A command line as it may be stored (access log, verify results): a literal token written
-    inline — `X_TOKEN=abc`, `https://u:pw@host`, `Authorization: Bearer abc`, `--password abc` —
-    becomes [hidden]; `$VAR` references stay. Vault values are masked by the caller."""
-    global _INLINE
-    if not text:
-        return text
-    if _INLINE is None:
-        import re
-        name = (r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_KEY"
-                r"|PRIVATE_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*")
-        value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
-        _INLINE = [
-            (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1[hidden]@"),
-            (re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$)[^\s'\"]+"),
-             r"\1[hidden]"),
-            (re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$)[^\s'\"]+"), r"\1[hidden]"),
-            (re.compile(rf"(?i)\b({name})={value}"), r"\1=[hidden]"),
-            (re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"), r"\1[hidden]"),
-        ]
-    for pattern, replacement in _INLINE:
+    """A command line as it may be stored (access log, verify results): a literal token written inline —
+    `X_TOKEN=abc`, `https://u:pw@host`, `Bearer abc`, `--password abc` — becomes [hidden]; `$VAR` stays."""
+    for pattern, replacement in _inline_patterns() if text else ():
         text = pattern.sub(replacement, text)
     return text
 
 
 def identity(text: str) -> str:
-    """The redactor of an empty vault."""
     return text
 
 
@@ -109,7 +104,4 @@ def text_redactor(values: dict, publics: dict):
 
 def redact_hits(hits: list, redact) -> list:
     """Remote search hits (dicts) with every text field redacted on the local side too."""
-    out = []
-    for hit in hits:
-        out.append({k: redact(v) if isinstance(v, str) else v for k, v in hit.items()})
-    return out
+    return [{k: redact(v) if isinstance(v, str) else v for k, v in hit.items()} for hit in hits]

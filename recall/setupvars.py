@@ -24,20 +24,20 @@ def sensitive_name(name: str) -> bool:
             or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:])))
 
 
+def _reference(value: str) -> bool:
+    """`$VAR`, `"$VAR"`, `$(cmd)`: not a literal."""
+    return value[0] != "'" and value.strip('"').startswith("$")
+
+
 def hide_values(step: str) -> str:
     """A step as shown to people and agents: `export GITHUB_TOKEN=[hidden]`; `$VAR` / `$(cmd)` stay."""
     def hide(m):
         name, value = m.group(1), m.group(2)
-        if not sensitive_name(name) or (value[0] != "'" and value.strip('"').startswith("$")):
-            return m.group(0)
-        return f"{name}=[hidden]"
+        return f"{name}=[hidden]" if sensitive_name(name) and not _reference(value) else m.group(0)
     return _ASSIGNMENT.sub(hide, step)
 
 
-# -- which setup values are secret: the one rule access exec masks by and every display path shows by --
-
-# Names whose values are not secrets; everything else a setup step sets is secret unless its value
-# is a path, a number or too short to mask (then it is secret only if its name says so).
+# Names whose values are not secrets (secret_setting)
 CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
                "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
                "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
@@ -48,8 +48,8 @@ _DQ_ESCAPE = re.compile(r'\\([\\"$`])')
 
 
 def secret_setting(name: str, value: str) -> bool:
-    """Is what a setup step sets in `name` a secret? Known harmless names, paths and numbers are
-    not; a value too short to mask is, only when its name says so (`PIN_TOKEN=1234`)."""
+    """Is what a setup step sets in `name` a secret (the one rule access exec masks by and every display path
+    shows by)? Harmless names, paths and numbers are not; a value too short to mask only if its name says so."""
     from .mask import MIN_SECRET_LEN
     if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
         return False
@@ -70,12 +70,11 @@ def _is_path(value: str) -> bool:
 
 
 def show_step(entry_id: str, step: str) -> str:
-    """A step as `access show`/`find`, search pins, MCP and `verify --dry-run` print it: each literal
-    it assigns that access exec would mask becomes `NAME=[recall:ENTRY:NAME]`, the label exec's
-    output carries; `$VAR` / `$(cmd)` references and harmless values (region, profile, path) stay."""
+    """A step as every display path prints it: each literal access exec would mask becomes
+    `NAME=[recall:ENTRY:NAME]`, the label exec's output carries; references and harmless values stay."""
     def hide(m):
         name, value = m.group(1), m.group(2)
-        if value[0] != "'" and value.strip('"').startswith("$"):
+        if _reference(value):
             return m.group(0)
         if m.start() and step[m.start() - 1] == "-":          # an option (--token=…), not a variable
             return f"{name}=[hidden]" if sensitive_name(name) else m.group(0)
