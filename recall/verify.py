@@ -215,10 +215,6 @@ def _curl_options(argv: list, options: list) -> list:
     return [argv[0], *(argv[1:2] if at == 2 else ["-q"]), *options, *argv[at:]]
 
 
-class _Missing(RecallError):
-    pass
-
-
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
     from . import vault
     from .access import exec_entry
@@ -234,7 +230,8 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         if "/" not in argv[0]:      # else the guard already required it to be the tool on this PATH
             found = shutil.which(argv[0], path=path)      # recall's own PATH: a setup step cannot swap it
             if not found or not os.path.isabs(found):
-                raise _Missing(f"{argv[0]} is not installed here (not on PATH)")
+                p.status, p.detail = "missing", f"{argv[0]} is not installed here (not on PATH)"
+                return
             argv[0] = found
         data = placeholders = None
         if p.tool == "curl":      # always: an HTTP error exits 22 naming its code, even with -w and a body
@@ -259,8 +256,6 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             res = secret_exec(con, cfg, p.id, argv, timeout=timeout)
         text = (res.stdout + b"\n" + res.stderr).decode("utf-8", "replace")
         p.status, p.detail = classify(p.tool, res.code, text, timed_out=res.timed_out)
-    except _Missing as exc:
-        p.status, p.detail = "missing", exc.args[0]
     except RecallError as exc:
         p.status, p.detail = "error", str(exc)
     finally:
