@@ -250,15 +250,18 @@ def recall_read(path: str, offset: int = 0) -> str:
         return _answer(con, cfg, head + res.text + tail, "recall_read")
 
 
-def _listing(key: str, found: list, total: int, notices: list, none: str) -> dict:
-    out = {"count": total, key: found}
-    if total > len(found):
-        notices.append(f"{total - len(found)} more: narrow the query, or raise limit (up to {MAX_LIMIT})")
+def _listing(key: str, found: list, total: int, limit: int, lean, none: str) -> str:
+    """The first `limit` of `found`, each made lean, as JSON, with what the agent should know."""
+    notices: list = []
+    shown = [lean(x) for x in found[:_limit(limit, notices)]]
+    out = {"count": total, key: shown}
+    if total > len(shown):
+        notices.append(f"{total - len(shown)} more: narrow the query, or raise limit (up to {MAX_LIMIT})")
     if not total:
         notices.append(none)
     if notices:
         out["notices"] = notices
-    return out
+    return _json(out)
 
 
 def recall_secret_find(query: str = "", limit: int = 10) -> str:
@@ -268,14 +271,12 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     variables). Next: recall_secret_show (url, `use` line, inject when not env), then
     recall_secret_command."""
     from . import vault
-    notices: list = []
-    n = _limit(limit, notices)
     with _opened() as (cfg, con):
         found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
         total = vault.count(con) if not query.strip() else len(found)
-        data = _listing("secrets", [_lean({k: m.get(k) for k in FIND_FIELDS}) for m in found[:n]], total, notices,
+        text = _listing("secrets", found, total, limit, lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
                         f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
-        return _answer(con, cfg, _json(data), "recall_secret_find")
+        return _answer(con, cfg, text, "recall_secret_find")
 
 
 def recall_secret_show(id: str) -> str:
@@ -305,13 +306,12 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     remote system. Returns JSON: `count` and `entries`, each with its access `block`. Next:
     recall_access_exec with the entry's id."""
     from . import api, inventory
-    notices: list = []
-    n = _limit(limit, notices)
     with _opened() as (cfg, con):
         found = inventory.find(api.entries(cfg, con), query)
-        data = _listing("entries", [_lean(inventory.describe(con, e), ENTRY_DROPS) for e in found[:n]], len(found),
-                        notices, f"no inventory entries match {query!r}: try an empty query")
-        return _answer(con, cfg, _json(data), "recall_access_find")
+        text = _listing("entries", found, len(found), limit,
+                        lambda e: _lean(inventory.describe(con, e), ENTRY_DROPS),
+                        f"no inventory entries match {query!r}: try an empty query")
+        return _answer(con, cfg, text, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:
@@ -387,14 +387,6 @@ TITLES = {"recall_search": "Search my notes", "recall_read": "Read a note sectio
           "recall_access_exec": "Run a command on a system", "recall_verify": "Verify access and credentials"}
 
 
-def _annotations(name):
-    from mcp.types import ToolAnnotations
-    exec_ = name == "recall_access_exec"
-    return ToolAnnotations(title=TITLES[name], read_only_hint=not exec_, destructive_hint=exec_,
-                           idempotent_hint=not exec_,
-                           open_world_hint=name in ("recall_access_exec", "recall_verify"))
-
-
 def _as_tool(fn):
     """fn with RecallError → ToolError (so its text reaches the agent) and documented arguments."""
     import functools
@@ -428,6 +420,7 @@ def _as_tool(fn):
 def build_server():
     """The MCPServer with every tool registered; marks this process's access-log entries as mcp."""
     from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
 
     from . import __version__
     from .instructions import RULES
@@ -448,9 +441,12 @@ def build_server():
 
     server = Server(name="recall", version=__version__, instructions=RULES, log_level="WARNING")
     for fn in TOOLS:
-        server.add_tool(_as_tool(fn), name=fn.__name__, title=TITLES[fn.__name__],
-                        description=" ".join(fn.__doc__.split()), annotations=_annotations(fn.__name__),
-                        structured_output=False)
+        name, runs = fn.__name__, fn is recall_access_exec
+        hints = ToolAnnotations(title=TITLES[name], read_only_hint=not runs, destructive_hint=runs,
+                                idempotent_hint=not runs,
+                                open_world_hint=fn in (recall_access_exec, recall_verify))
+        server.add_tool(_as_tool(fn), name=name, title=TITLES[name], description=" ".join(fn.__doc__.split()),
+                        annotations=hints, structured_output=False)
     return server
 
 
