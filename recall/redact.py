@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 
 from .errors import RecallError
 
@@ -31,21 +30,6 @@ def closed(exc: RecallError) -> VaultClosed:
     return VaultClosed(f"the vault holds values but cannot be opened here ({exc.message}), so note "
                        "text cannot be checked for them and is not shown",
                        exc.hint or "run 'recall secret sync'")
-
-
-def require_openable(cfg) -> None:
-    """For vault.require_open: refuse when the vault plainly cannot be opened here (no crypto, key missing or unreadable)."""
-    from importlib.util import find_spec
-
-    from .errors import MissingExtra
-    from .keyfile import key_path
-    if find_spec("cryptography") is None:
-        raise closed(MissingExtra("crypto", "the vault"))
-    path = key_path(cfg.home)
-    if not path.exists():
-        raise closed(RecallError(f"no vault key at {path}", "restore the key, or run 'recall secret sync'"))
-    if not os.access(path, os.R_OK):
-        raise closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
 
 
 class VaultValues(dict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from . import audit, db, keyfile, status, terms
 from .errors import MissingExtra, RecallError
 from .keyfile import bound, cipher_of
-from .redact import VaultValues, closed, public_fields, require_openable, text_redactor
+from .redact import VaultValues, closed, public_fields, text_redactor
 
 
 @dataclass
@@ -39,10 +39,9 @@ def _metadata_texts(con) -> dict:
     return out
 
 
-def _comparable(meta, tags, env, inject, check, variables, values) -> tuple:
+def _comparable(meta, tags, env, inject, check, variables, values) -> str:
     import json
-    return (json.dumps(meta, sort_keys=True), json.dumps(tags), env, inject, check,
-            json.dumps(variables, sort_keys=True), json.dumps(values, sort_keys=True))
+    return json.dumps([meta, tags, env, inject, check, variables, values], sort_keys=True)
 
 
 def _stored(con, key) -> dict:
@@ -344,11 +343,7 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
         by_id = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
         ranked = [by_id[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in by_id]
-    seen, out = set(), []
-    for row in exact + ranked:
-        if row["id"] not in seen:
-            seen.add(row["id"])
-            out.append(_public(row))
+    out = [_public(row) for row in {r["id"]: r for r in exact + ranked}.values()]
     audit.log(con, "secret.find", logged if logged is not None else "(query not logged: the vault "
               "cannot be opened here to mask it)", argv="", verdict=f"{len(out)} found")
     return out[:limit]
@@ -411,9 +406,18 @@ def redactor(con, cfg):
 
 
 def require_open(con, cfg) -> None:
-    """For the search path: refuse when the vault holds values and plainly cannot be opened here."""
-    if holds_values(con):
-        require_openable(cfg)
+    """Cheap check for the search path: refuse when the vault holds values and plainly cannot be opened
+    here (no crypto package, key missing or unreadable)."""
+    if not holds_values(con):
+        return
+    from importlib.util import find_spec
+    if find_spec("cryptography") is None:
+        raise closed(MissingExtra("crypto", "the vault"))
+    path = keyfile.key_path(cfg.home)
+    if not path.exists():
+        raise closed(RecallError(f"no vault key at {path}", "restore the key, or run 'recall secret sync'"))
+    if not os.access(path, os.R_OK):
+        raise closed(RecallError(f"the key file {path} is not readable", f"check the owner of {path}"))
 
 
 # -- using a value ---------------------------------------------------------------------------------
