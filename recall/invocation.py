@@ -9,23 +9,17 @@ from pathlib import Path
 
 
 def launcher() -> list:
-    """The argv start that reaches this very recall from any shell: this checkout's launcher when the
-    process was started by it; else the installed console script of this interpreter, by absolute
-    path; else `python -m recall` when a fresh interpreter imports this package; else the launcher."""
+    """The argv start that reaches this very recall from any shell: this checkout's launcher when it started
+    this process; else this interpreter's console script; else `python -m recall` if a fresh one imports us."""
     python = os.path.abspath(sys.executable or "python3")
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     checkout = os.path.join(top, "recall.py")
     started_by = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if os.path.isfile(checkout) and os.path.realpath(started_by) == os.path.realpath(checkout):
         return [python, checkout]
-    script = console_script(started_by)
-    if script:
+    if script := console_script(started_by):
         return [script]
-    if _importable(top):
-        return [python, "-m", "recall"]
-    if os.path.isfile(checkout):
-        return [python, checkout]
-    return [python, "-m", "recall"]
+    return [python, checkout] if os.path.isfile(checkout) and not _importable(top) else [python, "-m", "recall"]
 
 
 def console_script(started_by: str = "") -> str | None:
@@ -55,8 +49,8 @@ def _shebang(path: str) -> str | None:
         return None
     if head[0].strip() == "#!/bin/sh" and len(head) > 1 and head[1].startswith("'''exec'"):
         words = shlex.split(head[1][len("'''exec'"):])
-        return words[0] if words else None
-    words = head[0][2:].split()
+    else:
+        words = head[0][2:].split()
     return words[0] if words else None
 
 
@@ -72,9 +66,8 @@ def _importable(top: str) -> bool:
 
 
 def invocation(cfg=None) -> str:
-    """The start of a line that reaches this recall, and the vault and config it came from, from a shell
-    holding none of this process's environment: RECALL_HOME=… when the state is not in the default
-    place, then the launcher, then --config FILE when the config is not the default file."""
+    """The start of a line that reaches this recall, its vault and config from a shell holding none of this
+    process's environment: RECALL_HOME=… unless the default, the launcher, --config FILE unless the default."""
     words = [shlex.quote(w) for w in launcher()]
     if cfg is None:
         return " ".join(words)

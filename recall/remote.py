@@ -65,21 +65,16 @@ def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = 
 
 
 def _bundle() -> tuple:
-    """The zero-dependency core as a gzip tar: recall.py and every .py of the recall package."""
+    """(the zero-dependency core as a gzip tar: recall.py and every .py of the recall package, its file count)."""
+    paths = ["recall.py"]
+    for folder, dirs, files in os.walk(os.path.join(REPO, "recall")):
+        dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py")))
+        paths += [os.path.relpath(os.path.join(folder, n), REPO) for n in sorted(files) if n.endswith(".py")]
     buf = io.BytesIO()
-    count = 0
-    top = os.path.join(REPO, "recall")
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(os.path.join(REPO, "recall.py"), arcname="recall.py")
-        count += 1
-        for folder, dirs, files in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py")))
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    rel = os.path.relpath(os.path.join(folder, name), REPO)
-                    tar.add(os.path.join(REPO, rel), arcname=rel.replace(os.sep, "/"))
-                    count += 1
-    return buf.getvalue(), count
+        for rel in paths:
+            tar.add(os.path.join(REPO, rel), arcname=rel.replace(os.sep, "/"))
+    return buf.getvalue(), len(paths)
 
 
 def shell_path(path: str) -> str:
@@ -92,40 +87,26 @@ def shell_path(path: str) -> str:
     return head + ("/" + shlex.quote(rest) if rest else "")
 
 
-def ssh_target(cfg, host: str, con=None) -> tuple:
-    """(destination, ssh options) for HOST. An inventory entry goes through its prerequisites first, and
-    its `url: ssh://[user@]host[:port]` says where to connect; anything else goes to ssh as it is."""
+def ssh_target(cfg, host: str) -> tuple:
+    """(destination, ssh options) for HOST. An inventory entry HOST names (`id`, `user@id`, or the host its
+    `url: ssh://…` names) goes through its prerequisites first; named by its id, its `url:
+    ssh://[user@]host[:port]` says where to connect. Anything else goes to ssh as it is."""
     if cfg is None or not cfg.inventory:
         return host, ()
+    from urllib.parse import unquote, urlsplit
+
     from . import inventory
-    entries = inventory.load_inventory(cfg, con)
-    entry, by_name = _entry_for(inventory, entries, host)
+    entries = inventory.load_inventory(cfg)
+    name = host.rsplit("@", 1)[-1]
+    try:
+        entry, by_id = inventory.get_entry(entries, name), True
+    except NotFound:
+        entry, by_id = next((e for e in entries if _ssh_host(e) == name.lower()), None), False
     if entry is None:
         return host, ()
     inventory.ensure_prerequisites(entries, entry)
-    return _from_ssh_url(entry) if by_name and entry.url.lower().startswith("ssh://") else (host, ())
-
-
-def _entry_for(inventory, entries: list, host: str) -> tuple:
-    """(the inventory entry HOST names, whether by its id or a name), else (None, False): `id`,
-    `user@id`, or the host its `url: ssh://…` names — each goes through the entry's prerequisites."""
-    from urllib.parse import urlsplit
-    name = host.rsplit("@", 1)[-1]
-    try:
-        return inventory.get_entry(entries, name), True
-    except NotFound:
-        pass
-    for e in entries:
-        try:
-            if e.url.lower().startswith("ssh://") and (urlsplit(e.url).hostname or "") == name.lower():
-                return e, False
-        except ValueError:          # a url ssh cannot use is said when it is used by its id
-            continue
-    return None, False
-
-
-def _from_ssh_url(entry) -> tuple:
-    from urllib.parse import unquote, urlsplit
+    if not by_id or not entry.url.lower().startswith("ssh://"):
+        return host, ()
     url = urlsplit(entry.url)
     try:
         port = url.port
@@ -138,9 +119,14 @@ def _from_ssh_url(entry) -> tuple:
     return dest, ("-p", str(port)) if port else ()
 
 
-def _python_version(output: str):
-    m = re.search(r"Python (\d+)\.(\d+)(?:\.\d+)?", output)
-    return (int(m.group(1)), int(m.group(2)), m.group(0).split()[1]) if m else None
+def _ssh_host(entry):
+    """The host an entry's `url: ssh://…` names; None for another url, or one ssh cannot use (said when
+    it is used by its id)."""
+    from urllib.parse import urlsplit
+    try:
+        return (urlsplit(entry.url).hostname or "") if entry.url.lower().startswith("ssh://") else None
+    except ValueError:
+        return None
 
 
 def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0,
@@ -155,11 +141,11 @@ def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout:
     if probe.returncode == 255:
         raise RecallError(f"cannot reach {host} over ssh: {_last(probe.stderr)}")
     out = probe.stdout.decode("utf-8", "replace")
-    version = _python_version(out)
+    version = re.search(r"Python (\d+)\.(\d+)(?:\.\d+)?", out)
     if version is None:
         raise RecallError(f"{host} has no python3 on the PATH of an ssh session", "install Python ≥ 3.9 there")
-    if version[:2] < (3, 9):
-        raise RecallError(f"{host} has Python {version[2]}; recall needs Python ≥ 3.9 there",
+    if (int(version[1]), int(version[2])) < (3, 9):
+        raise RecallError(f"{host} has Python {version[0].split()[1]}; recall needs Python ≥ 3.9 there",
                           "install a newer python3 first on the PATH of an ssh session")
     updated = out.strip().splitlines()[-1] == "present"
     data, count = _bundle()
@@ -201,8 +187,8 @@ def get_remote(cfg, name: str):
                    else "add a 'remotes:' list to the config")
 
 
-def run_json(cfg, rem, args: list, con=None, timeout: float | None = None):
-    dest, options = ssh_target(cfg, rem.host, con)
+def run_json(cfg, rem, args: list, timeout: float | None = None):
+    dest, options = ssh_target(cfg, rem.host)
     r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
              timeout=timeout or rem.timeout, label=f"remote '{rem.name}'")
     if r.returncode != 0:
@@ -237,14 +223,11 @@ def ask_remotes(cfg, query: str, n: int, mode: str):
     return _Asked(job)
 
 
-def search_remotes(cfg, query: str, n: int, mode: str, con=None) -> tuple:
+def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
     """({remote name: [hit dicts]}, [notices]) — every remote asked in parallel, each bounded by its timeout."""
-    if not cfg.remotes:
-        return {}, []
-
     def ask(rem):
         try:
-            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query], con=None)
+            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query])
             return rem.name, data.get("hits", []), None
         except RecallError as exc:
             return rem.name, [], str(exc)
@@ -295,17 +278,13 @@ def federate(result, remote_hits: dict, n: int) -> None:
         return
     pool = {("local", i): h for i, h in enumerate(result.hits)}
     lists = {"local": [("local", i) for i in range(len(result.hits))]}
-    fields = Hit.PUBLIC
     for name, hits in remote_hits.items():
-        lists[name] = []
+        lists[name] = [(name, i) for i in range(len(hits))]
         for i, h in enumerate(hits):
             pool[(name, i)] = Hit(**{k: h.get(k, [] if k == "highlights" else
-                                              "" if k not in ("line", "end_line", "score") else 0) for k in fields})
-            lists[name].append((name, i))
+                                              "" if k not in ("line", "end_line", "score") else 0) for k in Hit.PUBLIC})
     fused = rrf(lists)
-    order = sorted(fused, key=lambda key: -fused[key][0])[:n]
     result.hits = []
-    for key in order:
-        hit = pool[key]
-        hit.score = fused[key][0]
-        result.hits.append(hit)
+    for key in sorted(fused, key=lambda key: -fused[key][0])[:n]:
+        pool[key].score = fused[key][0]
+        result.hits.append(pool[key])
