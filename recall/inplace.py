@@ -147,14 +147,11 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
                           "recall seals values in place through a temp file in the same folder: "
                           "make the folder writable") from None
     try:
-        try:
-            data = text.encode("utf-8")
-            if os.write(fd, data) != len(data):
-                raise OSError(28, "short write")
+        with open(fd, "wb") as f:              # a short write is retried, or raises
+            f.write(text.encode("utf-8"))
+            f.flush()
             os.fchmod(fd, mode)
             os.fsync(fd)
-        finally:
-            os.close(fd)
         if file_stamp(real) != stamp:
             raise changed
         os.replace(tmp, real)

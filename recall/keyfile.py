@@ -19,9 +19,8 @@ def key_path(home: Path) -> Path:
 
 
 def _aesgcm(key: bytes):
-    """cryptography's AESGCM. The public module is an alias of the Rust binding's class, but its
-    package loads every cipher, mode and `typing` first (~13 ms of each `secret exec`'s start);
-    the class is taken from the binding when it is there, from the public name otherwise."""
+    """cryptography's AESGCM, from the Rust binding when it is there: the public module is its alias, but
+    that package loads every cipher, mode and `typing` first (a cost at each `secret exec`'s start)."""
     try:
         from cryptography.hazmat.bindings._rust import openssl
         AESGCM = openssl.aead.AESGCM

@@ -61,14 +61,9 @@ def _base64_forms(v: bytes) -> set[bytes]:
             inner = enc[(8 * pad + 5) // 6:(8 * (pad + len(v))) // 6]
             forms.add(inner)
             if pad == 0:
-                for width in _WRAP_WIDTHS:
-                    if len(full) > width:
-                        forms |= {_wrap(full, width), _wrap(inner, width)}
+                forms |= {b"\n".join(t[i:i + width] for i in range(0, len(t), width))   # wrapped
+                          for width in _WRAP_WIDTHS if len(full) > width for t in (full, inner)}
     return forms
-
-
-def _wrap(text: bytes, width: int) -> bytes:
-    return b"\n".join(text[i:i + width] for i in range(0, len(text), width))
 
 
 def _url_forms(v: bytes) -> set[bytes]:
