@@ -51,7 +51,7 @@ def cmd_secret_set(args) -> int:
 def cmd_secret_key_backup(args) -> int:
     from ..inplace import backup_key
     from ..keyfile import key_path
-    _, cfg, con = _vault(args)
+    cfg, con = _opened(args)
     dest, key = backup_key(con, cfg, args.file), key_path(cfg.home)
     return _said(args, {"backup": str(dest)}, f"wrote a copy of the vault key to {dest} (0600): keep it off "
                  f"this machine; to restore it: cp {dest} {key} && chmod 600 {key}")
@@ -118,7 +118,7 @@ def cmd_secret_exec(args) -> int:
 
 def cmd_secret_get(args) -> int:
     from .. import reveal
-    _, cfg, con = _vault(args)
+    cfg, con = _opened(args)
     if args.show:
         reveal.reveal(con, cfg, args.id)     # asks and shows on /dev/tty, never on stdout
         return 0
@@ -128,10 +128,10 @@ def cmd_secret_get(args) -> int:
 
 
 def cmd_secret_log(args) -> int:
-    vault, cfg, con = _vault(args)
     from .. import audit
-    rows = audit.entries(con, args.id, args.n)
     from ..removed import listed
+    cfg, con = _opened(args)
+    rows = audit.entries(con, args.id, args.n)
     gone = [g for g in listed(con) if not args.id or g.id == args.id]
     if not _json_done(args, rows):
         for r in rows:

@@ -63,9 +63,8 @@ def cmd_verify(args) -> int:
             detail = f"  {p.detail}" if p.detail else ""
             _out(f"{p.status:<11} {p.target:<{width}}  {p.seconds:5.1f}s{detail}")
     if not report.dry_run:
-        counts = report.counts()
         note = ("  (nothing failed; skipped ones did not run: see why above)"
-                if counts["skipped"] and code == 0 else "")
+                if report.counts()["skipped"] and code == 0 else "")
         _out(f"summary: {report.summary()}{note}")
     return code
 
