@@ -30,7 +30,6 @@ class Hit:
     score: float = 0.0
     date: str = ""
     chunk_id: int = 0
-    file_id: int = 0
     explain: dict = field(default_factory=dict)
     # what a hit shows (--json, MCP, a remote's answer), in this order; the rest is internal
     PUBLIC = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score", "date")
@@ -122,7 +121,7 @@ def shape(con, cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
         hit = Hit(source=row["source"], relpath=row["relpath"],
                   path=str(root / row["relpath"]) if root else row["relpath"],
                   line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
-                  score=score, date=row["date"] or "", chunk_id=cid, file_id=row["file_id"])
+                  score=score, date=row["date"] or "", chunk_id=cid)
         hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
         if explain:
             hit.explain = dict(info, recency=round(factor, 4), rank=len(hits) + 1)

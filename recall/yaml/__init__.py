@@ -6,7 +6,8 @@ import os
 from ..errors import InputError, NotFound
 from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans
 
-__all__ = ["YMap", "YList", "Span", "line_of", "check_keys", "load_entries", "parse", "load", "replace_spans", "MAX_BYTES"]
+__all__ = ["YMap", "YList", "Span", "line_of", "check_keys", "load_entries", "parse", "load", "replace_spans",
+           "MAX_BYTES"]
 
 _UNSUPPORTED = {
     "&": "anchors ('&name') are not supported",
