@@ -72,18 +72,25 @@ class _Skipped:
 
 
 class _Verbs:
-    """The verbs of `parser`, each with the common options and its function; `only`: the one built."""
+    """The verbs of `parser`, each with the common options, its function, and a --help that starts with
+    its line in the verb list (unless it has its own) and ends with examples; `only`: the one built."""
 
     def __init__(self, parser, dest, common, only=None):
         self.sub = parser.add_subparsers(dest=dest, metavar="VERB", parser_class=_Parser, required=True)
         self.common, self.only = common, only
 
     def add(self, name, func=None, **kwargs):
-        if self.only not in (None, name):
+        if self.only not in (None, name) or isinstance(self.sub, _Skipped):
             return _Skipped()
         p = self.sub.add_parser(name, parents=[self.common], **kwargs)
         if func:
             p.set_defaults(func=func)
+        if not p.description:
+            p.description = kwargs["help"][0].upper() + kwargs["help"][1:] + "."
+        examples = EXAMPLES.get(p.prog.partition(" ")[2])       # prog: 'recall secret sync'
+        if examples:
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+            p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
         return p
 
 
@@ -179,24 +186,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="mode(s) to score, side by side (default: keyword, semantic and hybrid when "
                         "a provider is configured, else auto); hybrid+rerank costs Voyage calls")
     p.add_argument("-v", "--verbose", action="store_true", help="list the queries that missed")
-    _describe(parser)
     return parser
-
-
-def _describe(parser, words=()) -> None:
-    """A verb's --help starts with what its line in the verb list says, unless it has its own, and
-    ends with examples."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for choice in action._choices_actions:
-                sub = action.choices[choice.dest]
-                if not sub.description and choice.help:
-                    sub.description = choice.help[0].upper() + choice.help[1:] + "."
-                examples = EXAMPLES.get(" ".join((*words, choice.dest)))
-                if examples and not sub.epilog:
-                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
-                    sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
-                _describe(sub, (*words, choice.dest))
 
 
 def _secret_parsers(parser, common) -> None:
