@@ -347,11 +347,8 @@ def _sections(lines: list, body: int, headings: list, title: str) -> list:
 
 
 def _merge_tiny(sections: list, size, max_chars: int, min_chars: int) -> list:
-    """Fold sections under min_chars into the group before them while it stays ≤ max_chars.
-
-    A bare heading followed by its own subsection goes forward instead: the subsection's
-    breadcrumb names it, and tacked onto the end of an unrelated sibling it would mislead.
-    """
+    """Fold sections under min_chars into the group before them while it stays ≤ max_chars; a bare
+    heading goes forward into its own subsection, whose breadcrumb names it, not onto a sibling."""
     groups, carried = [], None  # carried: first line of bare headings waiting for a child
     for k, section in enumerate(sections):
         first = section.first if carried is None else carried
@@ -372,11 +369,8 @@ def _merge_tiny(sections: list, size, max_chars: int, min_chars: int) -> list:
 # --- size limits ----------------------------------------------------------------------------
 
 def _split(lines: list, first: int, last: int, fences: dict, size, max_chars: int) -> list:
-    """(first, last, text) pieces of at most max_chars: at blank lines, then between lines.
-
-    A fence is never cut, even when it alone is over max_chars; a single line over max_chars
-    is cut hard, so its pieces share one line number and each holds a slice of that line.
-    """
+    """(first, last, text) pieces of at most max_chars: at blank lines, then between lines. A fence
+    is never cut; a line over max_chars is, into pieces that share its line number."""
     def units(s: int, e: int):  # fences whole, every other line on its own
         i = s
         while i <= e:

@@ -87,11 +87,9 @@ WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20
 
 
 class VectorStore:
-    """Vectors of one embedding model (`embed_models.id`), keyed by chunk hash.
-
-    `embeddings` holds every vector as a float32 BLOB, readable by every backend; the sqlite-vec
-    table `vec_m{id}` is an index over it, rebuilt when another backend wrote since (generation
-    counters in `meta`). Writes go inside the caller's transaction."""
+    """Vectors of one embedding model, keyed by chunk hash, as float32 BLOBs in `embeddings` (every
+    backend reads them); sqlite-vec's `vec_m{id}` indexes them, rebuilt when another backend wrote
+    since (generation counters in `meta`). Writes go inside the caller's transaction."""
 
     def __init__(self, con, model_id: int, dimension: int, backend: str | None = None):
         self.con, self.model_id, self.dim = con, model_id, dimension
@@ -200,9 +198,8 @@ class VectorStore:
         return next((r[2] for r in self.con.execute("PRAGMA database_list") if r[1] == "main"), "") or str(id(self.con))
 
     def _warm(self) -> bool:
-        """A process searching a second time (the MCP server, eval) keeps the vectors in a numpy
-        matrix: one load, then each scan is a matrix product, several times faster than vec0's
-        scalar scan. A one-shot CLI search uses vec0 and never loads the table."""
+        """A process searching a second time (the MCP server) keeps the vectors in a numpy matrix, whose
+        product beats vec0's scalar scan; a one-shot CLI search uses vec0 and never loads the table."""
         key = (self._path(), self.model_id)
         with _LOCK:
             _SEARCHED[key] = _SEARCHED.get(key, 0) + 1
