@@ -161,12 +161,12 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     plan = plan_steps(entry)
     context = kube_context(entry)
     from .redact import secret_parts  # usernames and public fields are not masked
-    child = runner.Child("access.exec", entry.id, line, {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES},
-                  secret_parts(values, values.public) if values else {},
-                  given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
-                  script=lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
-                  prelude=lambda proc, report: _prelude(entry, proc, report),
-                  stdin=stdin, host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
+    env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
+    child = runner.Child("access.exec", entry.id, line, env, secret_parts(values, values.public) if values else {},
+                         given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
+                         script=lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
+                         prelude=lambda proc, report: _prelude(entry, proc, report), stdin=stdin,
+                         host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
     result = runner.run(con, child, out, err)
     # the command's kubectl runs with the entry's context when it names none of its own
     gets = context and re.search(r"(?<![\w-])kubectl(?![\w-])", line) and "--context" not in line

@@ -52,8 +52,8 @@ class Report:
     def public(self) -> dict:
         def entry(p: Probe) -> dict:             # one probe per target: an entry's proof or a secret's check
             ran = {} if self.dry_run else {"status": p.status, "detail": p.detail, "seconds": round(p.seconds, 3)}
-            out = {"id": p.id, "kind": p.kind,
-                   "commands": [{"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason, **ran}]}
+            command = {"command": p.command, "verdict": p.verdict, "rule": p.rule, "reason": p.reason, **ran}
+            out = {"id": p.id, "kind": p.kind, "commands": [command]}
             if p.setup:
                 out["setup"] = [{"step": inventory.show_step(p.id, step), "verdict": v.verdict, "rule": v.rule,
                                  "reason": v.reason} for step, v in p.setup]

@@ -88,28 +88,36 @@ _KUBE_TOP = {"node", "nodes", "no", "pod", "pods", "po"}
 _NO_ARGS = (bool, "takes no arguments")
 # subcommand → (options it allows, -o forms, (wrong arguments?, denial), rule, reason)
 _KUBE_SUBS = {
-    ("get",): (_KUBE_GLOBAL | {"--output", "--all-namespaces", "--selector", "--field-selector", "--no-headers",
-                               "--show-labels"}, ("json", "yaml", "wide", "name", "jsonpath"),
-               (lambda a: not a, "needs a resource type"), "kubectl.get", "kubectl get reads objects and changes nothing"),
-    ("top",): (_KUBE_GLOBAL | {"--all-namespaces", "--selector", "--no-headers"}, (),
-               (lambda a: not a or a[0] not in _KUBE_TOP or len(a) > 2, "takes nodes|pods and at most one NAME"),
-               "kubectl.top", "kubectl top reads resource usage"),
+    ("get",): (
+        _KUBE_GLOBAL | {"--output", "--all-namespaces", "--selector", "--field-selector", "--no-headers",
+                        "--show-labels"},
+        ("json", "yaml", "wide", "name", "jsonpath"), (lambda a: not a, "needs a resource type"),
+        "kubectl.get", "kubectl get reads objects and changes nothing"),
+    ("top",): (
+        _KUBE_GLOBAL | {"--all-namespaces", "--selector", "--no-headers"}, (),
+        (lambda a: not a or a[0] not in _KUBE_TOP or len(a) > 2, "takes nodes|pods and at most one NAME"),
+        "kubectl.top", "kubectl top reads resource usage"),
     ("api-resources",): (_KUBE_GLOBAL | {"--output", "--no-headers"}, ("wide", "name"), _NO_ARGS,
                          "kubectl.api-resources", "kubectl api-resources lists the API's types"),
-    ("version",): (_KUBE_GLOBAL | {"--client", "--output"}, ("json", "yaml"), _NO_ARGS, "kubectl.version",
-                   "kubectl version only reads versions"),
-    ("cluster-info",): (_KUBE_GLOBAL, (), _NO_ARGS, "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"),
-    ("config", "current-context"): (set(), (), _NO_ARGS, "kubectl.config",
-                                    "kubectl config current-context reads context names from the kubeconfig"),
-    ("config", "get-contexts"): ({"--output", "--no-headers"}, ("name",),
-                                 (lambda a: len(a) > 1 or not all(_RESOURCE.match(x) for x in a),
-                                  "takes at most one context name"),
-                                 "kubectl.config", "kubectl config get-contexts reads context names from the kubeconfig"),
-    ("auth", "whoami"): (_KUBE_GLOBAL | {"--output"}, ("json", "yaml"), _NO_ARGS, "kubectl.auth-whoami",
-                         "kubectl auth whoami asks who this identity is"),
-    ("auth", "can-i"): (_KUBE_GLOBAL, (), (lambda a: len(a) != 2 or a[0] not in _KUBE_VERBS or not _RESOURCE.match(a[1]),
-                                           "takes exactly VERB RESOURCE"),
-                        "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"),
+    ("version",): (_KUBE_GLOBAL | {"--client", "--output"}, ("json", "yaml"), _NO_ARGS,
+                   "kubectl.version", "kubectl version only reads versions"),
+    ("cluster-info",): (_KUBE_GLOBAL, (), _NO_ARGS,
+                        "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"),
+    ("config", "current-context"): (
+        set(), (), _NO_ARGS,
+        "kubectl.config", "kubectl config current-context reads context names from the kubeconfig"),
+    ("config", "get-contexts"): (
+        {"--output", "--no-headers"}, ("name",),
+        (lambda a: len(a) > 1 or not all(_RESOURCE.match(x) for x in a),
+         "takes at most one context name"),
+        "kubectl.config", "kubectl config get-contexts reads context names from the kubeconfig"),
+    ("auth", "whoami"): (_KUBE_GLOBAL | {"--output"}, ("json", "yaml"), _NO_ARGS,
+                         "kubectl.auth-whoami", "kubectl auth whoami asks who this identity is"),
+    ("auth", "can-i"): (
+        _KUBE_GLOBAL, (),
+        (lambda a: len(a) != 2 or a[0] not in _KUBE_VERBS or not _RESOURCE.match(a[1]),
+         "takes exactly VERB RESOURCE"),
+        "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"),
 }
 
 
