@@ -90,11 +90,11 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
                          json.dumps(e.variables), e.file, e.line, nonce, blob, now))
             con.execute("INSERT INTO secrets_fts(sid, id, service, environment, kind, username, url, tags, "
                         "notes, use) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                        (e.id, e.id, e.meta["service"], e.meta["environment"],
-                         e.meta["kind"], e.meta["username"], e.meta["url"], " ".join(e.tags),
-                         e.meta["notes"], e.meta["use"]))
+                        (e.id, e.id, *(e.meta[k] for k in ("service", "environment", "kind", "username", "url")),
+                         " ".join(e.tags), e.meta["notes"], e.meta["use"]))
     from .index import redact_indexed  # a value pasted into a note leaves the index
-    redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics(con)))
+    publics = {e.id: public_fields(e.meta) for e in entries}
+    redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                     e.variables, e.values))
@@ -169,8 +169,7 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
 
 
 def rotate_key(con, cfg) -> int:
-    """Re-encrypt every row, and reseal every value in the secrets files, under a new key; the key
-    file is replaced atomically after."""
+    """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place after."""
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
@@ -246,12 +245,6 @@ def first_fault(con, cfg) -> str | None:
 def holds_values(con) -> bool:
     """Whether the vault holds any secret (so note text must be checked for its values)."""
     return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
-
-
-def publics(con) -> dict:
-    """{secret id: its fields that are not secret (usernames, logins, any marked public)}."""
-    import json
-    return {r[0]: public_fields(json.loads(r[1])) for r in con.execute("SELECT id, meta FROM secrets")}
 
 
 def _probe(con):
@@ -402,7 +395,7 @@ def redactor(con, cfg):
         values = load_values(con, cfg)
     except RecallError as exc:
         raise closed(exc) from None
-    return text_redactor(values, publics(con))
+    return text_redactor(values, values.public)
 
 
 def require_open(con, cfg) -> None:
