@@ -21,7 +21,7 @@ def bound_echoes(text: str, arguments: list) -> str:
 
 
 @contextlib.contextmanager
-def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False, vectors: bool = False):
+def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False):
     """(cfg, con) for one verb or tool call, closed after; `notes`: a config without sources is the
     error ("no config file" says more than "no index")."""
     from . import db
@@ -29,7 +29,7 @@ def opened(config: str | None = None, *, readonly: bool = False, notes: bool = F
     cfg = load_config(config)
     if notes:
         cfg.require_sources()
-    con = db.connect(cfg.db_path, readonly=readonly, vectors=vectors)
+    con = db.connect(cfg.db_path, readonly=readonly)
     try:
         yield cfg, con
     finally:

@@ -56,9 +56,7 @@ def cmd_index(args) -> int:
 
 def _watch(cfg) -> int:
     """`index --watch`: each change indexed as it happens, one line a pass that changed something."""
-    from .. import api, watch
-    if watch.method() == "off":
-        raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
+    from .. import api
 
     def said(kind, rep):
         if kind == "index" and (rep.new or rep.changed or rep.removed):
@@ -68,6 +66,8 @@ def _watch(cfg) -> int:
             _out(f"embedded: {rep.embedded} chunks" + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else ""))
         sys.stdout.flush()
     w = api.watcher(cfg, report=said)
+    if w.how == "off":
+        raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
     sys.stderr.write(f"recall: watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops\n")
     try:
         w.run()
