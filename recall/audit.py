@@ -23,8 +23,7 @@ def parent_name() -> str:
 
 
 def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
-    """Append one row; argv must already be masked (vault values); inline tokens are hidden here.
-    Autocommits (outside any open transaction)."""
+    """Append one row (autocommitted outside a transaction); argv comes masked, inline tokens are hidden here."""
     from .redact import scrub_inline
     target, argv = scrub_inline(target), scrub_inline(argv)
     con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
@@ -33,11 +32,8 @@ def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None)
 
 
 def entries(con, target: str | None = None, limit: int = 50) -> list:
-    sql = "SELECT at, caller, parent, verb, target, argv, verdict, exit_code FROM access_log"
-    args: list = []
-    if target:
-        sql += " WHERE target=?"
-        args.append(target)
-    rows = con.execute(sql + " ORDER BY id DESC LIMIT ?", args + [limit]).fetchall()
+    where, args = (" WHERE target=?", [target]) if target else ("", [])
+    rows = con.execute("SELECT at, caller, parent, verb, target, argv, verdict, exit_code FROM access_log"
+                       f"{where} ORDER BY id DESC LIMIT ?", args + [limit]).fetchall()
     return [{**dict(r), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))}
             for r in reversed(rows)]

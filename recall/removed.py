@@ -27,14 +27,16 @@ class Removed:
 def keep(con, rows: list, now: float) -> None:
     """Inside sync's transaction: keep each removed row, log it, and drop what is past KEEP_DAYS."""
     for row in rows:
-        record = {c: row[c] for c in _COLUMNS}
-        record.update(nonce=base64.b64encode(row["nonce"]).decode(),
-                      ciphertext=base64.b64encode(row["ciphertext"]).decode(), removed_at=now)
+        record = {c: row[c] for c in _COLUMNS} | _encoded(row["nonce"], row["ciphertext"]) | {"removed_at": now}
         db.set_meta(con, _PREFIX + row["id"], json.dumps(record))
         audit.log(con, "secret.removed", row["id"], argv="", verdict=f"removed by sync from {row['file']}; "
                   f"'recall secret restore {row['id']}' until {_until(now)}")
     con.execute("DELETE FROM meta WHERE key LIKE ? AND json_extract(value, '$.removed_at') < ?",
                 (_PREFIX + "%", now - KEEP_DAYS * 86400))
+
+
+def _encoded(nonce: bytes, ciphertext: bytes) -> dict:
+    return {"nonce": base64.b64encode(nonce).decode(), "ciphertext": base64.b64encode(ciphertext).decode()}
 
 
 def _until(at: float) -> str:
@@ -59,17 +61,12 @@ def listed(con) -> list:
 
 def rows(con) -> list:
     """The kept rows as dicts shaped like `secrets` rows (bytes nonce and ciphertext), for rotate-key."""
-    out = []
-    for record in _records(con).values():
-        row = dict(record)
-        row["nonce"], row["ciphertext"] = (base64.b64decode(record[k]) for k in ("nonce", "ciphertext"))
-        out.append(row)
-    return out
+    return [{**r, "nonce": base64.b64decode(r["nonce"]), "ciphertext": base64.b64decode(r["ciphertext"])}
+            for r in _records(con).values()]
 
 
 def replace_ciphertext(con, secret_id: str, nonce: bytes, ciphertext: bytes) -> None:
-    record = json.loads(db.get_meta(con, _PREFIX + secret_id))
-    record.update(nonce=base64.b64encode(nonce).decode(), ciphertext=base64.b64encode(ciphertext).decode())
+    record = json.loads(db.get_meta(con, _PREFIX + secret_id)) | _encoded(nonce, ciphertext)
     db.set_meta(con, _PREFIX + secret_id, json.dumps(record))
 
 
