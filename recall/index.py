@@ -222,8 +222,7 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
             names = [s.name for s in cfg.sources]
             gone = con.execute(f"SELECT id FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
                                names).fetchall()
-            for row in gone:
-                con.execute("DELETE FROM files WHERE id=?", (row[0],))
+            con.executemany("DELETE FROM files WHERE id=?", [(row[0],) for row in gone])
             report.removed += len(gone)
         for source, files, unlisted in plan:
             existing = {r["relpath"]: r for r in con.execute(
