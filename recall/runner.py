@@ -186,7 +186,8 @@ def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
 
 def _stop(proc: subprocess.Popen, masker: Masker, held: bytes) -> str:
     """End a child whose setup failed (at once: a timeout of 0); the last line of its stderr, masked."""
-    lines = _drive(proc, masker, (), None, None, None, 0, held).stderr.decode("utf-8", "replace").strip().splitlines()
+    err = _drive(proc, masker, (), None, None, None, 0, held).stderr
+    lines = err.decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else ""
 
 

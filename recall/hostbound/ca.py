@@ -61,10 +61,6 @@ def _name(cn: str) -> bytes:
     return _seq(_tlv(0x31, _seq(_oid(_CN), _tlv(0x0C, cn.encode("utf-8")))))
 
 
-def _time(t: float) -> bytes:
-    return _tlv(0x17, time.strftime("%y%m%d%H%M%SZ", time.gmtime(t)).encode())
-
-
 def _ext(oid: str, value: bytes, critical: bool = False) -> bytes:
     return _seq(_oid(oid), *([_tlv(0x01, b"\xff")] if critical else []), _tlv(0x04, value))
 
@@ -79,9 +75,10 @@ def _cert(key, signer, subject: bytes, issuer: bytes, days: float, extensions: l
     ec, hashes = _ec()
     now = time.time()
     spki = _seq(_seq(_oid(_EC_KEY), _oid(_P256)), _bits(_point(key)))
+    validity = _seq(*(_tlv(0x17, time.strftime("%y%m%d%H%M%SZ", time.gmtime(t)).encode())
+                      for t in (now - 300, now + days * 86400)))
     tbs = _seq(_tlv(0xA0, _int(2)), _int(int.from_bytes(os.urandom(16), "big") >> 1),
-               _seq(_oid(_ECDSA_SHA256)), issuer, _seq(_time(now - 300), _time(now + days * 86400)),
-               subject, spki, _tlv(0xA3, _seq(*extensions)))
+               _seq(_oid(_ECDSA_SHA256)), issuer, validity, subject, spki, _tlv(0xA3, _seq(*extensions)))
     signature = signer.sign(tbs, ec.ECDSA(hashes.SHA256()))
     return _seq(tbs, _seq(_oid(_ECDSA_SHA256)), _bits(signature))
 

@@ -280,7 +280,8 @@ class HostBoundProxy:
         as refused; the answer names no value nor header."""
         path = target.partition("?")[0]
         for b in self.bindings:
-            if b.placeholder in head or any(k.lower() == b"authorization" and b.in_basic(v) for k, v in req.headers):
+            basic = any(k.lower() == b"authorization" and b.in_basic(v) for k, v in req.headers)
+            if b.placeholder in head or basic:
                 self._note("event", b.secret_id, f"refused: {why} ({status}, not forwarded)", req.method, scheme,
                            where[0], where[1], path)
         self._note("problem", f"a request on the connection to {where[0]}:{where[1]} was refused ({status}): {why}")
