@@ -58,12 +58,13 @@ def _kind(exc) -> str:
 
 
 def _raised_by_a_face(exc) -> bool:
-    """An OSError raised in cli.py or mcp_server.py's own code: the faces open no file of their
-    own (they parse and format), so it is their output that could not be written."""
+    """An OSError raised in the faces' own code (recall.cli's modules, mcp_server): they open no file
+    of their own (they parse and format), so it is their output that could not be written."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_globals.get("__name__") in ("recall.cli", "recall.mcp_server")
+    name = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return name == "recall.mcp_server" or name == "recall.cli" or name.startswith("recall.cli.")
 
 
 def _room_beside_the_db(exc) -> bool:

@@ -717,3 +717,20 @@ def test_doctor_on_a_source_nested_1200_folders_deep_says_its_count_no_traceback
     source = next(line for line in r.stdout.splitlines() if " source deep " in line)
     assert source.startswith("ok ") and ": 1 files" in source, source
     assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.parametrize("face", ["recall.cli", "recall.cli.notes", "recall.cli.secrets", "recall.mcp_server"])
+def test_a_write_error_in_a_face_is_said_as_output(face):
+    """The faces open no file of their own: an OSError without a file name raised in their code (an
+    I/O error on stdout) is the output that could not be written, in every module of the CLI package."""
+    import errno
+
+    from recall import db
+    scope = {"__name__": face, "errno": errno}
+    exec("def write():\n    raise OSError(errno.EIO, 'Input/output error')\n", scope)
+    try:
+        scope["write"]()
+    except OSError as exc:
+        err = db.explain(exc)
+    assert err is not None and str(err).startswith("could not write the output (Input/output error)"), err
+    assert err.exit_code == 2
