@@ -71,7 +71,7 @@ def _answer(module: str, extra, probe, deadline: float) -> tuple:
         child.communicate()
         if deadline - started >= IMPORT_TIMEOUT:
             return False, f"installed, but importing it took over {IMPORT_TIMEOUT}s"
-        return None, (f"installed ({_dist_version(module)}); import not finished in {deadline - started:.1f}s, "
+        return None, (f"installed ({_dist_version(module)}); import not finished in {max(0.0, deadline - started):.1f}s, "
                       "so not checked ('recall doctor --thorough' waits)")
     if child.returncode != 0:
         last = (stderr.strip().splitlines() or ["no message"])[-1]
