@@ -338,20 +338,17 @@ def _remote_check(cfg, rem) -> Check:
     timeout = min(rem.timeout, REMOTE_TIMEOUT)
     started = time.monotonic()
     try:
-        dest, options = remote.ssh_target(cfg, rem.host)
-        argv = remote.ssh_argv(dest, rem.ssh_config, timeout, options) + [remote._remote_cmd(rem, "--version")]
-        r = remote._run(argv, timeout=timeout, label=f"{rem.host}")
+        code, version, last = remote.version_of(cfg, rem, timeout)
     except RecallError as exc:
         return Check(f"remote {rem.name}", False, f"{exc}")
     seconds = time.monotonic() - started
-    if r.returncode == 255:             # ssh's own failure: no connection, or no login
-        return Check(f"remote {rem.name}", False, f"{rem.host} unreachable over ssh after {seconds:.1f}s: "
-                                                  f"{remote._last(r.stderr)}")
-    if r.returncode != 0:
+    if code == 255:             # ssh's own failure: no connection, or no login
+        return Check(f"remote {rem.name}", False, f"{rem.host} unreachable over ssh after {seconds:.1f}s: {last}")
+    if code != 0:
         return Check(f"remote {rem.name}", False, f"{rem.host} answers, but recall does not run at {rem.path}: "
-                                                  f"{remote._last(r.stderr)} — 'recall remote install {rem.host} "
+                                                  f"{last} — 'recall remote install {rem.host} "
                                                   f"--path {rem.path}' puts it there")
-    version = r.stdout.decode("utf-8", "replace").strip() or "recall"
+    version = version or "recall"
     return Check(f"remote {rem.name}", True, f"{rem.host}: {version} at {rem.path}, answered in {seconds:.1f}s")
 
 

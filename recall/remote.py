@@ -179,6 +179,14 @@ def _remote_cmd(rem, *args: str) -> str:
     return " ".join(words + [shlex.quote(str(a)) for a in args])
 
 
+def version_of(cfg, rem, timeout: float) -> tuple:
+    """(ssh's exit code, what `recall --version` printed there, stderr's last line): doctor's probe."""
+    dest, options = ssh_target(cfg, rem.host)
+    r = _run(ssh_argv(dest, rem.ssh_config, timeout, options) + [_remote_cmd(rem, "--version")],
+             timeout=timeout, label=rem.host)
+    return r.returncode, r.stdout.decode("utf-8", "replace").strip(), _last(r.stderr)
+
+
 def get_remote(cfg, name: str):
     for rem in cfg.remotes:
         if rem.name == name:
