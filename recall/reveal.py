@@ -75,9 +75,8 @@ def to_clipboard(con, cfg, secret_id: str, *, stdin_fd: int = 0) -> Copied:
 
 def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, tty: str = "/dev/tty",
            timeout: float = GET_TIMEOUT) -> None:
-    """Show the value to a person: stdin and stdout must be a real terminal, a random word shown in
-    the prompt must be typed on the controlling terminal within `timeout`, and the value is written
-    to that terminal — never to stdout, so a pipe or a captured stdout never holds it."""
+    """Show the value on the controlling terminal (never stdout) once a random word is typed there within
+    `timeout`; stdin and stdout must be a real terminal, so no pipe or captured stdout ever holds it."""
     secret_id = row_named(con, secret_id)["id"]          # NotFound before anything else
     keyfile.require_crypto()
     hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"

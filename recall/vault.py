@@ -416,9 +416,8 @@ def require_open(con, cfg) -> None:
 # -- using a value ---------------------------------------------------------------------------------
 
 def command_line(con, secret_id: str, command, cfg=None) -> str:
-    """One shell-quoted `recall secret exec ID -- …` line (naming cfg's config and state folder) for
-    `command`: an argv list, or a string split like a shell (run under `sh -c` when it names the
-    secret's variables, so they expand in the child); empty: the secret's `use` line."""
+    """A shell-quoted `recall secret exec ID -- …` line for `command` (argv, or a string split like a shell,
+    under `sh -c` when it names the secret's variables; empty: its `use` line), naming cfg's config."""
     import json
     import shlex
     row = row_named(con, secret_id)
