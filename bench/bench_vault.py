@@ -132,7 +132,7 @@ The same stream through whole processes, 20 secrets in the vault, output to `/de
 | `recall secret exec ID -- true` (p50 / p95 ms) | {ms(wrapped)} | — |
 | overhead of `secret exec` over the bare command (p50 wall) | {overhead:.0f} ms | ≤ 150 ms |
 | CPU: `true` / `python3 -c pass` / `recall secret exec ID -- true` (median) | {cpu['true']:.0f} / {cpu['python -c pass']:.0f} / {cpu['exec']:.0f} ms | — |
-| CPU of `secret exec` over the bare command, this dev venv (editable install: its finder and `.pth` files start with every process) | {cpu['exec'] - cpu['true']:.0f} ms | — |
+| CPU of `secret exec` over the bare command, `{sys.executable}` (its site-packages `.pth` files start with every process) | {cpu['exec'] - cpu['true']:.0f} ms | — |
 | CPU: `python -c pass` / `recall secret exec ID -- true` in a venv of its own holding recall's crypto extra only (as `pip install '.[crypto]'` or pipx gives) | {_own(cpu, 'own python -c pass')} / {_own(cpu, 'own exec')} ms | — |
 | CPU of `secret exec` over the bare command, that venv (median) | {_own(cpu, 'own exec', cpu['true'])} ms | **≤ 80 ms** |
 | `recall verify`: 20 entries, each proof ~1 s (whole process) | {seconds:.2f} s | ≤ 2.5 s |
