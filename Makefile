@@ -23,8 +23,8 @@ venv:            ## .venv/ with every extra the tests use, plus missing system t
 test-core:       ## core tests in bare venvs (no extras) for every Python 3.9–3.13 found
 	$(PYTHON) tests/run_core.py
 
-bench:           ## benchmarks; results written to docs/BENCHMARKS.md
-	$(PYTHON) bench/run.py
+bench: venv      ## benchmarks in .venv/ (the hybrid and embedding ones need its extras); results written to docs/BENCHMARKS.md
+	$(VENV)/bin/python bench/run.py
 
 golden:          ## score search on the golden queries (keyword; local model and Voyage side by side when available)
 	RECALL_HOME=$(DEMO_HOME) $(PYTHON) recall.py --config golden/recall.yaml index
