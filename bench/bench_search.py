@@ -24,6 +24,18 @@ def ensure_rg() -> str | None:
     return shutil.which("rg")
 
 
+def without_postings(run):
+    """`run()` with the common words' postings unused: each word search asks FTS5 (the row that
+    justifies postings.py and common_terms.py at this scale)."""
+    from recall import common_terms
+    kept = common_terms.top_k, common_terms.top_k_any
+    common_terms.top_k = common_terms.top_k_any = lambda *a, **k: None
+    try:
+        return run()
+    finally:
+        common_terms.top_k, common_terms.top_k_any = kept
+
+
 def main() -> None:
     tree, home = OUT / f"notes{FILES}-v2", OUT / "home-search"
     if not tree.exists():
@@ -51,13 +63,18 @@ def main() -> None:
     IDENT_QUERIES = picks + [host, host.split(".")[0]]
     db_mb = os.path.getsize(cfg.db_path) / 1e6
 
-    def inproc(queries):
+    def inproc(queries, repeat=40):
         samples = []
         for q in queries:
-            samples += timed(lambda: search(con, cfg, q, n=10), 40)
+            samples += timed(lambda: search(con, cfg, q, n=10), repeat)
         return samples
 
-    ident_in, word_in = inproc(IDENT_QUERIES), inproc(WORD_QUERIES)
+    ident_in = inproc(IDENT_QUERIES)
+    word_in, word_fts = [], []
+    for q in WORD_QUERIES:        # with and without the postings in turn: the same load for both
+        for _ in range(4):
+            word_in += inproc([q], 10)
+            word_fts += without_postings(lambda: inproc([q], 10))
     print("identifier queries:", IDENT_QUERIES)
     py = sys.executable
     cli = lambda q: run_ms([py, str(REPO / "recall.py"), "search", q], 4)  # noqa: E731
@@ -83,6 +100,7 @@ DB {db_mb:.0f} MB. `python3 bench/bench_search.py`.
 | re-index, nothing changed (p50 / p95 of 5) | {ms([x / 1000 for x in nochange]).replace(' / ', ' s / ')} s | ≤ 1.0 s |
 | search in-process, identifier (p50 / p95 ms) | {ms(ident_in)} | p50 ≤ 10 ms |
 | search in-process, words (p50 / p95 ms) | {ms(word_in)} | p50 ≤ 10 ms |
+| the same without the common words' postings (FTS5 alone) | {ms(word_fts)} | — |
 
 Whole processes, p50 / p95 in ms (each query 4×, page cache warm; every search a process of its
 own, leaving nothing running; `bench_scale.py` compares with `rg`'s OR form):
