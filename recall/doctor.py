@@ -57,21 +57,20 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
 def load_config_leniently(explicit: str | None):
     """(config, errors): the config as far as it is valid — a key with an error is left at its
     default and its error kept, so one mistake does not hide the checks of the rest."""
-    from .config import Config, apply_doc, find_config, home_dir, load_config
+    from . import yaml
+    from .config import TOP_KEYS, Config, apply_doc, find_config, home_dir, load_config
     try:
         return load_config(explicit), []
     except RecallError as exc:
         first = exc
     try:
         path = find_config(explicit)
-        from . import yaml
         doc = yaml.load(str(path))
     except RecallError:
         return Config(path=None, home=home_dir()), [first]
     cfg, errors = Config(path=path, home=home_dir()), [first]
     if not isinstance(doc, yaml.YMap):
         return cfg, errors
-    from .config import TOP_KEYS
     for key in (k for k in doc if k in TOP_KEYS):        # unknown keys are all in the first error
         part = yaml.YMap(doc.line)
         part[key] = doc[key]
@@ -348,8 +347,7 @@ def _remote_check(cfg, rem) -> Check:
         return Check(f"remote {rem.name}", False, f"{rem.host} answers, but recall does not run at {rem.path}: "
                                                   f"{last} — 'recall remote install {rem.host} "
                                                   f"--path {rem.path}' puts it there")
-    version = version or "recall"
-    return Check(f"remote {rem.name}", True, f"{rem.host}: {version} at {rem.path}, answered in {seconds:.1f}s")
+    return Check(f"remote {rem.name}", True, f"{rem.host}: {version or 'recall'} at {rem.path}, answered in {seconds:.1f}s")
 
 
 def _embedding(ctx) -> list:

@@ -61,8 +61,7 @@ def _opened(notes=False):
             masker = _response_masker(con, cfg)
             if masker is None:
                 raise
-            err = RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint))
-            raise err from None
+            raise RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint)) from None
 
 
 def _response_masker(con, cfg):
@@ -147,9 +146,8 @@ def _lean(d: dict, drop=()) -> dict:
 
 
 def _lean_search(data: dict) -> dict:
-    """A search's answer for the agent: its route (why nothing matched by meaning), the access
-    entries and hits it acts on, nothing twice (no query or mode echoed, no absolute path beside
-    `read`, no terminal highlight offsets)."""
+    """A search's answer for the agent: its route (why nothing matched by meaning), the access entries
+    and hits; nothing twice (no query or mode echoed, no path beside `read`, no highlight offsets)."""
     out = {"route": data["route"]}
     if data["access"]:
         out["access"] = [_lean(a, ENTRY_DROPS) for a in data["access"]]
@@ -230,8 +228,7 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     notices: list = []
     n = _limit(limit, notices)
     with _opened(notes=True) as (cfg, con):
-        result = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg))
-        data = result.public()
+        data = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg)).public()
         data["notices"] = notices + data["notices"]
         return _answer(con, cfg, _json(_lean_search(data)), "recall_search", offset)
 
@@ -350,10 +347,9 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
 
 def _verify_data(con, cfg, report) -> dict:
     """One row per entry or secret: its real kind, status and reason; a one-line summary first."""
-    from . import inventory
+    from . import inventory, vault
     kinds = {e.id: e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
-    from .vault import kinds as secret_kinds
-    for sid, kind in secret_kinds(con).items():
+    for sid, kind in vault.kinds(con).items():
         kinds[f"secret:{sid}"] = "secret" + (f" ({kind})" if kind else "")
     rows = [_lean({"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
                    "status": p.status, "reason": p.detail}) for p in report.probes]
@@ -420,13 +416,13 @@ def _as_tool(fn):
 def build_server():
     """The MCPServer with every tool registered; marks this process's access-log entries as mcp."""
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
+    from pydantic import ValidationError
 
     from . import __version__
     from .instructions import RULES
     audit.CALLER["name"] = "mcp"
-    from mcp.server.mcpserver.exceptions import ToolError
-    from pydantic import ValidationError
 
     class Server(MCPServer):
         async def call_tool(self, name, arguments, context=None):
