@@ -21,7 +21,6 @@ KEEP_OUTPUTS = 8            # long exec/verify outputs held so `offset` continue
 ARG_DOCS = {
     "query": "What to look for: words, an identifier (INC-10963, a hostname), or a question.",
     "id": "An id or alias from a find result (any case).",
-    "command": "A bash command line.",
     "path": "A note path from recall_search: 'source:relpath', 'relpath', or 'relpath:LINE' for the "
             "section around that line.",
     "offset": "0 for the start; to continue a long response pass the offset it ends with.",
@@ -165,10 +164,9 @@ def _lean_search(data: dict) -> dict:
 
 def _limit(limit, notices):
     """`limit` within 1..MAX_LIMIT; a value outside is brought in and said, not refused."""
-    if 1 <= limit <= MAX_LIMIT:
-        return limit
     near = min(max(limit, 1), MAX_LIMIT)
-    notices.append(f"limit {limit} is outside 1–{MAX_LIMIT}: showing up to {near}")
+    if near != limit:
+        notices.append(f"limit {limit} is outside 1–{MAX_LIMIT}: showing up to {near}")
     return near
 
 
@@ -407,7 +405,7 @@ def _as_tool(fn):
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(
-        description=TOOL_ARG_DOCS.get((fn.__name__, p.name), ARG_DOCS[p.name]))])
+        description=TOOL_ARG_DOCS.get((fn.__name__, p.name)) or ARG_DOCS[p.name])])
         for p in sig.parameters.values()]
     tool.__signature__ = sig.replace(parameters=params)
     return tool
