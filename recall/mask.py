@@ -105,7 +105,7 @@ def _text(v: bytes):
 
 
 def _as_bytes(forms) -> set[bytes]:
-    return {f.encode("utf-8", "surrogatepass") for f in forms if f is not None}
+    return {f.encode("utf-8", "surrogatepass") for f in forms}
 
 
 def _case_forms(v: bytes) -> set[bytes]:
@@ -208,11 +208,10 @@ def _regex_forms(v: bytes) -> set[bytes]:
         text = v.decode("utf-8")
     except UnicodeDecodeError:
         return forms
-    ascii_word = lambda c: c.isascii() and (c.isalnum() or c == "_")   # noqa: E731
     return forms | _as_bytes({
         "".join(c if _perl_keeps(c) else "\\" + c for c in text),
         "".join("\\" + c if c in _RE_SPECIAL else c for c in text),
-        "".join(c if ascii_word(c) else "\\" + c for c in text)})
+        "".join(c if ord(c) in _WORD_BYTES else "\\" + c for c in text)})
 
 
 def _line_forms(value: bytes) -> set[bytes]:
@@ -251,9 +250,9 @@ def _whole_token(buf: bytes, start: int, end: int) -> bool:
 class Masker:
     """All forms of all secrets, and the prefilter that finds them fast."""
 
-    def __init__(self, secrets: dict[str, list[str]], whole_tokens: bool = False, lazy: bool = True):
-        """`whole_tokens`: a value as written matches only as a whole token (note text; encoded forms match
-        anywhere). `lazy`: the prefilter is built on the first large scan, so `exec ID -- true` never pays."""
+    def __init__(self, secrets: dict[str, list[str]], notes: bool = False):
+        """`notes` (note text): a value as written matches only as a whole token (encoded forms anywhere),
+        and the prefilter is built now; else on the first large scan, so `exec ID -- true` never pays."""
         owners: dict[bytes, list[int]] = {}
         words: set[bytes] = set()
         self._labels: list[bytes] = []
@@ -264,7 +263,7 @@ class Masker:
                 raw = value.encode("utf-8")
                 for form in encodings(raw):
                     owners.setdefault(form.lower(), []).append(index)   # matched without ASCII case
-                if whole_tokens:
+                if notes:
                     words |= {b.lower() for b in _bases(raw)}
         self._forms = sorted(owners, key=lambda f: (-len(f), f))
         self._owners = [owners[f] for f in self._forms]
@@ -272,7 +271,7 @@ class Masker:
         self._maxlen = len(self._forms[0]) if self._forms else 0
         self._gram_map: dict[int, list[tuple[int, int]]] | None = None
         self._small_scans = 0
-        if not lazy:
+        if notes:
             self._prepare()
 
     def _prepare(self) -> None:
@@ -307,26 +306,26 @@ class Masker:
         return MaskStream(self, [(f, o[0]) for f, o in zip(self._forms, self._owners)
                                  if wanted.intersection(o)])
 
-    def _gram_hits(self, buf: bytes, start: int, k: int) -> list[tuple[int, int]]:
-        """(position, gram) of every k-th gram from `start` that occurs in some form."""
-        count = (len(buf) - start) // _GRAM
-        if count <= 0 or not self._gram_keys:
+    def _gram_hits(self, buf: bytes, k: int) -> list[tuple[int, int]]:
+        """(position, gram) of every k-th gram that occurs in some form."""
+        count = len(buf) // _GRAM
+        if count == 0 or not self._gram_keys:
             return []
-        grams = memoryview(buf)[start:start + count * _GRAM].cast("Q")[::k]
+        end = count * _GRAM
+        grams = memoryview(buf)[:end].cast("Q")[::k]
         keys = self._gram_keys
         found = keys.intersection(grams)
         if not found:
             return []
         step = _GRAM * k
         if len(found) * count * _GRAM * _FIND_NS_PER_BYTE > len(grams) * _GRAM_NS:
-            return [(start + i * step, g) for i, g in enumerate(grams) if g in keys]
+            return [(i * step, g) for i, g in enumerate(grams) if g in keys]
         hits = []
-        end = start + count * _GRAM
         for key in found:  # usually one or two: locate each with a C-speed find
             gram = key.to_bytes(_GRAM, sys.byteorder)
-            i = buf.find(gram, start, end)
+            i = buf.find(gram, 0, end)
             while i != -1:
-                if (i - start) % step == 0:
+                if i % step == 0:
                     hits.append((i, key))
                 i = buf.find(gram, i + 1, end)
         return hits
@@ -351,7 +350,7 @@ class Masker:
                 i = buf.find(form, i + 1, end)
         if stride:
             gram_map = self._gram_map
-            candidates = {(g - off, fi) for g, key in self._gram_hits(buf, 0, stride)
+            candidates = {(g - off, fi) for g, key in self._gram_hits(buf, stride)
                           for fi, off in gram_map[key]}
             found.update((p, fi) for p, fi in candidates
                          if 0 <= p < limit and buf.startswith(forms[fi], p))
@@ -381,7 +380,7 @@ class MaskStream:
         if not data:
             return b""
         self._idle = False
-        buf = self._held + bytes(data) if self._held else bytes(data)
+        buf = self._held + data     # bytes, whatever buffer `data` is
         return self._scan(buf, len(buf) - self._masker._maxlen + 1)
 
     @property
@@ -398,14 +397,13 @@ class MaskStream:
 
     def flush(self) -> bytes:
         """At end of stream, everything held, masked; a held prefix of 4+ characters of a given value too."""
-        buf, self._held = self._held, b""
+        buf = self._held
+        if not buf:          # nothing held: no open run either (a run never ends past the held bytes)
+            return b""
         keep, owner = self._given_prefix(buf)
         if keep and len(buf[len(buf) - keep:].decode("utf-8", "ignore")) < _EOF_PREFIX:
             keep = 0
-        out = self._scan(buf, len(buf), (len(buf) - keep, len(buf), owner) if keep else None) \
-            if buf or self._carry_end else b""
-        self._held, self._carry_end, self._carry_ids = b"", 0, []
-        return out
+        return self._scan(buf, len(buf), (len(buf) - keep, len(buf), owner) if keep else None)
 
     def _given_prefix(self, buf: bytes) -> tuple[int, int]:
         """(length, owner) of the longest tail of `buf` that begins a form of a given value."""

@@ -71,7 +71,7 @@ def text_redactor(values: dict, publics: dict):
 
     from .mask import MIN_SECRET_LEN, Masker
     parts = secret_parts(values, publics)
-    masker = Masker(parts, whole_tokens=True, lazy=False)     # used on every chunk: build it now
+    masker = Masker(parts, notes=True)
     short = sorted(((str(v), sid) for sid, vals in parts.items() for v in vals
                     if _SHORT_MIN <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
     short_res = [(re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])"), f"[recall:{sid}]")
