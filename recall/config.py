@@ -5,7 +5,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import yaml
 from .errors import InputError, RecallError
+from .yaml import line_of
 
 DEFAULT_INCLUDE = ["*.md", "*.markdown", "*.mdx", "*.mkd", "*.md.erb", "*.txt", "*.rst"]
 EXAMPLE = 'sources: [{name: notes, path: ~/notes}]'
@@ -101,7 +103,6 @@ def load_config(explicit: str | None = None) -> Config:
     path = find_config(explicit)
     cfg = Config(path=path, home=home_dir())
     if path is not None:
-        from . import yaml
         doc = yaml.load(str(path))
         if doc is not None:
             apply_doc(cfg, doc, str(path))
@@ -129,7 +130,6 @@ def _expect(value, kind, path, line, what):
 
 def _field(mapping, key, kind, path, what=None, minimum=None):
     """mapping[key] checked to be of `kind` (and at least `minimum`), or an error at its line."""
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     value = _expect(mapping[key], kind, path, line_of(mapping, key), what or key)
     if minimum is not None and not value >= minimum:          # NaN too
         raise InputError(path, line_of(mapping, key), f"'{what or key}' must be at least {minimum:g}, not {value:g}")
@@ -137,12 +137,10 @@ def _field(mapping, key, kind, path, what=None, minimum=None):
 
 
 def _resolve(base: Path, text: str) -> Path:
-    p = Path(os.path.expanduser(str(text)))
-    return p if p.is_absolute() else (base / p)
+    return base / os.path.expanduser(text)      # an absolute path replaces base
 
 
 def _strings(value, path, line, what):
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     if isinstance(value, str):
         value = [value]
     _expect(value, list, path, line, what)
@@ -151,7 +149,6 @@ def _strings(value, path, line, what):
 
 def _unknown_fields(doc, path: str) -> None:
     """Every unknown key of the config in one error: at the first one in file order, naming the rest."""
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     found = []
 
     def scan(mapping, allowed, what):
@@ -173,7 +170,6 @@ def _unknown_fields(doc, path: str) -> None:
 
 def apply_doc(cfg: Config, doc, path: str) -> None:
     """Fill `cfg` from a parsed config document; unknown keys are refused before anything is read."""
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(doc, dict, path, getattr(doc, "line", 1), "the config file")     # a scalar has no line
     _unknown_fields(doc, path)
     base = Path(path).parent
@@ -193,7 +189,6 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
 
 
 def _sources(value, path, line, base):
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "sources")
     out, seen = [], set()
     for i, item in enumerate(value):
@@ -216,7 +211,6 @@ def _sources(value, path, line, base):
 
 
 def _embedding(value, path, line):
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, dict, path, line, "embedding")
     emb = Embedding()
     for key, kind in EMBEDDING_TYPES.items():
@@ -232,7 +226,6 @@ def _embedding(value, path, line):
 
 
 def _remotes(value, path, line):
-    from .yaml import line_of  # loaded already: only a parsed config has lines
     _expect(value, list, path, line, "remotes")
     out = []
     for i, item in enumerate(value):
