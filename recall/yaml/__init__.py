@@ -152,8 +152,7 @@ class _Parser(_Scalars):
         return line[col:col + 1] == "-" and line[col + 1:col + 2] in _END
 
     def is_key_colon(self, row: int, col: int) -> bool:
-        line = self.lines[row]
-        rest = line[col:].lstrip(" \t")
+        rest = self.lines[row][col:].lstrip(" \t")
         return rest[:1] == ":" and rest[1:2] in _END
 
     # ---- the document
@@ -211,8 +210,7 @@ class _Parser(_Scalars):
         return self.nested(row, col, self.block_node, row, col, parent, compact)
 
     def block_node(self, row: int, col: int, parent: int, compact: bool) -> object:
-        line = self.lines[row]
-        ch = line[col]
+        ch = self.lines[row][col]
         if self.is_item(row, col):
             if not compact:
                 raise self.error(row, col, "a '- ' list cannot start on the same line as its key",
@@ -228,7 +226,7 @@ class _Parser(_Scalars):
             text, r, c = self.quoted(row, col, parent)
             if compact and r == row and self.is_key_colon(r, c):
                 return self.block_map(row, col)
-            self.span = Span(row, col, r, c, False, "quoted")
+            self.span = Span(row, col, r, c, False)
             return self.after_token(text, r, c)
         self.check_plain_start(row, col, flow=False)
         text, r, c, stop = self.plain(row, col, parent, flow=False)
@@ -237,7 +235,7 @@ class _Parser(_Scalars):
                 raise self.error(r, c, "found ': ' inside a value",
                                  hint="quote the value, or put the nested mapping on its own lines")
             return self.block_map(row, col)
-        self.span = Span(row, col, r, len(self.lines[r][:c].rstrip(" \t")), False, "plain")
+        self.span = Span(row, col, r, len(self.lines[r][:c].rstrip(" \t")), False)
         self.row = r + 1
         return _resolve(text)
 
@@ -445,11 +443,11 @@ class _Parser(_Scalars):
             return self.nested(row, col, self.flow_collection)
         if self.lines[row][col] in "'\"":
             text, self.fr, self.fc = self.quoted(row, col, self.fparent)
-            self.span = Span(row, col, self.fr, self.fc, True, "quoted")
+            self.span = Span(row, col, self.fr, self.fc, True)
             return text
         self.check_plain_start(row, col, flow=True)
         text, self.fr, self.fc, _ = self.plain(row, col, self.fparent, flow=True)
-        self.span = Span(row, col, self.fr, len(self.lines[self.fr][:self.fc].rstrip(" \t")), True, "plain")
+        self.span = Span(row, col, self.fr, len(self.lines[self.fr][:self.fc].rstrip(" \t")), True)
         return _resolve(text)
 
     def flow_skip(self, r0: int, c0: int) -> str:

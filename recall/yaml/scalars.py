@@ -1,5 +1,4 @@
-"""Scalars of the YAML subset: plain, quoted (escapes, folding over lines) and `|` / `>` with their
-chomping — a mixin of the parser, which keeps the lines and the errors — and where each one sits."""
+"""The YAML subset's scalars: resolving plain text, quoted and `|` / `>` readers, and where each sits."""
 from __future__ import annotations
 
 import re
@@ -17,8 +16,7 @@ _HEX_LEN = {"x": 2, "u": 4, "U": 8}
 # YAML 1.2 core schema (not 1.1: yes/no/on/off, 012 octal, 1_000 and 12:30 are not special here)
 _CONSTANTS = {"": None, "~": None, "null": None, "Null": None, "NULL": None, "true": True,
               "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-# compiled on first use (re's cache): every number starts with one of _NUMBER_STARTS, and a config
-# often holds none (the patterns cost a `recall search` ~0.4 ms to compile)
+# compiled on first use (re's cache), and only for a text that starts like a number (_NUMBER_STARTS)
 _NUMBERS = [
     (r"[-+]?[0-9]+\Z", int),
     (r"0o[0-7]+\Z", lambda t: int(t[2:], 8)),
@@ -32,14 +30,12 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 
 @dataclass
 class Span:
-    """Where a scalar value is written (0-based rows split at line breaks, columns in characters, the
-    end exclusive), so a writer can replace exactly its text; `flow`: inside [...] or {...}."""
+    """Where a scalar is written (0-based rows and columns, end exclusive); `flow`: inside [...] or {...}."""
     row: int
     col: int
     end_row: int
     end_col: int
     flow: bool
-    style: str                 # plain, quoted or block
 
 
 def replace_spans(text: str, edits: list) -> str:
@@ -192,7 +188,7 @@ class _Scalars:
                 break
             r += 1
         self.row = r
-        self.span = Span(row, col, end[0], end[1], False, "block")
+        self.span = Span(row, col, end[0], end[1], False)
         return self.join_block(content, row + 1, line[col] == ">", chomp)
 
     def detect_indent(self, start: int, parent: int) -> int:
