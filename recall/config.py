@@ -116,8 +116,7 @@ SOURCE_KEYS = {"name", "path", "include", "exclude"}
 EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
                    "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
 REMOTE_TYPES = {"name": str, "host": str, "path": str, "config": str, "ssh_config": str, "timeout": float}
-_KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping", bool: "true or false",
-          float: "a number"}
+_KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping", float: "a number"}
 
 
 def _expect(value, kind, path, line, what):

@@ -113,12 +113,9 @@ class _Parser(_Scalars):
 
     def __init__(self, text: str, path: str):
         self.path = path
-        text = text[1:] if text.startswith("\ufeff") else text
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
         self.final_newline = text.endswith("\n")   # a block scalar's last break depends on it
-        self.lines = text.split("\n")
-        if self.final_newline:
-            self.lines.pop()
+        self.lines = text.removesuffix("\n").split("\n")
         self.row = 0                   # next line the block parser looks at
         self.fr = self.fc = 0          # the flow cursor (row, col)
         self.fparent = -1              # indentation the current flow collection must stay inside

@@ -91,7 +91,7 @@ def _plain_end(line: str, i: int, flow: bool) -> tuple[int, str]:
 
 
 class _Scalars:
-    """The parser's scalar readers; `_Parser` supplies lines, indent_of and error."""
+    """The parser's scalar readers; `_Parser` supplies lines, final_newline and error."""
 
     def quoted(self, row: int, col: int, parent: int) -> tuple[str, int, int]:
         """A quoted scalar from (row, col), folded over lines: text and the (row, col) after the quote."""
