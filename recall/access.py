@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import shlex
+import time
 from dataclasses import dataclass
 
-from . import inventory, runner, setupvars
+from . import inventory, keyfile, runner, setupvars, vault
 from .errors import RecallError
+from .redact import secret_parts
 
 SETUP_TIMEOUT = 30
 _RC_VARIABLES = ("BASH_ENV", "ENV")
@@ -92,8 +95,6 @@ def _parse_vars(data: bytes) -> tuple:
 def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
     """Read the variables pipe to its end record while keeping stderr drained (the setup's output,
     held unmasked in memory until the masker knows what the setup set). (records, stderr, timed out)"""
-    import selectors
-    import time
     bufs = {vars_r: bytearray(), proc.stderr.fileno(): bytearray()}
     late, exited = False, None
     with selectors.DefaultSelector() as sel:
@@ -118,9 +119,8 @@ def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
 
 
 def _secret_injection(con, entry, values: dict, stdin) -> tuple:
-    """(extra env, stdin bytes or None) for the entry's linked secrets; `inject: stdin` ones are
-    written to the command's stdin, in the order the entry lists them."""
-    from . import vault
+    """(extra env, stdin bytes or None, host-bound rows) for the entry's linked secrets; `inject: stdin`
+    ones are written to the command's stdin, in the order the entry lists them."""
     env, data, host_bound = {}, b"", []
     for sid in entry.secrets:
         row = vault.stored_row(con, sid)
@@ -143,7 +143,6 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     """Check prerequisites, then in one bash: the setup steps, then `command` (a shell line, or an
     argv list joined with shell quoting; default: the entry's verify command), its output masked.
     Host-bound secrets reach it as placeholders (given, or fresh) through a proxy for this run."""
-    from . import vault
     entries = inventory.load_inventory(cfg, con)
     entry = inventory.get_entry(entries, entry_id)
     if isinstance(command, (list, tuple)):
@@ -160,7 +159,6 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     base = runner.child_env()
     plan = plan_steps(entry)
     context = kube_context(entry)
-    from .redact import secret_parts  # usernames and public fields are not masked
     env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
     child = runner.Child("access.exec", entry.id, line, env, secret_parts(values, values.public) if values else {},
                          given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
@@ -181,7 +179,6 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
 def _prelude(entry, proc, report: int):
     """The setup steps' end: what they set (masked unless plainly harmless), their output, and the
     error when they failed or hung."""
-    import time
     data, setup_err, late = _wait_setup(proc, report, time.monotonic() + SETUP_TIMEOUT)
     before, after, status = _parse_vars(data)
     masks = {f"{entry.id}:{k}": [v] for k, v in masked_exports(before, after).items()}
@@ -195,12 +192,10 @@ def _prelude(entry, proc, report: int):
 
 def _has_vault(con, cfg) -> bool:
     """Mask every vault value too, when the vault is usable here (defence in depth)."""
-    from .vault import count
-    if not count(con):
+    if not vault.holds_values(con):
         return False
     try:
-        from .keyfile import key_path, require_crypto
-        require_crypto()
-        return key_path(cfg.home).exists()
+        keyfile.require_crypto()
+        return keyfile.key_path(cfg.home).exists()
     except RecallError:
         return False

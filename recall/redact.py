@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 from .errors import RecallError
 
@@ -39,7 +40,6 @@ class VaultValues(dict):
 
 @functools.cache
 def _inline_patterns() -> list:
-    import re
     name = (r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_KEY"
             r"|PRIVATE_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*")
     value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
@@ -67,8 +67,6 @@ def identity(text: str) -> str:
 
 def text_redactor(values: dict, publics: dict):
     """The redactor for decrypted `values` ({id: {field: value}})."""
-    import re
-
     from .mask import MIN_SECRET_LEN, Masker
     parts = secret_parts(values, publics)
     masker = Masker(parts, notes=True)

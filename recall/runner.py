@@ -2,17 +2,22 @@
 session, output masked as it streams, timeouts, the audit row (`secret exec`, `access exec`, verify)."""
 from __future__ import annotations
 
+import json
 import os
 import selectors
+import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+from . import audit, vault
 from .errors import RecallError
-from .mask import Masker
+from .mask import Masker, check_maskable
+from .redact import public_fields, secret_parts
 
 READ_SIZE = 64 * 1024
 TIMEOUT_CODE = 124
@@ -89,7 +94,6 @@ class _Sink:
 def run(con, child: Child, out=None, err=None) -> RunResult:
     """Run `child` with its host-bound session open for the run; write its one audit row (`ran`,
     `not run`, or `setup failed`)."""
-    from . import audit
     masker = Masker(child.masks)
     verdict, shown = "not run", child.shown
     session = None
@@ -144,7 +148,6 @@ def _start(child: Child, env: dict) -> tuple:
         if not child.argv:
             raise RecallError("no command given", "put the command after `--`")
         return _popen(list(child.argv), env, child, ()), None
-    import threading
     script_r, script_w = os.pipe()
     report_r, report_w = os.pipe()
     text = child.script(script_r, report_w).encode("utf-8", "surrogateescape")
@@ -295,10 +298,6 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
                 timeout=None) -> RunResult:
     """`secret exec`: run argv with the secret injected (its value asked of the vault) and every
     vault value masked in its output."""
-    import shlex
-
-    from . import vault
-    from .redact import secret_parts
     if not argv:
         raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
     row = vault.row_named(con, secret_id)
@@ -326,10 +325,6 @@ def child_env() -> dict:
 
 def injection(row, values: dict, stdin_flag: bool):
     """(extra env, stdin bytes or None) for one secret."""
-    import json
-
-    from .mask import check_maskable
-    from .redact import public_fields
     public = public_fields(json.loads(row["meta"]))
     for name, part in values.items():
         if name not in public:               # a username is injected, not masked
