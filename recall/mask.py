@@ -238,7 +238,7 @@ FORMS = (
 )
 
 
-_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-" + bytes(range(128, 256)))
+_WORD = _WORD_BYTES | frozenset(b"-" + bytes(range(128, 256)))   # a token's bytes: UTF-8 letters too
 
 
 def _whole_token(buf: bytes, start: int, end: int) -> bool:
@@ -364,7 +364,7 @@ class Masker:
 class MaskStream:
     """Masks one stream fed in arbitrary pieces; the output equals Masker.mask of the whole stream."""
 
-    def __init__(self, masker: Masker, given=()):
+    def __init__(self, masker: Masker, given):
         self._masker = masker
         self._given = given        # (form, owner) of the values this child holds
         self._held = b""
