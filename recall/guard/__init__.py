@@ -1,5 +1,4 @@
-"""The read-only verdict for a proof command or a setup step: parse it, allow only known argv shapes,
-deny the rest, and say what is allowed instead. It never runs anything."""
+"""The verdict for a proof command or a setup step: only known read-only argv shapes pass, a denial says what would; nothing runs."""
 from __future__ import annotations
 
 import os
@@ -109,12 +108,6 @@ _FORMS = {
 }
 
 
-def _with_hint(deny: _Deny) -> str:
-    """The denial's reason, ending in what is allowed instead (unless the reason already says it)."""
-    form = _INSTEAD.get(deny.rule) or _FORMS.get(deny.rule.split(".")[0], "")
-    return f"{deny.reason} — allowed: {form}" if form and "allowed: " not in deny.reason else deny.reason
-
-
 @dataclass(frozen=True)
 class Verdict:
     """Whether a command may run, the rule that decided, and why."""
@@ -158,10 +151,8 @@ def _not_understood(ch: str, at: str) -> tuple:
 
 
 def _lex(command: str) -> list:
-    """Raise _Deny for the first piece of shell syntax a shell would act on.
-
-    Returns what only the argv can decide, as (word index, rule, reason, after '='): an unquoted
-    `[` `]` (fine in `tcp [::1]:22`) and an unquoted `~/` at a word's start or after `=`."""
+    """Raise _Deny for the first shell syntax a shell would act on; return what only the argv can decide, as
+    (word index, rule, reason, after '='): an unquoted `[ ]` (fine in `tcp [::1]:22`), `~/` at a word's start or after `=`."""
     quote, word, in_word, deferred = None, -1, False, []
     for i, ch in enumerate(command):
         at = f"at column {i + 1}"
@@ -294,8 +285,10 @@ def verdict_for(command: str, *, credential: bool = False, bindings: tuple = (),
         rule, reason = _check_argv(list(argv), which, tuple(bindings), bool(credential or bindings),
                                    frozenset(h.lower() for h in jump_hosts), sends)
         return Verdict(True, rule, reason, argv)
-    except _Deny as deny:
-        return Verdict(False, deny.rule, _with_hint(deny), argv)
+    except _Deny as deny:            # the reason ends in what is allowed instead, unless it already says so
+        form = _INSTEAD.get(deny.rule) or _FORMS.get(deny.rule.split(".")[0], "")
+        reason = f"{deny.reason} — allowed: {form}" if form and "allowed: " not in deny.reason else deny.reason
+        return Verdict(False, deny.rule, reason, argv)
 
 
 # ---------------------------------------------------------------- setup steps
@@ -336,8 +329,7 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 
 
 def _export_value(name: str, value: str, home: str) -> None:
-    """PATH and config paths only to what no one else can write; other names that change how
-    programs run belong in a file you own and source."""
+    """PATH and config paths only to what no one else can write; other run-changing names belong in a sourced file."""
     from ..envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:

@@ -21,13 +21,9 @@ EXIT_CODES = {
     "az": {2: ("error", "az rejected the command line (exit 2)", False),
            3: ("missing", "the subscription is not visible to this login: check the id or the account", True)},
 }
-# A non-zero code a table above does not list: (reason, read messages?). Tools absent here read
-# their messages at any non-zero code (kubectl, az and sudo exit 1 for every failure).
-OTHER_CODES = {
-    "curl": ("curl exit code {code}", False),
-    "aws": ("aws exit code {code}", False),
-    "ssh": ("the remote command exited {code}", False),      # only 255 is ssh's own failure
-}
+# A non-zero code a table above does not list: decided by the code alone (for ssh, only 255 is its own
+# failure). Tools absent here read their messages at any non-zero code (kubectl, az and sudo exit 1 for all).
+OTHER_CODES = {"curl": "curl exit code {code}", "aws": "aws exit code {code}", "ssh": "the remote command exited {code}"}
 
 # (tool, pattern over stderr+stdout, status, what to do). First match wins; order matters.
 RULES = [
@@ -85,8 +81,8 @@ def classify(tool: str, code: int, output: str, *, timed_out: bool = False) -> t
     if known is not None:
         status, reason, read = known
     else:
-        template, read = OTHER_CODES.get(tool, ("exit code {code}", True))
-        status, reason = "error", template.format(code=code)
+        status, reason = "error", OTHER_CODES.get(tool, "exit code {code}").format(code=code)
+        read = tool not in OTHER_CODES
     if read:
         for rule_tool, pattern, rule_status, rule_reason in RULES:
             m = re.search(pattern, text) if rule_tool == tool else None

@@ -1,5 +1,4 @@
-"""The guard's allow-lists for cloud CLIs and small probes (aws, az, gcloud, sudo, true, tcp): each
-one's exact read-only argv shapes and the rule ids it decides with."""
+"""The guard's allow-lists for aws, az, gcloud, sudo, true and tcp: each one's exact read-only argv shapes and rule ids."""
 from __future__ import annotations
 
 import re

@@ -1,5 +1,4 @@
-"""The guard's option parser: one tool's option grammar (`_Flags`) → ordered (name, value) items,
-denials raised as `_Deny(rule, reason)`; host, port and number shapes shared by every tool."""
+"""The guard's option parser (`_Flags` → ordered (name, value) items, or `_Deny`) and the host, port and number shapes."""
 from __future__ import annotations
 
 import ipaddress
@@ -34,10 +33,8 @@ def _deny_map(rule: str, names: str, reason: str) -> dict:
 
 def _parse(spec: _Flags, args: list[str], stop_at: int | None = None,
            spans: list | None = None) -> list[tuple[str, str | None]]:
-    """Split args into ordered items: (option name, value|None) or ("", positional).
-
-    After `stop_at` positionals, everything left is positional (ssh's remote command). With
-    `spans`, each item's (first arg index, last arg index, offset of its letter) is appended."""
+    """Split args into ordered items: (option name, value|None) or ("", positional); after `stop_at` positionals
+    all is positional (ssh's remote command). `spans` gets each item's (first arg, last arg, offset of its letter)."""
     items: list[tuple[str, str | None]] = []
     spans = [] if spans is None else spans
     unknown = f"{spec.tool}.flag"

@@ -1,5 +1,4 @@
-"""The guard's allow-lists for kubectl, curl and ssh (a clean argv, already lexed and split): their
-read-only argv shapes, the rule ids they decide with, and a credential's host binding."""
+"""The guard's allow-lists for kubectl, curl and ssh: their read-only argv shapes, rule ids, and a credential's host binding."""
 from __future__ import annotations
 
 import re
