@@ -102,13 +102,11 @@ _KUBE_SUBS = {
                    "kubectl.version", "kubectl version only reads versions"),
     ("cluster-info",): (_KUBE_GLOBAL, (), _NO_ARGS,
                         "kubectl.cluster-info", "kubectl cluster-info only reads endpoints"),
-    ("config", "current-context"): (
-        set(), (), _NO_ARGS,
-        "kubectl.config", "kubectl config current-context reads context names from the kubeconfig"),
+    ("config", "current-context"): (set(), (), _NO_ARGS, "kubectl.config",
+                                    "kubectl config current-context reads context names from the kubeconfig"),
     ("config", "get-contexts"): (
         {"--output", "--no-headers"}, ("name",),
-        (lambda a: len(a) > 1 or not all(_RESOURCE.match(x) for x in a),
-         "takes at most one context name"),
+        (lambda a: len(a) > 1 or not all(_RESOURCE.match(x) for x in a), "takes at most one context name"),
         "kubectl.config", "kubectl config get-contexts reads context names from the kubeconfig"),
     ("auth", "whoami"): (_KUBE_GLOBAL | {"--output"}, ("json", "yaml"), _NO_ARGS,
                          "kubectl.auth-whoami", "kubectl auth whoami asks who this identity is"),
@@ -118,15 +116,6 @@ _KUBE_SUBS = {
          "takes exactly VERB RESOURCE"),
         "kubectl.auth-can-i", "kubectl auth can-i asks a question and changes nothing"),
 }
-
-
-def _kube_output(opts: dict[str, str], allowed: tuple, where: str) -> None:
-    value = opts.get("--output", allowed[0])
-    if value in allowed or ("jsonpath" in allowed and value.startswith("jsonpath=")):
-        return
-    shown = "|".join(allowed).replace("jsonpath", "jsonpath=…")
-    raise _Deny("kubectl.output", f"kubectl {where} -o must be {shown} (go-template, custom-columns and "
-                                  "template read fields jsonpath cannot name)")
 
 
 def _kubectl(argv: list[str]) -> tuple[str, str]:
@@ -162,8 +151,11 @@ def _kubectl(argv: list[str]) -> tuple[str, str]:
     allowed, outputs, (wrong, denial), rule, reason = _KUBE_SUBS[words]
     where, args = " ".join(words), args[len(words) - 1:]
     _only("kubectl", opts, allowed, where)
-    if outputs:
-        _kube_output(opts, outputs, where)
+    output = opts.get("--output")             # _only denied it where a subcommand has no -o forms
+    if output and output not in outputs and not ("jsonpath" in outputs and output.startswith("jsonpath=")):
+        shown = "|".join(outputs).replace("jsonpath", "jsonpath=…")
+        raise _Deny("kubectl.output", f"kubectl {where} -o must be {shown} (go-template, custom-columns and "
+                                      "template read fields jsonpath cannot name)")
     if sub == "cluster-info" and "dump" in args:
         raise _Deny("kubectl.dump", "cluster-info dump prints logs and objects and can write files")
     if wrong(args):
