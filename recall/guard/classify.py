@@ -36,10 +36,8 @@ RULES = [
     ("aws", r"SSO [Tt]oken|sso session|Error loading SSO", "stale", "the AWS SSO session expired: run aws sso login"),
     ("aws", r"Could not connect to the endpoint URL|Connect timeout|EndpointConnectionError", "unreachable",
      "the AWS endpoint did not answer: check the network or VPN"),
-    ("kubectl", r"context was not found for specified context: (\S+)", "missing",
-     "the kube context '{0}' is not in the kubeconfig here"),
-    ("kubectl", r'context "([^"]*)" (?:was not found|does not exist)', "missing",
-     "the kube context '{0}' is not in the kubeconfig here"),
+    ("kubectl", r'context was not found for specified context: (\S+)|context "([^"]*)" (?:was not found|does not exist)',
+     "missing", "the kube context '{0}{1}' is not in the kubeconfig here"),     # one group is '', by the kubectl version
     ("kubectl", r"You must be logged in to the server|Unauthorized|provide credentials|token has expired|"
      r"exec plugin.*(expired|failed)", "stale", "the cluster rejected the credentials: log in again (refresh the token)"),
     ("kubectl", r"Forbidden|forbidden", "stale", "the cluster refused this identity: check its role, or log in as the right user"),
