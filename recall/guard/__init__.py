@@ -275,10 +275,8 @@ _BRACKETED_HOST = re.compile(r"[A-Za-z]+://\[[0-9A-Fa-f:.]+\](?::[0-9]+)?(?:[/?]
 
 def verdict_for(command: str, *, credential: bool = False, bindings: tuple = (), jump_hosts=(),
                 which=shutil.which, sends: bool | None = None) -> Verdict:
-    """Decide whether `command` may run in a verify sweep; never raises for bad input. With a
-    credential, curl and ssh may reach only each `Binding`'s own host; `jump_hosts` are the hosts
-    ssh -J may use; `sends=False`: the command itself carries no credential, so a curl to a loopback
-    address is judged as without one."""
+    """Whether `command` may run in a verify sweep; never raises. With a credential, curl and ssh reach only each
+    `Binding`'s own host; `jump_hosts` are ssh -J's; `sends=False`: the command carries none (a loopback curl is judged without)."""
     argv: tuple[str, ...] = ()
     try:
         argv = _argv(command if isinstance(command, str) else "", "command", _proof_exempt)
@@ -320,7 +318,6 @@ _GLOBAL_STATE = {("kubectl", "config", "use-context"), ("kubectl", "config", "se
                  ("kubectl", "config", "use"), ("az", "account", "set"), ("gcloud", "config", "set"),
                  ("aws", "configure", "set"), ("aws", "eks", "update-kubeconfig"), ("az", "aks", "get-credentials"),
                  ("gcloud", "container", "clusters")}
-
 
 # Names whose value is where a tool reads its configuration (a kubeconfig exec plugin, an AWS
 # credential_process, a .curlrc run commands or reroute): inline, only paths you own.

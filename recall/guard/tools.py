@@ -63,7 +63,6 @@ TOOL_RULES: dict = {
     "ssh.value": "deny: bad ssh option value",
 }
 
-
 _KUBE_IDENTITY = ("--kubeconfig --server --token --as --as-group --as-uid --user --cluster "
                   "--insecure-skip-tls-verify --certificate-authority --client-certificate "
                   "--client-key --username --password --tls-server-name")
