@@ -356,15 +356,6 @@ _SSH_COMMANDS = ("hostname", "hostname -f", "true", "uptime", "id", "whoami")
 _USER = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*$")
 
 
-def _ssh_option(value: str) -> None:
-    key, eq, setting = value.partition("=")
-    allowed = _SSH_OPTIONS.get(key.lower(), ())
-    ok = eq and (setting in allowed if allowed is not None else _port_ok(setting) or setting == "0")
-    if not ok:
-        raise _Deny("ssh.option", f"-o {value} is not allowed: only -o BatchMode=yes|no, ConnectTimeout=N, "
-                                  "StrictHostKeyChecking=yes|no|accept-new (others run commands or reroute)")
-
-
 def _ssh_host(text: str, what: str) -> str:
     """The host of [USER@]HOST[:PORT] (the port only for -J), lower case; raise ssh.args."""
     user, _, host = text.rpartition("@")
@@ -393,7 +384,11 @@ def _ssh(argv: list[str], bindings: tuple, credential: bool, jump_hosts: frozens
     host = _ssh_host(pos[0], "HOST")
     for name, value in items:
         if name == "-o":
-            _ssh_option(value)
+            key, eq, setting = value.partition("=")
+            allowed = _SSH_OPTIONS.get(key.lower(), ())          # None: ConnectTimeout, a number of seconds
+            if not eq or not (setting in allowed if allowed is not None else _port_ok(setting) or setting == "0"):
+                raise _Deny("ssh.option", f"-o {value} is not allowed: only -o BatchMode=yes|no, ConnectTimeout=N, "
+                                          "StrictHostKeyChecking=yes|no|accept-new (others run commands or reroute)")
         if name == "-J":
             for hop in value.split(","):
                 if _ssh_host(hop, "-J") not in jump_hosts:
