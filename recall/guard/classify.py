@@ -73,8 +73,11 @@ def classify(tool: str, code: int, output: str, *, timed_out: bool = False) -> t
     if timed_out:
         return "unreachable", "no answer before the timeout"
     text = output or ""
-    if code == 0:
-        return _http_code(text) if tool == "curl" else ("ok", "")
+    if code == 0:        # curl without -f exits 0 on an HTTP error: with -w '%{http_code}' alone, judged as -f would be
+        m = re.fullmatch(r"\s*(\d{3})\s*", text) if tool == "curl" else None
+        if not m or int(m.group(1)) < 400:
+            return "ok", ""
+        code, text = 22, f"returned error: {m.group(1)}"
     known = EXIT_CODES.get(tool, {}).get(code)
     if known is not None:
         status, reason, read = known
@@ -88,14 +91,3 @@ def classify(tool: str, code: int, output: str, *, timed_out: bool = False) -> t
                 return rule_status, rule_reason.format(*(g or "" for g in m.groups()))
     last = next((line.strip()[:200] for line in reversed(text.splitlines()) if line.strip()), "")
     return status, f"{reason}: {last}" if last else reason
-
-
-def _http_code(text: str) -> tuple:
-    """curl exited 0: with -w '%{http_code}' alone, the code still decides (recall adds -f, callers may not)."""
-    m = re.fullmatch(r"\s*(\d{3})\s*", text)
-    http = int(m.group(1)) if m else 200
-    if http in (401, 403):
-        return "stale", f"the service refused the credential (HTTP {http}): rotate it"
-    if http >= 400:
-        return "error", f"the service answered HTTP {http}"
-    return "ok", ""
