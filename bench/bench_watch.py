@@ -56,7 +56,7 @@ def main() -> int:
     tree, home = Path(args.tree), Path(args.home)
     if not scale_tree(tree, home, "bench_watch"):
         return 0
-    from recall import db, vault, watch
+    from recall import db, vault, walk, watch
     from recall.config import load_config
     from recall.index import run_index
     cfg = load_config()
@@ -66,7 +66,7 @@ def main() -> int:
     behind_ms = []
     for _ in range(50):            # the CLI's check before each search: folder mtimes, bounded at 5 ms
         t = time.perf_counter()
-        watch.behind(con, cfg)
+        walk.behind(con, cfg)
         behind_ms.append((time.perf_counter() - t) * 1000)
     fresh = {}
     for how in ("poll", "auto"):
@@ -106,7 +106,7 @@ each searched every 50 ms until found.
 {row("watchdog", "watchdog (inotify; the default when installed)")}
 
 p95 of the search with the poll running: {pct(rows.get("poll", rows["none"]), 95):.1f} ms.
-The CLI's own check that it is behind (`watch.behind`: folder mtimes, stopped at 5 ms), before each
+The CLI's own check that it is behind (`walk.behind`: folder mtimes, stopped at 5 ms), before each
 `recall search`: {ms(behind_ms)} ms (target ≤ 5).
 """
     print(text)

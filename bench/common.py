@@ -60,15 +60,16 @@ def warm_env() -> dict:
     return env
 
 
-def run_ms(argv: list, repeat: int, env=None) -> list:
-    """Whole-process wall times of argv, after two untimed runs: the page cache warm, and a search's
-    bytecode caches written by the first."""
+def run_ms(argv: list, repeat: int, env=None, warm: bool = True) -> list:
+    """Whole-process wall times of argv, after two untimed runs (unless not `warm`): the page cache
+    warm, and a search's bytecode caches written by the first."""
     env = env or warm_env()
 
     def once():
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
-    once()
-    once()
+    if warm:
+        once()
+        once()
     return timed(once, repeat)
 
 

@@ -1,10 +1,13 @@
-"""Which files a source holds: include/exclude globs, skipped and unreadable folders, names not UTF-8."""
+"""Which files a source holds: include/exclude globs, skipped and unreadable folders, names not UTF-8;
+the sources missing, and those changed since the last index run (`behind`)."""
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
+from . import db
 from .errors import InputError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
@@ -110,3 +113,30 @@ def missing_sources(sources) -> list:
     """One line per configured source whose folder is not there (for `search` to warn with)."""
     return [f"source '{s.name}': {s.path} is not there (missing, or a disk not mounted): "
             "its notes are searched as last indexed" for s in sources if not os.path.isdir(s.path)]
+
+
+def behind(con, cfg, budget_s: float = 0.005) -> list:
+    """Names of the sources with a folder the last index run saw (no walk) changed since: a note
+    created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
+    indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
+    if not indexed or not known:
+        return []
+    since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
+    folders: dict = {}
+    for line in known.split("\n"):
+        source, _, rel = line.partition("\t")
+        folders.setdefault(source, []).append(rel)
+    for source in cfg.sources:
+        if not os.path.isdir(source.path):  # missing or unmounted: search says so in its own line
+            continue
+        for rel in folders.get(source.name, [""]):
+            try:
+                changed = os.stat(os.path.join(str(source.path), rel)).st_mtime > since
+            except OSError:                 # a folder gone: its notes were removed or moved
+                changed = True
+            if changed:
+                stale.append(source.name)
+                break
+            if time.monotonic() > deadline:
+                return stale
+    return stale

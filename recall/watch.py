@@ -1,5 +1,5 @@
 """Keeping the index in step with the sources while recall runs long (`recall mcp`, `index --watch`),
-by watchdog's file events or a stat poll; and `behind`, the CLI's check that a source changed."""
+by watchdog's file events or a stat poll."""
 from __future__ import annotations
 
 import os
@@ -30,33 +30,6 @@ def method() -> str:
     except ImportError:
         return "poll"
     return "watchdog"
-
-
-def behind(con, cfg, budget_s: float = 0.005) -> list:
-    """Names of the sources with a folder the last index run saw (no walk) changed since: a note
-    created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
-    indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
-    if not indexed or not known:
-        return []
-    since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
-    folders: dict = {}
-    for line in known.split("\n"):
-        source, _, rel = line.partition("\t")
-        folders.setdefault(source, []).append(rel)
-    for source in cfg.sources:
-        if not os.path.isdir(source.path):  # missing or unmounted: search says so in its own line
-            continue
-        for rel in folders.get(source.name, [""]):
-            try:
-                changed = os.stat(os.path.join(str(source.path), rel)).st_mtime > since
-            except OSError:                 # a folder gone: its notes were removed or moved
-                changed = True
-            if changed:
-                stale.append(source.name)
-                break
-            if time.monotonic() > deadline:
-                return stale
-    return stale
 
 
 class _Poll:

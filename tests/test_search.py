@@ -364,10 +364,10 @@ def test_a_search_does_not_load_the_chunker(config, notes):
 # remotes), even when it re-reads a note to point a hit at its section: each one imported costs
 # every search its load time (json ~1.2 ms, against ~20 ms for all of recall's own work). The
 # query and its route are dataclasses (issue 25: one record style), so dataclasses is loaded.
-NOT_FOR_A_SEARCH = ("json", "typing", "subprocess", "hashlib",
+NOT_FOR_A_SEARCH = ("json", "typing", "subprocess", "hashlib", "threading",
                     "shlex", "tempfile", "email", "http.client", "urllib.request", "ssl",
                     "recall.index", "recall.inventory", "recall.remote", "recall.embed",  # walk: a missing source, SKIP_DIRS
-                    "recall.vectors", "recall.secretfile", "recall.mask", "recall.runner")
+                    "recall.vectors", "recall.secretfile", "recall.mask", "recall.runner", "recall.watch")
 
 
 def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(config, notes):

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.extras
 
 import anyio  # noqa: E402
 
-from recall import db, watch  # noqa: E402
+from recall import db, walk, watch  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from tests.conftest import REPO, run_recall  # noqa: E402
 
@@ -140,11 +140,11 @@ def test_a_vanished_source_folder_keeps_what_is_indexed(indexed, how, tmp_path):
 def test_behind_names_a_source_changed_since_the_last_run(indexed):
     cfg = load_config()
     con = db.connect(cfg.db_path, readonly=True)
-    assert watch.behind(con, cfg) == []
+    assert walk.behind(con, cfg) == []
     time.sleep(0.05)
     (indexed / "runbooks" / "new.md").write_text("# New\n")
     os.utime(indexed / "runbooks", None)
-    assert watch.behind(con, cfg, budget_s=1.0) == ["notes"]
+    assert walk.behind(con, cfg, budget_s=1.0) == ["notes"]
 
 
 def test_recall_watch_off_or_a_bad_value(monkeypatch):

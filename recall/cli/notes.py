@@ -79,8 +79,7 @@ def _watch(cfg) -> int:
 def cmd_search(args) -> int:
     from .. import api, db
     from ..search import NO_PROVIDER, needs_vectors, parse_query, search
-    from ..walk import missing_sources
-    from ..watch import behind
+    from ..walk import behind, missing_sources
     cfg = _config(args)
     cfg.require_sources()
     query = parse_query(" ".join(args.query))                 # once: the route, both lists, the snippets
