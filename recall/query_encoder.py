@@ -52,7 +52,8 @@ def read_safetensors(path: str) -> dict:
 
 
 BATCH = 16                     # texts per forward pass of encode_many
-ROWS = 256                     # tokens per block of the feed-forward layer
+ROWS = 1024                    # tokens per block of the feed-forward layer
+GELU_ROWS = 64                 # … and per GELU pass: its four temporaries stay in the core's L2 cache
 
 
 def _gelu(h):
@@ -124,11 +125,13 @@ class BertEncoder:
         self._qkv = [self._fused(i) for i in range(self.layers)]
 
     def _fused(self, i: int) -> tuple:
-        """Layer i's query, key and value projections as one matrix: one product instead of three."""
+        """Layer i's query, key and value projections as one matrix: one product instead of three;
+        the query's scaled by 1/√(head size) here, so the attention scores need no pass of their own."""
         import numpy as np
         p = f"encoder.layer.{i}.attention.self."
-        return (np.concatenate([self.w[p + m + ".weight"] for m in ("query", "key", "value")]).T,
-                np.concatenate([self.w[p + m + ".bias"] for m in ("query", "key", "value")]))
+        scale = np.float32(1 / math.sqrt(self.dimension // self.heads))
+        return (np.concatenate([self.w[p + "query.weight"] * scale, self.w[p + "key.weight"], self.w[p + "value.weight"]]).T,
+                np.concatenate([self.w[p + "query.bias"] * scale, self.w[p + "key.bias"], self.w[p + "value.bias"]]))
 
     def offsets(self, text: str) -> list:
         """The (start, end) character span of every token of `text`: no special tokens, no limit."""
@@ -176,7 +179,6 @@ class BertEncoder:
         starts = np.cumsum([0] + lens)
         d = self.dimension
         hd = d // self.heads
-        scale = np.float32(1 / math.sqrt(hd))
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
             qkv = x @ self._qkv[i][0]
@@ -185,13 +187,17 @@ class BertEncoder:
             for s, e in zip(starts[:-1], starts[1:]):
                 q, k, v = np.ascontiguousarray(qkv[s:e].reshape(e - s, 3, self.heads, hd).transpose(1, 2, 0, 3))
                 scores = q @ k.transpose(0, 2, 1)
-                scores *= scale
                 scores -= scores.max(-1, keepdims=True)
                 np.exp(scores, out=scores)
-                scores /= scores.sum(-1, keepdims=True)
-                ctx[s:e] = (scores @ v).transpose(1, 0, 2).reshape(e - s, d)
-            x = self._ln(self._dense(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
-            x = self._ln(self._feed_forward(x, p) + x, p + "output.LayerNorm")
+                heads = scores @ v                      # the softmax's division after, on fewer numbers
+                heads /= scores.sum(-1, keepdims=True)
+                ctx[s:e] = heads.transpose(1, 0, 2).reshape(e - s, d)
+            y = self._dense(ctx, p + "attention.output.dense")
+            y += x
+            x = self._ln(y, p + "attention.output.LayerNorm")
+            y = self._feed_forward(x, p)
+            y += x
+            x = self._ln(y, p + "output.LayerNorm")
         vecs = np.add.reduceat(x.astype(np.float64), starts[:-1], axis=0) / np.asarray(lens, dtype=np.float64)[:, None]
         if self.normalize:
             norms = np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -199,23 +205,28 @@ class BertEncoder:
         return vecs
 
     def _feed_forward(self, x, p: str):
-        """dense → GELU → dense, ROWS tokens at a time: the wide middle stays in the CPU's cache."""
+        """dense → GELU → dense, ROWS tokens at a time; the GELU GELU_ROWS at a time, in the CPU's cache."""
         import numpy as np
         wi, bi = self.w[p + "intermediate.dense.weight"].T, self.w[p + "intermediate.dense.bias"]
         wo, bo = self.w[p + "output.dense.weight"].T, self.w[p + "output.dense.bias"]
         out = np.empty_like(x)
         for s in range(0, len(x), ROWS):
             h = x[s:s + ROWS] @ wi
-            h += bi
-            np.matmul(_gelu(h), wo, out=out[s:s + ROWS])
+            for r in range(0, len(h), GELU_ROWS):
+                part = h[r:r + GELU_ROWS]
+                part += bi
+                _gelu(part)
+            np.matmul(h, wo, out=out[s:s + ROWS])
         out += bo
         return out
 
     def _ln(self, x, name):
-        mean = x.mean(-1, keepdims=True)
-        x = x - mean
-        var = (x * x).mean(-1, keepdims=True)
-        x *= 1.0 / (var + self.eps) ** 0.5
+        """Layer norm of `x` (an array of its own), in place."""
+        import numpy as np
+        x -= x.mean(-1, keepdims=True)
+        var = np.square(x).mean(-1, keepdims=True)
+        var += self.eps
+        x /= np.sqrt(var, out=var)
         x *= self.w[name + ".weight"]
         x += self.w[name + ".bias"]
         return x
