@@ -2,7 +2,6 @@
 (the values, and whether there are any, are the vault's: the faces pass its redactor in); fail closed."""
 from __future__ import annotations
 
-import functools
 import re
 
 from .errors import RecallError
@@ -36,29 +35,6 @@ def closed(exc: RecallError) -> VaultClosed:
 class VaultValues(dict):
     """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret} (vault.load_values)."""
     public: dict = {}
-
-
-@functools.cache
-def _inline_patterns() -> list:
-    name = (r"[A-Za-z_][A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_KEY"
-            r"|PRIVATE_KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*")
-    value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
-    return [
-        (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1[hidden]@"),
-        (re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$)[^\s'\"]+"),
-         r"\1[hidden]"),
-        (re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$)[^\s'\"]+"), r"\1[hidden]"),
-        (re.compile(rf"(?i)\b({name})={value}"), r"\1=[hidden]"),
-        (re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"), r"\1[hidden]"),
-    ]
-
-
-def scrub_inline(text: str) -> str:
-    """A command line as it may be stored (access log, verify results): a literal token written inline —
-    `X_TOKEN=abc`, `https://u:pw@host`, `Bearer abc`, `--password abc` — becomes [hidden]; `$VAR` stays."""
-    for pattern, replacement in _inline_patterns() if text else ():
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def identity(text: str) -> str:

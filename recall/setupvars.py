@@ -1,7 +1,9 @@
 """Setup-step variables: which values a step sets are secret (the one rule: `access exec` masks
-them, every display path prints them as `[recall:ENTRY:NAME]`), and a step as it is shown."""
+them, every display path prints them as `[recall:ENTRY:NAME]`), a step as it is shown, and a command
+line as it is stored (`scrub_inline`: the same names hidden)."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -81,3 +83,25 @@ def show_step(entry_id: str, step: str) -> str:
         literal = value[1:-1] if value[0] == "'" else _DQ_ESCAPE.sub(r"\1", value[1:-1]) if value[0] == '"' else value
         return f"{name}=[recall:{entry_id}:{name}]" if secret_setting(name, literal) else m.group(0)
     return _ASSIGNMENT.sub(hide, step)
+
+
+@functools.cache
+def _inline_patterns() -> list:
+    value = r"""(?!['"]?\$)(?:'[^']*'|"[^"]*"|[^\s;&|'"]+)"""
+    return [
+        (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1[hidden]@"),
+        (re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$)[^\s'\"]+"),
+         r"\1[hidden]"),
+        (re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$)[^\s'\"]+"), r"\1[hidden]"),
+        (re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"), r"\1[hidden]"),
+    ]
+
+
+def scrub_inline(text: str) -> str:
+    """A command line as it may be stored (access log, verify results): a literal token written inline —
+    `X_TOKEN=abc` (any name `sensitive_name` says holds a secret), `https://u:pw@host`, `Bearer abc`,
+    `--password abc` — becomes [hidden]; `$VAR` stays."""
+    text = hide_values(text) if text else text
+    for pattern, replacement in _inline_patterns() if text else ():
+        text = pattern.sub(replacement, text)
+    return text

@@ -5,7 +5,7 @@ import time
 
 
 def record(con, target: str, status: str, reason: str, command: str) -> None:
-    from .redact import scrub_inline  # a literal token in a proof command is not stored
+    from .setupvars import scrub_inline  # a literal token in a proof command is not stored
     reason, command = scrub_inline(reason), scrub_inline(command)
     con.execute("INSERT INTO verify_results(target, status, reason, command, at) VALUES (?,?,?,?,?) "
                 "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "

@@ -229,6 +229,22 @@ def test_inline_tokens_in_proof_commands_are_not_stored(world):
     state_clean(world["tmp"])
 
 
+def test_a_literal_in_a_command_is_stored_hidden_by_the_names_the_displays_hide(world):
+    """`MYSQL_PWD=…`, `GITHUB_PAT=…`: names the displays hide (setupvars.sensitive_name); the access
+    log stores the agent's command with those literals hidden too, and a harmless one as written."""
+    pwd, pat = "Zq8-pwd-inline-7Hk", "Zq8-pat-inline-3Lm"
+    world["inventory"].write_text("- id: box\n  kind: host\n  verify: 'true'\n")
+    command = f"MYSQL_PWD={pwd} GITHUB_PAT='{pat}' REGION=eu-west-1 true"
+    ok(run_recall("access", "exec", "box", "--", command))
+    log = ok(run_recall("--json", "secret", "log")).stdout
+    assert "MYSQL_PWD=[hidden]" in log and "GITHUB_PAT=[hidden]" in log and "REGION=eu-west-1" in log
+    for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert pwd.encode() not in data and pat.encode() not in data, path
+    state_clean(world["tmp"])
+
+
 def test_usernames_stay_readable_in_exec_and_access_exec(world):
     world["inventory"].write_text("- id: db\n  kind: database\n  secrets: [db-admin]\n  verify: 'true'\n")
     show = 'echo "$DB_ADMIN_USERNAME" "$DB_ADMIN_PASSWORD"'
