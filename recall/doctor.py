@@ -269,7 +269,7 @@ def _inventory(ctx) -> list:
     out, parsed = [], True
     for path in ctx.cfg.inventory:
         try:
-            count = len(yaml.load_entries(str(path), "inventory", "inventory"))
+            count = len(yaml.load_entries(str(path), "inventory"))
             out.append(Check(f"inventory {path.name}", True, f"{path}: {count} entries"))
         except RecallError as exc:
             parsed = False

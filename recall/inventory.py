@@ -92,7 +92,7 @@ def _secret_ids(cfg) -> set:
     for path in cfg.secrets:
         if os.path.exists(path):         # a top level that is not a list is an error at file:1
             try:
-                entries = yaml.load_entries(path, "secrets", "secrets")
+                entries = yaml.load_entries(path, "secrets")
             except InputError as exc:            # never quote a secrets file (issue 11)
                 from .secretfile import without_text
                 raise without_text(exc) from None
@@ -181,7 +181,7 @@ def load_inventory(cfg, con=None) -> list:
     from . import yaml
     entries, items, seen_ids, seen_names = [], {}, {}, {}
     for path in map(str, cfg.inventory):
-        for item, line in yaml.load_entries(path, "inventory", "inventory"):
+        for item, line in yaml.load_entries(path, "inventory"):
             try:
                 e = _entry(item, path, line)
             except InputError as exc:       # kept as broken by its id; without a usable id the file is wrong

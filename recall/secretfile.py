@@ -70,7 +70,7 @@ def load_secret_files(paths: list) -> tuple:
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         stamp = file_stamp(path)
         try:
-            for item, line in yaml.load_entries(path, "secrets", "secrets"):
+            for item, line in yaml.load_entries(path, "secrets"):
                 if isinstance(item, dict):                        # a key that reads like a field name
                     ids |= {k for k in item if isinstance(k, str) and _FIELD_NAME.match(k)}
                 if isinstance(item, dict) and isinstance(item.get("id"), str) and _ID.match(item["id"]):

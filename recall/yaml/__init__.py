@@ -64,12 +64,12 @@ def check_keys(mapping: object, allowed, path: str, what: str, default: int | No
                              hint="known fields: " + ", ".join(sorted(map(str, allowed))))
 
 
-def load_entries(path, what: str, config_key: str) -> list:
+def load_entries(path, what: str) -> list:
     """A file that is a list of mappings ('- id: …') → [(item, line)]; an absent file, or a
     document that is not a list, is an InputError naming the file."""
     path = str(path)
     if not os.path.exists(path):
-        raise InputError(path, None, f"{what} file does not exist", hint=f"fix '{config_key}:' in the config")
+        raise InputError(path, None, f"{what} file does not exist", hint=f"fix '{what}:' in the config")
     doc = load(path)
     if doc is None:
         return []
