@@ -22,10 +22,10 @@ WORDS = ["certificate rotation", "database failover", "kafka consumer lag", "ter
 IDENTS = ["OPS-77777", "host9999.example.net", "host9999", "OPS-12345"]
 # narrative: words in no note of this tree ("after", "upgrade") beside common ones, so the AND is
 # empty and the OR decides (common_terms.top_k_any)
-# the standard library a `recall search` loads (test_search.py keeps the rest of it out)
-FLOOR = "import argparse, contextlib, dataclasses, datetime, heapq, pathlib, sqlite3"
 NARRATIVE = ["how did we recover the database after the disk filled up", "certificate rotation after the upgrade",
              "kafka consumer lag on the weekend"]
+# the standard library a `recall search` loads (test_search.py keeps the rest of it out)
+FLOOR = "import argparse, contextlib, dataclasses, datetime, heapq, pathlib, sqlite3"
 
 
 def timed_cpu(fn, repeat: int):

@@ -101,7 +101,9 @@ def scrub_inline(text: str) -> str:
     """A command line as it may be stored (access log, verify results): a literal token written inline —
     `X_TOKEN=abc` (any name `sensitive_name` says holds a secret), `https://u:pw@host`, `Bearer abc`,
     `--password abc` — becomes [hidden]; `$VAR` stays."""
-    text = hide_values(text) if text else text
-    for pattern, replacement in _inline_patterns() if text else ():
+    if not text:
+        return text
+    text = hide_values(text)
+    for pattern, replacement in _inline_patterns():
         text = pattern.sub(replacement, text)
     return text
