@@ -66,11 +66,12 @@ def main() -> int:
     cfg_path.write_text(f"sources:\n  - name: devset\n    path: {devset / 'corpus'}\n{include}{emb}")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     sys.path.insert(0, str(REPO))
-    from recall import db, vault
+    from recall import db
     from recall.config import load_config
-    from recall.evaluate import ranked_files
-    from recall.index import run_index
-    from recall.search import search
+    from recall.notes.evaluate import ranked_files
+    from recall.notes.index import run_index
+    from recall.notes.search import search
+    from recall.vault import store as vault
 
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=args.provider != "none")

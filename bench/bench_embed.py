@@ -49,9 +49,12 @@ def throughput(work, cfg_path):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from recall import db, embed, query_encoder, vault
+    from recall import db
     from recall.config import load_config
-    from recall.index import _texts, embed_pending, run_index
+    from recall.embed import providers as embed
+    from recall.embed import query_encoder
+    from recall.notes.index import _texts, embed_pending, run_index
+    from recall.vault import store as vault
     base = fresh_home(work, "home-base")
     use(base, cfg_path)
     cfg = load_config()
@@ -144,9 +147,9 @@ def query_figures(home, cfg_path):
 def cosines():
     import numpy as np
 
-    from recall import embed
     from recall.config import Embedding
-    from recall.query_encoder import encoder_for
+    from recall.embed import providers as embed
+    from recall.embed.query_encoder import encoder_for
     queries = [json.loads(line)["query"] for line in open(REPO / "golden" / "queries.jsonl") if line.strip()]
     provider = embed.LocalProvider(Embedding(provider="local"))
     light = np.array([encoder_for(provider.source).encode_one(q) for q in queries])

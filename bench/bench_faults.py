@@ -37,7 +37,7 @@ def _damage(path: Path) -> None:
 
 
 def main() -> None:
-    from recall.repair import quick_check
+    from recall.db.repair import quick_check
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         generate(root / "notes", NOTES)

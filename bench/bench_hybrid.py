@@ -66,10 +66,11 @@ def fill_vectors(home, cfg_path, dim):
     fingerprints the config names; then the sqlite-vec index."""
     import numpy as np
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db, embed
+    from recall import db
     from recall.config import load_config
-    from recall.search import query_key
-    from recall.vectors import VectorStore
+    from recall.embed import providers as embed
+    from recall.embed.vectors import VectorStore
+    from recall.notes.search import query_key
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
     rows = con.execute("SELECT hash, MIN(breadcrumb || char(10) || char(10) || body) FROM chunks GROUP BY hash").fetchall()
@@ -96,12 +97,13 @@ def inproc(home, cfg_path, warm: bool):
     of the vector list (vec0 and numpy brute force) and the keyword list alone. `warm=False`
     keeps every search on sqlite-vec, as in a one-shot CLI process."""
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db, vectors
+    from recall import db
     from recall.config import load_config
-    from recall.keyword import keyword_ranked
-    from recall.query import parse_query
-    from recall.search import query_vector, search
-    from recall.vectors import VectorStore
+    from recall.embed import vectors
+    from recall.embed.vectors import VectorStore
+    from recall.notes.keyword import keyword_ranked
+    from recall.notes.query import parse_query
+    from recall.notes.search import query_vector, search
     vectors.WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20 if warm else 0
     cfg = load_config()
     con = db.connect(cfg.db_path, readonly=True, vectors=True)
@@ -142,9 +144,11 @@ def golden_eval(work):
     shutil.rmtree(home, ignore_errors=True)
     cfg_path = write_config(work / "golden.yaml", REPO / "golden" / "notes", "local")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db, embed, vault
+    from recall import db
     from recall.config import load_config
-    from recall.index import embed_pending, run_index
+    from recall.embed import providers as embed
+    from recall.notes.index import embed_pending, run_index
+    from recall.vault import store as vault
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
     run_index(con, cfg, embed=False, redactor=vault.redactor)

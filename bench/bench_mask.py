@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from recall.mask import Masker, encodings  # noqa: E402
+from recall.vault.mask import Masker, encodings  # noqa: E402
 
 CHUNK = 64 * 1024
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

@@ -47,10 +47,12 @@ def main() -> int:
     tree, home = Path(args.tree), Path(args.home)
     if not scale_tree(tree, home, "bench_scale"):
         return 0
-    from recall import common_terms, db, vault
+    from recall import db
     from recall.config import load_config
-    from recall.index import run_index
-    from recall.search import search
+    from recall.notes import common_terms
+    from recall.notes.index import run_index
+    from recall.notes.search import search
+    from recall.vault import store as vault
 
     cfg = load_config()
     con = db.connect(cfg.db_path)

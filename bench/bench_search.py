@@ -27,7 +27,7 @@ def ensure_rg() -> str | None:
 def without_postings(run):
     """`run()` with the common words' postings unused: each word search asks FTS5 (the row that
     justifies postings.py and common_terms.py at this scale)."""
-    from recall import common_terms
+    from recall.notes import common_terms
     kept = common_terms.top_k, common_terms.top_k_any
     common_terms.top_k = common_terms.top_k_any = lambda *a, **k: None
     try:
@@ -46,10 +46,11 @@ def main() -> None:
     cfg_path = OUT / "search.yaml"
     cfg_path.write_text(f"sources:\n  - name: bench\n    path: {tree}\n")
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
-    from recall import db, vault
+    from recall import db
     from recall.config import load_config
-    from recall.index import run_index
-    from recall.search import search
+    from recall.notes.index import run_index
+    from recall.notes.search import search
+    from recall.vault import store as vault
 
     cfg = load_config()
     con = db.connect(cfg.db_path)

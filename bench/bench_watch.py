@@ -20,7 +20,7 @@ QUERIES = ["OPS-77777", "certificate rotation", "kafka consumer lag"]
 
 
 def searches(con, cfg, repeat: int) -> list:
-    from recall.search import search
+    from recall.notes.search import search
     out = []
     for q in QUERIES:
         search(con, cfg, q, n=10)
@@ -33,7 +33,7 @@ def searches(con, cfg, repeat: int) -> list:
 
 def found_after(con, cfg, tree: Path, n: int) -> list:
     """Seconds from a note's save to the first keyword search that finds it."""
-    from recall.search import search
+    from recall.notes.search import search
     out = []
     for i in range(n):
         ident = f"WATCH-{os.getpid()}{i:03}"
@@ -56,9 +56,11 @@ def main() -> int:
     tree, home = Path(args.tree), Path(args.home)
     if not scale_tree(tree, home, "bench_watch"):
         return 0
-    from recall import db, vault, walk, watch
+    from recall import db
     from recall.config import load_config
-    from recall.index import run_index
+    from recall.notes import walk, watch
+    from recall.notes.index import run_index
+    from recall.vault import store as vault
     cfg = load_config()
     con = db.connect(cfg.db_path)
     run_index(con, cfg, redactor=vault.redactor)

@@ -9,9 +9,12 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from . import inventory, keyfile, runner, setupvars, vault
+from . import inventory
 from .errors import RecallError
-from .redact import secret_parts
+from .vault import keyfile, runner
+from .vault import scrub as setupvars
+from .vault import store as vault
+from .vault.redact import secret_parts
 
 SETUP_TIMEOUT = 30
 _RC_VARIABLES = ("BASH_ENV", "ENV")

@@ -39,9 +39,9 @@ def opened(config: str | None = None, *, readonly: bool = False, notes: bool = F
 def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = True, prune: bool = False,
           progress=None, notify=None):
     """`recall index`: the vault's redactor and values wired in; `--full` rebuilds a broken DB."""
-    from . import vault
-    from .index import run_index
-    from .repair import index_repairing
+    from .db.repair import index_repairing
+    from .notes.index import run_index
+    from .vault import store as vault
     cfg.require_sources()
     embed = embed and cfg.embedding.provider != "none"
     return index_repairing(cfg.db_path, lambda con: run_index(
@@ -52,8 +52,8 @@ def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = Tru
 
 def watcher(cfg, report=lambda kind, result: None):
     """The sources followed (watch.Watcher) with the vault's redactor and values, as `index` has them."""
-    from . import vault
-    from .watch import Watcher
+    from .notes.watch import Watcher
+    from .vault import store as vault
     return Watcher(cfg, redactor=vault.redactor, load_values=vault.load_values, report=report)
 
 
@@ -64,16 +64,16 @@ def _read_remote(cfg, name: str, target: str, **kw) -> dict:
 
 def read(con, cfg, target: str, *, max_chars: int, offset: int = 0):
     """A note or section, redacted by the vault's values; NAME:path reads a remote's."""
-    from .read import read_note
-    from .vault import redactor
+    from .notes.read import read_note
+    from .vault.store import redactor
     return read_note(con, cfg, target, redactor=redactor, max_chars=max_chars, offset=offset,
                      read_remote=_read_remote)
 
 
 def search_hooks(cfg, *, local: bool = False):
     """The vault, and (unless `local`) the inventory's pins and the remotes when the config names them."""
-    from . import vault
-    from .search import SearchHooks
+    from .notes.search import SearchHooks
+    from .vault import store as vault
     ask = pins = None
     if cfg.remotes and not local:
         from .remote import ask_remotes as ask

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -242,3 +243,185 @@ def _remotes(value, path, line):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         out.append(rem)
     return out
+
+
+# -- `recall init`: a starter config, the notes folder it names, a secrets file outside the notes tree, an inventory
+
+CONFIG = """\
+# recall's config: every field is listed in the README, "File formats".
+sources:
+  - name: notes
+    path: {notes}
+secrets: [{secrets}]   # outside the notes tree; after 'recall secret sync' it holds no plain value
+inventory: [{inventory}]
+embedding:
+  provider: none              # voyage | local | none (keyword search only)
+"""
+
+SECRETS = """\
+# Your credentials, one entry each; 'recall secret sync' encrypts each value in this file in place.
+# Every field: README, "File formats". To add one, copy the example without the '# ':
+# - id: jira-api-token
+#   service: jira
+#   kind: token
+#   url: https://jira.example.com
+#   use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" https://jira.example.com/rest/api/2/myself'
+#   value: <paste the token>
+"""
+
+INVENTORY = """\
+# How to reach each host, cluster, account or VPN, one entry each. Every field: README, "File formats".
+# To add one, copy the example without the '# ':
+# - id: jump01
+#   kind: host
+#   verify: ssh jump01.example.com true
+"""
+
+
+@dataclass
+class Started:
+    config: str
+    notes: str
+    secrets: str
+    inventory: str
+    created: list = field(default_factory=list)        # every file and folder this run made
+    next: list = field(default_factory=list)           # (command, what it does)
+
+
+def _shown(path: Path) -> str:
+    """A path as the config says it: under the home folder with '~'."""
+    home = Path.home()
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)
+
+
+def _write_new(path: Path, text: str, created: list) -> None:
+    """Write a file that must not exist yet (0600, never through a link); an existing one stays."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    created.append(str(path))
+
+
+def _folder(path: Path, mode: int, created: list) -> None:
+    if path.is_dir():
+        return
+    if path.exists() or path.is_symlink():
+        raise RecallError(f"{path} exists and is not a folder; nothing written", "move it away, or name "
+                          "another place (--notes DIR, --config FILE)")
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    path.mkdir(mode=mode, parents=True)
+    created.extend(str(p) for p in reversed(missing))
+
+
+def init(config_path: Path, notes: Path | None = None, recall: str = "recall") -> Started:
+    """A starter config at `config_path` (refused when anything is there), its notes folder, and a
+    secrets file (0600) and an inventory beside it, outside the notes; existing files are kept.
+    `recall` is how the next commands start."""
+    config_path = Path(config_path).expanduser().absolute()
+    if config_path.exists() or config_path.is_symlink():
+        what = "a folder" if config_path.is_dir() else "a config"
+        raise RecallError(f"{config_path} is already {what}; nothing written",
+                          "edit it by hand ('recall doctor' checks it), or name a new file with --config FILE")
+    notes = Path(notes or "~/notes").expanduser().absolute()
+    folder = config_path.parent
+    secrets, inventory = folder / "secrets.yaml", folder / "inventory.yaml"
+    if folder == notes or notes in folder.parents:
+        raise RecallError(f"the config's folder {folder} is inside the notes folder {notes}; nothing written",
+                          "keep the config (and the secrets file beside it) outside the notes, e.g. "
+                          "--config ~/.config/recall/config.yaml")
+    created: list = []
+    _folder(folder, 0o700, created)
+    _folder(notes, 0o755, created)
+    _write_new(secrets, SECRETS, created)
+    _write_new(inventory, INVENTORY, created)
+    # the config last: until it exists, nothing names the files above
+    _write_new(config_path, CONFIG.format(notes=_shown(notes), secrets=_shown(secrets),
+                                          inventory=_shown(inventory)), created)
+    return Started(config=str(config_path), notes=str(notes), secrets=str(secrets), inventory=str(inventory),
+                   created=created,
+                   next=[(f"{recall} index", f"index the notes in {_shown(notes)} (markdown and text files)"),
+                         (f'{recall} search "some words"', "search them"),
+                         (f"{recall} doctor", "check everything the config names")])
+
+
+# -- how a line recall hands out calls recall again, so it runs where it is handed out: in a plain shell
+# with none of this process's environment (a bare PATH, another folder)
+
+
+def launcher() -> list:
+    """The argv start that reaches this very recall from any shell: this checkout's launcher when it started
+    this process; else this interpreter's console script; else `python -m recall` if a fresh one imports us."""
+    python = os.path.abspath(sys.executable or "python3")
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkout = os.path.join(top, "recall.py")
+    started_by = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.isfile(checkout) and os.path.realpath(started_by) == os.path.realpath(checkout):
+        return [python, checkout]
+    if script := console_script(started_by):
+        return [script]
+    return [python, checkout] if os.path.isfile(checkout) and not _importable(top) else [python, "-m", "recall"]
+
+
+def console_script(started_by: str = "") -> str | None:
+    """The `recall` script installed for this interpreter (its shebang names this environment's
+    Python), by absolute path; None when there is none."""
+    import sysconfig
+    here = os.path.dirname(os.path.abspath(sys.executable or ""))
+    name = "recall.exe" if os.name == "nt" else "recall"
+    candidates = [started_by] if os.path.basename(started_by) == name else []
+    candidates += [os.path.join(sysconfig.get_path("scripts") or here, name), os.path.join(here, name)]
+    for path in candidates:
+        interpreter = _shebang(path)
+        if interpreter and os.path.dirname(os.path.abspath(interpreter)) == here and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+    return None
+
+
+def _shebang(path: str) -> str | None:
+    """The interpreter a console script runs: `#!/venv/bin/python`, or pip's `#!/bin/sh` form for a
+    long or spaced path (`'''exec' "/venv/bin/python" "$0" "$@"`)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    import shlex  # not on a search's path (every verb loads this module)
+    if head[0].strip() == "#!/bin/sh" and len(head) > 1 and head[1].startswith("'''exec'"):
+        words = shlex.split(head[1][len("'''exec'"):])
+    else:
+        words = head[0][2:].split()
+    return words[0] if words else None
+
+
+def _importable(top: str) -> bool:
+    """Whether a fresh interpreter (no PYTHONPATH of ours, another folder) imports recall from `top`."""
+    import site
+    import sysconfig
+    places = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        places.add(site.getusersitepackages())
+    real = os.path.realpath(top)
+    return any(p and os.path.realpath(p) == real for p in places)
+
+
+def invocation(cfg=None) -> str:
+    """The start of a line that reaches this recall, its vault and config from a shell holding none of this
+    process's environment: RECALL_HOME=… unless the default, the launcher, --config FILE unless the default."""
+    import shlex
+    words = [shlex.quote(w) for w in launcher()]
+    if cfg is None:
+        return " ".join(words)
+    home = Path.home()
+    if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
+        words += ["--config", shlex.quote(str(cfg.path))]
+    if Path(cfg.home).expanduser().resolve() != (home / ".local/share/recall").resolve():
+        words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
+    return " ".join(words)

@@ -119,7 +119,7 @@ def _platform(ctx) -> list:
 
 def _freshness() -> Check:
     """How `recall mcp` (and `index --watch`) follows the sources here (watch.method)."""
-    from .watch import method
+    from .notes.watch import method
     try:
         how = method()
     except RecallError as exc:
@@ -172,9 +172,9 @@ def _index(ctx) -> list:
 
 
 def _secrets(ctx) -> list:
-    from .inplace import is_sealed
-    from .secretfile import load_secret_files
-    from .vault import synced as stored
+    from .vault.inplace import is_sealed
+    from .vault.secretfile import load_secret_files
+    from .vault.store import synced as stored
     out, first_at = [], {}
     synced = _ask(ctx.con, stored, {})
     for path in ctx.cfg.secrets:
@@ -220,8 +220,8 @@ def _secrets(ctx) -> list:
 
 def _sealed_fault(home, entries: list):
     """The one line a sync would end in when a sealed value does not open with the key, else None."""
-    from .inplace import is_sealed, open_entries
-    from .keyfile import key_path, load_key
+    from .vault.inplace import is_sealed, open_entries
+    from .vault.keyfile import key_path, load_key
     if not any(is_sealed(v) for e in entries for v in e.values.values()) or not key_path(home).is_file():
         return None                     # no key at all: the vault key check says it
     try:
@@ -234,9 +234,9 @@ def _sealed_fault(home, entries: list):
 
 
 def _vault_key(ctx) -> list:
-    from .inplace import backup_state
-    from .keyfile import key_path
-    from .vault import count, first_fault, synced
+    from .vault.inplace import backup_state
+    from .vault.keyfile import key_path
+    from .vault.store import count, first_fault, synced
     path = key_path(ctx.cfg.home)
     stored = _ask(ctx.con, count, 0)
     if not path.exists():
@@ -290,7 +290,7 @@ def _inventory(ctx) -> list:
 
 def _integrity(ctx) -> list:
     """`PRAGMA quick_check` and the schema version of the DB, read-only."""
-    from .repair import quick_check
+    from .db.repair import quick_check
     return [Check("database integrity", *quick_check(ctx.cfg.db_path))]
 
 
@@ -352,7 +352,7 @@ def _remote_check(cfg, rem) -> Check:
 
 def _embedding(ctx) -> list:
     """The live vector backend, the provider and its key, and the token ledger — never a key's value."""
-    from . import vectors
+    from .embed import vectors
     emb = ctx.cfg.embedding
     try:
         out = [Check("vectors", True, vectors.describe_backend())]
@@ -361,9 +361,9 @@ def _embedding(ctx) -> list:
                                        "(pip install --force-reinstall 'recall[vec]')")]
     if emb.provider == "none":
         return out + [Check("embedding", True, "provider none: keyword search only")]
-    from .embed import fingerprint, voyage_base_url
-    from .ledger import ledger_totals
-    from .local_model import local_model_source
+    from .embed.ledger import ledger_totals
+    from .embed.local_model import local_model_source
+    from .embed.providers import fingerprint, voyage_base_url
     fp = fingerprint(emb, "document")
     detail = f"provider {fp.provider}, model {fp.model}" + (f", dimension {fp.dimension}" if fp.dimension else "")
     ok = True
@@ -425,7 +425,7 @@ def _one(con, sql: str, params=()):
 
 
 def _count_files(src) -> int:
-    from .walk import walk_source
+    from .notes.walk import walk_source
     try:
         return sum(1 for _ in walk_source(src))
     except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more

@@ -8,9 +8,8 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-from . import status
 from .errors import InputError, PrerequisiteDown, RecallError
-from .setupvars import hide_values, show_step
+from .vault.scrub import hide_values, show_step
 
 DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
@@ -94,14 +93,14 @@ def _secret_ids(cfg) -> set:
             try:
                 entries = yaml.load_entries(path, "secrets")
             except InputError as exc:            # never quote a secrets file (issue 11)
-                from .secretfile import without_text
+                from .vault.secretfile import without_text
                 raise without_text(exc) from None
             ids.update(str(item.get("id")) for item, _ in entries if isinstance(item, dict))
     return ids
 
 
 def _did_you_mean(name: str, known, otherwise: str) -> str:
-    from .names import closest
+    from .errors import closest
     close = closest(name, {k: k for k in known})
     return f"did you mean '{close[0]}'?" if close else otherwise
 
@@ -221,7 +220,7 @@ def name_table(entries: list, ids=()) -> dict:
 
 def get_entry(entries: list, entry_id: str) -> Entry:
     """The entry an id, name or alias names, in any case; else NotFound with the closest names."""
-    from .names import resolve
+    from .errors import resolve
     by_id = {e.id: e for e in entries}
     entry = by_id[resolve(entry_id, name_table(entries), "inventory entry", "see 'recall access find QUERY'")]
     if entry.error:
@@ -264,7 +263,7 @@ def describe(con, e: Entry) -> dict:
     d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
-    d["last_verified"] = status.describe(con, f"entry:{e.id}") if con is not None else "never"
+    d["last_verified"] = describe_status(con, f"entry:{e.id}") if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
 
@@ -419,3 +418,30 @@ def ensure_prerequisites(entries: list, e: Entry) -> None:
         up, detail = check_one(p)
         if not up:
             raise PrerequisiteDown(f"prerequisite '{p.id}' is down: {p.hint or detail}")
+
+
+# -- stored verify results: record one, and say it the way a person reads it ("ok 2h ago")
+
+def record_status(con, target: str, status: str, reason: str, command: str) -> None:
+    from .vault.scrub import scrub_inline  # a literal token in a proof command is not stored
+    reason, command = scrub_inline(reason), scrub_inline(command)
+    con.execute("INSERT INTO verify_results(target, status, reason, command, at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+                "command=excluded.command, at=excluded.at", (target, status, reason, command, time.time()))
+
+
+def ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return "just now"
+
+
+def describe_status(con, target: str, now: float | None = None) -> str:
+    """'ok 2h ago', 'stale 1d ago: log in …', or 'never'."""
+    row = con.execute("SELECT status, reason, at FROM verify_results WHERE target=?", (target,)).fetchone()
+    if row is None:
+        return "never"
+    text = f"{row['status']} {ago((now or time.time()) - row['at'])}"
+    return text if row["status"] == "ok" or not row["reason"] else f"{text}: {row['reason']}"

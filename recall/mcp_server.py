@@ -8,9 +8,9 @@ import re
 import threading
 from typing import Literal
 
-from . import audit
 from .errors import MissingExtra, RecallError
-from .search import MODES  # the search modes, spelled once (search's own list)
+from .notes.search import MODES  # the search modes, spelled once (search's own list)
+from .vault import audit
 
 MAX_CHARS = 15_000          # ≈ 4k tokens: the most one response carries (< 16,000 with its footer)
 READ_CHARS = 12_000         # one recall_read page; its own `offset` continues it
@@ -66,7 +66,8 @@ def _opened(notes=False):
 def _response_masker(con, cfg):
     """Every vault value masked in every response (a note may hold a pasted token); cached until
     the vault or its key changes. None when there is no usable vault."""
-    from . import keyfile, vault
+    from .vault import keyfile
+    from .vault import store as vault
     count, synced_at = vault.signature(con)
     if not count:
         return None
@@ -222,7 +223,7 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     entry of any system the query names) and `hits` (read = 'source:relpath:line', breadcrumb, snippet, date).
     Next: recall_read with path=the hit's `read`."""
     from . import api
-    from .search import search
+    from .notes.search import search
     notices: list = []
     n = _limit(limit, notices)
     with _opened(notes=True) as (cfg, con):
@@ -265,7 +266,7 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     lists them all. Returns JSON: `count` and `secrets` (id, service, kind, environment, notes,
     variables). Next: recall_secret_show (url, `use` line, inject when not env), then
     recall_secret_command."""
-    from . import vault
+    from .vault import store as vault
     with _opened() as (cfg, con):
         found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
         total = vault.count(con) if not query.strip() else len(found)
@@ -278,9 +279,10 @@ def recall_secret_show(id: str) -> str:
     """One credential's metadata: service, environment, username, url, notes, its `use` line,
     the variables it is injected as, when it was last verified. Never the value. Use it to learn
     which variable a command should name. Next: recall_secret_command."""
-    from . import vault
+    from . import inventory
+    from .vault import store as vault
     with _opened() as (cfg, con):
-        meta = vault.show(con, id)           # `inject` only when it is not the default env
+        meta = vault.show(con, id, inventory.describe_status)   # `inject` only when not the default env
         text = _json(_lean(meta, SHOW_DROPS | ({"inject"} if meta["inject"] == "env" else set())))
         return _answer(con, cfg, text, "recall_secret_show")
 
@@ -290,7 +292,7 @@ def recall_secret_command(id: str, command: str = "") -> str:
     (env or stdin) and its output masked, from any shell. Use it whenever a command needs a secret;
     name the variable in the command (recall_secret_show lists them), never a value. Empty command:
     the secret's `use` line. Next: run the line exactly as returned in your shell."""
-    from . import vault
+    from .vault import store as vault
     with _opened() as (cfg, con):
         return _mask(_response_masker(con, cfg), vault.command_line(con, id, command or None, cfg))
 
@@ -345,7 +347,8 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
 
 def _verify_data(con, cfg, report) -> dict:
     """One row per entry or secret: its real kind, status and reason; a one-line summary first."""
-    from . import inventory, vault
+    from . import inventory
+    from .vault import store as vault
     kinds = {e.id: e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
     for sid, kind in vault.kinds(con).items():
         kinds[f"secret:{sid}"] = "secret" + (f" ({kind})" if kind else "")

@@ -259,8 +259,8 @@ def _redacted(cfg, answers: list) -> list:
     """Remote hits pass the local redactor too (this vault may hold what the remote's does not);
     a local vault that cannot be opened refuses them (vault.redactor fails closed)."""
     from . import db
-    from .redact import redact_hits
-    from .vault import redactor
+    from .vault.redact import redact_hits
+    from .vault.store import redactor
     con = db.connect(cfg.db_path)
     try:
         redact = redactor(con, cfg)
@@ -281,7 +281,7 @@ def index_remote(cfg, name: str, full: bool = False) -> dict:
 
 def federate(result, remote_hits: dict, n: int) -> None:
     """Merge remote hit lists into result.hits by reciprocal rank fusion (remote hits show NAME:relpath)."""
-    from .search import Hit, rrf
+    from .notes.search import Hit, rrf
     if not any(remote_hits.values()):
         return
     pool = {("local", i): h for i, h in enumerate(result.hits)}

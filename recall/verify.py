@@ -12,9 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from . import audit, db, inventory, status
+from . import db, inventory
 from .errors import RecallError
 from .guard import binding_for, classify, curl_headers, run_form, setup_verdict, verdict_for
+from .vault import audit
 
 DEFAULT_TIMEOUT = 20.0
 MAX_WORKERS = 32      # proofs wait on the network, not the CPU: one wave for a typical inventory
@@ -113,7 +114,7 @@ def _entry_url_mismatch(e, bindings: dict) -> str:
 
 def plan(con, cfg, ids=None) -> tuple:
     """(entries, every probe the sweep would run, each with the guard's verdict, setup steps too)."""
-    from .vault import rows
+    from .vault.store import rows
     entries = inventory.load_inventory(cfg, con)
     secrets = rows(con)
     known = {e.id for e in entries} | {s["id"] for s in secrets}
@@ -151,7 +152,7 @@ def plan(con, cfg, ids=None) -> tuple:
 def _resolve_names(name: str, table: dict) -> list:
     """The ids `name` names: the whole of it (an alias may hold spaces: `platform cluster`), else,
     when that names nothing, each of its words (`vpn ops-cluster`); the whole name's error if not."""
-    from .names import resolve
+    from .errors import resolve
     what, hint = "inventory entry or secret", "see 'recall access find' and 'recall secret find'"
     try:
         return [resolve(name, table, what, hint)]
@@ -216,9 +217,9 @@ def _curl_options(argv: list, options: list) -> list:
 
 
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
-    from . import vault
     from .access import exec_entry
-    from .runner import secret_exec
+    from .vault import store as vault
+    from .vault.runner import secret_exec
     started = time.monotonic()
     con = db.connect(cfg.db_path)
     try:
@@ -260,14 +261,14 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.status, p.detail = "error", str(exc)
     finally:
         p.seconds = time.monotonic() - started
-        status.record(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command)
         con.close()
 
 
 def _run_secret_curl(con, row, values, placeholders, argv, data, timeout):
     """A secret's own curl check: the header on stdin; a host-bound secret's through its proxy."""
-    from .redact import secret_parts
-    from .runner import Child, child_env, injection, run
+    from .vault.redact import secret_parts
+    from .vault.runner import Child, child_env, injection, run
     bound = row["inject"] == "proxy"
     env = child_env() if bound else {**child_env(), **injection(row, values[row["id"]], False)[0]}
     return run(con, Child("verify", row["id"], shlex.join(argv), env, secret_parts(values, values.public),
@@ -306,7 +307,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         else:
             runnable.append(p)
             continue
-        status.record(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command)
     serial = [p for p in runnable if p.tool == "az"]     # az shares global state: one job, holding no other slot
     jobs = ([serial] if serial else []) + [[p] for p in runnable if p.tool != "az"]
     path = os.environ.get("PATH", os.defpath)       # the PATH recall started with, not a setup step's

@@ -93,9 +93,9 @@ def isolated_home(tmp_path, monkeypatch):
 # Caches of pure functions of their input (compiled patterns, model weights by folder) are kept.
 PROCESS_STATE = {
     "recall.db": ("OPENED",),                      # paths opened (named by a storage fault)
-    "recall.embed": ("_PROVIDERS",),               # one provider per config
+    "recall.embed.providers": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
-    "recall.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
+    "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
     "recall.mcp_server": ("_WARM", "_OUTPUTS"),    # the warm masker, long responses held for `offset`
 }
 

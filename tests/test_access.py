@@ -184,7 +184,7 @@ PASSWORD_READER = textwrap.dedent("""
 def sudo_box(tmp_path, config):
     pytest.importorskip("cryptography")
     _entry(tmp_path, config, ["export BOX_USER=ops"], SUDO_SECRETS, secrets="[box-sudo]")
-    from recall import vault
+    from recall.vault import store as vault
     cfg = load_config()
     con = db.connect(cfg.db_path)
     vault.sync(con, cfg)
@@ -247,7 +247,7 @@ PIECES_SECRETS = """\
 def test_a_value_printed_in_pieces_with_a_pause_stays_masked(tmp_path, config, pause):
     pytest.importorskip("cryptography")
     _entry(tmp_path, config, ["export DB_PWD=Xk9-setup-Vv7Tq2Lm"], PIECES_SECRETS, secrets="[box-token]")
-    from recall import vault
+    from recall.vault import store as vault
     cfg = load_config()
     vault.sync(db.connect(cfg.db_path), cfg)
     for source, label in (("BOX_TOKEN", "box-token"), ("DB_PWD", "box:DB_PWD")):
@@ -323,7 +323,7 @@ def test_show_find_search_pin_and_verify_dry_run_print_the_exec_labels(display_b
 
 def test_mcp_access_show_and_find_print_the_exec_labels(display_box, monkeypatch):
     pytest.importorskip("mcp")
-    from recall import audit
+    from recall.vault import audit
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     import anyio
     from mcp import Client

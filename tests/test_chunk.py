@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from recall.chunk import Chunk, Document, chunk_markdown, chunk_text
+from recall.notes.chunk import Chunk, Document, chunk_markdown, chunk_text
 
 
 def md(text: str) -> str:
@@ -528,7 +528,7 @@ def test_chunk_text_empty(text):
     ("old.MKD", True), ("post.md.liquid", True), ("script.erb", False), ("readme.txt", False),
     ("config.yaml", False), ("page.html.erb", False)])
 def test_markdown_is_known_by_its_suffix_also_under_a_template_suffix(name, expected):
-    from recall.chunk import is_markdown
+    from recall.notes.chunk import is_markdown
     assert is_markdown(name) is expected
 
 
@@ -575,7 +575,7 @@ def test_a_date_line_is_the_notes_date_when_front_matter_has_none():
     ("5 April 2023", "2023-04-05"), ("April 5th, 2023", "2023-04-05"), ("31/02/2020", ""),
     ("next week", ""), ("13/13/2020", "")])
 def test_parse_date_reads_the_usual_forms(text, expected):
-    from recall.chunk import parse_date
+    from recall.notes.chunk import parse_date
     assert parse_date(text) == expected
 
 

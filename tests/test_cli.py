@@ -430,7 +430,7 @@ def test_the_readme_lists_every_field_of_the_secrets_and_inventory_files():
     import re
 
     from recall.inventory import FIELDS as INVENTORY_FIELDS
-    from recall.secretfile import ALLOWED as SECRET_FIELDS
+    from recall.vault.secretfile import ALLOWED as SECRET_FIELDS
     text = (REPO / "README.md").read_text()
     section = text[text.index("## File formats"):text.index("## Make targets")]
     secrets, inventory = section.split("**Inventory file**")

@@ -5,10 +5,12 @@ import random
 
 import pytest
 
-from recall import common_terms, db, keyword, postings, vault
+from recall import db
 from recall.config import load_config
-from recall.index import run_index
-from recall.query import parse_query
+from recall.notes import common_terms, keyword, postings
+from recall.notes.index import run_index
+from recall.notes.query import parse_query
+from recall.vault import store as vault
 
 # word forms the porter stemmer folds together (rotation/rotations/rotated), some in more than half
 # of the chunks (FTS5's idf floor), some in fewer

@@ -12,11 +12,13 @@ import time
 
 import pytest
 
-from recall import db, embed, vault
+from recall import db
 from recall.config import Embedding, load_config
-from recall.embed import ProviderError, Retry, UrllibTransport, VoyageProvider
+from recall.embed import providers as embed
+from recall.embed.providers import ProviderError, Retry, UrllibTransport, VoyageProvider
 from recall.errors import RecallError
-from recall.index import embed_batches, run_index
+from recall.notes.index import embed_batches, run_index
+from recall.vault import store as vault
 from tests.conftest import CANARY, REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage, tokens_of
 
@@ -351,7 +353,7 @@ def test_a_renamed_text_or_code_file_keeps_its_vectors(voyage, fake, cli, notes,
     code, out, _ = cli("index")
     assert code == 0 and "2 new" in out and "2 removed" in out and "0 embedded" in out
     assert fake.count == first                        # nothing sent, nothing billed again
-    from recall.search import search
+    from recall.notes.search import search
     cfg = load_config()
     hit = search(db.connect(cfg.db_path, vectors=True), cfg, "roll back the canary with helm", mode="semantic",
                  remotes=False).hits[0]
@@ -601,7 +603,7 @@ def getaddrinfo(host, *args, **kwargs):
     return _resolve(host, *args, **kwargs)
 
 socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
-from recall import local_model, query_encoder
+from recall.embed import local_model, query_encoder
 from recall.cli import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "tried": tried, "loaded": [s for s, _ in local_model.LOADED_MODELS],
@@ -746,7 +748,7 @@ def test_the_query_encoder_gives_the_models_vectors_on_the_golden_queries(monkey
     """cosine ≥ 0.999 with SentenceTransformer.encode on every golden query, a query past the
     model's 256-token limit, accents and CJK, and the empty query."""
     pytest.importorskip("sentence_transformers")
-    from recall.query_encoder import encoder_for
+    from recall.embed.query_encoder import encoder_for
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     queries = [json.loads(line)["query"] for line in (REPO / "golden" / "queries.jsonl").open() if line.strip()]
     queries += ["why " * 400 + "the disk filled up", "Ünïcödé café naïve 東京 résumé", ""]
@@ -761,7 +763,7 @@ def test_the_query_encoder_gives_the_models_vectors_on_the_golden_queries(monkey
 
 def _golden_texts(config, tmp_path):
     """{hash: (breadcrumb, document text)} of every golden chunk, as `recall index` embeds them."""
-    from recall.index import _texts
+    from recall.notes.index import _texts
     config.path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\n"
                            "embedding:\n  provider: local\n")
     cfg = load_config()
@@ -779,7 +781,7 @@ def test_documents_get_sentence_transformers_vectors_without_torch(config, tmp_p
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import SentenceTransformer
 
-    from recall import local_model
+    from recall.embed import local_model
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(local_model, "LOADED_MODELS", [])
     cfg, by_hash = _golden_texts(config, tmp_path)
@@ -791,7 +793,7 @@ def test_documents_get_sentence_transformers_vectors_without_torch(config, tmp_p
     texts = []
     for head, text in by_hash.values():
         parts = provider.parts(head, text)
-        assert parts == embed.windows(st_offsets, st.max_seq_length - 2, head, text)
+        assert parts == local_model.windows(st_offsets, st.max_seq_length - 2, head, text)
         texts += parts
     assert len(texts) > len(by_hash) + 100                    # long chunks were cut in windows
     sample = texts[::8]
@@ -809,7 +811,7 @@ def test_the_local_provider_indexes_and_searches_golden_with_no_torch_importable
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import SentenceTransformer
 
-    from recall.vectors import unpack
+    from recall.embed.vectors import unpack
     cfg, by_hash = _golden_texts(config, tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HOME")}
 
@@ -855,7 +857,7 @@ def _folder_without(tmp_path, skip=(), replace=None):
 
 @pytest.mark.parametrize("change", ["no tokenizer.json", "a Dense module", "CLS pooling", "not BERT"])
 def test_a_model_folder_the_light_encoder_cannot_reproduce_is_left_to_the_model(tmp_path, change):
-    from recall import query_encoder
+    from recall.embed import query_encoder
     modules = json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                           {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                           {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])
@@ -877,7 +879,7 @@ def test_the_model_encodes_the_query_when_the_light_encoder_fails(monkeypatch, t
     """Fail safe: an unreadable folder for the light encoder, or an error inside it, and the
     query is still answered — by sentence-transformers, with the same vector."""
     pytest.importorskip("sentence_transformers")
-    from recall import local_model, query_encoder
+    from recall.embed import local_model, query_encoder
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     reference = query_encoder.encoder_for(_model_folder()).encode_one("kafka consumer lag")
     monkeypatch.setattr(local_model, "LOADED_MODELS", [])

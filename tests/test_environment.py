@@ -7,13 +7,13 @@ import pytest
 
 from tests.conftest import REPO
 
-NOT_SWITCHES = {"PATH"}      # read to find programs, as every tool does; not a recall setting
+NOT_SWITCHES = {"PATH", "COLUMNS"}   # programs to run, the help's width: read as every tool does; not settings
 
 
 def _read_in_code() -> dict:
     """{variable: first file:line} for every literal name recall reads from os.environ / os.getenv."""
     found: dict = {}
-    for path in sorted((REPO / "recall").glob("*.py")):
+    for path in sorted((REPO / "recall").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             name = None
             if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
@@ -24,7 +24,7 @@ def _read_in_code() -> dict:
                     and ast.unparse(node.value) in ("os.environ", "environ") and isinstance(node.slice, ast.Constant):
                 name = node.slice.value
             if isinstance(name, str) and name not in NOT_SWITCHES:
-                found.setdefault(name, f"recall/{path.name}:{node.lineno}")
+                found.setdefault(name, f"{path.relative_to(REPO)}:{node.lineno}")
     return found
 
 
@@ -48,7 +48,8 @@ def test_every_variable_recall_reads_is_in_the_readme_and_tested():
 
 
 def test_config_and_state_folders_follow_the_variables(tmp_path, monkeypatch):
-    from recall import config, keyfile
+    from recall import config
+    from recall.vault import keyfile
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.delenv("RECALL_HOME")
@@ -76,8 +77,8 @@ def test_recall_config_names_the_file_and_recall_home_wins_over_home_in_it(tmp_p
 
 
 def test_voyage_base_url_comes_from_the_config_then_the_variable(monkeypatch):
-    from recall import embed
     from recall.config import Embedding
+    from recall.embed import providers as embed
     monkeypatch.delenv("RECALL_VOYAGE_BASE_URL", raising=False)
     assert embed.voyage_base_url(Embedding(provider="voyage")) == embed.VOYAGE_URL.rstrip("/")
     monkeypatch.setenv("RECALL_VOYAGE_BASE_URL", "http://127.0.0.1:9/v1/")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from recall import db, vault
+from recall import db
 from recall.config import load_config
-from recall.index import run_index
+from recall.notes.index import run_index
+from recall.vault import store as vault
 from tests.conftest import CANARY, NOTES, REPO, free_port, give_to_nobody, run_recall, write_tree
 from tests.test_index import _as_nobody
 
@@ -249,7 +250,7 @@ def test_a_full_disk_is_one_line_and_loses_nothing_committed(config, notes):
     r = subprocess.run([sys.executable, "-c", shim, str(REPO)], capture_output=True, text=True, timeout=60)
     _one_line(r, f"recall: the disk holding {load_config().db_path} is full (database or disk is full) — "
                  "free some space")
-    from recall.repair import quick_check
+    from recall.db.repair import quick_check
     assert quick_check(load_config().db_path)[0]               # what was committed is a sound index
     r = run_recall("index")                                   # space again: it finishes
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
@@ -490,14 +491,14 @@ def test_storage_faults_are_told_by_their_text_too(message, start):
     """Before Python 3.11 an SQLite error has no sqlite_errorname: its text decides."""
     import sqlite3
 
-    from recall.repair import explain
+    from recall.db.repair import explain
     assert str(explain(sqlite3.OperationalError(message), "/h/recall.db")).startswith(start)
 
 
 def test_a_bug_keeps_its_traceback():
     import sqlite3
 
-    from recall.repair import explain
+    from recall.db.repair import explain
     assert explain(sqlite3.IntegrityError("UNIQUE constraint failed: files.source")) is None
     assert explain(ValueError("x")) is None and explain(OSError(2, "No such file or directory", "/x")) is None
 

@@ -82,7 +82,7 @@ def _config_text(name, provider):
 
 
 def _ranked(con, cfg, mode):
-    from recall.search import search
+    from recall.notes.search import search
 
     def run_query(q, m, n):
         return [h.relpath for h in search(con, cfg, q, n=n, mode=m, remotes=False).hits]
@@ -95,7 +95,7 @@ def test_eval_scores_the_files_the_dev_sets_scorer_scores(name, tmp_path, monkey
     and its figures are baseline.py's on those files."""
     from recall import db
     from recall.config import load_config
-    from recall.evaluate import DEPTH, ranked_files
+    from recall.notes.evaluate import DEPTH, ranked_files
     queries, scorer = _queries(name), _scorer()
     (tmp_path / "c.yaml").write_text(_config_text(name, None))
     monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "c.yaml"))
@@ -137,7 +137,7 @@ def _local_state(name, tmp_path_factory):
 
 
 def _figures(con, cfg, queries, mode, scorer) -> dict:
-    from recall.evaluate import ranked_files
+    from recall.notes.evaluate import ranked_files
     by_type: dict = {}
     for q in queries:
         files = ranked_files(_ranked(con, cfg, mode), q["query"], mode)
@@ -150,9 +150,10 @@ def promise_figures(tmp_path_factory):
     """set → {mode: {type: [recall@5, MRR@10, nDCG@10]}} with the local model, each set indexed once."""
     import os
 
-    from recall import db, vault
+    from recall import db
     from recall.config import load_config
-    from recall.index import run_index
+    from recall.notes.index import run_index
+    from recall.vault import store as vault
     memo: dict = {}
 
     def figures(name):

@@ -9,13 +9,16 @@ import time
 
 import pytest
 
-from recall import db, embed, fusion, vault
+from recall import db
 from recall.config import load_config
+from recall.embed import providers as embed
 from recall.errors import RecallError
-from recall.fusion import fuse
-from recall.index import run_index
-from recall.query import parse_query
-from recall.search import VectorList, query_key, search
+from recall.notes import fusion
+from recall.notes.fusion import fuse
+from recall.notes.index import run_index
+from recall.notes.query import parse_query
+from recall.notes.search import VectorList, query_key, search
+from recall.vault import store as vault
 from tests.conftest import REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage
 
@@ -127,7 +130,7 @@ def test_a_note_rewritten_between_the_vector_list_and_the_chunks_is_still_found(
     """The vector list reads on a connection of its own; an index run that commits after it and
     before this connection reads (the note rewritten: its chunks under new ids) does not leave the
     search without the note — the search is read again in one newer snapshot."""
-    from recall import search as search_module
+    from recall.notes import search as search_module
     cfg, _ = voyage
     q = "how was the primary database failover handled"
     reader = db.connect(cfg.db_path, readonly=True, vectors=True)
@@ -207,7 +210,7 @@ def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
 
 
 def test_a_provider_down_at_query_time_degrades_auto_to_keyword_quickly(voyage, fake, monkeypatch):
-    from recall.embed import Retry
+    from recall.embed.providers import Retry
     monkeypatch.setattr(embed, "QUERY_RETRY", Retry(attempts=2, base=0.01, cap=0.01, budget=2))
     cfg, con = voyage
     fake.default = "500"
@@ -255,7 +258,7 @@ def test_rerank_with_the_local_provider_needs_a_voyage_key(config):
     cfg = load_config()
     con = db.connect(cfg.db_path)
     run_index(con, cfg, embed=False, redactor=vault.redactor)
-    from recall.search import rerank_hits
+    from recall.notes.search import rerank_hits
     res = search(con, cfg, "INC-10963", remotes=False)
     with pytest.raises(RecallError, match="VOYAGE_API_KEY"):
         rerank_hits(con, cfg, parse_query("INC-10963"), res.hits, False)
@@ -435,9 +438,9 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
     with the local model's own vectors (documents from a local index, queries from the local
     query encoder), so every figure must match the local eval's. Voyage reads a whole chunk, so
     that local index embeds each chunk whole too, not in windows."""
-    from recall.index import _texts
-    from recall.query_encoder import encoder_for
-    from recall.vectors import unpack
+    from recall.embed.query_encoder import encoder_for
+    from recall.embed.vectors import unpack
+    from recall.notes.index import _texts
     env, _ = golden_local
     for k, v in env.items():
         monkeypatch.setenv(k, v)

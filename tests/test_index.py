@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from recall import db, vault
+from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
-from recall.index import run_index
-from recall.walk import glob_to_regex
+from recall.notes.index import run_index
+from recall.notes.walk import glob_to_regex
+from recall.vault import store as vault
 from tests.conftest import NOTES, give_to_nobody, write_tree
 
 
@@ -253,7 +254,7 @@ def test_incident_template_dates_are_the_hits_date_and_rank_it(config, notes):
 
 
 def test_missing_sources_names_each_folder_not_there(config, notes, tmp_path):
-    from recall.walk import missing_sources
+    from recall.notes.walk import missing_sources
     config(f"  - name: usb\n    path: {tmp_path / 'usb'}\n")
     assert missing_sources(load_config().sources) == [
         f"source 'usb': {tmp_path / 'usb'} is not there (missing, or a disk not mounted): "

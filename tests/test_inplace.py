@@ -9,10 +9,12 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from recall import db, inplace, keyfile, vault  # noqa: E402
+from recall import db
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
-from recall.secretfile import load_secret_files  # noqa: E402
+from recall.vault import inplace, keyfile  # noqa: E402
+from recall.vault import store as vault
+from recall.vault.secretfile import load_secret_files  # noqa: E402
 from tests.conftest import CANARY, run_recall  # noqa: E402
 
 # Every way a value is written, with comments, blank lines and odd spacing the writer must keep.

@@ -163,10 +163,10 @@ def test_an_empty_find_lists_every_entry(inv, cli):
 
 
 def test_last_verified_is_shown(inv, cli):
-    from recall import status
+    from recall import inventory
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    status.record(con, "entry:ops-cluster", "ok", "", "kubectl")
+    inventory.record_status(con, "entry:ops-cluster", "ok", "", "kubectl")
     con.execute("UPDATE verify_results SET at = at - 7300")
     _, out, _ = cli("access", "show", "ops-cluster")
     assert "last verified: ok 2h ago" in out

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from recall import invocation
+from recall import config as invocation
 from tests.conftest import REPO
 
 

@@ -5,34 +5,26 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-# Lowest first, in the issue's order (issue 17); a module may import from its own layer or a lower one
-# (docs/DESIGN.md, "Layers"). Modules the issue does not name sit where their imports put them (the
-# comments). A module not listed yet sits at the lowest layer its own imports allow: add it where it belongs.
+# Lowest first: a unit (a flat module, or a package with all its files) may import from its own layer
+# or a lower one (docs/DESIGN.md, "Layers"). A unit not listed yet sits at the lowest layer its own
+# imports allow: add it where it belongs.
 LAYERS = [
-    ("base", {"errors"}),
-    ("yaml", {"yaml"}),                              # the YAML subset (a package: parser, scalars)
-    ("config", {"config"}),
-    ("storage", {"db"}),
-    ("storage faults", {"repair"}),                  # the quick check and the rebuild, over db
-    ("leaves", {"terms", "chunk", "mask", "keyfile", "audit", "status",
-                # not named by the issue; each imports only base, db or another leaf:
-                "snippets", "walk", "names", "redact", "hostbound", "query_encoder", "pids", "envnames",
-                "common_terms", "postings"}),
-    ("guard", {"guard"}),
-    ("vectors", {"vectors"}),
-    ("embed", {"embed"}),
-    ("index", {"index"}),
-    ("search", {"search"}),
-    ("read", {"read"}),
-    ("secretfile", {"secretfile"}),
-    ("vault", {"vault"}),
-    ("inventory, runner", {"inventory", "runner"}),   # runner asks the vault for the value it injects
+    ("base", {"errors", "extras"}),                   # the exceptions users see; which extras are installed
+    ("yaml", {"yaml"}),                               # the YAML subset
+    ("config", {"config"}),                           # the config, `init`, how a handed-out line starts
+    ("storage", {"db"}),                              # the driver, migrations, the quick check, pids
+    ("guard", {"guard"}),                             # the read-only verdict
+    ("embed", {"embed"}),                             # providers, ledger, vectors
+    ("notes", {"notes"}),                             # chunk, index, keyword/vector lists, fusion, read, watch
+    ("hostbound", {"hostbound"}),                     # the per-run proxy (its audit rows are the runner's)
+    ("vault", {"vault"}),                             # sync, seal, find/show, exec, mask, the scrubber
+    ("inventory", {"inventory"}),
     ("access", {"access"}),
     ("verify", {"verify"}),
     ("remote", {"remote"}),
-    ("faces", {"cli", "mcp_server",
-               "doctor", "instructions", "evaluate", "__main__", "__init__",   # not named: verbs of the CLI
-               }),
+    ("verbs", {"doctor", "instructions"}),            # whole verbs the library layer calls
+    ("api", {"api"}),                                 # the library layer: one function per verb and tool
+    ("faces", {"cli", "mcp_server", "__main__", "__init__"}),
 ]
 
 # Upward imports still in the code (importer, imported). This list may only shrink: an entry whose
@@ -189,33 +181,36 @@ def test_the_check_sees_imports_inside_functions_and_names_the_pair(tmp_path):
 # The modules that may read or write the vault's tables (secrets, secrets_fts, secret_vectors); db's
 # migrations make them (CREATE TABLE, which this does not match). Everyone else calls a vault
 # function, or is passed one by the faces (a redactor, require_open, load_values, holds_values).
-SECRETS_TABLE_OWNERS = {"vault"}
+SECRETS_TABLE_OWNERS = {"vault/store.py"}
 _SECRETS_SQL = r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(?:secrets|secrets_fts|secret_vectors)\b"
 
 
-def _secrets_sql(paths) -> dict:
-    """{module: first file:line} of every module outside the owners whose SQL names a vault table."""
+def _secrets_sql(paths, top) -> dict:
+    """{file: first file:line} of every file outside the owners whose SQL names a vault table."""
     import re
     sql = re.compile(_SECRETS_SQL)
     found = {}
     for path in sorted(paths):
-        if path.stem not in SECRETS_TABLE_OWNERS:
+        name = path.relative_to(top).as_posix()
+        if name not in SECRETS_TABLE_OWNERS:
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
                 if sql.search(line):
-                    found.setdefault(path.stem, f"recall/{path.name}:{n}")
+                    found.setdefault(name, f"recall/{name}:{n}")
     return found
 
 
 def test_only_the_vault_touches_the_secrets_tables():
-    others = _secrets_sql(_files(REPO / "recall"))
+    others = _secrets_sql(_files(REPO / "recall"), REPO / "recall")
     assert not others, f"the secrets tables are the vault's: call a vault function instead ({others})"
 
 
 def test_the_secrets_table_check_names_a_reader(tmp_path):
-    (tmp_path / "vault.py").write_text('con.execute("SELECT * FROM secrets")\n')
-    (tmp_path / "redact.py").write_text('x = 1\nhas = con.execute("SELECT 1 FROM secrets LIMIT 1")\n')
+    (tmp_path / "vault").mkdir()
+    (tmp_path / "vault" / "store.py").write_text('con.execute("SELECT * FROM secrets")\n')
+    (tmp_path / "vault" / "redact.py").write_text('x = 1\nhas = con.execute("SELECT 1 FROM secrets LIMIT 1")\n')
     (tmp_path / "index.py").write_text('con.execute("INSERT INTO secret_vectors VALUES (?)")\n')
-    assert _secrets_sql(tmp_path.glob("*.py")) == {"index": "recall/index.py:1", "redact": "recall/redact.py:2"}
+    assert _secrets_sql(_files(tmp_path), tmp_path) == {"index.py": "recall/index.py:1",
+                                                        "vault/redact.py": "recall/vault/redact.py:2"}
 
 
 def test_design_names_every_module_and_its_tests():

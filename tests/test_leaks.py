@@ -265,7 +265,8 @@ def test_get_through_a_pipe_never_shows_the_value(world):
 
 def test_mcp_responses_carry_no_value(world, monkeypatch):
     pytest.importorskip("mcp")
-    from recall import audit, mcp_server
+    from recall import mcp_server
+    from recall.vault import audit
     from tests.test_mcp import call
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     monkeypatch.setattr(mcp_server, "_WARM", {})

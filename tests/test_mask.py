@@ -14,7 +14,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from recall.errors import RecallError
-from recall.mask import MIN_SECRET_LEN, Masker, check_maskable
+from recall.vault.mask import MIN_SECRET_LEN, Masker, check_maskable
 
 TOKEN = "tok_9f8A7b6C5d4E3f2G"
 PASSWORD = "p@ss w/rd+é&x<y>\"q\\"      # URL- and JSON-special characters
@@ -357,7 +357,7 @@ PROGRAMS = {   # FORMS row -> commands printing $V in that form, and what must n
 
 
 def test_every_form_row_has_a_real_program():
-    from recall.mask import FORMS
+    from recall.vault.mask import FORMS
     assert {name for name, _make, _who in FORMS} == set(PROGRAMS)
 
 
@@ -391,7 +391,7 @@ def test_form_printed_by_the_real_program_is_masked(row, cmd, value):
 @pytest.mark.parametrize("value", TRICKY + ["tok-4f9a.8b7c+6d5e"], ids=["quotes", "control", "plain", "dashes"])
 def test_a_regex_escaped_value_is_redacted_in_notes(value):
     """perl quotemeta and Python re.escape of a value, pasted into a note, are redacted."""
-    from recall.redact import text_redactor
+    from recall.vault.redact import text_redactor
     escaped = []
     for cmd in PROGRAMS["regex"]:
         try:                     # perl's quotemeta of the bytes splits a UTF-8 character: no note holds that

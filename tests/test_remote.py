@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from recall.notes.search import Hit, SearchResult
 from recall.remote import federate
-from recall.search import Hit, SearchResult
 from tests.conftest import free_port, run_recall, write_tree
 
 REMOTE_NOTES = {

@@ -7,8 +7,9 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from recall import db, vault  # noqa: E402
+from recall import db
 from recall.config import load_config  # noqa: E402
+from recall.vault import store as vault  # noqa: E402
 from tests.conftest import CANARY, run_recall  # noqa: E402
 
 ENTRIES = [f"- id: s{n}\n  service: svc{n}\n  tags: [t{n}]\n  value: '{CANARY}-{n}'\n" for n in range(10)]

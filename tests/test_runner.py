@@ -9,8 +9,8 @@ import time
 import pytest
 
 from recall.errors import RecallError
-from recall.mask import Masker
-from recall.runner import RunResult, run_masked
+from recall.vault.mask import Masker
+from recall.vault.runner import RunResult, run_masked
 
 TOKEN = "tok-4f9a8b7c6d5e"
 PASSWORD = "hunter2-Correct-Horse"
@@ -312,8 +312,9 @@ VAULT = f"""\
 @pytest.fixture
 def split_vault(tmp_path, config):
     pytest.importorskip("cryptography")
-    from recall import db, vault
+    from recall import db
     from recall.config import load_config
+    from recall.vault import store as vault
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text(VAULT)
     secrets.chmod(0o600)

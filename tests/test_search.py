@@ -1,11 +1,12 @@
 """Keyword search: identifiers exactly, words by BM25, hostile queries as text, shaping."""
 import pytest
 
-from recall import db, vault
+from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
-from recall.index import run_index
-from recall.search import Route, SearchHooks, recency_factor, rrf, search
+from recall.notes.index import run_index
+from recall.notes.search import Route, SearchHooks, recency_factor, rrf, search
+from recall.vault import store as vault
 from tests.conftest import write_tree
 
 
@@ -59,7 +60,7 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
 
 
 def test_snippet_marks_whole_terms_only():
-    from recall.search import snippet
+    from recall.notes.search import snippet
     out = snippet("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963")
     assert "**INC-10963**" in out and "**inc** **10963**" in out
     assert "Incident " in out and "incidents" in out and "**Inc**" not in out
@@ -132,7 +133,7 @@ def test_recency_breaks_a_tie_but_never_outranks_clearly_better_matches(config, 
 
 
 def test_recency_never_lifts_a_note_over_one_naming_the_identifier():
-    from recall.search import final_score
+    from recall.notes.search import final_score
     assert final_score(1, 0.01, 0.95) > final_score(0, 1e9, 1.0)
     assert final_score(0, 10.0, 0.95) > final_score(0, 9.0, 1.0)     # 10% more relevant wins
     assert final_score(0, 10.0, 0.95) < final_score(0, 9.8, 1.0)     # a near-tie goes to the newer
@@ -241,7 +242,7 @@ def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path
 
 
 def test_a_highlight_never_splits_an_identifier_and_markdown_markers_are_gone():
-    from recall.search import snippet, snippet_spans
+    from recall.notes.search import snippet, snippet_spans
     out = snippet("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert")
     assert "**INC**-8214" not in out and "INC-8214" in out and "**inc**" in out
     assert "**jump01.example.com**" in out and "**cert**" in out
@@ -277,7 +278,7 @@ def test_a_hit_in_a_short_note_points_at_its_own_section(tmp_path, config, notes
 
 
 def test_a_pasted_camel_case_name_takes_the_identifier_route(indexed):
-    from recall import terms
+    from recall.notes import terms
     cfg, con = indexed
     assert terms.is_identifier("ErrorsInExternalDNS") and terms.is_identifier("NoVPCAttachmentTraffic")
     assert not terms.is_identifier("GitHub") and not terms.is_identifier("DNS")
@@ -286,7 +287,7 @@ def test_a_pasted_camel_case_name_takes_the_identifier_route(indexed):
 
 
 def test_an_identifier_inside_a_question_is_one_signal_in_the_fusion_not_a_tier_above_it():
-    from recall.fusion import fuse
+    from recall.notes.fusion import fuse
     kw = [(1, 9.0, {"exact_identifiers": 0}), (2, 5.0, {"exact_identifiers": 0}), (5, 1.0, {"exact_identifiers": 1})]
     vec = [(2, 0.8), (1, 0.7), (3, 0.6)]
     order = [cid for cid, _, _ in fuse(kw, vec)]
@@ -354,7 +355,7 @@ def test_a_search_does_not_load_the_chunker(config, notes):
     cfg = load_config()
     run_index(db.connect(cfg.db_path), cfg, redactor=vault.redactor)
     code = ("import sys; from recall.cli import main; main(['search', 'promoted the WAL primary']); "
-            "print('loaded:', 'recall.chunk' in sys.modules)")
+            "print('loaded:', 'recall.notes.chunk' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), capture_output=True,
                          text=True, timeout=60)
     assert "INC-10963" in out.stdout and out.stdout.rstrip().endswith("loaded: False"), out.stderr
@@ -366,8 +367,8 @@ def test_a_search_does_not_load_the_chunker(config, notes):
 # query and its route are dataclasses (issue 25: one record style), so dataclasses is loaded.
 NOT_FOR_A_SEARCH = ("json", "typing", "subprocess", "hashlib", "threading",
                     "shlex", "tempfile", "email", "http.client", "urllib.request", "ssl",
-                    "recall.index", "recall.inventory", "recall.remote", "recall.embed",  # walk: a missing source, SKIP_DIRS
-                    "recall.vectors", "recall.secretfile", "recall.mask", "recall.runner", "recall.watch")
+                    "recall.notes.index", "recall.inventory", "recall.remote", "recall.embed.providers",  # walk: a missing source, SKIP_DIRS
+                    "recall.embed.vectors", "recall.vault.secretfile", "recall.vault.mask", "recall.vault.runner", "recall.notes.watch")
 
 
 def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(config, notes):
@@ -388,7 +389,7 @@ def test_a_search_pointing_a_hit_at_its_section_imports_nothing_it_does_not_use(
                          capture_output=True, text=True, timeout=60)
     assert "runbooks/short.md:7" in out.stdout, out.stdout + out.stderr    # pointed at "After"
     imported = set(out.stdout.rsplit("imported:", 1)[1].split())
-    assert {"recall.chunk", "recall.vault", "sqlite3", "argparse"} <= imported     # the path was taken
+    assert {"recall.notes.chunk", "recall.vault.store", "sqlite3", "argparse"} <= imported     # the path was taken
     assert sorted(imported & set(NOT_FOR_A_SEARCH)) == []
     assert "shutil" not in imported          # argparse's own width lookup (cli._width stands in)
 
@@ -406,7 +407,7 @@ def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, note
 
 
 def test_a_big_rewrite_leaves_the_text_index_merged(tmp_path, config, notes, monkeypatch):
-    from recall import index
+    from recall.notes import index
     monkeypatch.setattr(index, "OPTIMIZE_AFTER", 50)
     write_tree(notes, {f"bulk/n{i}.md": f"# Note {i}\n\n" + "\n\n".join(f"## S{j}\n\n" + "words here " * 30
                                                                        for j in range(3)) for i in range(40)})
@@ -440,7 +441,7 @@ def test_a_note_rewritten_while_a_search_reads_is_still_found(indexed, notes, mo
     """An index run that commits between the keyword list and the reading of the chunks it names
     (the note rewritten: its chunks under new ids) does not leave the search without its hit: a
     keyword search reads both in one snapshot."""
-    from recall import search as search_module
+    from recall.notes import search as search_module
     cfg, con = indexed
     load = search_module._load_chunks
     rewritten = []
@@ -467,14 +468,14 @@ def test_a_note_rewritten_while_a_search_reads_is_still_found(indexed, notes, mo
     ("_netdev", "identifier"), ("RespectIgnoreDifferences=true", "identifier"),
     ("INC-10963", "identifier"), ("pg-prod-03", "identifier")])
 def test_a_lookup_routes_keyword_first_even_with_a_provider(query, reason):
-    from recall.query import parse_query, route_for
+    from recall.notes.query import parse_query, route_for
     assert route_for("auto", parse_query(query), "local") == Route("keyword", reason)
 
 
 @pytest.mark.parametrize("query", ["how do we use kubectl drain safely on a node", "who is on-call for db2 this week",
                                    "connection reset by peer"])
 def test_a_question_holding_an_identifier_or_a_command_word_reads_both_lists(query):
-    from recall.query import parse_query, route_for
+    from recall.notes.query import parse_query, route_for
     assert route_for("auto", parse_query(query), "local") == Route("hybrid")
 
 
@@ -491,7 +492,7 @@ def test_a_command_with_flags_finds_the_note_holding_the_flag_first(config, note
 def test_a_cli_search_parses_its_query_once(cli, config, notes, monkeypatch):
     """The record the CLI parses routes the DB open, both lists and the snippets: nothing parses the
     query string again (issue 25 point 3)."""
-    from recall import search as search_module
+    from recall.notes import search as search_module
     assert cli("index")[0] == 0
     calls = []
     real = search_module.parse_query

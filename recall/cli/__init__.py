@@ -98,7 +98,7 @@ def _modes(parser) -> list:
     """Search's own list of modes; imported only for the search or eval parser this run builds."""
     if isinstance(parser, _Skipped):
         return []
-    from ..search import MODES
+    from ..notes.search import MODES
     return list(MODES)
 
 

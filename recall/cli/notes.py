@@ -11,8 +11,7 @@ def cmd_init(args) -> int:
     import os
     import shlex
 
-    from ..config import default_config_path
-    from ..starter import init
+    from ..config import default_config_path, init
     named = getattr(args, "config", None)
     recall = f"recall --config {shlex.quote(named)}" if named else "recall"
     started = init(named or os.environ.get("RECALL_CONFIG") or default_config_path(), args.notes, recall=recall)
@@ -78,8 +77,8 @@ def _watch(cfg) -> int:
 
 def cmd_search(args) -> int:
     from .. import api, db
-    from ..search import NO_PROVIDER, needs_vectors, parse_query, search
-    from ..walk import behind, missing_sources
+    from ..notes.search import NO_PROVIDER, needs_vectors, parse_query, search
+    from ..notes.walk import behind, missing_sources
     cfg = _config(args)
     cfg.require_sources()
     query = parse_query(" ".join(args.query))                 # once: the route, both lists, the snippets
@@ -128,8 +127,8 @@ def cmd_read(args) -> int:
 
 def cmd_eval(args) -> int:
     from .. import api, db
-    from ..evaluate import evaluate, judged_not_indexed, load_golden
-    from ..search import search
+    from ..notes.evaluate import evaluate, judged_not_indexed, load_golden
+    from ..notes.search import search
     cfg = _config(args)
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"

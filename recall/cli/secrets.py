@@ -8,7 +8,7 @@ from .output import _command, _json_done, _opened, _out, _said
 
 
 def _vault(args):
-    from .. import vault
+    from ..vault import store as vault
     return (vault, *_opened(args))
 
 
@@ -38,7 +38,7 @@ def cmd_secret_restore(args) -> int:
 
 
 def cmd_secret_set(args) -> int:
-    from ..inplace import read_value, set_value
+    from ..vault.inplace import read_value, set_value
     vault, cfg, con = _vault(args)
     what = f"{args.id}.{args.field}" if args.field else args.id
     value = read_value(f"New value for {what} (not shown; Enter ends it): ")
@@ -49,8 +49,8 @@ def cmd_secret_set(args) -> int:
 
 
 def cmd_secret_key_backup(args) -> int:
-    from ..inplace import backup_key
-    from ..keyfile import key_path
+    from ..vault.inplace import backup_key
+    from ..vault.keyfile import key_path
     cfg, con = _opened(args)
     dest, key = backup_key(con, cfg, args.file), key_path(cfg.home)
     return _said(args, {"backup": str(dest)}, f"wrote a copy of the vault key to {dest} (0600): keep it off "
@@ -94,7 +94,8 @@ def cmd_secret_find(args) -> int:
 
 def cmd_secret_show(args) -> int:
     vault, cfg, con = _vault(args)
-    meta = vault.show(con, args.id)
+    from ..inventory import describe_status
+    meta = vault.show(con, args.id, describe_status)
     return _said(args, meta, _secret_text(meta))
 
 
@@ -109,7 +110,7 @@ def cmd_secret_exec(args) -> int:
     cmd = _command(args)
     vault, cfg, con = _vault(args)
     sys.stdout.flush()
-    from ..runner import secret_exec
+    from ..vault.runner import secret_exec
     result = secret_exec(con, cfg, args.id, cmd, stdin=args.stdin, out=sys.stdout.buffer, err=sys.stderr.buffer)
     for note in result.notes:
         sys.stderr.write(f"recall: {note}\n")
@@ -117,7 +118,7 @@ def cmd_secret_exec(args) -> int:
 
 
 def cmd_secret_get(args) -> int:
-    from .. import reveal
+    from ..vault import reveal
     cfg, con = _opened(args)
     if args.show:
         reveal.reveal(con, cfg, args.id)     # asks and shows on /dev/tty, never on stdout
@@ -128,8 +129,8 @@ def cmd_secret_get(args) -> int:
 
 
 def cmd_secret_log(args) -> int:
-    from .. import audit
-    from ..removed import listed
+    from ..vault import audit
+    from ..vault.removed import listed
     cfg, con = _opened(args)
     rows = audit.entries(con, args.id, args.n)
     gone = [g for g in listed(con) if not args.id or g.id == args.id]

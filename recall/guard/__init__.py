@@ -327,7 +327,7 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 
 def _export_value(name: str, value: str, home: str) -> None:
     """PATH and config paths only to what no one else can write; other run-changing names belong in a sourced file."""
-    from ..envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
+    from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
             path = home + part[1:] if part.startswith("~/") else part

@@ -78,14 +78,16 @@ class Session:
                        "client that ignores HTTPS_PROXY is refused by the server (e.g. 401)")
         return out
 
-    def log(self, con, via: str) -> None:
-        """One access-log row per substitution or refusal: host, method, path — never a value."""
-        from .. import audit
+    def log_rows(self, via: str) -> list:
+        """The access-log rows of this run, (verb, secret id, argv, verdict), one per substitution or
+        refusal: host, method, path — never a value."""
         events = list(self.proxy.events)
+        rows = []
         for sid, verdict, method, scheme, host, port, path in events[:MAX_LOGGED]:
             shown = self.masker.mask(path.encode("latin-1")).decode("latin-1")
-            audit.log(con, "proxy." + ("substituted" if verdict == "substituted" else "refused"), sid,
-                      argv=f"{method} {scheme}://{host}:{port}{shown} ({via})", verdict=verdict)
+            rows.append(("proxy." + ("substituted" if verdict == "substituted" else "refused"), sid,
+                         f"{method} {scheme}://{host}:{port}{shown} ({via})", verdict))
         if len(events) > MAX_LOGGED:
-            audit.log(con, "proxy.more", events[0][0], argv=f"({via})",
-                      verdict=f"{len(events) - MAX_LOGGED} more substitutions not logged one by one")
+            rows.append(("proxy.more", events[0][0], f"({via})",
+                         f"{len(events) - MAX_LOGGED} more substitutions not logged one by one"))
+        return rows

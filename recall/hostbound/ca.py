@@ -155,7 +155,7 @@ class EphemeralCA:
 
 def _sweep_left_behind() -> None:
     """Remove the CA folders of runs that were killed (kill -9) before `close`: ours, their pid gone."""
-    from ..pids import alive
+    from ..db.pids import alive
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith("recall-proxy-")]

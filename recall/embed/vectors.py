@@ -7,8 +7,8 @@ import math
 import sys
 import threading
 
-from . import db
-from .db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
+from .. import db
+from ..db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
 VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
 # a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):

@@ -9,7 +9,7 @@ import stat
 import time
 from pathlib import Path
 
-from .errors import RecallError
+from ..errors import RecallError
 from .migrations import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000

@@ -10,9 +10,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from ..errors import RecallError
 from . import audit, keyfile
-from .errors import RecallError
-from .vault import load_values, row_named
+from .store import load_values, row_named
 
 GET_TIMEOUT = 30.0      # seconds a person has to type the confirmation
 CLEAR_AFTER = 45        # seconds the clipboard holds a value

@@ -5,7 +5,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .errors import InputError
+from ..errors import InputError
 
 DEPTH = 10            # files a query is scored on (MRR@10, nDCG@10)
 MAX_CHUNKS = 1280     # hits asked for at most, to find them

@@ -7,8 +7,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from . import audit, db
-from .errors import NotFound, RecallError
+from .. import db
+from ..errors import NotFound, RecallError
+from . import audit
 
 KEEP_DAYS = 30
 _PREFIX = "secret_removed:"     # meta rows, one per removed secret: its row's columns as JSON

@@ -6,8 +6,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from . import audit, db, keyfile, status, terms
-from .errors import MissingExtra, RecallError
+from .. import db
+from ..errors import MissingExtra, RecallError
+from ..notes import terms
+from . import audit, keyfile
 from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
@@ -92,7 +94,7 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
                         "notes, use) VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (e.id, e.id, *(e.meta[k] for k in ("service", "environment", "kind", "username", "url")),
                          " ".join(e.tags), e.meta["notes"], e.meta["use"]))
-    from .index import redact_indexed  # a value pasted into a note leaves the index
+    from ..notes.index import redact_indexed  # a value pasted into a note leaves the index
     publics = {e.id: public_fields(e.meta) for e in entries}
     redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
@@ -124,8 +126,8 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
 
 def embed_metadata(con, cfg) -> int:
     """Embed each secret's metadata text that has no vector for the configured model (redacted all the same)."""
-    from . import embed
-    from .vectors import pack
+    from ..embed import providers as embed
+    from ..embed.vectors import pack
     fp = embed.fingerprint(cfg.embedding, "document")
     with db.transaction(con):
         mid = embed.model_id(con, fp)
@@ -149,9 +151,9 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
     """Secret ids ranked by cosine similarity of their metadata to the query; [] when unavailable."""
     if cfg is None or cfg.embedding.provider == "none":
         return []
-    from . import embed
-    from .search import query_vector
-    from .vectors import normalize, unpack
+    from ..embed import providers as embed
+    from ..embed.vectors import normalize, unpack
+    from ..notes.search import query_vector
     try:
         mid = embed.model_id(con, embed.fingerprint(cfg.embedding, "document"), create=False)
         if mid is None:
@@ -287,7 +289,7 @@ def row_named(con, secret_id: str):
     """The row an id names, in any case; else NotFound with the closest ids."""
     row = stored_row(con, secret_id)
     if row is None:
-        from .names import resolve
+        from ..errors import resolve
         ids = {r[0]: r[0] for r in con.execute("SELECT id FROM secrets ORDER BY id")}
         row = stored_row(con, resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'"))
     return row
@@ -332,7 +334,7 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     logged = _masked_query(con, cfg, query)
     meaning = _by_meaning(con, cfg, logged, limit) if logged is not None else []
     if meaning:
-        from .search import rrf
+        from ..notes.search import rrf
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
         by_id = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
         ranked = [by_id[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in by_id]
@@ -355,9 +357,10 @@ def _masked_query(con, cfg, query: str):
         return None
 
 
-def show(con, secret_id: str) -> dict:
+def show(con, secret_id: str, last_verified=None) -> dict:
+    """One secret's metadata; `last_verified(con, target)` says when its check last ran (the inventory's)."""
     row = row_named(con, secret_id)
-    out = _public(row, status.describe(con, f"secret:{row['id']}"))
+    out = _public(row, last_verified(con, f"secret:{row['id']}") if last_verified else None)
     audit.log(con, "secret.show", row["id"], argv="", verdict="shown")
     return out
 
@@ -439,7 +442,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
         argv = list(command)
     if not argv:
         raise RecallError("no command given")
-    from .invocation import invocation
+    from ..config import invocation
     line = invocation(cfg) + " " + shlex.join(["secret", "exec", secret_id, "--"] + argv)
     audit.log(con, "secret.command", secret_id, argv=line, verdict="given")
     return line

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import time
 
-from .db import transaction
-from .errors import RecallError
-from .pids import alive
+from ..db import transaction
+from ..db.pids import alive
+from ..errors import RecallError
 
 STALE_RESERVATION_S = 3600.0
 RUN_ID = os.urandom(6).hex()      # this process's reservations

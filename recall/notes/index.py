@@ -9,8 +9,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from . import db, terms
-from .errors import RecallError
+from .. import db
+from ..errors import RecallError
+from . import terms
 from .walk import raw_name, shown, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
@@ -317,7 +318,7 @@ class EmbedReport:
 
 
 def _estimate(chars: int) -> int:
-    from .embed import MAX_TEXT_CHARS
+    from ..embed.providers import MAX_TEXT_CHARS
     return min(chars, MAX_TEXT_CHARS) // 3 + 1
 
 
@@ -337,7 +338,7 @@ def embed_batches(pending: list, items: int, tokens: int):
 
 def _texts(con, hashes: list) -> dict:
     """{hash: (breadcrumb as embedded, document text)}."""
-    from .embed import document_text
+    from ..embed.providers import document_text
     out = {}
     for part, marks in db.in_batches(hashes):
         for h, crumb, body, rel in con.execute(
@@ -349,7 +350,7 @@ def _texts(con, hashes: list) -> dict:
 
 
 def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
-    from .embed import ledger_totals
+    from ..embed.providers import ledger_totals
     texts = f"{len(pending):,} chunk texts with {fp.provider}/{fp.model}"
     what = f"embedding {texts}"
     others = [r[0] for r in con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e "
@@ -369,7 +370,7 @@ def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int
 def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tuple:
     """Reserve (paid), send, then store the vectors and settle in one transaction: a kill loses at
     most this batch, and counts it at most as 'unconfirmed'."""
-    from . import embed
+    from ..embed import providers as embed
     texts = _texts(con, batch)
     inputs = {h: redact(texts[h][1]) for h in batch}
     # a long chunk may be embedded as windows (a local model): its first under its hash, the rest
@@ -394,8 +395,8 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
                   load_values=None) -> EmbedReport:
     """Embed every chunk text without a vector for the configured model, one committed batch at a
     time, saying first how many texts and tokens; drop vectors no chunk uses any more."""
-    from . import embed
-    from .vectors import VectorStore
+    from ..embed import providers as embed
+    from ..embed.vectors import VectorStore
     report = EmbedReport()
     fp = embed.fingerprint(cfg.embedding, "document")
     with db.transaction(con):

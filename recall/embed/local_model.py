@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import MissingExtra, RecallError
+from ..errors import MissingExtra, RecallError
 
 # a local model reads at most max_seq_length tokens (all-MiniLM-L6-v2: 256, trained on 128): a longer
 # chunk is embedded as windows of its body, and matches by its best window

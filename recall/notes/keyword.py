@@ -2,8 +2,8 @@
 identifiers or the whole query word for word."""
 from __future__ import annotations
 
+from ..db import in_batches
 from . import terms
-from .db import in_batches
 from .query import Query
 
 NAMED_CHECK = 2000            # identifier hits checked for a file named after the identifier

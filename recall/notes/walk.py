@@ -7,8 +7,8 @@ import re
 import time
 from pathlib import Path
 
-from . import db
-from .errors import InputError
+from .. import db
+from ..errors import InputError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
 _GLOB = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}

@@ -24,7 +24,7 @@ def parent_name() -> str:
 
 def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
     """Append one row (autocommitted outside a transaction); argv comes masked, inline tokens are hidden here."""
-    from .setupvars import scrub_inline
+    from .scrub import scrub_inline
     target, argv = scrub_inline(target), scrub_inline(argv)
     con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
                 "VALUES (?,?,?,?,?,?,?,?)",

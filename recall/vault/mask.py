@@ -7,7 +7,7 @@ import re
 import sys
 from urllib.parse import quote, quote_plus
 
-from .errors import RecallError
+from ..errors import RecallError
 
 MIN_SECRET_LEN = 6
 _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own from this length

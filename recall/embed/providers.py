@@ -7,19 +7,16 @@ import random
 import time
 from dataclasses import dataclass
 
-from .errors import MissingExtra, RecallError
+from ..errors import MissingExtra, RecallError
 
 # the ledger's calls and the local model's names, here too for embed's callers (index, search, vault, doctor)
 from .ledger import estimate_tokens, ledger_totals, ledgered, paid_call  # noqa: F401
-from .local_model import (  # noqa: F401
-    LOADED_MODELS,
+from .local_model import (
     LOCAL_DEFAULT_MODEL,
     LOCAL_DIMENSIONS,
     WINDOW_STRIDE,
     WINDOW_TOKENS,
     LocalProvider,
-    local_model_source,
-    windows,
 )
 
 DOC_FORMAT = "v1"                     # [breadcrumb + blank line +] body; part of every fingerprint

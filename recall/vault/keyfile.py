@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import MissingExtra, RecallError
+from ..errors import MissingExtra, RecallError
 
 KEY_BYTES = 32
 NONCE_BYTES = 12

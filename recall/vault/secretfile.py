@@ -6,10 +6,10 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from . import yaml
-from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
-from .errors import InputError, RecallError
-from .yaml import check_keys, line_of
+from .. import yaml
+from ..errors import InputError, RecallError
+from ..guard.envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
+from ..yaml import check_keys, line_of
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")

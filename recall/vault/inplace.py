@@ -11,8 +11,9 @@ import stat
 import time
 from pathlib import Path
 
-from . import db, keyfile
-from .errors import InputError, MissingExtra, RecallError
+from .. import db
+from ..errors import InputError, MissingExtra, RecallError
+from . import keyfile
 from .secretfile import file_stamp, load_secret_files
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
@@ -111,7 +112,7 @@ def write_edits(edits: dict) -> int:
 
 def rewrite(path, stamp: tuple, changes: list) -> None:
     """Replace spans of a file atomically; refused, nothing written, when it is no longer as read (`stamp`)."""
-    from .yaml import replace_spans
+    from ..yaml import replace_spans
     real = os.path.realpath(path)
     changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
                           "run the command again")
@@ -175,7 +176,7 @@ def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
     The caller syncs the vault after."""
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
-    from .names import resolve
+    from ..errors import resolve
     entries, _ = load_secret_files(cfg.secrets)
     by_id = {e.id: e for e in entries}
     e = by_id[resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")]

@@ -6,8 +6,8 @@ import os
 import threading
 import time
 
-from . import db
-from .errors import RecallError
+from .. import db
+from ..errors import RecallError
 from .walk import SKIP_DIRS
 
 QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded

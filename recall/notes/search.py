@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import date as _date
 from pathlib import Path
 
+from ..errors import RecallError
 from . import fusion
-from .errors import RecallError
 from .fusion import final_score, recency_factor, rrf  # noqa: F401 (re-exported: vault, remote, tests)
 from .keyword import holders, keyword_ranked
 from .query import MODES, NO_PROVIDER, Query, Route, parse_query, route_for  # noqa: F401 (the faces')
@@ -84,7 +84,7 @@ class VectorList:
 
 
 def _load_chunks(con, ids: list) -> dict:
-    from .db import in_batches
+    from ..db import in_batches
     out = {}
     for part, marks in in_batches(ids):
         rows = con.execute(
@@ -227,7 +227,7 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vecto
         hits = shape(con, cfg, q, got, want, explain)
         if len(hits) >= want or got.exhausted:
             break
-        from .vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
+        from ..embed.vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
         if pool >= VEC_K_MAX:
             break
         pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper
@@ -263,8 +263,8 @@ def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
 def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
     """The configured model's vector list, on a connection of its own (None for :memory:); the
     query is embedded (or read from the cache) only once vectors are known to exist."""
-    from . import db
-    from .vectors import has_vec
+    from .. import db
+    from ..embed.vectors import has_vec
     memo: dict = {}
     path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
     side = None
@@ -275,8 +275,8 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
     con_ = side or con
 
     def run(query: str, limit: int) -> list:
-        from . import embed
-        from .vectors import VEC_K_MAX, VectorStore
+        from ..embed import providers as embed
+        from ..embed.vectors import VEC_K_MAX, VectorStore
         fp = embed.fingerprint(cfg.embedding, "document")
         mid = embed.model_id(con_, fp, create=False)
         row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
@@ -305,8 +305,9 @@ def query_key(query: str) -> str:
 def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before, else from the
     provider — then cached."""
-    from . import db, embed
-    from .vectors import pack, unpack
+    from .. import db
+    from ..embed import providers as embed
+    from ..embed.vectors import pack, unpack
     fp = embed.fingerprint(cfg.embedding, "query")
     mid = embed.model_id(con, fp, create=False)
     if mid is not None:
@@ -336,7 +337,7 @@ def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
 
 def rerank_hits(con, cfg, q: Query, hits: list, explain: bool, load_values=None) -> list:
     """Reorder shaped hits by Voyage's reranker (one paid request, checked against the cap)."""
-    from . import embed
+    from ..embed import providers as embed
     provider = embed.reranker_for(cfg, con, load_values)
     rows = _load_chunks(con, [h.chunk_id for h in hits])
     docs = [embed.document_text(rows[h.chunk_id]["breadcrumb"], rows[h.chunk_id]["body"])[:8000] for h in hits]

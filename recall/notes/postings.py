@@ -57,7 +57,7 @@ def refresh(con, weights=WEIGHTS) -> str:
         con.execute("COMMIT")
         return done
     except Exception as exc:
-        from .db import is_sqlite_error, rollback
+        from ..db import is_sqlite_error, rollback
         rollback(con)
         if is_sqlite_error(exc) and ("locked" in str(exc) or "busy" in str(exc)):
             return "skipped: another writer"
@@ -77,7 +77,7 @@ def _lengths(con, ids=None, into=None):
     if ids is None:
         rows = con.execute("SELECT id, sz FROM chunks_fts_docsize")
     else:
-        from .db import in_batches
+        from ..db import in_batches
         rows = [r for part, marks in in_batches(ids)
                 for r in con.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})", part)]
     for rid, sz in rows:
@@ -162,7 +162,7 @@ def _apply(con, weights, dirty: list) -> str:
     con.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok USING fts5({', '.join(names)}{tokenizer_clause(con)})")
     con.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_tok_inst USING fts5vocab(temp, recall_tok, instance)")
     con.execute("DELETE FROM temp.recall_tok")
-    from .db import in_batches
+    from ..db import in_batches
     for part, marks in in_batches(dirty):
         con.execute(f"INSERT INTO temp.recall_tok(rowid, {', '.join(names)}) "
                     f"SELECT id, {', '.join(names)} FROM chunks WHERE id IN ({marks})", part)

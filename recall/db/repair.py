@@ -6,9 +6,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from . import db
-from .db import explain  # also imported from here (cli, mcp_server)
-from .errors import RecallError
+from .. import db
+from ..errors import RecallError
+from . import explain  # also imported from here (cli, mcp_server)
 
 LEDGER_COLUMNS = "at, provider, model, kind, state, estimate, tokens, items, pid, run"
 

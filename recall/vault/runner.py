@@ -14,8 +14,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from . import audit, vault
-from .errors import RecallError
+from ..errors import RecallError
+from . import audit
+from . import store as vault
 from .mask import Masker, check_maskable
 from .redact import public_fields, secret_parts
 
@@ -99,7 +100,7 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
     session = None
     try:
         if child.host_bound:
-            from .hostbound import Session
+            from ..hostbound import Session
             session = Session(child.host_bound, child.values, masker, child.placeholders)
         proc, report = _start(child, child.env if session is None else session.child_env(child.env))
         given, held = list(child.given), b""
@@ -126,7 +127,8 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
     finally:
         if session is not None:
             session.close()
-            session.log(con, child.verb)
+            for verb, sid, argv, said in session.log_rows(child.verb):
+                audit.log(con, verb, sid, argv=argv, verdict=said)
     audit.log(con, child.verb, child.target, argv=shown, verdict="ran", exit_code=result.code)
     result.notes = session.notes() if session is not None else []
     return result

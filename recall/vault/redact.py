@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import RecallError
+from ..errors import RecallError
 
 PUBLIC_FIELDS = ("username", "user", "login", "email")   # injected, never masked or redacted
 _SHORT_MIN = 4             # values of 4-5 characters are redacted as written (whole tokens only)

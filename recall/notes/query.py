@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import RecallError
 from . import terms
-from .errors import RecallError
 
 MAX_QUERY_CHARS = 2000
 MODES = ("auto", "keyword", "semantic", "hybrid")

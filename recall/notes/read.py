@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import NotFound, RecallError
+from ..errors import NotFound, RecallError
 
 DEFAULT_MAX_CHARS = 8000
 

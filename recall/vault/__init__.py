@@ -1,0 +1,2 @@
+"""The vault: secrets files synced and sealed in place, the encrypted rows and their key, find / show /
+command by metadata, the one runner of a child that holds values, and the masker every output passes."""
