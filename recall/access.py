@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from . import inventory
 from .errors import RecallError
+from .vault import door as setupvars
 from .vault import keyfile, runner
-from .vault import scrub as setupvars
 from .vault import store as vault
 from .vault.redact import secret_parts
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 from .errors import InputError, PrerequisiteDown, RecallError
-from .vault.scrub import hide_values, show_step
+from .vault.door import hide_values, show_step
 
 DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
@@ -165,6 +165,33 @@ def _holds_inline_values(entries: list) -> bool:
                for e in entries for text in [*e.access, e.verify, e.check, e.url])
 
 
+def inline_credentials(entries: list) -> list:
+    """(entry, field, label, literal) of every credential written inline in an entry: in a step (its
+    variable's name), `verify`, `check` or a URL's password."""
+    from .vault.door import credentials
+    found = []
+    for e in entries:
+        for key, texts in (("access", e.access), ("verify", [e.verify]), ("check", [e.check]), ("url", [e.url])):
+            for text in texts:
+                found += [(e, key, f"{e.id}:{name or key}", literal) for name, literal in credentials(text)]
+    return found
+
+
+def learn_literals(entries: list) -> None:
+    """Every credential written inline in the inventory told to the door: shown as [recall:ENTRY:FIELD]."""
+    from .vault import door
+    for _e, _field, label, literal in inline_credentials(entries):
+        door.learn(label, literal)
+
+
+def inline_warnings(entries: list) -> list:
+    """One line per entry field holding a credential written inline: where, and the fix."""
+    said = dict.fromkeys(f"{e.file}:{e.line}: entry '{e.id}' has a credential written inline in '{field}' "
+                         "(shown as [recall:…]): move it into the secrets file and link it with secrets: [ID]"
+                         for e, field, _label, _literal in inline_credentials(entries))
+    return list(said)
+
+
 def load_inventory(cfg, con=None) -> list:
     """Every entry of every inventory file, validated; cached in the DB while the files are unchanged."""
     if not cfg.inventory:
@@ -199,6 +226,7 @@ def load_inventory(cfg, con=None) -> list:
                 seen_names[key] = (e.id, f"{path}:{e.line}")
             entries.append(e)
     _check_references(entries, _secret_ids(cfg), items)
+    learn_literals(entries)
     if con is not None and not _holds_inline_values(entries):
         from .db import is_sqlite_error, set_meta
         try:
@@ -278,7 +306,9 @@ def pin_access(con, cfg, result) -> None:
     except RecallError as exc:
         result.notices.append(f"inventory not loaded: {exc}")
         return
-    result.access = [describe(con, e) for e in mentioned(entries, result.query)]
+    pinned = mentioned(entries, result.query)
+    result.access = [describe(con, e) for e in pinned]
+    result.notices += inline_warnings(pinned)
 
 
 def block_text(e: Entry, last_verified: str) -> str:
@@ -423,8 +453,8 @@ def ensure_prerequisites(entries: list, e: Entry) -> None:
 # -- stored verify results: record one, and say it the way a person reads it ("ok 2h ago")
 
 def record_status(con, target: str, status: str, reason: str, command: str) -> None:
-    from .vault.scrub import scrub_inline  # a literal token in a proof command is not stored
-    reason, command = scrub_inline(reason), scrub_inline(command)
+    from .vault.door import scrub  # no value or literal token in a proof command or its reason is stored
+    reason, command = scrub(reason), scrub(command)
     con.execute("INSERT INTO verify_results(target, status, reason, command, at) VALUES (?,?,?,?,?) "
                 "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
                 "command=excluded.command, at=excluded.at", (target, status, reason, command, time.time()))

@@ -1,16 +1,16 @@
-"""The MCP server: one thin tool per core call, errors the agent can read, no value in any response."""
+"""The MCP server: one api call per tool, its answer made lean and paged, errors the agent can read;
+every byte has passed the library layer's door."""
 # No `from __future__ import annotations`: the SDK reads these signatures at run time.
 import collections
-import contextlib
 import inspect
 import json
 import re
 import threading
 from typing import Literal
 
+from . import api
+from .api import MODES  # the search modes, spelled once
 from .errors import MissingExtra, RecallError
-from .notes.search import MODES  # the search modes, spelled once (search's own list)
-from .vault import audit
 
 MAX_CHARS = 15_000          # ≈ 4k tokens: the most one response carries (< 16,000 with its footer)
 READ_CHARS = 12_000         # one recall_read page; its own `offset` continues it
@@ -43,56 +43,8 @@ TOOL_ARG_DOCS = {
         "without running it again.",
 }
 
-_WARM = {}                                           # kept across calls: the response masker …
 _OUTPUTS = collections.OrderedDict()                 # (tool, args) -> full text of a long response
 _LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _opened(notes=False):
-    """Config and DB opened per call (an edit to the config applies at once); `notes`: read-only."""
-    from . import api, inventory
-    inventory.forget_checks()        # "once per process" means once per call in a long-lived server
-    with api.opened(readonly=notes, notes=notes) as (cfg, con):
-        try:
-            yield cfg, con
-        except RecallError as exc:        # an error may echo a command line or a child's message
-            masker = _response_masker(con, cfg)
-            if masker is None:
-                raise
-            raise RecallError(_mask(masker, exc.message), exc.hint and _mask(masker, exc.hint)) from None
-
-
-def _response_masker(con, cfg):
-    """Every vault value masked in every response (a note may hold a pasted token); cached until
-    the vault or its key changes. None when there is no usable vault."""
-    from .vault import keyfile
-    from .vault import store as vault
-    count, synced_at = vault.signature(con)
-    if not count:
-        return None
-    try:
-        keyfile.require_crypto()
-        sig = (str(cfg.db_path), count, synced_at, keyfile.key_path(cfg.home).stat().st_mtime_ns)
-    except (RecallError, OSError):
-        return None                    # no crypto or no key: no value can be decrypted here either
-    with _LOCK:
-        if sig in _WARM:
-            return _WARM[sig]
-    masker = vault.masker_for(vault.load_values(con, cfg))
-    with _LOCK:
-        _WARM.clear()
-        _WARM[sig] = masker
-    return masker
-
-
-def _mask(masker, text):
-    return text if masker is None else masker.mask(text.encode("utf-8")).decode("utf-8", "replace")
-
-
-def _answer(con, cfg, text, tool, offset=0, key=None):
-    """`text` masked and paged."""
-    return _page(_mask(_response_masker(con, cfg), text), offset, tool, key)
 
 
 def _page(text, offset, tool, key=None):
@@ -213,7 +165,7 @@ def _invalid(tool: str, exc) -> str:
     return f"{tool} {what}."
 
 
-# The tools: each opens, makes one core call, formats, masks and bounds.
+# The tools: each makes one api call, then makes its answer lean and bounded.
 
 def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
                   offset: int = 0) -> str:
@@ -222,14 +174,10 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     Identifiers (INC-10963, hostnames) match exactly. Returns JSON: `route`, `access` (the inventory
     entry of any system the query names) and `hits` (read = 'source:relpath:line', breadcrumb, snippet, date).
     Next: recall_read with path=the hit's `read`."""
-    from . import api
-    from .notes.search import search
     notices: list = []
-    n = _limit(limit, notices)
-    with _opened(notes=True) as (cfg, con):
-        data = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg)).public()
-        data["notices"] = notices + data["notices"]
-        return _answer(con, cfg, _json(_lean_search(data)), "recall_search", offset)
+    data = api.search(query, n=_limit(limit, notices), mode=mode).to_dict()
+    data["notices"] = notices + data["notices"]
+    return _page(_json(_lean_search(data)), offset, "recall_search")
 
 
 def recall_read(path: str, offset: int = 0) -> str:
@@ -237,13 +185,10 @@ def recall_read(path: str, offset: int = 0) -> str:
     Use it after recall_search to see a hit in full; long notes page by `offset`. Secrets files
     cannot be read. Next: for a system it names, recall_access_find; for a credential,
     recall_secret_find."""
-    from . import api
-    with _opened(notes=True) as (cfg, con):
-        res = api.read(con, cfg, path, max_chars=READ_CHARS, offset=offset)
-        head = f"{res.source}:{res.relpath} lines {res.start_line}-{res.end_line} of {res.range_end}\n"
-        tail = ("" if res.next_offset is None else
-                f"… more: call recall_read with path={path!r} and offset={res.next_offset}\n")
-        return _answer(con, cfg, head + res.text + tail, "recall_read")
+    data = api.read(path, max_chars=READ_CHARS, offset=offset).to_dict()
+    tail = ("" if data["next_offset"] is None else
+            f"… more: call recall_read with path={path!r} and offset={data['next_offset']}\n")
+    return _page(api.read_header(data) + "\n" + data["text"] + tail, 0, "recall_read")
 
 
 def _listing(key: str, found: list, total: int, limit: int, lean, none: str) -> str:
@@ -266,25 +211,20 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     lists them all. Returns JSON: `count` and `secrets` (id, service, kind, environment, notes,
     variables). Next: recall_secret_show (url, `use` line, inject when not env), then
     recall_secret_command."""
-    from .vault import store as vault
-    with _opened() as (cfg, con):
-        found = vault.find(con, query, limit=MAX_LIMIT, cfg=cfg)
-        total = vault.count(con) if not query.strip() else len(found)
-        text = _listing("secrets", found, total, limit, lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
-                        f"no secrets match {query!r}: try service, kind or environment words, or an empty query")
-        return _answer(con, cfg, text, "recall_secret_find")
+    ans = api.secret_find(query, limit=MAX_LIMIT)
+    return _page(_listing("secrets", ans.to_dict(), ans.extra["total"], limit,
+                          lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
+                          f"no secrets match {query!r}: try service, kind or environment words, or an empty query"),
+                 0, "recall_secret_find")
 
 
 def recall_secret_show(id: str) -> str:
     """One credential's metadata: service, environment, username, url, notes, its `use` line,
     the variables it is injected as, when it was last verified. Never the value. Use it to learn
     which variable a command should name. Next: recall_secret_command."""
-    from . import inventory
-    from .vault import store as vault
-    with _opened() as (cfg, con):
-        meta = vault.show(con, id, inventory.describe_status)   # `inject` only when not the default env
-        text = _json(_lean(meta, SHOW_DROPS | ({"inject"} if meta["inject"] == "env" else set())))
-        return _answer(con, cfg, text, "recall_secret_show")
+    meta = api.secret_show(id).to_dict()           # `inject` only when it is not the default env
+    return _page(_json(_lean(meta, SHOW_DROPS | ({"inject"} if meta["inject"] == "env" else set()))),
+                 0, "recall_secret_show")
 
 
 def recall_secret_command(id: str, command: str = "") -> str:
@@ -292,9 +232,7 @@ def recall_secret_command(id: str, command: str = "") -> str:
     (env or stdin) and its output masked, from any shell. Use it whenever a command needs a secret;
     name the variable in the command (recall_secret_show lists them), never a value. Empty command:
     the secret's `use` line. Next: run the line exactly as returned in your shell."""
-    from .vault import store as vault
-    with _opened() as (cfg, con):
-        return _mask(_response_masker(con, cfg), vault.command_line(con, id, command or None, cfg))
+    return api.secret_command(id, command or None).to_dict()["command"]
 
 
 def recall_access_find(query: str = "", limit: int = 10) -> str:
@@ -302,24 +240,16 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     entries whose tags or notes match; an empty query lists them all. Use it before touching any
     remote system. Returns JSON: `count` and `entries`, each with its access `block`. Next:
     recall_access_exec with the entry's id."""
-    from . import api, inventory
-    with _opened() as (cfg, con):
-        found = inventory.find(api.entries(cfg, con), query)
-        text = _listing("entries", found, len(found), limit,
-                        lambda e: _lean(inventory.describe(con, e), ENTRY_DROPS),
-                        f"no inventory entries match {query!r}: try an empty query")
-        return _answer(con, cfg, text, "recall_access_find")
+    found = api.access_find(query).to_dict()
+    return _page(_listing("entries", found, len(found), limit, lambda e: _lean(e, ENTRY_DROPS),
+                          f"no inventory entries match {query!r}: try an empty query"), 0, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:
     """One inventory entry as JSON: kind, environment, prerequisites (requires), setup steps,
     linked secrets, verify command, notes, last verified. Use it to see how a system is reached.
     Next: recall_access_exec with this id."""
-    from . import api, inventory
-    with _opened() as (cfg, con):
-        entry = inventory.get_entry(api.entries(cfg, con), id)
-        text = _json(_lean(inventory.describe(con, entry), ENTRY_DROPS - {"file", "line"}))
-        return _answer(con, cfg, text, "recall_access_show")
+    return _page(_json(_lean(api.access_show(id).to_dict(), ENTRY_DROPS - {"file", "line"})), 0, "recall_access_show")
 
 
 def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
@@ -330,33 +260,17 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     stdout, stderr. Killed after 5 minutes (exit 124).
     Next: on 'prerequisite … is down', ask the user to connect it; after 401/403/expired,
     recall_verify."""
-    from .access import exec_entry
     key = ("recall_access_exec", id, command)
     if offset:
         return _continued(key, offset)
-    with _opened() as (cfg, con):
-        result = exec_entry(con, cfg, id, command.strip() or None, timeout=EXEC_TIMEOUT)
-        lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
-        lines += [f"left out: {step} ({why})" for step, why in result.left_out]
-        lines += [f"note: {note}" for note in result.notes]
-        for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
-            if data.strip():           # an empty stream's header says nothing
-                lines += [f"--- {name} ---", data.decode("utf-8", "replace").rstrip("\n")]
-        return _answer(con, cfg, "\n".join(lines) + "\n", "recall_access_exec", key=key)
-
-
-def _verify_data(con, cfg, report) -> dict:
-    """One row per entry or secret: its real kind, status and reason; a one-line summary first."""
-    from . import inventory
-    from .vault import store as vault
-    kinds = {e.id: e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
-    for sid, kind in vault.kinds(con).items():
-        kinds[f"secret:{sid}"] = "secret" + (f" ({kind})" if kind else "")
-    rows = [_lean({"id": p.id, "kind": kinds.get(p.id if p.kind == "entry" else f"secret:{p.id}", p.kind),
-                   "status": p.status, "reason": p.detail}) for p in report.probes]
-    counts = collections.Counter(r["status"] for r in rows)
-    return {"summary": f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
-            "entries": rows}
+    d = api.access_exec(id, command.strip() or None, timeout=EXEC_TIMEOUT).to_dict()
+    lines = [f"exit code: {d['code']}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if d["timed_out"] else "")]
+    lines += [f"left out: {step} ({why})" for step, why in d["left_out"]]
+    lines += [f"note: {note}" for note in d["notes"]]
+    for name in ("stdout", "stderr"):
+        if d[name].strip():           # an empty stream's header says nothing
+            lines += [f"--- {name} ---", d[name].rstrip("\n")]
+    return _page("\n".join(lines) + "\n", 0, "recall_access_exec", key)
 
 
 def recall_verify(id: str = "", offset: int = 0) -> str:
@@ -368,11 +282,16 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     key = ("recall_verify", id)
     if offset:
         return _continued(key, offset)
-    from . import api
     ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
-    with _opened() as (cfg, con):
-        report = api.verify(con, cfg, ids)
-        return _answer(con, cfg, _json(_verify_data(con, cfg, report)), "recall_verify", key=key)
+    ans = api.verify(ids)
+    kinds = ans.extra["kinds"]
+    rows = [_lean({"id": e["id"], "kind": kinds.get(f"{e['kind']}:{e['id']}", e["kind"]),
+                   "status": e["commands"][0]["status"], "reason": e["commands"][0]["detail"]})
+            for e in ans.to_dict()["entries"]]
+    counts = collections.Counter(r["status"] for r in rows)
+    data = {"summary": f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
+            "entries": rows}
+    return _page(_json(data), 0, "recall_verify", key)
 
 
 TOOLS = [recall_search, recall_read, recall_secret_find, recall_secret_show, recall_secret_command,
@@ -392,19 +311,15 @@ def _as_tool(fn):
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import Field
 
-    from .api import bound_echoes
-    from .db import explain
-
     @functools.wraps(fn)
     def tool(**kwargs):
         try:
-            return fn(**kwargs)
+            return api.scrub(fn(**kwargs))      # what the tool put together passes the door once more
         except Exception as exc:      # ours, or a full disk, a damaged DB: its one line, not a logged traceback
-            err = explain(exc)
-            if err is None:
+            said = api.error_text(exc, [v for v in kwargs.values() if isinstance(v, str)])
+            if said is None:
                 raise
-            echoed = [v for v in kwargs.values() if isinstance(v, str)]   # each long one cut to a prefix + '…'
-            raise ToolError(bound_echoes(for_agent(str(err)), echoed)) from None
+            raise ToolError(for_agent(said[1])) from None
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(
@@ -422,8 +337,7 @@ def build_server():
     from pydantic import ValidationError
 
     from . import __version__
-    from .instructions import RULES
-    audit.CALLER["name"] = "mcp"
+    api.as_caller("mcp")
 
     class Server(MCPServer):
         async def call_tool(self, name, arguments, context=None):
@@ -436,7 +350,8 @@ def build_server():
                     raise ToolError(str(exc.__cause__)) from None
                 raise
 
-    server = Server(name="recall", version=__version__, instructions=RULES, log_level="WARNING")
+    server = Server(name="recall", version=__version__, instructions=api.agent_rules(),
+                    log_level="WARNING")
     for fn in TOOLS:
         name, runs = fn.__name__, fn is recall_access_exec
         hints = ToolAnnotations(title=TITLES[name], read_only_hint=not runs, destructive_hint=runs,
@@ -454,10 +369,8 @@ def serve() -> int:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
         raise MissingExtra("mcp", "the MCP server") from None
-    from . import api
-    from .config import load_config
     try:
-        watcher = api.watcher(load_config()).start()
+        watcher = api.watcher().start()
     except RecallError:               # no config, a bad RECALL_WATCH: serve the index as it is (doctor says why)
         watcher = None
     try:

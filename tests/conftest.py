@@ -96,7 +96,8 @@ PROCESS_STATE = {
     "recall.embed.providers": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
-    "recall.mcp_server": ("_WARM", "_OUTPUTS"),    # the warm masker, long responses held for `offset`
+    "recall.mcp_server": ("_OUTPUTS",),            # long responses held for `offset`
+    "recall.vault.door": ("_LITERALS", "_CACHE"),  # what the door learned, and its masker
 }
 
 

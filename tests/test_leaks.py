@@ -222,7 +222,8 @@ def test_inline_tokens_in_proof_commands_are_not_stored(world):
         r = run_recall(*args)
         ok(r, code=r.returncode)
     log = ok(run_recall("--json", "secret", "log")).stdout
-    assert "Authorization: Bearer [hidden]" in log and "app:[hidden]@" in log    # logged, hidden
+    assert "Authorization: Bearer [recall:box:" in log and "app:[recall:box:" in log    # logged, labelled
+    assert inline not in log
     for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
         if path.is_file():
             assert inline.encode() not in path.read_bytes(), path
@@ -265,11 +266,9 @@ def test_get_through_a_pipe_never_shows_the_value(world):
 
 def test_mcp_responses_carry_no_value(world, monkeypatch):
     pytest.importorskip("mcp")
-    from recall import mcp_server
     from recall.vault import audit
     from tests.test_mcp import call
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
-    monkeypatch.setattr(mcp_server, "_WARM", {})
     text, err = call("recall_read", path="pasted.md")
     assert not err and MARK in text
     clean("recall_read", text)

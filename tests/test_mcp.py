@@ -129,7 +129,6 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
     monkeypatch.setenv("PATH", ":".join(d for d in os.environ["PATH"].split(":")
                                         if not os.path.exists(os.path.join(d, "recall"))))
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
-    monkeypatch.setattr(mcp_server, "_WARM", {})
     mcp_server._OUTPUTS.clear()
     return {"cfg": cfg, "con": con, "inventory": inv, "tmp": tmp_path, "jira_port": echo_server[0],
             "jira_ca": echo_server[1]}
@@ -476,9 +475,14 @@ def test_canary_never_appears_in_any_tool_response(world):
 
 
 def test_the_response_masker_stays_warm_across_calls(world, monkeypatch):
+    from recall.vault import mask
     built = []
-    real = vault.masker_for
-    monkeypatch.setattr(vault, "masker_for", lambda values: built.append(1) or real(values))
+
+    class Counted(mask.Masker):
+        def __init__(self, *args, notes=False):
+            built.extend([] if notes else [1])            # the response masker (not sync's note redactor)
+            super().__init__(*args, notes=notes)
+    monkeypatch.setattr(mask, "Masker", Counted)
     run_calls([("recall_secret_show", {"id": "jira-api-token"}), ("recall_search", {"query": "jira"}),
                ("recall_access_find", {"query": "jira"})])
     assert len(built) == 1
@@ -597,7 +601,6 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
     monkeypatch.setattr(local_model, "LOADED_MODELS", [])
     monkeypatch.setattr(query_encoder, "_CACHE", {})       # nor a query encoder built
     monkeypatch.setitem(audit.CALLER, "name", "cli")
-    monkeypatch.setattr(mcp_server, "_WARM", {})
     stamp = time.time()
     queries = [f"how did the primary database fail over {stamp}", f"who renewed the wildcard certificate {stamp}",
                f"which host do I ssh through to reach prod {stamp}"]

@@ -1,5 +1,5 @@
-"""argparse: parse → call ONE core function → format text or --json → exit code. The parser and main
-are here; the verbs, by concern, in notes, secrets and systems; what they print through in output."""
+"""argparse: parse → ONE api call → its text or --json → exit code. The parser and main are here;
+the verbs, by concern, in notes, secrets and systems; what they print through in output."""
 from __future__ import annotations
 
 import argparse
@@ -98,7 +98,7 @@ def _modes(parser) -> list:
     """Search's own list of modes; imported only for the search or eval parser this run builds."""
     if isinstance(parser, _Skipped):
         return []
-    from ..notes.search import MODES
+    from ..api import MODES
     return list(MODES)
 
 
@@ -271,13 +271,13 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:        # ours, or a full disk, a read-only or damaged DB: one line, not a traceback
-        from ..api import bound_echoes
-        from ..db import explain
-        err = explain(exc)
-        if err is None:
+        from ..api import error_text
+        from .output import say
+        said = error_text(exc, argv)
+        if said is None:
             raise
-        text = bound_echoes(str(err), argv)
-        sys.stderr.write(f"recall: {text[len('recall: '):] if text.startswith('recall: ') else text}\n")
+        err, text = said
+        say(text[len('recall: '):] if text.startswith('recall: ') else text)
         return err.exit_code
 
 

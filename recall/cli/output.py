@@ -1,8 +1,20 @@
-"""What every verb prints through: text or --json on stdout, the config and DB a verb opens, a progress
-line on a terminal, and CMD after an id's `--`."""
+"""What every verb prints through: an Answer's text (control characters made visible) or its JSON on
+stdout, its notices on stderr, a progress line on a terminal, and CMD after an id's `--`."""
 from __future__ import annotations
 
+import re
 import sys
+
+# C0 and C1 controls but tab and newline, DEL, and the bidirectional overrides: a note or a file
+# holding them could move the cursor, set the title or write the clipboard (ESC ] 52) if sent as is.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` as a terminal may receive it: a line's CRLF as LF, every other control shown as \\xNN."""
+    text = text.replace("\r\n", "\n")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                        else f"\\u{ord(m.group()):04x}", text)
 
 
 def _command(args) -> list:
@@ -24,35 +36,31 @@ def _out(text: str = "") -> None:
     sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
 
 
-def _json_done(args, data) -> bool:
-    """With --json: `data` printed as JSON, and True (the verb prints nothing else)."""
-    if not getattr(args, "json", False):
-        return False
-    import json
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-    return True
+def say(line: str) -> None:
+    """One remark on stderr: `recall: …`."""
+    sys.stderr.write(f"recall: {visible(line)}\n")
 
 
-def _said(args, data, text: str) -> int:
-    """`data` as JSON with --json, else `text`; exit code 0."""
-    if not _json_done(args, data):
-        _out(text)
-    return 0
+def emit(args, ans) -> int:
+    """An Answer as the verb prints it: its JSON with --json, else its notices (stderr) and text;
+    the verb's exit code."""
+    if getattr(args, "json", False):
+        import json
+        sys.stdout.write(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n")
+        return ans.code
+    for notice in ans.notices:
+        say(notice)
+    if ans.text():
+        _out(visible(ans.text()))
+    return ans.code
 
 
-def _config(args):
-    from ..config import load_config
-    return load_config(getattr(args, "config", None))
+def config_of(args):
+    """The --config FILE the person named, or None (RECALL_CONFIG, then the default)."""
+    return getattr(args, "config", None)
 
 
-def _opened(args) -> tuple:
-    """(cfg, con): the config args name and its DB, open until the process ends."""
-    from .. import db
-    cfg = _config(args)
-    return cfg, db.connect(cfg.db_path)
-
-
-class _Progress:
+class Progress:
     """A one-line progress bar on a terminal's stderr; silent on a pipe."""
 
     def __init__(self):
@@ -67,7 +75,7 @@ class _Progress:
         self.last = now
         width = 30
         filled = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} {label[-40:]:<40}")
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} {visible(label[-40:]):<40}")
         if done >= total:
             sys.stderr.write("\r" + " " * (width + 90) + "\r")
         sys.stderr.flush()

@@ -23,9 +23,9 @@ def parent_name() -> str:
 
 
 def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
-    """Append one row (autocommitted outside a transaction); argv comes masked, inline tokens are hidden here."""
-    from .scrub import scrub_inline
-    target, argv = scrub_inline(target), scrub_inline(argv)
+    """Append one row (autocommitted outside a transaction), its text through the door."""
+    from .door import scrub
+    target, argv, verdict = scrub(target), scrub(argv), scrub(verdict)
     con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
                 "VALUES (?,?,?,?,?,?,?,?)",
                 (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code))

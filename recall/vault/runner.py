@@ -15,7 +15,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 
 from ..errors import RecallError
-from . import audit
+from . import audit, door
 from . import store as vault
 from .mask import Masker, check_maskable
 from .redact import public_fields, secret_parts
@@ -95,7 +95,7 @@ class _Sink:
 def run(con, child: Child, out=None, err=None) -> RunResult:
     """Run `child` with its host-bound session open for the run; write its one audit row (`ran`,
     `not run`, or `setup failed`)."""
-    masker = Masker(child.masks)
+    masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
     session = None
     try:
@@ -112,7 +112,7 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
                 raise
             finally:
                 os.close(report)
-            masker = Masker({**child.masks, **pre.masks})
+            masker = door.masker({**child.masks, **pre.masks})
             given += list(pre.masks)
             held = pre.stderr
             if pre.error is not None:

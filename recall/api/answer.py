@@ -1,0 +1,97 @@
+"""What every api call returns (an Answer: its JSON shape, its text, its notices, its exit code) and
+how it is made: config and DB opened, the door bound to that vault, every string scrubbed."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from ..errors import RecallError
+
+LONG_ARGUMENT = 256         # an argument longer than this (no path or id is) is echoed as …
+ECHO_CHARS = 40             # … its first 40 characters + '…'
+ERROR_CHARS = 4_000         # and no error is longer than this, whatever it quotes
+
+
+@dataclass
+class Answer:
+    """One verb's or tool's answer, every string already through the door: `data` is its --json
+    shape, `shown` what the CLI prints, `notices` one line each for stderr, `code` the exit code;
+    `extra`: what else a face may say (a listing's total, verify's kinds), never printed as is."""
+    data: object
+    shown: str = ""
+    notices: list = field(default_factory=list)
+    code: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self):
+        return self.data
+
+    def text(self) -> str:
+        return self.shown
+
+
+def answer(data, shown: str = "", notices=(), code: int = 0, **extra) -> Answer:
+    """An Answer of what a verb found, scrubbed by the door (bound to this call's vault by `opened`)."""
+    from ..vault import door
+    return Answer(door.scrub_data(data), door.scrub(shown), [door.scrub(n) for n in notices], code,
+                  door.scrub_data(extra))
+
+
+@contextlib.contextmanager
+def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False,
+           strict: bool = True, connect: bool = True):
+    """(cfg, con) for one call, the door bound to its vault, closed after. `notes`: a config without
+    sources is the error; `strict=False`: a vault that cannot be opened here does not stop the
+    output (doctor must say why); `connect=False`: no DB (con is None). An error raised inside leaves
+    through the door too."""
+    from .. import db
+    from ..config import load_config
+    from ..inventory import forget_checks
+    from ..vault import door
+    forget_checks()        # prerequisites are checked once per call (the MCP server lives for many)
+    cfg = load_config(config)
+    if notes:
+        cfg.require_sources()
+    con = db.connect(cfg.db_path, readonly=readonly) if connect else None
+    try:
+        with door.bound(cfg, con, strict=strict):
+            try:
+                yield cfg, con
+            except RecallError as exc:
+                _scrub_error(exc)
+                raise
+    finally:
+        if con is not None:
+            con.close()
+
+
+def _scrub_error(exc: RecallError) -> None:
+    """The error's message and hint through the door, in place (its type and exit code stay)."""
+    from ..vault import door
+    try:
+        message, hint = door.scrub(exc.message), exc.hint and door.scrub(exc.hint)
+    except RecallError:                   # the vault cannot be opened: the rules and literals still apply
+        message, hint = door.scrub_inline(exc.message), exc.hint and door.scrub_inline(exc.hint)
+    exc.message, exc.hint, exc.args = message, hint, (message,)
+
+
+def error_text(exc, arguments=()):
+    """(the RecallError a user sees, its one line) for `exc`, or None for a bug (it keeps its
+    traceback): a storage fault said in one line, long arguments it echoes cut, through the door."""
+    from ..db import explain
+    from ..vault import door
+    err = explain(exc)
+    if err is None:
+        return None
+    text = str(err)
+    for value in sorted({a for a in arguments if len(a) > LONG_ARGUMENT}, key=len, reverse=True):
+        short = value[:ECHO_CHARS] + "…"
+        text = text.replace(value, short).replace(repr(value)[1:-1], short)
+    text = " ".join(door.scrub(text).split())        # one line, whatever an id or a quoted text held
+    return err, text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "…"
+
+
+def scrub(text: str) -> str:
+    """A face's last step for text it put together itself: through the door (vault/door.py)."""
+    from ..vault import door
+    return door.scrub(text)

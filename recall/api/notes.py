@@ -1,0 +1,209 @@
+"""The notes verbs of the library layer: init, index (and watch), search, read, eval."""
+from __future__ import annotations
+
+from ..errors import RecallError
+from .answer import Answer, answer, opened
+
+
+def init(config: str | None = None, notes: str | None = None) -> Answer:
+    """`recall init`: a starter config (refused when one is there), its notes folder, a secrets file
+    and an inventory beside it; the next commands to run."""
+    import os
+    import shlex
+
+    from ..config import default_config_path
+    from ..config import init as start
+    recall = f"recall --config {shlex.quote(config)}" if config else "recall"
+    started = start(config or os.environ.get("RECALL_CONFIG") or default_config_path(), notes, recall=recall)
+    width = max(len(cmd) for cmd, _ in started.next)
+    shown = "\n".join([
+        f"wrote {started.config}: notes in {started.notes}; credentials in {started.secrets} (0600, "
+        f"outside the notes); systems in {started.inventory}",
+        "next:", *(f"  {cmd:<{width}}  # {what}" for cmd, what in started.next),
+        f"credentials: add them to {started.secrets}, then 'recall secret sync'"])
+    return answer(started.__dict__, shown)
+
+
+def index(config: str | None = None, *, full: bool = False, source: str | None = None, embed: bool = True,
+          prune: bool = False, remote: str | None = None, progress=None, notify=None) -> Answer:
+    """`recall index`: the vault's redactor and values wired in; `--full` rebuilds a broken DB;
+    `remote`: the index run on that remote, over ssh. `notify(line)` hears each remark as it happens."""
+    with opened(config, connect=False) as (cfg, _):
+        if remote:
+            from ..remote import index_remote
+            data = index_remote(cfg, remote, full=full)
+            return answer(data, f"indexed on {remote}: {data['new']} new, {data['changed']} changed, "
+                                f"{data['removed']} removed, {data['unchanged']} unchanged files; "
+                                f"{data['chunks']} chunks written; {data['seconds']:.2f}s")
+        from ..db.repair import index_repairing
+        from ..notes.index import run_index
+        from ..vault import door, store
+        cfg.require_sources()
+        embed = embed and cfg.embedding.provider != "none"
+        said = None if notify is None else (lambda line: notify(door.scrub(line)))
+        report = index_repairing(cfg.db_path, lambda con: run_index(
+            con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
+            redactor=store.redactor, load_values=store.load_values, prune=prune),
+            full=full, vectors=embed, notify=said, holds_values=store.holds_values)
+        vectors = (f"; {report.embedded} embedded" + (f" ({report.tokens:,} tokens billed)" if report.tokens else "")
+                   if embed else "")
+        notices = [f"skipped {path}: {why}" for path, why in report.skipped]
+        notices += [f"{path}: {what}" for path, what in report.warnings]
+        return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, {report.removed} "
+                                       f"removed, {report.unchanged} unchanged files; {report.chunks} chunks "
+                                       f"written; {len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s",
+                      notices)
+
+
+def watcher(cfg=None, report=lambda kind, result: None):
+    """The sources followed (notes.watch.Watcher) with the vault's redactor and values, as `index` has
+    them; `cfg` None: the config found as every verb finds it."""
+    from ..config import load_config
+    from ..notes.watch import Watcher
+    from ..vault import store
+    return Watcher(cfg or load_config(), redactor=store.redactor, load_values=store.load_values, report=report)
+
+
+def watch(config: str | None = None, said=lambda ans: None) -> None:
+    """`recall index --watch`: each change indexed as it happens; `said(Answer)` hears the start and
+    each pass that changed something. Runs until interrupted."""
+    from ..vault import door
+    with opened(config, connect=False) as (cfg, _):
+        def passed(kind, rep):
+            if kind == "index" and (rep.new or rep.changed or rep.removed):
+                said(Answer(rep.__dict__, door.scrub(
+                    f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} removed files; "
+                    f"{rep.chunks} chunks written; {rep.seconds:.2f}s")))
+            elif kind == "embed" and rep.embedded:
+                said(Answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
+                                          + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else "")))
+        w = watcher(cfg, report=passed)
+        if w.how == "off":
+            raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
+        said(Answer({}, notices=[f"watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops"]))
+        w.run()
+
+
+def search_hooks(cfg, *, local: bool = False):
+    """The vault, and (unless `local`) the inventory's pins and the remotes when the config names them."""
+    from ..notes.search import SearchHooks
+    from ..vault import store
+    ask = pins = None
+    if cfg.remotes and not local:
+        from ..remote import ask_remotes as ask
+    if cfg.inventory and not local:
+        from ..inventory import pin_access as pins
+    return SearchHooks(ask_remotes=ask, pins=pins, require_open=store.require_open, load_values=store.load_values)
+
+
+def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "auto", rerank: bool = False,
+           explain: bool = False, local: bool = False) -> Answer:
+    """`recall search` / recall_search: pins, remotes and the notices of sources changed or missing
+    since the last index run, wired in here for both faces."""
+    from .. import db
+    from ..config import load_config
+    from ..notes.query import parse_query
+    from ..notes.search import needs_vectors
+    from ..notes.search import search as run
+    from ..notes.walk import behind, missing_sources
+    from ..vault import door
+    cfg = load_config(config)
+    cfg.require_sources()
+    q = parse_query(query)                 # once: the route, both lists, the snippets
+    con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, q, mode))
+    try:
+        with door.bound(cfg, con):
+            result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
+                         hooks=search_hooks(cfg))
+            data = result.public()
+            data["stale"] = stale = behind(con, cfg)
+            data["notices"] += missing_sources(cfg.sources)
+            if stale:
+                data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
+                                       "brings the results up to date ('recall index --watch' keeps them so)")
+            return answer(data, _search_text(result), data["notices"])
+    finally:
+        con.close()
+
+
+def _search_text(result) -> str:
+    from ..notes.query import NO_PROVIDER
+    lines = [a["block"] + "\n" for a in result.access]
+    if not result.hits:
+        lines.append(f"no notes match {result.query!r}")
+    for i, h in enumerate(result.hits, start=1):
+        lines.append(f"{i}. {h.relpath}:{h.line}  {h.date}  [{h.source}]")
+        lines.append(f"   {h.breadcrumb}")
+        lines.append(f"   {h.marked()}")
+        if h.explain:
+            import json
+            lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))
+    if result.route.reason == NO_PROVIDER:
+        lines.append("(keyword search: no embedding provider is configured, so nothing is matched by "
+                     "meaning — see 'recall doctor')")
+    return "\n".join(lines)
+
+
+def read_header(data: dict) -> str:
+    """The first line of a read, the same for both faces: where, and which lines of how many."""
+    return (f"{data['source']}:{data['relpath']} lines {data['start_line']}-{data['end_line']} of "
+            f"{data['total_lines'] or data['range_end']}")
+
+
+def read(target: str, config: str | None = None, *, max_chars: int = 8000, offset: int = 0) -> Answer:
+    """`recall read` / recall_read: a note or section, redacted by the vault's values; NAME:path reads
+    a remote's. The text is the header and the numbered lines, and how to continue when cut."""
+    from ..notes.read import read_note
+    from ..vault.store import redactor
+
+    def read_remote(cfg, name, target, **kw):
+        from ..remote import read_remote  # loaded only for a NAME:path on a configured remote
+        return read_remote(cfg, name, target, **kw)
+    with opened(config, readonly=True) as (cfg, con):
+        res = read_note(con, cfg, target, redactor=redactor, max_chars=max_chars, offset=offset,
+                        read_remote=read_remote)
+        data = res.public()
+        more = "" if res.next_offset is None else f"… more: recall read {target} --offset {res.next_offset}\n"
+        body = res.text if res.text.endswith("\n") or not res.text else res.text + "\n"
+        return answer(data, read_header(data) + "\n" + body + more)
+
+
+def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: bool = False) -> Answer:
+    """`recall eval`: recall@5, MRR@10 and nDCG@10 per query type and mode over judged queries."""
+    from .. import db
+    from ..config import load_config
+    from ..notes.evaluate import evaluate as score
+    from ..notes.evaluate import judged_not_indexed, load_golden
+    from ..notes.search import search as run
+    cfg = load_config(config)
+    cfg.require_sources()
+    provider = cfg.embedding.provider != "none"
+    con = db.connect(cfg.db_path, readonly=True, vectors=provider)
+    items = load_golden(golden)
+    missing, judged = judged_not_indexed(con, items)
+    if missing and len(missing) == judged:
+        raise RecallError(f"none of the {judged} files judged in {golden} is in the index of {cfg.path}",
+                          "index the notes it was judged on and name their config; for the sample set: "
+                          "recall --config golden/recall.yaml index, then eval with the same --config")
+    notices = [f"warning: {len(missing)} of {judged} judged files are not in the index (e.g. {missing[0]}); "
+               "queries that need them score lower"] if missing else []
+    hooks = search_hooks(cfg, local=True)          # the vault only: no pins, no remotes
+
+    def run_query(q, mode, n):
+        plain = mode.replace("+rerank", "")
+        return [h.relpath for h in run(con, cfg, q, n=n, mode=plain, rerank=plain != mode, remotes=False,
+                                       hooks=hooks).hits]
+
+    modes = modes or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
+    rows = [r for mode in modes for r in score(items, run_query, mode)]
+    cells = {(r.qtype, r.mode): r for r in rows}
+    width = max(9, *(len(m) for m in modes))
+    lines = [f"{'type':<11} {'queries':>7} {'metric':<9} " + " ".join(f"{m:>{width}}" for m in modes)]
+    for qtype in dict.fromkeys(r.qtype for r in rows):
+        count = cells[(qtype, modes[0])].queries
+        for metric, attr in (("recall@5", "recall5"), ("MRR@10", "mrr10"), ("nDCG@10", "ndcg10")):
+            lines.append(f"{qtype:<11} {count:>7} {metric:<9} "
+                         + " ".join(f"{getattr(cells[(qtype, m)], attr):>{width}.3f}" for m in modes))
+    if verbose:
+        lines += [f"missed ({r.mode}, {r.qtype}): " + "; ".join(r.misses) for r in rows if r.misses]
+    return answer([r.__dict__ for r in rows], "\n".join(lines), notices)

@@ -1,0 +1,165 @@
+"""The vault's verbs of the library layer: sync, set, key backup, find, show, command, exec, get, log,
+restore, rotate-key. None returns a value."""
+from __future__ import annotations
+
+from ..errors import RecallError
+from .answer import Answer, answer, opened
+
+
+def _configured(cfg) -> None:
+    if not cfg.secrets:
+        raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
+
+
+def secret_sync(config: str | None = None, *, prune: bool = False) -> Answer:
+    """`recall secret sync`: every secrets file read, its plain values sealed, the vault replaced."""
+    from ..vault import store
+    with opened(config, strict=False) as (cfg, con):
+        _configured(cfg)
+        rep = store.sync(con, cfg, prune=prune)
+        changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
+        lines = [f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
+                 + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
+                 + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else "")]
+        if rep.removed_ids:
+            lines.append(f"removed: {', '.join(rep.removed_ids)} — kept 30 days: 'recall secret restore ID' "
+                         "writes one back into its file ('recall secret log' lists them)")
+        return answer(rep.__dict__, "\n".join(lines), [f"warning: {w}" for w in rep.warnings])
+
+
+def secret_restore(secret_id: str, config: str | None = None) -> Answer:
+    """`recall secret restore`: a secret a sync removed (30 days) written back into its file, sealed."""
+    from ..vault import store
+    with opened(config, strict=False) as (cfg, con):
+        target, rep = store.restore(con, cfg, secret_id)
+        return answer({"restored": secret_id, "file": target, **rep.__dict__},
+                      f"restored {secret_id} into {target} (its values sealed); synced {rep.total} secrets")
+
+
+def secret_set(secret_id: str, field: str | None = None, config: str | None = None) -> Answer:
+    """`recall secret set`: a value typed at the terminal (never echoed) or piped in, sealed into its
+    file, then synced."""
+    from ..vault import store
+    from ..vault.inplace import read_value, set_value
+    with opened(config, strict=False) as (cfg, con):
+        what = f"{secret_id}.{field}" if field else secret_id
+        value = read_value(f"New value for {what} (not shown; Enter ends it): ")
+        where = set_value(cfg, secret_id, field, value)
+        del value
+        rep = store.sync(con, cfg)
+        return answer({"set": where, **rep.__dict__},
+                      f"sealed a new value for {where} in its file; synced {rep.total} secrets")
+
+
+def secret_key_backup(file: str, config: str | None = None) -> Answer:
+    """`recall secret key backup FILE`: a 0600 copy of the vault key, to keep off this machine."""
+    from ..vault.inplace import backup_key
+    from ..vault.keyfile import key_path
+    with opened(config, strict=False) as (cfg, con):
+        dest, key = backup_key(con, cfg, file), key_path(cfg.home)
+        return answer({"backup": str(dest)}, f"wrote a copy of the vault key to {dest} (0600): keep it off "
+                      f"this machine; to restore it: cp {dest} {key} && chmod 600 {key}")
+
+
+def secret_text(meta: dict) -> str:
+    """One secret's metadata as the CLI prints it."""
+    kinds = ", ".join(x for x in (meta.get("kind"), meta.get("service"), meta.get("environment")) if x)
+    lines = [f"{meta['id']}  ({kinds})"]
+    for key in ("username", "url", "notes", "use", "check"):
+        if meta.get(key):
+            lines.append(f"  {key}: {' '.join(str(meta[key]).split())}")
+    if meta.get("tags"):
+        lines.append(f"  tags: {', '.join(meta['tags'])}")
+    if meta["inject"] == "stdin":
+        lines.append("  inject: stdin — the value, then a newline, on the command's stdin"
+                     + (f"; variables: {', '.join(meta['variables'])}" if meta["variables"] else ""))
+    else:
+        lines.append(f"  variables: {', '.join(meta['variables'])}  (inject: {meta['inject']})")
+    if meta.get("host_bound"):
+        lines.append(f"  host-bound: {meta['host_bound']}")
+    if "last_verified" in meta:
+        lines.append(f"  last verified: {meta['last_verified']}")
+    return "\n".join(lines)
+
+
+def secret_find(query: str = "", config: str | None = None, *, limit: int | None = None) -> Answer:
+    """`recall secret find` / recall_secret_find: secrets ranked by their metadata (an empty query
+    lists them, bounded); `data` is the list, `code` stays 0; the total rides in the text."""
+    from ..vault import store
+    with opened(config) as (cfg, con):
+        _configured(cfg)
+        query = query.strip()
+        found = store.find(con, query, cfg=cfg, limit=limit or (10 if query else 50))
+        total = store.count(con) if not query else len(found)
+        shown = "\n".join(secret_text(m) for m in found) if found else "no secrets match"
+        if found and not query:            # the whole list, bounded: say how many there are
+            shown += f"\n({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found)
+                                                             else ")")
+        return answer(found, shown, total=total)
+
+
+def secret_show(secret_id: str, config: str | None = None) -> Answer:
+    """`recall secret show` / recall_secret_show: metadata, use line, variables, last verified."""
+    from ..inventory import describe_status
+    from ..vault import store
+    with opened(config) as (cfg, con):
+        meta = store.show(con, secret_id, describe_status)
+        return answer(meta, secret_text(meta))
+
+
+def secret_command(secret_id: str, command=None, config: str | None = None) -> Answer:
+    """`recall secret command` / recall_secret_command: the one shell line that runs `command` (argv or
+    a shell line; empty: the secret's `use`) with the secret injected and its output masked."""
+    from ..vault import store
+    with opened(config) as (cfg, con):
+        line = store.command_line(con, secret_id, command or None, cfg)
+        return answer({"id": secret_id, "command": line}, line)
+
+
+def secret_exec(secret_id: str, argv: list, config: str | None = None, *, stdin: bool = False,
+                out=None, err=None) -> Answer:
+    """`recall secret exec`: argv run with the secret injected, its output masked as it streams to
+    `out`/`err`; the Answer's code is the child's, its notices what the person should know."""
+    from ..vault.runner import secret_exec as run
+    with opened(config) as (cfg, con):
+        result = run(con, cfg, secret_id, argv, stdin=stdin, out=out, err=err)
+        return answer({"code": result.code}, "", result.notes, result.code)
+
+
+def secret_get(secret_id: str, config: str | None = None, *, show: bool = False) -> Answer:
+    """`recall secret get`: the value to the clipboard (cleared after 45 s), or with `show` on the
+    controlling terminal after a typed word — for a person only, never on stdout."""
+    from ..vault import reveal
+    with opened(config) as (cfg, con):
+        if show:
+            reveal.reveal(con, cfg, secret_id)     # asks and shows on /dev/tty, never on stdout
+            return answer({}, "")
+        got = reveal.to_clipboard(con, cfg, secret_id)
+        return answer(got.__dict__, f"copied the value of {got.id} to the clipboard ({got.tool}); a detached "
+                      f"`sh -c '{got.clearer}'` empties it in {got.clear_after} s and exits")
+
+
+def secret_log(secret_id: str | None = None, config: str | None = None, *, limit: int = 50) -> Answer:
+    """`recall secret log`: the access log (newest last), and the secrets a sync removed (restorable)."""
+    from ..vault import audit
+    from ..vault.removed import listed
+    with opened(config, strict=False) as (cfg, con):
+        rows = audit.entries(con, secret_id, limit)
+        gone = [g for g in listed(con) if not secret_id or g.id == secret_id]
+        lines = []
+        for r in rows:
+            code = "" if r["exit_code"] is None else f" exit {r['exit_code']}"
+            lines.append(f"{r['time']}  {r['caller']}({r['parent']})  {r['verb']:<15} {r['target']}  "
+                         f"{r['verdict']}{code}  {r['argv']}".rstrip())
+        if gone:
+            lines.append("removed by a sync, restorable with 'recall secret restore ID':")
+            lines += [f"  {g.id}  from {g.file}:{g.line}  until {g.until}" for g in gone]
+        return answer(rows, "\n".join(lines))
+
+
+def secret_rotate_key(config: str | None = None) -> Answer:
+    """`recall secret rotate-key`: every row and every sealed value re-encrypted under a new key."""
+    from ..vault import store
+    with opened(config, strict=False) as (cfg, con):
+        n = store.rotate_key(con, cfg)
+        return answer({"reencrypted": n}, f"re-encrypted {n} secrets under a new key")

@@ -1,0 +1,135 @@
+"""The verbs of the library layer about systems and the agent: access find / show / exec, verify,
+remote install, instructions, doctor."""
+from __future__ import annotations
+
+from ..errors import RecallError
+from .answer import Answer, answer, opened
+
+
+def entries(cfg, con) -> list:
+    """The inventory's entries (a broken one carries its error); none configured is the error."""
+    from .. import inventory
+    if not cfg.inventory:
+        raise RecallError("no inventory files configured", "add 'inventory: [~/notes/inventory.yaml]' to the config")
+    return inventory.load_inventory(cfg, con)
+
+
+def access_find(query: str = "", config: str | None = None) -> Answer:
+    """`recall access find` / recall_access_find: entries by id, name or alias first, then by their words."""
+    from .. import inventory
+    with opened(config) as (cfg, con):
+        found = inventory.find(entries(cfg, con), query)
+        shown = [inventory.describe(con, e) for e in found]
+        return answer(shown, "\n\n".join(d["block"] for d in shown) if shown else "no inventory entries match",
+                      inventory.inline_warnings(found))
+
+
+def access_show(entry_id: str, config: str | None = None) -> Answer:
+    """`recall access show` / recall_access_show: one entry's access block."""
+    from .. import inventory
+    with opened(config) as (cfg, con):
+        entry = inventory.get_entry(entries(cfg, con), entry_id)
+        d = inventory.describe(con, entry)
+        return answer(d, d["block"], inventory.inline_warnings([entry]))
+
+
+def access_exec(entry_id: str, command=None, config: str | None = None, *, out=None, err=None,
+                timeout: float | None = None) -> Answer:
+    """`recall access exec` / recall_access_exec: prerequisites, the setup steps and `command` (a shell
+    line, or argv words; default: the entry's verify) in one bash, linked secrets injected, output
+    masked — streamed to `out`/`err`, else captured in the data. The code is the child's."""
+    from ..access import exec_entry
+    with opened(config) as (cfg, con):
+        if isinstance(command, (list, tuple)) and len(command) == 1:
+            command = command[0]          # one word: a shell line ('a | b'); more: quoted words
+        from .. import inventory
+        result = exec_entry(con, cfg, entry_id, command or None, out=out, err=err, timeout=timeout)
+        named = inventory.get_entry(entries(cfg, con), entry_id)
+        notices = inventory.inline_warnings([named])
+        notices += [f"left out '{step}': {why}" for step, why in result.left_out]
+        if result.context:
+            notices.append(f"kubectl gets --context {result.context} (this entry's context)")
+        notices += result.notes
+        data = {"code": result.code, "timed_out": result.timed_out, "left_out": result.left_out,
+                "notes": result.notes, "context": result.context,
+                "stdout": result.stdout.decode("utf-8", "replace"), "stderr": result.stderr.decode("utf-8", "replace")}
+        return answer(data, "", notices, result.code)
+
+
+def verify(ids=None, config: str | None = None, *, dry_run: bool = False, timeout: float | None = None) -> Answer:
+    """`recall verify` / recall_verify: the read-only sweep (or, dry, each command's verdict); the code
+    is 1 when anything is stale, down, missing or broken. `extra['kinds']`: each target's real kind."""
+    from .. import inventory
+    from ..vault import store
+    from ..verify import DEFAULT_TIMEOUT, run_verify
+    with opened(config) as (cfg, con):
+        report = run_verify(con, cfg, ids or None, dry_run=dry_run,
+                            timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
+        code = 0 if report.dry_run else report.exit_code()
+        kinds = {f"entry:{e.id}": e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
+        kinds.update({f"secret:{sid}": "secret" + (f" ({k})" if k else "") for sid, k in store.kinds(con).items()})
+        warned = inventory.inline_warnings(inventory.load_inventory(cfg, con))
+        return answer(report.public(), _verify_text(report, code), warned, code=code, kinds=kinds)
+
+
+def _verify_text(report, code: int) -> str:
+    from ..inventory import show_step
+    if not report.probes:
+        return "nothing to verify: no inventory entries and no secrets with a check"
+    width = max(len(p.target) for p in report.probes)
+    lines = []
+    for p in report.probes:
+        if report.dry_run:
+            for step, v in p.setup:
+                lines.append(f"{p.target:<{width}}  {v.verdict:<5}  setup: {show_step(p.id, step)}\n{'':<{width}}  "
+                             f"rule {v.rule}: {v.reason}")
+            lines.append(f"{p.target:<{width}}  {p.verdict:<5}  {p.command or '(none)'}\n{'':<{width}}  "
+                         f"rule {p.rule}: {p.reason}")
+        else:
+            detail = f"  {p.detail}" if p.detail else ""
+            lines.append(f"{p.status:<11} {p.target:<{width}}  {p.seconds:5.1f}s{detail}")
+    if not report.dry_run:
+        note = ("  (nothing failed; skipped ones did not run: see why above)"
+                if report.counts()["skipped"] and code == 0 else "")
+        lines.append(f"summary: {report.summary()}{note}")
+    return "\n".join(lines)
+
+
+def remote_install(host: str, path: str = "~/recall", config: str | None = None, *, ssh_config: str = "") -> Answer:
+    """`recall remote install`: the zero-dependency core copied to HOST over ssh."""
+    from ..remote import install
+    with opened(config, connect=False) as (cfg, _):
+        rep = install(host, path, ssh_config=ssh_config, cfg=cfg)
+        return answer(rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
+                      f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
+                      f"host: {rep.host}, path: {rep.path}")
+
+
+def instructions(install: str | None = None) -> Answer:
+    """`recall instructions`: the agent's rules block, or (`install`) written into that file."""
+    from ..instructions import install as write
+    from ..instructions import rules_text
+    text = write(install) if install else rules_text()
+    return answer({"text": text}, text)
+
+
+def agent_rules() -> str:
+    """The rules block without its markers: the MCP server's instructions to its client."""
+    from ..instructions import RULES
+    return RULES
+
+
+def as_caller(name: str) -> None:
+    """Who every access-log row of this process names as the caller: cli (the default) or mcp."""
+    from ..vault import audit
+    audit.CALLER["name"] = name
+
+
+def doctor(config: str | None = None, *, thorough: bool = False) -> Answer:
+    """`recall doctor`: every check of this machine and of what the config names; code 1 on any NO."""
+    from ..doctor import run_doctor
+    checks = run_doctor(config, thorough=thorough)
+    width = max(len(c.name) for c in checks)
+    mark = {True: "ok ", False: "NO ", None: "-- "}
+    shown = "\n".join(f"{mark[c.ok]} {c.name:<{width}}  {c.detail}" for c in checks)
+    return answer([c.__dict__ for c in checks], shown, code=1 if any(c.ok is False for c in checks) else 0)

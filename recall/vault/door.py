@@ -1,0 +1,262 @@
+"""The one door out: every byte recall emits (CLI text and JSON, errors, MCP answers, a child's
+output, display text stored in the DB) passes `scrub`, which knows every vault value (the masker's
+forms), every credential literal read from the user's files, and the one secret-name rule."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import threading
+
+from ..errors import RecallError
+
+# Variable names that hold a secret: whole words between underscores, so PATH, PWD, AUTHOR stay clear.
+_SECRET_WORDS = {"TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PAT", "APIKEY", "AUTH",
+                 "CREDENTIAL", "CREDENTIALS"}
+_SECRET_PAIRS = {("API", "KEY"), ("API", "KEYS"), ("ACCESS", "KEY"), ("ACCESS", "KEYS"),
+                 ("PRIVATE", "KEY"), ("PRIVATE", "KEYS")}
+_SECRET_NAMES = {"SSHPASS", "MYSQL_PWD"}     # well-known names the word rule cannot see
+_NOT_SECRET = {"PWD", "OLDPWD"}              # the shell's folders: PWD is a secret word only beside others
+_ASSIGNMENT = re.compile(r"""(?<![\w$])([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|\$\([^)]*\)|[^\s;&|]+)""")
+
+
+def sensitive_name(name: str) -> bool:
+    """Does a variable name look like it holds a secret (`GITHUB_TOKEN`, `API_KEY`, `X_SECRET_V2` …)?"""
+    upper = name.upper()
+    if "SECRET" in upper or upper in _SECRET_NAMES:
+        return True
+    words = [w for w in upper.split("_") if w]
+    if upper not in _NOT_SECRET and "PWD" in words:         # DB_PWD, PG_PWD
+        return True
+    return (any(w in _SECRET_WORDS or w.endswith(("TOKEN", "PASSWORD", "APIKEY")) for w in words)
+            or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:])))
+
+
+def _reference(value: str) -> bool:
+    """`$VAR`, `"$VAR"`, `$(cmd)`, or what the door already put there (`[recall:ID]`, `[hidden]`): not a literal."""
+    return (value[0] != "'" and value.strip('"').startswith("$")) or value.startswith(("[recall:", "[hidden]"))
+
+
+def hide_values(step: str) -> str:
+    """A step as shown to people and agents: `export GITHUB_TOKEN=[hidden]`; `$VAR` / `$(cmd)` stay."""
+    def hide(m):
+        name, value = m.group(1), m.group(2)
+        return f"{name}=[hidden]" if sensitive_name(name) and not _reference(value) else m.group(0)
+    return _ASSIGNMENT.sub(hide, step)
+
+
+# Names whose values are not secrets (secret_setting)
+CLEAR_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+               "EDITOR", "PAGER", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+               "AWS_PAGER", "AWS_SDK_LOAD_CONFIG", "KUBECONFIG", "CLOUDSDK_CORE_PROJECT",
+               "GOOGLE_CLOUD_PROJECT", "AZURE_DEFAULTS_GROUP", "AZURE_DEFAULTS_LOCATION", "REGION"}
+CLEAR_SUFFIXES = ("_CONTEXT", "_REGION", "_ZONE", "_NAMESPACE", "_PROFILE")
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+_DQ_ESCAPE = re.compile(r'\\([\\"$`])')
+
+
+def secret_setting(name: str, value: str) -> bool:
+    """Is what a setup step sets in `name` a secret (the one rule access exec masks by and every display path
+    shows by)? Harmless names, paths and numbers are not; a value too short to mask only if its name says so."""
+    from .mask import MIN_SECRET_LEN
+    if name in CLEAR_NAMES or name.endswith(CLEAR_SUFFIXES) or name.startswith("LC_"):
+        return False
+    if _NUMBER.fullmatch(value) or _is_path(value):
+        return False
+    return len(value) >= MIN_SECRET_LEN or sensitive_name(name)
+
+
+def _is_path(value: str) -> bool:
+    """'/opt/x', '~/.kube/ops', '/a:/b' — each part under a top folder that exists here (so a base64
+    token that happens to start with '/' is not taken for a path)."""
+    for part in value.split(":"):
+        if not re.fullmatch(r"~?/[\w.@+/-]*", part) or "//" in part:
+            return False
+        if not part.startswith("~") and not os.path.isdir("/" + part[1:].split("/", 1)[0]):
+            return False
+    return True
+
+
+def show_step(entry_id: str, step: str) -> str:
+    """A step as every display path prints it: each literal access exec would mask becomes
+    `NAME=[recall:ENTRY:NAME]`, the label exec's output carries; references and harmless values stay."""
+    def hide(m):
+        name, value = m.group(1), m.group(2)
+        if _reference(value):
+            return m.group(0)
+        if m.start() and step[m.start() - 1] == "-":          # an option (--token=…), not a variable
+            return f"{name}=[hidden]" if sensitive_name(name) else m.group(0)
+        literal = value[1:-1] if value[0] == "'" else _DQ_ESCAPE.sub(r"\1", value[1:-1]) if value[0] == '"' else value
+        return f"{name}=[recall:{entry_id}:{name}]" if secret_setting(name, literal) else m.group(0)
+    return _ASSIGNMENT.sub(hide, step)
+
+
+@functools.lru_cache(maxsize=None)
+def _inline_patterns() -> list:
+    """Credentials written inline, each pattern's group 2 the literal: URL userinfo, auth headers,
+    password/token options, curl's -u USER:PASSWORD."""
+    value = r"""(?!['"]?\$|\[recall:|\[hidden\])('[^']*'|"[^"]*"|[^\s;&|'"]+)"""
+    return [
+        re.compile(r"(://[^/\s:@]+:)(?!\[recall:|\[hidden\])([^/\s@]+)@"),
+        re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$|\[recall:|\[hidden\])([^\s'\"]+)"),
+        re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$|\[recall:|\[hidden\])([^\s'\"]+)"),
+        re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"),
+        re.compile(r"""(?<![\w-])((?:-u|--user)[= ]?\s*['"]?[^\s:'"$]+:)(?!\$|\[recall:|\[hidden\])([^\s'"@]+)"""),
+    ]
+
+
+def credentials(text: str) -> list:
+    """(variable name or None, literal) of each credential written inline in a command line or URL
+    (quotes off): what `scrub_inline` hides, for the door to learn."""
+    found = [(m.group(1), m.group(2)) for m in _ASSIGNMENT.finditer(text or "")
+             if sensitive_name(m.group(1)) and not _reference(m.group(2))]
+    found += [(None, m.group(2)) for pattern in _inline_patterns() for m in pattern.finditer(text or "")]
+    return [(name, v.strip("'\"")) for name, v in found if v.strip("'\"")]
+
+
+def scrub_inline(text: str) -> str:
+    """A command line as it may be shown or stored: a literal token written inline — `X_TOKEN=abc`
+    (any name `sensitive_name` says holds a secret), `https://u:pw@host`, `Bearer abc`, `--password abc`,
+    `-u user:pw` — becomes [hidden]; `$VAR` stays."""
+    if not text:
+        return text
+    text = hide_values(text)
+    for pattern in _inline_patterns():
+        text = pattern.sub(lambda m: m.group(1) + "[hidden]", text)
+    return text
+
+
+# -- the door: what it knows, and scrub ---------------------------------------------------------
+
+_LOCK = threading.Lock()
+_LITERALS: dict = {}          # credential literal read from a user file -> its label id (ENTRY:FIELD)
+_CACHE: dict = {}             # (vault signature, literals) -> the Masker of both
+_BOUND = threading.local()    # this call's (cfg, con, strict): where the vault's values come from
+
+
+def learn(label: str, literal: str) -> None:
+    """A credential literal recall read from a user's file (an inventory step, verify, check, a URL's
+    password): shown as [recall:LABEL] wherever it would appear, for the rest of this process."""
+    from .mask import MIN_SECRET_LEN
+    if len(literal) >= MIN_SECRET_LEN:
+        with _LOCK:
+            _LITERALS.setdefault(literal, label)
+
+
+@contextlib.contextmanager
+def bound(cfg, con, *, strict: bool = True):
+    """This call's vault (config and DB), from which `scrub` takes every value. `strict`: a vault that
+    holds values but cannot be opened here fails the output (VaultClosed), rather than let it pass."""
+    before = getattr(_BOUND, "at", None)
+    _BOUND.at = (cfg, con, strict)
+    try:
+        yield
+    finally:
+        _BOUND.at = before
+
+
+def _masker():
+    """The Masker of every vault value (of the bound vault) and every learned literal; None: nothing to
+    mask. Unbound (a face's last step), the one this process built last: the same vault's values."""
+    from .redact import closed
+    cfg, con, strict = getattr(_BOUND, "at", None) or (None, None, False)
+    if con is None:
+        with _LOCK:
+            last = next(iter(_CACHE.values()), None)
+            fresh = last is not None and last.literals == len(_LITERALS)
+        if fresh:
+            return last
+    values, sig = {}, ()
+    if con is not None:
+        from . import store
+        count, synced_at = store.signature(con)
+        if count:
+            try:
+                from .keyfile import key_path
+                sig = (str(cfg.db_path), count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
+                values = _cached_values(sig) or store.load_values(con, cfg)
+            except (OSError, RecallError) as exc:
+                if strict:
+                    raise closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
+                values, sig = {}, ()
+    with _LOCK:
+        literals = dict(_LITERALS)
+    if not values and not literals:
+        return None
+    key = (sig, tuple(sorted(literals.items())))
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    from .mask import Masker
+    from .redact import secret_parts
+    parts = secret_parts(values, values.public) if values else {}
+    for literal, label in literals.items():
+        parts.setdefault(label, []).append(literal)
+    masker = Masker(parts)
+    masker.values, masker.literals = values, len(literals)
+    with _LOCK:
+        _CACHE.clear()              # one vault at a time: the old masker's values leave memory
+        _CACHE[key] = masker
+    return masker
+
+
+def _cached_values(sig):
+    with _LOCK:
+        for (s, _), cached in _CACHE.items():
+            if s == sig:
+                return cached.values
+    return None
+
+
+def masker(extra: dict | None = None):
+    """The Masker a child's output streams through: the door's (vault values, literals) and `extra`
+    ({label: [values]}: what this child was given or its setup set)."""
+    from .mask import Masker
+    base = _masker()
+    if not extra:
+        return base or Masker({})
+    from .redact import secret_parts
+    parts = secret_parts(base.values, base.values.public) if base is not None and base.values else {}
+    with _LOCK:
+        for literal, label in _LITERALS.items():
+            parts.setdefault(label, []).append(literal)
+    for label, values in extra.items():
+        parts.setdefault(label, []).extend(values)
+    return Masker(parts)
+
+
+def scrub(text: str) -> str:
+    """`text` as it may leave recall: every vault value and learned literal as [recall:ID], every
+    credential written inline as [hidden]."""
+    if not text:
+        return text
+    m = _masker()
+    if m is not None:
+        data = text.encode("utf-8", "surrogatepass")
+        masked = m.mask(data)
+        if masked != data:
+            text = masked.decode("utf-8", "replace")
+    return scrub_inline(text)
+
+
+def scrub_data(obj):
+    """`obj` (JSON-like: dicts, lists, strings) with every string scrubbed; a hit whose snippet changed
+    loses its highlight offsets (they pointed into the old text)."""
+    if isinstance(obj, str):
+        return scrub(obj)
+    if isinstance(obj, dict):
+        out = {k: scrub_data(v) for k, v in obj.items()}
+        if "highlights" in out and isinstance(obj.get("snippet"), str) and out["snippet"] != obj["snippet"]:
+            out["highlights"] = []
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [scrub_data(v) for v in obj]
+    return obj
+
+
+def forget() -> None:
+    """Drop what the door learned and built (the tests' fresh process)."""
+    with _LOCK:
+        _LITERALS.clear()
+        _CACHE.clear()
