@@ -61,11 +61,14 @@ class Config:
     def db_path(self) -> Path:
         return self.home / "recall.db"
 
-    def require_sources(self) -> None:
+    def require_file(self) -> None:
+        """The one answer for "no config": every verb that reads one says this when there is none."""
         if self.path is None:
             raise RecallError(f"no config file (looked for {default_config_path()})",
-                              f"create it with {EXAMPLE!r}, or set RECALL_CONFIG; "
-                              "'recall doctor' shows what it found")
+                              "run 'recall init' to write a starter one (or name yours with --config FILE)")
+
+    def require_sources(self) -> None:
+        self.require_file()
         if not self.sources:
             raise RecallError(f"{self.path}: no sources configured", f"add {EXAMPLE!r}")
 
@@ -94,7 +97,7 @@ def find_config(explicit: str | None = None) -> Path | None:
                                   f"name the file in it, e.g. {path / 'config.yaml'}")
             if not path.is_file():
                 raise RecallError(f"config file {path} (from {named}) does not exist",
-                                  f"create it with {EXAMPLE!r}")
+                                  f"run 'recall --config {path} init' to write a starter one there")
             return path.resolve()
     default = default_config_path()
     return default.resolve() if default.is_file() else None
@@ -117,14 +120,27 @@ SOURCE_KEYS = {"name", "path", "include", "exclude"}
 EMBEDDING_TYPES = {"provider": str, "model": str, "dimension": int, "token_cap": int,
                    "api_key_secret": str, "batch_size": int, "rerank_model": str, "base_url": str}
 REMOTE_TYPES = {"name": str, "host": str, "path": str, "config": str, "ssh_config": str, "timeout": float}
-_KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "a mapping", float: "a number"}
+_KINDS = {str: "text", int: "a whole number", list: "a list (`- name: …`)", dict: "a mapping (`key: value`)",
+          float: "a number"}
+
+
+def written_as(value) -> str:
+    """What a YAML value is, in the words of the file: never a Python or parser type name."""
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a yes/no)"
+    if isinstance(value, (int, float)):
+        return f"the number {value:g}"
+    return next((words for kind, words in _KINDS.items() if kind in (list, dict) and isinstance(value, kind)),
+                "text")
 
 
 def _expect(value, kind, path, line, what):
     # a bool is no number; a whole number is a float
     if not isinstance(value, (int, float) if kind is float else kind) or \
             (kind in (int, float) and isinstance(value, bool)):
-        raise InputError(path, line, f"'{what}' must be {_KINDS[kind]}, not {type(value).__name__}")
+        raise InputError(path, line, f"'{what}' must be {_KINDS[kind]}, not {written_as(value)}")
     return value
 
 

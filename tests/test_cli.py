@@ -95,7 +95,7 @@ def test_usage_error_exits_2(cli):
 def test_no_config_is_a_friendly_message(cli):
     code, out, err = cli("search", "x")
     assert code == 1
-    assert err.startswith("recall: no config file") and "sources:" in err
+    assert err.startswith("recall: no config file") and "run 'recall init'" in err
     assert "Traceback" not in err
 
 
@@ -445,3 +445,101 @@ def test_every_n_has_limit_beside_it(capsys):
         actions = {o: a for a in sub._actions for o in a.option_strings}
         if "-n" in actions:
             assert "--limit" in actions and actions["--limit"] is actions["-n"], words
+
+
+# -- numbers, write errors, messages, no config, did you mean (issues 36 and 37) -----------------------
+
+NUMBERS = [(["search", "disk", "-n", "99999999999999999999"], "-n/--limit"), (["search", "disk", "-n", "0"], "-n/--limit"),
+           (["search", "disk", "-n", "ten"], "-n/--limit"), (["read", "a.md", "--offset", "-1"], "--offset"),
+           (["read", "a.md", "--max-chars", "1e99"], "--max-chars"), (["verify", "--timeout", "nan"], "--timeout"),
+           (["verify", "--timeout", "0"], "--timeout"), (["verify", "--timeout", "-1"], "--timeout"),
+           (["verify", "--timeout", "inf"], "--timeout"), (["secret", "log", "-n", "10000000000000"], "-n/--limit")]
+
+
+@pytest.mark.parametrize("args,flag", NUMBERS)
+def test_every_numeric_flag_has_a_range_said_in_one_line(config, args, flag):
+    r = run_recall(*args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"recall: argument {flag}: ") and "--help" in r.stderr
+    assert not (Path(os.environ["RECALL_HOME"]) / "recall.db").exists()         # nothing run or stored
+
+
+def _unbuffered_off():
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+WRITING = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"], ["doctor"],
+           ["index"], ["--json", "secret", "log"], ["verify", "--dry-run"], ["instructions"], ["access", "find"],
+           ["secret", "find"], ["--json", "doctor"]]
+
+
+@pytest.mark.parametrize("verb", WRITING)
+def test_a_full_device_on_stdout_ends_in_one_line_and_exit_1(config, tmp_path, verb):
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("- id: box\n  verify: 'true'\n")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("")
+    secrets.chmod(0o600)
+    config(f"inventory: [{inventory}]\nsecrets: [{secrets}]\n")
+    assert run_recall("index").returncode == 0
+    with open("/dev/full", "w") as full:        # buffered as a user's shell runs it (no PYTHONUNBUFFERED)
+        r = subprocess.run([sys.executable, str(REPO / "recall.py"), *verb], stdout=full, stderr=subprocess.PIPE,
+                           text=True, env=_unbuffered_off(), timeout=120)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("recall: could not write the output (No space left on device)"), r.stderr
+
+
+@pytest.mark.parametrize("verb", [["search", "jump01"], ["read", "runbooks/jump-hosts.md"], ["--json", "doctor"]])
+def test_a_closed_pipe_on_stdout_ends_silently(config, verb):
+    assert run_recall("index").returncode == 0
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), *verb], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_unbuffered_off())
+    proc.stdout.close()                         # as `| head -0` does before recall writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1 and err == "", err
+
+
+@pytest.mark.parametrize("text,said", [("sources: {name: notes}\n", "'sources' must be a list (`- name: …`), not a mapping"),
+                                       ("sources:\n", "'sources' must be a list (`- name: …`), not empty"),
+                                       ("sources: 3\n", "not the number 3"),
+                                       ("embedding: [voyage]\n", "must be a mapping (`key: value`), not a list")])
+def test_config_mistakes_speak_the_files_words(tmp_path, text, said):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    r = run_recall("--config", path, "search", "x")
+    assert r.returncode == 1 and said in r.stderr and f"{path}:1" in r.stderr, r.stderr
+    for internal in ("YMap", "YList", "NoneType", "dict", "list,", "int"):
+        assert internal not in r.stderr.replace("a list (", "").replace("not a list", ""), r.stderr
+
+
+NEEDS_CONFIG = [["index"], ["search", "disk"], ["read", "a.md"], ["secret", "sync"], ["secret", "find"],
+                ["secret", "show", "x"], ["secret", "log"], ["secret", "command", "x", "--", "env"],
+                ["secret", "exec", "x", "--", "env"], ["access", "find"], ["access", "show", "x"],
+                ["access", "exec", "x"], ["verify"], ["verify", "--dry-run"], ["eval", "golden/queries.jsonl"],
+                ["secret", "rotate-key"]]
+
+
+@pytest.mark.parametrize("verb", NEEDS_CONFIG)
+def test_with_no_config_every_verb_says_recall_init(verb):
+    r = run_recall(*verb)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("recall: no config file") and "'recall init'" in r.stderr, r.stderr
+
+
+def test_a_verb_typed_wrong_gets_the_closest_in_one_line():
+    for words, said in ((["serach", "disk"], "recall has no verb 'serach' — did you mean 'search'?"),
+                        (["secret", "fnd"], "recall secret has no verb 'fnd' — did you mean 'find'?"),
+                        (["search", "x", "--mode", "keywrd"], "--mode takes no 'keywrd' — did you mean 'keyword'?")):
+        r = run_recall(*words)
+        assert r.returncode == 2 and r.stderr == f"recall: {said}\n", r.stderr
+
+
+def test_a_read_path_typed_wrong_gets_the_closest_indexed_paths(config):
+    assert run_recall("index").returncode == 0
+    r = run_recall("read", "runbooks/jump-host.md")
+    assert r.returncode == 1 and "did you mean: runbooks/jump-hosts.md?" in r.stderr, r.stderr
+
+
+def test_an_error_quoting_an_id_with_a_newline_stays_one_line(config):
+    r = run_recall("secret", "show", "bad\nid")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr

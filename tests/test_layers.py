@@ -224,3 +224,12 @@ def test_design_names_every_module_and_its_tests():
     assert not files - named, f"modules without a row in docs/DESIGN.md: {sorted(files - named)}"
     assert not named - files, f"rows for modules that are gone: {sorted(named - files)}"
     assert all((REPO / "tests" / t).exists() for t in tests), sorted(t for t in tests if not (REPO / "tests" / t).exists())
+
+
+def test_the_faces_import_only_the_library_layer():
+    """cli/ and mcp_server.py make one api call and format: of recall they import api and errors only
+    (the CLI's `mcp` verb starts the other face), so no face can go around the door."""
+    graph = _graph()
+    allowed = {"cli": {"api", "errors", "mcp_server"}, "mcp_server": {"api", "errors"}}
+    extra = {face: sorted(set(graph[face]) - ok) for face, ok in allowed.items() if set(graph[face]) - ok}
+    assert not extra, f"a face imports past the library layer: {extra}"

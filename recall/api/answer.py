@@ -39,7 +39,7 @@ def answer(data, shown: str = "", notices=(), code: int = 0, **extra) -> Answer:
 
 @contextlib.contextmanager
 def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False,
-           strict: bool = True, connect: bool = True):
+           strict: bool = True, connect: bool = True, need_config: bool = True):
     """(cfg, con) for one call, the door bound to its vault, closed after. `notes`: a config without
     sources is the error; `strict=False`: a vault that cannot be opened here does not stop the
     output (doctor must say why); `connect=False`: no DB (con is None). An error raised inside leaves
@@ -50,6 +50,8 @@ def opened(config: str | None = None, *, readonly: bool = False, notes: bool = F
     from ..vault import door
     forget_checks()        # prerequisites are checked once per call (the MCP server lives for many)
     cfg = load_config(config)
+    if need_config:
+        cfg.require_file()
     if notes:
         cfg.require_sources()
     con = db.connect(cfg.db_path, readonly=readonly) if connect else None

@@ -176,6 +176,7 @@ def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: boo
     from ..notes.evaluate import judged_not_indexed, load_golden
     from ..notes.search import search as run
     cfg = load_config(config)
+    cfg.require_file()
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
     con = db.connect(cfg.db_path, readonly=True, vectors=provider)

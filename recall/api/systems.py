@@ -98,7 +98,7 @@ def _verify_text(report, code: int) -> str:
 def remote_install(host: str, path: str = "~/recall", config: str | None = None, *, ssh_config: str = "") -> Answer:
     """`recall remote install`: the zero-dependency core copied to HOST over ssh."""
     from ..remote import install
-    with opened(config, connect=False) as (cfg, _):
+    with opened(config, connect=False, need_config=False) as (cfg, _):
         rep = install(host, path, ssh_config=ssh_config, cfg=cfg)
         return answer(rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
                       f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
@@ -120,9 +120,13 @@ def agent_rules() -> str:
 
 
 def as_caller(name: str) -> None:
-    """Who every access-log row of this process names as the caller: cli (the default) or mcp."""
+    """Who every access-log row of this process names as the caller: cli (the default) or mcp (a
+    long-lived server: held private from the start, so no child of it can write into its stdout)."""
     from ..vault import audit
+    from ..vault.keyfile import hold_privately
     audit.CALLER["name"] = name
+    if name == "mcp":
+        hold_privately()
 
 
 def doctor(config: str | None = None, *, thorough: bool = False) -> Answer:

@@ -26,6 +26,21 @@ class _Parser(argparse.ArgumentParser):
         return self.formatter_class(prog=self.prog, width=_width())
 
     def error(self, message):
+        import re
+        typed = re.match(r"argument ([^:]+): invalid choice: '([^']*)'", message)
+        if typed:                             # a verb or a mode typed wrong: the closest, in one line
+            from ..errors import closest
+            where, word = typed.groups()
+            known = next((list(a.choices) for a in self._actions if a.choices and
+                          (a.metavar == where or where in a.option_strings)), [])
+            close = closest(word, {c: c for c in known})
+            said = f"did you mean '{close[0]}'?" if close else f"'{self.prog} --help' lists them"
+            what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
+            sys.stderr.write(f"recall: {what} '{word}' — {said}\n")
+            sys.exit(EX_USAGE)
+        if message.startswith("argument ") and ("is outside" in message or "is not a" in message):
+            sys.stderr.write(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
+            sys.exit(EX_USAGE)
         self.print_usage(sys.stderr)
         sys.stderr.write(f"recall: {message}\n")
         dashed = _dashed_words(_Parser.argv, self)
@@ -53,6 +68,32 @@ def _dashed_words(argv: list, parser) -> list:
     known = parser._option_string_actions
     words = argv[:argv.index("--")] if "--" in argv else argv
     return [w for w in words if w.startswith("-") and w != "-" and w.split("=")[0] not in known]
+
+
+def _whole(low: int, high: int):
+    """An argparse type: a whole number from `low` to `high`, else a usage error saying the range."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (from {low:,} to {high:,})") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:,}–{high:,}")
+        return value
+    return whole
+
+
+def _seconds(low: float, high: float):
+    """An argparse type: seconds from `low` to `high` (no nan, no inf), else a usage error."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:          # nan and inf too
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {low:g} to {high:g}")
+        return value
+    return seconds
 
 
 def _common() -> argparse.ArgumentParser:
@@ -146,7 +187,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = verbs.add("search", notes.cmd_search, help="search the notes",
                   formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
     p.add_argument("query", nargs="+", help="words, identifiers, or a question")
-    p.add_argument("-n", "--limit", dest="n", type=int, default=10, help="number of hits (default 10)")
+    p.add_argument("-n", "--limit", dest="n", type=_whole(1, 1000), default=10, help="number of hits (1–1000, default 10)")
     p.add_argument("--mode", default="auto", choices=_modes(p), help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
     p.add_argument("--explain", action="store_true", help="show ranks, scores and the route")
@@ -154,8 +195,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = verbs.add("read", notes.cmd_read, help="print a note's section with line numbers")
     p.add_argument("target", metavar="PATH[:LINE]")
-    p.add_argument("--max-chars", type=int, default=8000)
-    p.add_argument("--offset", type=int, default=0, help="lines to skip (from a previous read's hint)")
+    p.add_argument("--max-chars", type=_whole(100, 10_000_000), default=8000, help="at most this many characters (default 8000)")
+    p.add_argument("--offset", type=_whole(0, 100_000_000), default=0, help="lines to skip (from a previous read's hint)")
 
     _secret_parsers(verbs.add("secret", help="use credentials without seeing them"), common)
     _access_parsers(verbs.add("access", help="how to reach clusters, hosts and accounts"), common)
@@ -164,7 +205,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                   help="read-only sweep: which entries and secrets still work, and why not")
     p.add_argument("ids", nargs="*", metavar="ID", help="only these entries or secrets")
     p.add_argument("--dry-run", action="store_true", help="print each command with the guard's verdict; run nothing")
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds per proof (default 20)")
+    p.add_argument("--timeout", type=_seconds(0.1, 3600), default=20.0, help="seconds per proof (0.1–3600, default 20)")
 
     remote = _Verbs(verbs.add("remote", help="recall on a remote box, searched from here"), "remote_verb", common)
     p = remote.add("install", systems.cmd_remote_install, help="copy the zero-dependency core to HOST over ssh")
@@ -217,7 +258,7 @@ def _secret_parsers(parser, common) -> None:
                    help="write it on this terminal (never stdout), after you type the word asked for")
     p = verbs.add("log", secrets.cmd_secret_log, help="the access log")
     p.add_argument("id", nargs="?")
-    p.add_argument("-n", "--limit", dest="n", type=int, default=50, help="how many rows (default 50)")
+    p.add_argument("-n", "--limit", dest="n", type=_whole(1, 100_000), default=50, help="how many rows (default 50)")
     p = verbs.add("restore", secrets.cmd_secret_restore,
                   help="write a secret a sync removed (30 days) back into its file")
     p.add_argument("id")
@@ -268,8 +309,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("recall: interrupted\n")
         return 130
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError:        # the reader went away (| head): silently
+        return 1
     except Exception as exc:        # ours, or a full disk, a read-only or damaged DB: one line, not a traceback
         from ..api import error_text
         from .output import say
@@ -293,7 +334,22 @@ def run() -> None:
     code = main()
     try:
         sys.stdout.flush()
-        sys.stderr.flush()
     except BrokenPipeError:
-        pass
+        code = 1                    # the reader went away (| head): silently, as head users expect
+    except OSError as exc:          # a full device: one line, unless main already said it
+        if code == 0:
+            _say_last(f"could not write the output ({exc.strerror}) — send it where there is room "
+                      "(recall … > out.txt, or | less); nothing in the index changed")
+        code = 1
+    _say_last("")
     os._exit(code)
+
+
+def _say_last(line: str) -> None:
+    """A last line on stderr (if stderr can take it), and stderr flushed."""
+    try:
+        if line:
+            sys.stderr.write(f"recall: {line}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass

@@ -86,11 +86,9 @@ def explain(exc, path=None):
         return exc
     if isinstance(exc, OSError):
         if exc.filename is None and path is None and (_raised_by_a_face(exc) or _room_beside_the_db(exc)):
-            err = RecallError(f"could not write the output ({exc.strerror})",
-                              "send it where there is room (recall … > out.txt, or | less); "
-                              "nothing in the index changed")
-            err.exit_code = 2               # as grep's, and a closed stdout's
-            return err
+            return RecallError(f"could not write the output ({exc.strerror})",
+                               "send it where there is room (recall … > out.txt, or | less); "
+                               "nothing in the index changed")
         if exc.errno not in _OS_FAULTS:
             return None
         home = Path(path or (OPENED[-1] if OPENED else "")).parent

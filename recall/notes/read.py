@@ -57,7 +57,7 @@ def _locate(con, cfg, source: str | None, path: str):
         rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
         matches = [r[0] for r in rows if r[0] in roots]
         if not matches:
-            raise NotFound(f"no indexed note {rel}", "use a path from 'recall search' output")
+            raise NotFound(f"no indexed note {rel}", _closest_paths(con, rel))
         if len(matches) > 1:
             raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
                               f"name one, e.g. {matches[0]}:{rel}")
@@ -67,6 +67,16 @@ def _locate(con, cfg, source: str | None, path: str):
     if not (real == roots[source] or roots[source] in real.parents):
         raise RecallError(f"{rel} is outside source '{source}'")
     return source, rel, real
+
+
+def _closest_paths(con, rel: str) -> str:
+    """"did you mean" with the indexed paths nearest to one typed (a typo, a wrong folder), else how to find one."""
+    from ..errors import closest
+    name = rel.rsplit("/", 1)[-1].lower()
+    paths = [r[0] for r in con.execute("SELECT relpath FROM files")]
+    near = [p for p in paths if name[:4] in p.lower()] or paths     # same start of name first: fewer to weigh
+    close = closest(rel, {p: p for p in near[:5000]})[:3]
+    return f"did you mean: {', '.join(close)}?" if close else "use a path from 'recall search' output"
 
 
 def _section(text: str, rel: str, line: int, total: int):

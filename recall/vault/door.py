@@ -98,7 +98,7 @@ def _inline_patterns() -> list:
     password/token options, curl's -u USER:PASSWORD."""
     value = r"""(?!['"]?\$|\[recall:|\[hidden\])('[^']*'|"[^"]*"|[^\s;&|'"]+)"""
     return [
-        re.compile(r"(://[^/\s:@]+:)(?!\[recall:|\[hidden\])([^/\s@]+)@"),
+        re.compile(r"(://[^/\s:@]+:)(?!\[recall:|\[hidden\])([^/\s@]+)(?=@)"),
         re.compile(r"(?i)((?:authorization|proxy-authorization):\s*(?:bearer|basic|token)\s+)(?!\$|\[recall:|\[hidden\])([^\s'\"]+)"),
         re.compile(r"(?i)((?:x-api-key|private-token|x-auth-token):\s*)(?!\$|\[recall:|\[hidden\])([^\s'\"]+)"),
         re.compile(rf"(?i)(--(?:password|passwd|token|api-key|secret)[= ]){value}"),

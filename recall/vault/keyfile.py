@@ -94,7 +94,22 @@ def load_key(home: Path, *, create: bool, probe=None) -> bytes:
     return key
 
 
+def hold_privately() -> None:
+    """From now on this process holds secrets: no core file, and (Linux) not dumpable, so no other
+    process of this user — a child it runs — can open its /proc memory, environ or descriptors."""
+    import sys
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE, 0
+
+
 def _read_key(path: Path) -> bytes:
+    hold_privately()
     key = path.read_bytes()
     if len(key) != KEY_BYTES:
         raise RecallError(f"the key file {path} is {len(key)} bytes, not {KEY_BYTES}",

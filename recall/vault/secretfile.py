@@ -59,6 +59,8 @@ def default_var(secret_id: str) -> str:
 
 def load_secret_files(paths: list) -> tuple:
     """(entries, warnings); every problem in any file raises before anything is returned."""
+    from .keyfile import hold_privately
+    hold_privately()                    # the files may hold plain values, read into memory now
     entries, warnings, seen = [], [], {}
     for path in paths:
         path = str(path)
@@ -77,6 +79,8 @@ def load_secret_files(paths: list) -> tuple:
                     ids.add(item["id"])
                     if isinstance(item.get("fields"), dict):      # field names are names too
                         ids |= {str(k) for k in item["fields"]}
+                    if isinstance(item.get("env"), str) and _SAFE_VAR.match(item["env"]):
+                        ids.add(item["env"])                      # a variable name the entry chose
                 entry = _entry(item, path, line)
                 entry.stamp = stamp
                 if entry.id in seen:
@@ -86,7 +90,32 @@ def load_secret_files(paths: list) -> tuple:
                 entries.append(entry)
         except InputError as exc:
             raise without_text(exc, ids) from None
+    _refuse_values_in_metadata(entries)
     return entries, warnings
+
+
+_SHOWN = ("service", "environment", "kind", "url", "notes", "use")    # metadata every face shows
+
+
+def _refuse_values_in_metadata(entries: list) -> None:
+    """A vault value (of any secret) or a credential written inline in a secret's shown metadata or its
+    check: refused with file:line, the text never quoted — metadata is searchable, shown and logged."""
+    from .door import credentials
+    from .mask import MIN_SECRET_LEN
+    from .redact import public_fields
+    values = [(e.id, v) for e in entries for f, v in e.values.items()
+              if f not in public_fields(e.meta) and len(v) >= MIN_SECRET_LEN]
+    for e in entries:
+        for key, text in [*((k, e.meta[k]) for k in _SHOWN), ("check", e.check), ("tags", " ".join(e.tags))]:
+            holder = next((sid for sid, v in values if v in text), None)
+            if holder is not None:
+                what = "its own value" if holder == e.id else f"the value of secret '{holder}'"
+                raise InputError(e.file, e.line, f"'{key}' of secret '{e.id}' holds {what}; nothing was synced",
+                                 hint="name the variable ($VAR) there instead: a value belongs in value: only")
+            if key != "tags" and credentials(text):
+                raise InputError(e.file, e.line, f"'{key}' of secret '{e.id}' holds a credential written "
+                                 "inline; nothing was synced", hint="put it in value: (or fields:) and name "
+                                 "its variable ($VAR) in the command")
 
 
 def file_stamp(path) -> tuple:
@@ -98,13 +127,19 @@ def file_stamp(path) -> tuple:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _derived(name: str, ids) -> bool:
+    """A variable name recall derives from an id of the file (JIRA_TOKEN, DB_ADMIN_PASSWORD): not a
+    value, though upper-case text (a TOTP seed, an AWS key id) looks the same, and is not kept."""
+    return any(name == default_var(i) or name.startswith(default_var(i) + "_") for i in ids if _ID.match(i))
+
+
 def without_text(exc: InputError, ids=frozenset()) -> InputError:
     """The same error (file:line:col and what is wrong) with any quoted text of the file left out,
     but our own words and the ids of the file's secrets (`id` or `id.field`)."""
     def keep(m) -> str:
         inner = m.group()[1:-1]
-        if inner in ids or inner.rpartition(".")[0] in ids or _SAFE_VAR.match(inner):
-            return m.group()                 # an id, id.field, or a variable name it derived
+        if inner in ids or inner.rpartition(".")[0] in ids or inner in RUN_CHANGING or _derived(inner, ids):
+            return m.group()                 # an id, id.field, a variable it names or derives
         words = re.findall(r"[A-Za-z0-9]{2,}", m.group())
         return m.group() if all(w.lower() in _OWN_WORDS for w in words) else "(text not shown)"
     where = exc.path + "".join(f":{n}" for n in (exc.line, exc.col if exc.line is not None else None)
