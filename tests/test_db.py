@@ -83,3 +83,24 @@ def test_in_batches_gives_every_value_once_under_the_variable_limit(tmp_path):
         assert len(part) <= 500 and marks.count("?") == len(part)
         got += [r[0] for r in con.execute(f"SELECT x FROM t WHERE x IN ({marks})", part)]
     assert sorted(got) == list(range(1203))
+
+
+def test_a_second_connection_in_a_process_never_drops_the_firsts_locks(tmp_path):
+    """A connect must not open and close the DB file itself: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, so another process closing its last connection would take
+    itself for the only one and delete the WAL under the first (the MCP server's verify corrupted it)."""
+    import subprocess
+    import sys
+
+    from recall import db
+    from tests.conftest import REPO
+    path = tmp_path / "state" / "recall.db"
+    first = db.connect(path)
+    first.execute("SELECT count(*) FROM meta").fetchone()            # holds the file open, as a server does
+    db.connect(path).close()                                          # another thread's call, say
+    writer = ("import sys; sys.path.insert(0, sys.argv[2]); from recall import db; "
+              "con = db.connect(sys.argv[1]); con.execute(\"INSERT OR REPLACE INTO meta VALUES ('x', 'y')\"); con.close()")
+    subprocess.run([sys.executable, "-c", writer, str(path), str(REPO)], check=True, timeout=60)
+    assert (tmp_path / "state" / "recall.db-wal").exists()           # the other process saw it was not alone
+    first.execute("INSERT OR REPLACE INTO meta VALUES ('z', 'w')")
+    assert first.execute("PRAGMA quick_check").fetchone()[0] == "ok"

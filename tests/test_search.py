@@ -492,10 +492,12 @@ def test_a_command_with_flags_finds_the_note_holding_the_flag_first(config, note
 def test_a_cli_search_parses_its_query_once(cli, config, notes, monkeypatch):
     """The record the CLI parses routes the DB open, both lists and the snippets: nothing parses the
     query string again (issue 25 point 3)."""
+    from recall.notes import query
     from recall.notes import search as search_module
     assert cli("index")[0] == 0
     calls = []
-    real = search_module.parse_query
+    real = query.parse_query
+    monkeypatch.setattr(query, "parse_query", lambda text: calls.append(text) or real(text))
     monkeypatch.setattr(search_module, "parse_query", lambda text: calls.append(text) or real(text))
     code, out, err = cli("search", "disk", "filled", "up")
     assert code == 0, err

@@ -86,7 +86,7 @@ def secret_find(query: str = "", config: str | None = None, *, limit: int | None
     """`recall secret find` / recall_secret_find: secrets ranked by their metadata (an empty query
     lists them, bounded); `data` is the list, `code` stays 0; the total rides in the text."""
     from ..vault import store
-    with opened(config) as (cfg, con):
+    with opened(config, strict=False) as (cfg, con):     # metadata holds no value (sync refuses one)
         _configured(cfg)
         query = query.strip()
         found = store.find(con, query, cfg=cfg, limit=limit or (10 if query else 50))
@@ -102,7 +102,7 @@ def secret_show(secret_id: str, config: str | None = None) -> Answer:
     """`recall secret show` / recall_secret_show: metadata, use line, variables, last verified."""
     from ..inventory import describe_status
     from ..vault import store
-    with opened(config) as (cfg, con):
+    with opened(config, strict=False) as (cfg, con):     # metadata: readable without the crypto extra
         meta = store.show(con, secret_id, describe_status)
         return answer(meta, secret_text(meta))
 
@@ -111,7 +111,7 @@ def secret_command(secret_id: str, command=None, config: str | None = None) -> A
     """`recall secret command` / recall_secret_command: the one shell line that runs `command` (argv or
     a shell line; empty: the secret's `use`) with the secret injected and its output masked."""
     from ..vault import store
-    with opened(config) as (cfg, con):
+    with opened(config, strict=False) as (cfg, con):     # a line naming the secret, never its value
         line = store.command_line(con, secret_id, command or None, cfg)
         return answer({"id": secret_id, "command": line}, line)
 

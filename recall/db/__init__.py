@@ -139,19 +139,20 @@ def refuse_foreign(path) -> None:
 
 
 def _secure_file(path: Path) -> None:
-    """Create the DB file 0600 before SQLite opens it; never through a link."""
-    fd = os.open(str(path), os.O_RDONLY | os.O_CREAT | NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o600)
+    """Create the DB file 0600 before SQLite opens it, never through a link; an existing one is
+    checked and chmodded by its path. Never opened here once it exists: closing any descriptor of
+    a file drops every POSIX lock this process holds on it, the locks of SQLite's other connections
+    (the MCP server's watcher, verify's threads) too, and another writer could then corrupt it."""
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):        # swapped in since the check: still not ours to change
-            refuse_foreign(path)
-        if st.st_mode & 0o077:
-            if hasattr(os, "fchmod"):
-                os.fchmod(fd, 0o600)
-            else:                               # Windows: no fchmod, and chmod sets only read-only
-                os.chmod(path, 0o600)
-    finally:
-        os.close(fd)
+        os.close(os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600))
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        refuse_foreign(path)
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o600)
 
 
 def in_batches(values, size: int = 500):

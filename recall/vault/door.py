@@ -3,11 +3,11 @@ output, display text stored in the DB) passes `scrub`, which knows every vault v
 forms), every credential literal read from the user's files, and the one secret-name rule."""
 from __future__ import annotations
 
+import _thread  # not threading: a search loads no more than it needs
 import contextlib
 import functools
 import os
 import re
-import threading
 
 from ..errors import RecallError
 
@@ -129,10 +129,10 @@ def scrub_inline(text: str) -> str:
 
 # -- the door: what it knows, and scrub ---------------------------------------------------------
 
-_LOCK = threading.Lock()
+_LOCK = _thread.allocate_lock()
 _LITERALS: dict = {}          # credential literal read from a user file -> its label id (ENTRY:FIELD)
 _CACHE: dict = {}             # (vault signature, literals) -> the Masker of both
-_BOUND = threading.local()    # this call's (cfg, con, strict): where the vault's values come from
+_BOUND = _thread._local()     # this call's (cfg, con, strict), per thread: where the values come from
 
 
 def learn(label: str, literal: str) -> None:
