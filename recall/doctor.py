@@ -152,7 +152,8 @@ def _sources(ctx) -> list:
             out.append(Check(f"source {src.name}", False, f"{src.path}: {on_disk} files, not indexed yet: "
                                                           "run 'recall index'"))
         else:
-            when = f", last indexed {_ago(float(last))}" if last else ""
+            from .inventory import ago
+            when = f", last indexed {ago(time.time() - float(last))}" if last else ""
             out.append(Check(f"source {src.name}", True, f"{src.path}: {on_disk} files, {indexed} indexed{when}"))
     return out
 
@@ -430,11 +431,3 @@ def _count_files(src) -> int:
         return sum(1 for _ in walk_source(src))
     except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more
         return 0
-
-
-def _ago(when: float) -> str:
-    seconds = max(0.0, time.time() - when)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit} ago"
-    return "just now"

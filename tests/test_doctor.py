@@ -91,7 +91,7 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     code, checks, r = _doctor("--thorough", env=shadow.env)     # the real command: text, exit code, extras
     assert code == 0, r.stdout
     assert all(ok for ok, _ in checks.values()), r.stdout
-    assert checks["source notes"][1].endswith(("just now", "min ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
+    assert checks["source notes"][1].endswith(("just now", "m ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
     assert " chunks, " in checks["index"][1] and checks["index"][1].endswith(" MB, no vectors")
     assert "(0o600), 1 secrets, synced" in checks["secrets secrets.yaml"][1]
     assert "(0o600, folder 0o700)" in checks["vault key"][1]

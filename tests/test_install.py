@@ -144,3 +144,19 @@ def test_the_cli_line_from_an_installed_recall_runs_there_too(installed, user):
     r = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60, cwd="/",
                        env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
     assert (r.returncode, r.stdout) == (3, "[recall:jira-api-token]\n"), (line, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("kind", ["wheel", "editable"])
+def test_instructions_print_the_mcp_settings_that_start_this_install(installed, user, kind):
+    """`recall instructions` names the installed `recall` by absolute path (and the config it was run
+    with); a client started with exactly those settings — no PATH of ours, no other env — serves."""
+    home, env = user
+    recall = installed[kind][:-1]
+    data = json.loads(_run([*recall, "--json", "instructions"], env=env, cwd=str(home)).stdout)
+    server = data["mcpServers"]["recall"]
+    assert server["command"] == recall[0] and server["args"] == ["mcp"], server
+    assert server["env"]["RECALL_CONFIG"] == env["RECALL_CONFIG"]
+    _run([*recall, "secret", "sync"], env=env, cwd=str(home))
+    text, is_error = anyio.run(_secret_command, [server["command"], *server["args"]],
+                               {**server["env"], "RECALL_HOME": env["RECALL_HOME"], "HOME": str(home)}, "/")
+    assert not is_error and " secret exec jira-api-token -- " in text, text

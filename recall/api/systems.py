@@ -105,12 +105,44 @@ def remote_install(host: str, path: str = "~/recall", config: str | None = None,
                       f"host: {rep.host}, path: {rep.path}")
 
 
-def instructions(install: str | None = None) -> Answer:
-    """`recall instructions`: the agent's rules block, or (`install`) written into that file."""
+def instructions(install: str | None = None, config: str | None = None) -> Answer:
+    """`recall instructions`: the agent's rules block and this install's MCP client settings, or
+    (`install`) the block written into that file."""
     from ..instructions import install as write
     from ..instructions import rules_text
-    text = write(install) if install else rules_text()
-    return answer({"text": text}, text)
+    if install:
+        said = write(install)
+        return answer({"text": said}, said)
+    server = mcp_server_settings(config)
+    import json
+    import shlex
+    claude = "claude mcp add recall " + "".join(f"-e {k}={shlex.quote(v)} " for k, v in server.get("env", {}).items()) \
+        + "-- " + shlex.join([server["command"], *server["args"]])
+    text = (rules_text() + "\nThis install's MCP server, for the client's settings (Claude Desktop, Cursor, VS Code …):\n"
+            + json.dumps({"mcpServers": {"recall": server}}, indent=2) + f"\nClaude Code: {claude}\n")
+    return answer({"text": rules_text(), "mcpServers": {"recall": server}, "claude": claude}, text)
+
+
+def mcp_server_settings(config: str | None = None) -> dict:
+    """How an MCP client starts this very recall from nothing (no PATH, no env of this shell): the
+    command by absolute path, and the config and state folder when they are not the defaults."""
+    import os
+
+    from ..config import default_config_path, find_config, launcher
+    words = launcher()
+    server: dict = {"command": words[0], "args": [*words[1:], "mcp"]}
+    env = {}
+    try:
+        path = find_config(config)
+    except RecallError:
+        path = None
+    if path is not None and path != default_config_path().resolve():
+        env["RECALL_CONFIG"] = str(path)
+    if os.environ.get("RECALL_HOME"):
+        env["RECALL_HOME"] = os.path.abspath(os.path.expanduser(os.environ["RECALL_HOME"]))
+    if env:
+        server["env"] = env
+    return server
 
 
 def agent_rules() -> str:

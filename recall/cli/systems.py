@@ -41,7 +41,7 @@ def cmd_mcp(args) -> int:
 
 
 def cmd_instructions(args) -> int:
-    return emit(_Text(), api.instructions(args.install))
+    return emit(args, api.instructions(args.install, config_of(args)))
 
 
 def cmd_doctor(args) -> int:
