@@ -694,6 +694,8 @@ def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeyp
     ("- id: a\n  env: PYTHONSTARTUP\n  value: x\n", 2, "'PYTHONSTARTUP' changes how programs run"),
     ("- id: a\n  env: SSL_CERT_FILE\n  value: x\n", 2, "'SSL_CERT_FILE' changes"),
     ("- id: a\n  env: KUBECONFIG\n  value: x\n", 2, "'KUBECONFIG' changes"),
+    ("- id: a\n  env: KUBE_EDITOR\n  value: x\n", 2, "'KUBE_EDITOR' changes"),        # issue 33 point 8
+    ("- id: a\n  env: CLOUDSDK_CORE_LOG_HTTP\n  value: x\n", 2, "'CLOUDSDK_CORE_LOG_HTTP' changes"),
     # not a variable name: it may be a value on the wrong line, so it is not quoted (issue 11)
     ("- id: a\n  env: token\n  value: x\n", 2, "(text not shown) is not a variable name of [A-Z_][A-Z0-9_]*"),
     ("- id: a\n  env: 9LIVES\n  value: x\n", 2, "(text not shown) is not a variable name"),
