@@ -337,7 +337,6 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     with _opened() as (cfg, con):
         result = exec_entry(con, cfg, id, command.strip() or None, timeout=EXEC_TIMEOUT)
         lines = [f"exit code: {result.code}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if result.timed_out else "")]
-        lines += [f"left out: {step} ({why})" for step, why in result.left_out]
         lines += [f"note: {note}" for note in result.notes]
         for name, data in (("stdout", result.stdout), ("stderr", result.stderr)):
             if data.strip():           # an empty stream's header says nothing

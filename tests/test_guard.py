@@ -740,6 +740,7 @@ def test_every_rule_is_reached_by_a_real_command_and_every_verdict_is_documented
         reached.add(verdict_for(command, bindings=_bindings(urls), credential=True, sends=True).rule)
     home, rows = setup_rows(tmp_path)
     reached.update(setup_verdict(step, home=home).rule for step, _ in rows)
+    reached.add(setup_verdict("kubectl config use-context ops", context="ops").rule)
     assert reached - set(RULES) == set()
     assert set(RULES) - reached == set()
 
@@ -1033,6 +1034,15 @@ def test_a_setup_export_that_starts_a_program_or_logs_requests_says_why_and_what
         v = setup_verdict(f"export {name}=x")
         assert v.reason.startswith(f"{name} {says}") and "set it in a file you own and source that" in v.reason
         assert v.reason.endswith("— allowed: " + SETUP_FORM), v.reason
+
+
+def test_a_use_context_step_is_stood_for_only_by_its_own_context():
+    from recall.guard import setup_verdict
+    v = setup_verdict("kubectl config use-context ops", context="ops")
+    assert (v.allow, v.rule) == (True, "setup.context") and "kubectl gets --context ops" in v.reason
+    for step, context in (("kubectl config use-context ops", "prod"), ("kubectl config use-context ops", ""),
+                          ("kubectl config set-context ops", "ops"), ("kubectx ops", "ops")):
+        assert setup_verdict(step, context=context).rule == "setup.global-state", (step, context)
 
 
 def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):

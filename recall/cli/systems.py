@@ -31,8 +31,6 @@ def cmd_access_exec(args) -> int:
     sys.stdout.flush()
     line = cmd[0] if len(cmd) == 1 else cmd       # one word: a shell line ('a | b'); more: quoted words
     result = exec_entry(con, cfg, args.id, line, out=sys.stdout.buffer, err=sys.stderr.buffer)
-    for step, why in result.left_out:
-        sys.stderr.write(f"recall: left out '{step}': {why}\n")
     if result.context:
         sys.stderr.write(f"recall: kubectl gets --context {result.context} (this entry's context)\n")
     for note in result.notes:

@@ -57,6 +57,8 @@ RULES: dict = {
     "setup.export-path": "deny: inline PATH / KUBECONFIG / AWS_CONFIG_FILE … naming a path that is not yours "
                          "alone (another owner, group/world-writable, relative or missing)",
     "setup.args": "deny: malformed source/export/unset arguments",
+    "setup.context": "allow: kubectl config use-context X when every kubectl of the command gets --context X "
+                     "in its place (the step itself never runs)",
     "setup.global-state": "deny: a step that switches state for every shell (kubectl config use-context, "
                           "az account set …): name the context in the proof instead",
     "setup.command": "deny: a setup step other than source, ., export NAME=literal, unset",
@@ -297,12 +299,17 @@ def verdict_for(command: str, *, credential: bool = False, bindings: tuple = (),
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def setup_verdict(step: str, *, home: str = "") -> Verdict:
+def setup_verdict(step: str, *, home: str = "", context: str = "") -> Verdict:
     """Whether an inventory entry's setup step may run before a proof: only forms that cannot hide
-    a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
+    a command inline (source/. of your own file, export NAME=literal, unset NAME). `context`: the
+    kube context every kubectl of the command gets, so `kubectl config use-context` of it is stood
+    for (setup.context: allowed, and never run)."""
     argv: tuple[str, ...] = ()
     try:                                  # a newline is a second command: only spaces and tabs are stripped
         argv = _argv(step.strip(" \t") if isinstance(step, str) else "", "step", _setup_exempt)
+        if context and argv == ("kubectl", "config", "use-context", context):
+            return Verdict(True, "setup.context", f"kubectl gets --context {context} in its place; the step "
+                                                  "itself never runs (it would switch every shell)", argv)
         rule, reason = _setup_argv(list(argv), home or os.path.expanduser("~"))
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
@@ -389,9 +396,11 @@ def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
             raise _Deny("setup.args", "unset takes variable names")
         return "setup.unset", "unsets variables"
     if head == "kubectx" or tuple([a for a in argv if not a.startswith("-")][:3]) in _GLOBAL_STATE:
-        raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine "
-                                          "and verify never runs it: drop the step and name the context in the "
-                                          "proof (kubectl --context X, az … --subscription X, aws … --profile X)")
+        raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine, "
+                                          "so recall never runs it: drop the step and name the context in each "
+                                          "command (kubectl --context X, az … --subscription X, aws … --profile X)"
+                                          + ("; it may stay when every kubectl of the command gets --context X"
+                                             if argv[:3] == ["kubectl", "config", "use-context"] else ""))
     raise _Deny("setup.command", f"{head!r} is a command, and only source FILE, . FILE, export NAME=literal "
                                  "and unset NAME run before a proof: move it into a file you own and source "
                                  "that, or drop it (use --context/--profile in the proof instead)")
