@@ -299,7 +299,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         elif own is not None and p.verdict == "allow" and p.command == _proof_text(by_id[p.id].check):
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
-            p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"
+            p.status, p.detail = "skipped", inventory.blocked_by(by_id[blocker], down[blocker])
         elif p.verdict != "allow":
             p.status, p.detail = "skipped", f"not run: the guard denied it ({p.rule}): {p.reason}"
         elif p.refusal:
@@ -328,7 +328,8 @@ def _pool_size(jobs) -> int:
 
 def _check_prerequisites(needed: dict) -> dict:
     """{id: (up, why)} for every prerequisite in `needed`, each checked once, in parallel."""
-    denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items() if r.check)
+    denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items()
+                                if r.check and not r.error)
               if not v.allow}        # a check the guard denies is not run: the prerequisite counts as down
     run = {i: r for i, r in needed.items() if i not in denied}
     with ThreadPoolExecutor(max_workers=_pool_size(run)) as pool:

@@ -76,18 +76,65 @@ def test_a_bad_entry_names_file_and_line_when_used(tmp_path, config, text, line,
     assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
 
 
-@pytest.mark.parametrize("text,line,words", [
-    ("- id: a\n- id: a\n", 2, "duplicate inventory id 'a'"),
-    ("- id: a\n  aliases: [x]\n- id: b\n  aliases: [X]\n", 3, "'X' names both 'a' and 'b'"),
-    ("- kind: host\n  colour: red\n", 2, "unknown field 'colour'"),
-])
-def test_a_bad_file_names_file_and_line(tmp_path, config, text, line, words):
+# (a bad entry between good1 and good2, a name that names it, what its own error says); it starts at line 4
+BAD_ENTRIES = [
+    ("- kind: host\n  name: no id box\n", "no id box", "an entry needs an 'id'"),
+    ("- id: 'has space'\n  aliases: [spacey]\n", "spacey", "an entry needs an 'id'"),
+    ("- id: GOOD1\n  kind: host\n", "GOOD1", "'GOOD1' already names entry 'good1' (INV:1), in any case"),
+    ("- just a scalar\n", "inv.yaml:4", "each inventory entry is a mapping starting with '- id: …'"),
+    ("- - a\n  - list\n", "inv.yaml:4", "each inventory entry is a mapping"),
+    ("- id: twin\n  aliases: [first]\n- id: twin\n  aliases: [second]\n", "second",
+     "inventory id 'twin' is also at INV:4"),
+    ("- id: clash\n  aliases: [ops, good2]\n", "ops", "'good2' already names entry 'good2' (INV:"),
+    ("- id: shadow\n  aliases: [g1]\n", "shadow", "'g1' already names entry 'good1' (INV:1)"),
+    ("- id: typo\n  aliases: [ops]\n  verfy: 'true'\n", "ops",            # issue 37 point 5
+     "unknown field 'verfy' in an inventory entry — did you mean 'verify'?"),
+    ("- id: 12\n", "inv.yaml:4", "'id' must be a string"),
+]
+
+
+@pytest.mark.parametrize("bad,name,says", BAD_ENTRIES, ids=[b.split("\n")[0] for b, _, _ in BAD_ENTRIES])
+def test_a_bad_entry_breaks_only_itself(tmp_path, config, cli, bad, name, says):
+    """A missing, malformed or repeated id, a scalar or a list for an entry, an alias that is another
+    entry's id: every other entry is found, shown, verified and exec'd; naming the bad one (or one
+    of its aliases) gives its own error with file:line (issue 36 point 5)."""
     path = tmp_path / "inv.yaml"
-    path.write_text(text)
+    path.write_text("- id: good1\n  aliases: [g1]\n  verify: 'true'\n" + bad
+                    + "- id: good2\n  requires: [good1]\n  verify: 'true'\n")
     config(f"inventory: [{path}]\n")
-    with pytest.raises(RecallError) as err:
-        _load()
-    assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+    inventory.forget_checks()
+    code, out, err = cli("--json", "access", "find")
+    found = {e["id"]: e for e in json.loads(out)}
+    assert code == 0 and {"good1", "good2"} <= set(found) and "error" not in found["good2"], err
+    assert len([e for e in found.values() if "error" in e]) == 1           # the bad one, listed with its error
+    assert cli("access", "find")[1].count("\n  broken: ") == 1
+    for good in ("good1", "g1", "good2"):
+        code, out, err = cli("access", "show", good)
+        assert code == 0 and out.startswith("Access: good"), err
+    code, out, err = cli("access", "exec", "good2", "--", "echo", "reached")
+    assert (code, out) == (0, "reached\n"), err
+    code, out, _ = cli("--json", "verify", "good1", "good2")
+    assert [e["commands"][0]["status"] for e in json.loads(out)["entries"]] == ["ok", "ok"]
+    code, out, err = cli("access", "show", name)
+    assert code == 1 and err.startswith(f"recall: {path}:"), err
+    assert says.replace("INV", str(path)) in err and err.count("\n") == 1, err
+    code, out, err = cli("access", "exec", name, "--", "echo", "reached")
+    assert code == 1 and out == "" and says.replace("INV", str(path)) in err
+
+
+def test_a_broken_prerequisite_stops_its_dependants_as_a_down_one_does(tmp_path, config, cli):
+    """A prerequisite whose entry does not load cannot be checked: its dependants never run (before,
+    a broken VPN entry counted as up, having no check left)."""
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: vpn\n  chekc: tcp 127.0.0.1:1\n- id: box\n  requires: [vpn]\n  verify: 'true'\n")
+    config(f"inventory: [{path}]\n")
+    inventory.forget_checks()
+    code, out, err = cli("access", "exec", "box", "--", "echo", "reached")
+    assert (code, out) == (1, "") and err.startswith(f"recall: prerequisite 'vpn' cannot be checked: {path}:2: "
+                                                     "unknown field 'chekc'"), err
+    code, out, _ = cli("--json", "verify", "box")
+    row = json.loads(out)["entries"][0]["commands"][0]
+    assert row["status"] == "skipped" and row["detail"] == err[len("recall: "):].strip()
 
 
 def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
@@ -472,3 +519,29 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(tm
     con = db.connect(cfg.db_path)
     inventory.load_inventory(cfg, con)
     assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
+
+
+def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(tmp_path, config, cli):
+    """Issue 36 point 5 for the secrets file: a sync that skipped the bad entry would remove its secret
+    from the vault, so sync refuses as a whole with file:line, changing nothing; find, show, exec and
+    the inventory entries that link stored secrets keep working meanwhile."""
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text('- id: box-token\n  value: "b0x-t0ken-value-4242"\n- id: other-token\n  value: "0ther-t0ken-v4lue"\n')
+    secrets.chmod(0o600)
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: box\n  secrets: [box-token]\n  verify: 'true'\n")
+    config(f"secrets: [{secrets}]\ninventory: [{path}]\n")
+    assert cli("secret", "sync")[0] == 0
+    sealed = secrets.read_text()
+    secrets.write_text(sealed + "- just a scalar\n")
+    code, out, err = cli("secret", "sync")
+    assert code == 1 and err.startswith(f"recall: {secrets}:5: each secret is a mapping"), err
+    assert secrets.read_text() == sealed + "- just a scalar\n"
+    code, out, err = cli("--json", "secret", "find", "token")
+    assert code == 0 and {s["id"] for s in json.loads(out)} == {"box-token", "other-token"}, err
+    assert cli("secret", "show", "other-token")[0] == 0
+    r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo $BOX_TOKEN")
+    assert (r.returncode, r.stdout) == (0, "[recall:box-token]\n"), r.stderr
+    code, out, err = cli("access", "show", "box")
+    assert code == 0 and "secrets: box-token" in out, err
