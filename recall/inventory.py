@@ -285,7 +285,7 @@ def describe(con, e: Entry) -> dict:
     d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
-    d["last_verified"] = describe_status(con, f"entry:{e.id}") if con is not None else "never"
+    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e)) if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
 
@@ -455,12 +455,20 @@ def blocked_by(p: Entry, why: str) -> str:
 
 # -- stored verify results: record one, and say it the way a person reads it ("ok 2h ago")
 
-def record_status(con, target: str, status: str, reason: str, command: str) -> None:
+def config_of(e: Entry) -> str:
+    """What a verify result of `e` was for: its steps, proof, prerequisites, secrets, url, timeout."""
+    import hashlib
+    what = [e.access, e.verify, e.check, e.requires, e.secrets, e.url, e.timeout]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def record_status(con, target: str, status: str, reason: str, command: str, config: str = "") -> None:
     from .vault.scrub import scrub_inline  # a literal token in a proof command is not stored
     reason, command = scrub_inline(reason), scrub_inline(command)
-    con.execute("INSERT INTO verify_results(target, status, reason, command, at) VALUES (?,?,?,?,?) "
+    con.execute("INSERT INTO verify_results(target, status, reason, command, at, config) VALUES (?,?,?,?,?,?) "
                 "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
-                "command=excluded.command, at=excluded.at", (target, status, reason, command, time.time()))
+                "command=excluded.command, at=excluded.at, config=excluded.config",
+                (target, status, reason, command, time.time(), config))
 
 
 def ago(seconds: float) -> str:
@@ -471,10 +479,15 @@ def ago(seconds: float) -> str:
     return "just now"
 
 
-def describe_status(con, target: str, now: float | None = None) -> str:
-    """'ok 2h ago', 'stale 1d ago: log in …', or 'never'."""
-    row = con.execute("SELECT status, reason, at FROM verify_results WHERE target=?", (target,)).fetchone()
+def describe_status(con, target: str, now: float | None = None, config: str = "") -> str:
+    """'ok 2h ago', 'stale 1d ago: log in …', or 'never'. A skip (it says nothing of the entry
+    itself) or a result from before the entry changed (`config`, its config_of) is history:
+    'skipped 2h ago then: prerequisite …', 'ok 3d ago then (the entry changed since)'."""
+    row = con.execute("SELECT status, reason, at, config FROM verify_results WHERE target=?", (target,)).fetchone()
     if row is None:
         return "never"
+    changed = bool(config and row["config"] and row["config"] != config)
     text = f"{row['status']} {ago((now or time.time()) - row['at'])}"
+    if changed or row["status"] == "skipped":
+        text += " then" + (" (the entry changed since)" if changed else "")
     return text if row["status"] == "ok" or not row["reason"] else f"{text}: {row['reason']}"

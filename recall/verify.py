@@ -45,6 +45,7 @@ class Probe:
     tool: str = ""              # argv[0]'s basename once the guard allowed it: what runs and classifies
     setup: list = field(default_factory=list)       # the entry's access: steps, each a guard Verdict
     refusal: str = ""           # why its setup cannot run as promised (access.judge_setup), '' when it can
+    config: str = ""            # what the result is for (inventory.config_of), stored with it
 
 
 @dataclass
@@ -134,13 +135,13 @@ def plan(con, cfg, ids=None) -> tuple:
         command = "" if e.error else _proof_text(e.verify or e.check)
         setup = judge_setup(e, command, by_path=True) if command else None    # its tool runs by its path
         if not command:
-            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny",
+            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", config=inventory.config_of(e),
                                 setup=[] if e.error else [(step, setup_verdict(step)) for step in e.access],
                                 rule="inventory.entry" if e.error else "no-proof", reason=e.error or _NO_PROOF))
             continue
         variables = {v: found for sid in e.secrets for v, found in secret_vars.get(sid, {}).items()}
         p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup.judged,
-                         refusal=setup.refusal),
+                         refusal=setup.refusal, config=inventory.config_of(e)),
                    tuple(b for sid in e.secrets for b in bindings.get(sid, ())), bool(e.secrets), jump_hosts)
         mismatch = _entry_url_mismatch(e, bindings)
         if mismatch:                                  # the root cause, whatever else the guard found
@@ -264,7 +265,7 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.status, p.detail = "error", str(exc)
     finally:
         p.seconds = time.monotonic() - started
-        inventory.record_status(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
         con.close()
 
 
@@ -307,7 +308,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         else:
             runnable.append(p)
             continue
-        inventory.record_status(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
     serial = [p for p in runnable if p.tool == "az"]     # az shares global state: one job, holding no other slot
     jobs = ([serial] if serial else []) + [[p] for p in runnable if p.tool != "az"]
     path = os.environ.get("PATH", os.defpath)       # the PATH recall started with, not a setup step's
