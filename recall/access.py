@@ -31,7 +31,7 @@ class Setup:
 
 def judge_setup(entry, line: str, *, by_path: bool = False) -> Setup:
     """The one decision, for verify and access exec alike, whether `entry`'s setup can run as
-    promised before `line`: every step one the guard allows (setup_verdict), or a `kubectl config
+    promised before `line`: each step is one the guard allows (setup_verdict), or a `kubectl config
     use-context X` that kubectl's --context X stands for (never run). `by_path`: the line's tool
     runs by its absolute path (verify), so no shell function gives it the context."""
     from .guard import setup_verdict

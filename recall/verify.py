@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from . import db, inventory
 from .access import exec_entry, judge_setup
 from .errors import RecallError
-from .guard import binding_for, classify, curl_headers, run_form, setup_verdict, verdict_for
+from .guard import binding_for, classify, curl_headers, run_form, verdict_for
 from .vault import audit
 
 DEFAULT_TIMEOUT = 20.0
@@ -133,11 +133,11 @@ def plan(con, cfg, ids=None) -> tuple:
     for e in (e for e in entries if e.id in wanted):
         # a broken entry is its own error; the others still run
         command = "" if e.error else _proof_text(e.verify or e.check)
-        setup = judge_setup(e, command, by_path=True) if command else None    # its tool runs by its path
+        setup = judge_setup(e, command, by_path=True)         # verify runs the proof's tool by its path
         if not command:
             probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", config=inventory.config_of(e),
-                                setup=[] if e.error else [(step, setup_verdict(step)) for step in e.access],
-                                rule="inventory.entry" if e.error else "no-proof", reason=e.error or _NO_PROOF))
+                                setup=[] if e.error else setup.judged, rule="inventory.entry" if e.error else
+                                "no-proof", reason=e.error or _NO_PROOF))
             continue
         variables = {v: found for sid in e.secrets for v, found in secret_vars.get(sid, {}).items()}
         p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup.judged,
