@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from . import inventory
 from .errors import RecallError
+from .vault import audit, keyfile, runner
 from .vault import door as setupvars
-from .vault import keyfile, runner
 from .vault import store as vault
 from .vault.redact import secret_parts
 
@@ -21,18 +21,51 @@ _RC_VARIABLES = ("BASH_ENV", "ENV")
 
 
 @dataclass
-class Plan:
-    run: list          # setup steps that run
-    left_out: list     # (step, why)
+class Setup:
+    """An entry's setup steps judged for one command line: those that run, each step with its
+    verdict, and why they cannot all run as promised ('' when they can; else nothing runs)."""
+    run: list
+    judged: list          # (step, guard Verdict)
+    refusal: str
 
 
-def plan_steps(entry) -> Plan:
-    """The entry's setup steps judged as verify judges them (guard.setup_verdict): the allowed ones
-    run; a denied one is left out with its rule's reason."""
+def judge_setup(entry, line: str, *, by_path: bool = False) -> Setup:
+    """The one decision, for verify and access exec alike, whether `entry`'s setup can run as
+    promised before `line`: each step is one the guard allows (setup_verdict), or a `kubectl config
+    use-context X` that kubectl's --context X stands for (never run). `by_path`: the line's tool
+    runs by its absolute path (verify), so no shell function gives it the context."""
     from .guard import setup_verdict
-    judged = [(step, setup_verdict(step)) for step in entry.access]
-    return Plan([step.strip(" \t") for step, v in judged if v.allow],
-                [(step.strip(), f"{v.rule}: {v.reason}") for step, v in judged if not v.allow])
+    context = kube_context(entry)
+    stands_in = context if _context_stands_in(line, context, by_path) else ""
+    judged = [(step, setup_verdict(step, context=stands_in)) for step in entry.access]
+    denied = next(((step, v) for step, v in judged if not v.allow), None)
+    refusal = (f"setup step not allowed ({denied[1].rule}): {setupvars.show_step(entry.id, denied[0])!r}: "
+               f"{denied[1].reason}") if denied else ""
+    return Setup([step.strip(" \t") for step, v in judged if v.allow and v.rule != "setup.context"],
+                 judged, refusal)
+
+
+_KUBECTL = re.compile(r"(?<![\w-])kubectl(?![\w-])")
+_KEYWORDS = {"{", "!", "then", "do", "else", "time"}      # a command follows these too
+
+
+def _context_stands_in(line: str, context: str, by_path: bool) -> bool:
+    """Does every kubectl in `line` get a context of its own, so none reads the current one? Each must
+    be a command of this shell (not in quotes, not run by another program such as xargs or sh -c); a
+    bare `kubectl` gets `context` from the shell function, one run by its path only a named one."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:                 # an unbalanced quote: bash will not run it either
+        return False
+    named = [w.partition("=")[2] or after for w, after in zip(words, [*words[1:], ""])
+             if w.partition("=")[0] == "--context"]
+    found = [k for k, w in enumerate(words) if _KUBECTL.search(w)]
+    commands = all((words[k] == "kubectl" or words[k].endswith("/kubectl")) and (
+        k == 0 or words[k - 1] in _KEYWORDS or set(words[k - 1]) <= set("();|&")) for k in found)
+    bare = all(words[k] == "kubectl" for k in found) and not by_path
+    return bool(context and found and commands and (bare or named))
 
 
 # -- what the setup steps set, and which of it is masked -------------------------------------------
@@ -61,7 +94,7 @@ def kube_context(entry) -> str:
 
 # -- one bash: setup steps, then the command --------------------------------------------------------
 
-def _script(plan: Plan, command: str, base: dict, context: str, script_fd: int, vars_fd: int) -> str:
+def _script(steps: list, command: str, base: dict, context: str, script_fd: int, vars_fd: int) -> str:
     """Setup steps (output on stderr, no stdin, `set -e`), every shell variable before and after them
     on `vars_fd` (after a failure too), then the command in the same shell."""
     restore = "".join(f"export {k}={shlex.quote(base[k])}\n" for k in _RC_VARIABLES if k in base)
@@ -74,7 +107,7 @@ def _script(plan: Plan, command: str, base: dict, context: str, script_fd: int, 
         f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"
         f"printf '\\1before\\0' >&{vars_fd}; __recall_vars >&{vars_fd}\n"
         f"trap 'printf \"\\1failed\\0\" >&{vars_fd}; __recall_vars >&{vars_fd}; printf \"\\1end\\0\" >&{vars_fd}' EXIT\n"
-        "set -e\n{\n:\n" + "\n".join(plan.run) + "\n} </dev/null >&2\nset +e\ntrap - EXIT\n"
+        "set -e\n{\n:\n" + "\n".join(steps) + "\n} </dev/null >&2\nset +e\ntrap - EXIT\n"
         f"printf '\\1ok\\0' >&{vars_fd}; __recall_vars >&{vars_fd}; printf '\\1end\\0' >&{vars_fd}\n"
         f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v\n"
         "builtin cd -- \"$__recall_cwd\"; unset __recall_cwd\n" + restore + kubectl + command + "\n")
@@ -154,28 +187,26 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     if not line:
         raise RecallError(f"entry '{entry.id}' has no verify command", f"recall access exec {entry.id} -- CMD …")
     inventory.ensure_prerequisites(entries, entry)
+    setup = judge_setup(entry, line)
+    if setup.refusal:                  # nothing runs without the environment the entry promises
+        audit.log(con, "access.exec", entry.id, argv="", verdict="setup refused")
+        raise RecallError(setup.refusal, f"nothing ran: fix the entry at {entry.file}:{entry.line}")
     values = vault.load_values(con, cfg) if entry.secrets or _has_vault(con, cfg) else {}
     missing = [s for s in entry.secrets if s not in values]
     if missing:
         raise RecallError(f"linked secret(s) {', '.join(missing)} are not in the vault", "run 'recall secret sync'")
     extra, stdin, host_bound = _secret_injection(con, entry, values, stdin)   # refuses before anything runs
     base = runner.child_env()
-    plan = plan_steps(entry)
     context = kube_context(entry)
     env = {k: v for k, v in {**base, **extra}.items() if k not in _RC_VARIABLES}
     child = runner.Child("access.exec", entry.id, line, env, secret_parts(values, values.public) if values else {},
                          given=tuple(s for s in entry.secrets if s not in {r["id"] for r in host_bound}),
-                         script=lambda s_fd, v_fd: _script(plan, line, base, context, s_fd, v_fd),
+                         script=lambda s_fd, v_fd: _script(setup.run, line, base, context, s_fd, v_fd),
                          prelude=lambda proc, report: _prelude(entry, proc, report), stdin=stdin,
                          host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
     result = runner.run(con, child, out, err)
     # the command's kubectl runs with the entry's context when it names none of its own
-    gets = context and re.search(r"(?<![\w-])kubectl(?![\w-])", line) and "--context" not in line
-    result.context = context if gets else ""
-    # a `kubectl config use-context X` is not lost when kubectl gets --context X in its place
-    replaced = f"kubectl config use-context {context}" if result.context else None
-    result.left_out = [(inventory.show_step(entry.id, step), why) for step, why in plan.left_out
-                       if " ".join(step.replace("'", "").replace('"', "").split()) != replaced]
+    result.context = context if context and _KUBECTL.search(line) and "--context" not in line else ""
     return result
 
 

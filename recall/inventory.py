@@ -193,7 +193,8 @@ def inline_warnings(entries: list) -> list:
 
 
 def load_inventory(cfg, con=None) -> list:
-    """Every entry of every inventory file, validated; cached in the DB while the files are unchanged."""
+    """Every entry of every inventory file, validated (a bad one kept with its own error, the rest
+    usable); cached in the DB while the files are unchanged."""
     if not cfg.inventory:
         return []
     sig = _signature(cfg)
@@ -205,27 +206,10 @@ def load_inventory(cfg, con=None) -> list:
             if data["sig"] == sig:
                 return [Entry(**e) for e in data["entries"]]
     from . import yaml
-    entries, items, seen_ids, seen_names = [], {}, {}, {}
-    for path in map(str, cfg.inventory):
-        for item, line in yaml.load_entries(path, "inventory"):
-            try:
-                e = _entry(item, path, line)
-            except InputError as exc:       # kept as broken by its id; without a usable id the file is wrong
-                ident = item.get("id") if isinstance(item, dict) else None
-                if not isinstance(ident, str) or not _ID.match(ident):
-                    raise
-                e = Entry(id=ident, file=path, line=item.line, error=str(exc))
-            if e.id in seen_ids:
-                raise InputError(path, e.line, f"duplicate inventory id '{e.id}'", hint=f"first at {seen_ids[e.id]}")
-            seen_ids[e.id], items[e.id] = f"{path}:{e.line}", item
-            for name in e.names():
-                key = name.lower()
-                if key in seen_names and seen_names[key][0] != e.id:
-                    raise InputError(path, e.line, f"'{name}' names both '{seen_names[key][0]}' and '{e.id}'",
-                                     hint=f"first at {seen_names[key][1]}")
-                seen_names[key] = (e.id, f"{path}:{e.line}")
-            entries.append(e)
-    _check_references(entries, _secret_ids(cfg), items)
+    loaded = [(_loaded(item, path, line), item) for path in map(str, cfg.inventory)
+              for item, line in yaml.load_entries(path, "inventory")]
+    entries = _one_name_one_entry([e for e, _ in loaded])
+    _check_references(entries, _secret_ids(cfg), {e.id: item for e, item in reversed(loaded)})
     learn_literals(entries)
     if con is not None and not _holds_inline_values(entries):
         from .db import is_sqlite_error, set_meta
@@ -235,6 +219,44 @@ def load_inventory(cfg, con=None) -> list:
             if not is_sqlite_error(exc):
                 raise
     return entries
+
+
+def _loaded(item, path: str, line: int) -> Entry:
+    """The entry one item of a file describes; one that does not load is kept broken with its own
+    error, named by its id, name and aliases where they read (else by FILE:LINE, as verify lists it)."""
+    try:
+        return _entry(item, path, line)
+    except InputError as exc:
+        fields = item if isinstance(item, dict) else {}
+        ident, name, aliases = fields.get("id"), fields.get("name"), fields.get("aliases")
+        aliases = [aliases] if isinstance(aliases, str) else aliases if isinstance(aliases, list) else []
+        return Entry(id=ident if isinstance(ident, str) and _ID.match(ident) else f"{os.path.basename(path)}:{line}",
+                     name=name if isinstance(name, str) else "", aliases=[a for a in aliases if isinstance(a, str)],
+                     file=path, line=line, error=str(exc))
+
+
+def _one_name_one_entry(entries: list) -> list:
+    """Each name names one entry. An id two entries spell alike names neither: they stay one broken
+    entry saying where both are. A name (the id in another case, an alias, the name) that another
+    entry's id or an earlier entry's name already holds breaks the entry that repeats it."""
+    kept: dict = {}
+    for e in entries:
+        first = kept.setdefault(e.id, e)
+        if first is not e:
+            first.aliases += e.aliases
+            first.error = str(InputError(e.file, e.line, f"inventory id '{e.id}' is also at {first.file}:{first.line}",
+                                         hint="rename one of them"))
+    owners: dict = {}
+    for e in kept.values():                # ids first: an alias never takes another entry's id
+        owners.setdefault(e.id.lower(), e)
+    for e in kept.values():
+        for name in (n for n in [e.id, e.name, *e.aliases] if n):
+            owner = owners.setdefault(name.lower(), e)
+            if owner is not e and not e.error:
+                e.error = str(InputError(e.file, e.line, f"'{name}' already names entry '{owner.id}' "
+                                         f"({owner.file}:{owner.line}), in any case",
+                                         hint=f"give '{e.id}' another id, alias or name"))
+    return list(kept.values())
 
 
 def name_table(entries: list, ids=()) -> dict:
@@ -291,7 +313,7 @@ def describe(con, e: Entry) -> dict:
     d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
-    d["last_verified"] = describe_status(con, f"entry:{e.id}") if con is not None else "never"
+    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e)) if con is not None else "never"
     d["block"] = block_text(e, d["last_verified"])
     return d
 
@@ -319,7 +341,7 @@ def block_text(e: Entry, last_verified: str) -> str:
     lines += [f"  {i}. {show_step(e.id, step)}" for i, step in enumerate(e.access, start=1)]
     lines += [f"  {label}: {value}" for label, value in
               (("check", e.check), ("verify", e.verify), ("secrets", ", ".join(e.secrets)),
-               ("last verified", last_verified)) if value]
+               ("last verified", last_verified), ("broken", e.error)) if value]
     return "\n".join(lines)
 
 
@@ -406,9 +428,12 @@ def check_timeout(e: Entry) -> float:
 
 
 def check_one(e: Entry) -> tuple:
+    """(up, detail) of a prerequisite, checked once per process; a broken entry is never up."""
     if e.id in _CHECKED:
         return _CHECKED[e.id]
-    if not e.check:
+    if e.error:
+        result = (False, e.error)
+    elif not e.check:
         result = (True, "no check")
     elif is_tcp_check(e.check):
         result = tcp_check(e.check, check_timeout(e))
@@ -443,21 +468,37 @@ def prerequisites(entries: list, e: Entry) -> list:
 
 
 def ensure_prerequisites(entries: list, e: Entry) -> None:
-    """Raise PrerequisiteDown (exit 69) naming the first prerequisite that is down."""
+    """Raise PrerequisiteDown (exit 69) naming the first prerequisite that is down; a broken one
+    cannot be checked, so it stops the entry too (its own error)."""
     for p in prerequisites(entries, e):
         up, detail = check_one(p)
+        if p.error:
+            raise RecallError(blocked_by(p, detail))
         if not up:
-            raise PrerequisiteDown(f"prerequisite '{p.id}' is down: {p.hint or detail}")
+            raise PrerequisiteDown(blocked_by(p, p.hint or detail))
+
+
+def blocked_by(p: Entry, why: str) -> str:
+    """What stops an entry whose prerequisite `p` is not up: down (why), or broken (its error)."""
+    return f"prerequisite '{p.id}' cannot be checked: {p.error}" if p.error else f"prerequisite '{p.id}' is down: {why}"
 
 
 # -- stored verify results: record one, and say it the way a person reads it ("ok 2h ago")
 
-def record_status(con, target: str, status: str, reason: str, command: str) -> None:
+def config_of(e: Entry) -> str:
+    """What a verify result of `e` was for: its steps, proof, prerequisites, secrets, url, timeout."""
+    import hashlib
+    what = [e.access, e.verify, e.check, e.requires, e.secrets, e.url, e.timeout]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def record_status(con, target: str, status: str, reason: str, command: str, config: str = "") -> None:
     from .vault.door import scrub  # no value or literal token in a proof command or its reason is stored
     reason, command = scrub(reason), scrub(command)
-    con.execute("INSERT INTO verify_results(target, status, reason, command, at) VALUES (?,?,?,?,?) "
+    con.execute("INSERT INTO verify_results(target, status, reason, command, at, config) VALUES (?,?,?,?,?,?) "
                 "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
-                "command=excluded.command, at=excluded.at", (target, status, reason, command, time.time()))
+                "command=excluded.command, at=excluded.at, config=excluded.config",
+                (target, status, reason, command, time.time(), config))
 
 
 def ago(seconds: float) -> str:
@@ -468,10 +509,15 @@ def ago(seconds: float) -> str:
     return "just now"
 
 
-def describe_status(con, target: str, now: float | None = None) -> str:
-    """'ok 2h ago', 'stale 1d ago: log in …', or 'never'."""
-    row = con.execute("SELECT status, reason, at FROM verify_results WHERE target=?", (target,)).fetchone()
+def describe_status(con, target: str, now: float | None = None, config: str = "") -> str:
+    """'ok 2h ago', 'stale 1d ago: log in …', or 'never'. A skip (it says nothing of the entry
+    itself) or a result from before the entry changed (`config`, its config_of) is history:
+    'skipped 2h ago then: prerequisite …', 'ok 3d ago then (the entry changed since)'."""
+    row = con.execute("SELECT status, reason, at, config FROM verify_results WHERE target=?", (target,)).fetchone()
     if row is None:
         return "never"
+    changed = bool(config and row["config"] and row["config"] != config)
     text = f"{row['status']} {ago((now or time.time()) - row['at'])}"
+    if changed or row["status"] == "skipped":
+        text += " then" + (" (the entry changed since)" if changed else "")
     return text if row["status"] == "ok" or not row["reason"] else f"{text}: {row['reason']}"

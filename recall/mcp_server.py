@@ -265,7 +265,6 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
         return _continued(key, offset)
     d = api.access_exec(id, command.strip() or None, timeout=EXEC_TIMEOUT).to_dict()
     lines = [f"exit code: {d['code']}" + (f" (timed out after {EXEC_TIMEOUT:g}s)" if d["timed_out"] else "")]
-    lines += [f"left out: {step} ({why})" for step, why in d["left_out"]]
     lines += [f"note: {note}" for note in d["notes"]]
     for name in ("stdout", "stderr"):
         if d[name].strip():           # an empty stream's header says nothing

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import db, inventory
+from .access import exec_entry, judge_setup
 from .errors import RecallError
-from .guard import binding_for, classify, curl_headers, run_form, setup_verdict, verdict_for
+from .guard import binding_for, classify, curl_headers, run_form, verdict_for
 from .vault import audit
 
 DEFAULT_TIMEOUT = 20.0
@@ -43,6 +44,8 @@ class Probe:
     argv: tuple = ()            # as the guard parsed it (secret variables as placeholders)
     tool: str = ""              # argv[0]'s basename once the guard allowed it: what runs and classifies
     setup: list = field(default_factory=list)       # the entry's access: steps, each a guard Verdict
+    refusal: str = ""           # why its setup cannot run as promised (access.judge_setup), '' when it can
+    config: str = ""            # what the result is for (inventory.config_of), stored with it
 
 
 @dataclass
@@ -130,13 +133,15 @@ def plan(con, cfg, ids=None) -> tuple:
     for e in (e for e in entries if e.id in wanted):
         # a broken entry is its own error; the others still run
         command = "" if e.error else _proof_text(e.verify or e.check)
-        setup = [] if e.error else [(step, setup_verdict(step)) for step in e.access]
+        setup = judge_setup(e, command, by_path=True)         # verify runs the proof's tool by its path
         if not command:
-            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", setup=setup,
-                                rule="inventory.entry" if e.error else "no-proof", reason=e.error or _NO_PROOF))
+            probes.append(Probe(f"entry:{e.id}", "entry", e.id, "", verdict="deny", config=inventory.config_of(e),
+                                setup=[] if e.error else setup.judged, rule="inventory.entry" if e.error else
+                                "no-proof", reason=e.error or _NO_PROOF))
             continue
         variables = {v: found for sid in e.secrets for v, found in secret_vars.get(sid, {}).items()}
-        p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup),
+        p = _judge(Probe(f"entry:{e.id}", "entry", e.id, command, variables=variables, setup=setup.judged,
+                         refusal=setup.refusal, config=inventory.config_of(e)),
                    tuple(b for sid in e.secrets for b in bindings.get(sid, ())), bool(e.secrets), jump_hosts)
         mismatch = _entry_url_mismatch(e, bindings)
         if mismatch:                                  # the root cause, whatever else the guard found
@@ -217,7 +222,6 @@ def _curl_options(argv: list, options: list) -> list:
 
 
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
-    from .access import exec_entry
     from .vault import store as vault
     from .vault.runner import secret_exec
     started = time.monotonic()
@@ -261,7 +265,7 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.status, p.detail = "error", str(exc)
     finally:
         p.seconds = time.monotonic() - started
-        inventory.record_status(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
         con.close()
 
 
@@ -291,23 +295,20 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     for p in probes:
         blocker = next((r.id for r in needs.get(p.target, ()) if r.id in down), None)
         own = checked.get(p.id) if p.kind == "entry" else None
-        denied_step = next(((step, v) for step, v in p.setup if not v.allow), None)
         if p.rule == "inventory.entry":
             p.status, p.detail = "error", p.reason
         elif own is not None and p.verdict == "allow" and p.command == _proof_text(by_id[p.id].check):
             p.status, p.detail = ("ok", "") if own[0] else ("unreachable", own[1])   # checked once, above
         elif blocker:
-            p.status, p.detail = "skipped", f"prerequisite '{blocker}' is down: {down[blocker]}"
+            p.status, p.detail = "skipped", inventory.blocked_by(by_id[blocker], down[blocker])
         elif p.verdict != "allow":
             p.status, p.detail = "skipped", f"not run: the guard denied it ({p.rule}): {p.reason}"
-        elif denied_step:
-            step, v = denied_step
-            p.status = "skipped"
-            p.detail = f"setup step not allowed ({v.rule}): {inventory.show_step(p.id, step)!r}: {v.reason}"
+        elif p.refusal:
+            p.status, p.detail = "skipped", p.refusal
         else:
             runnable.append(p)
             continue
-        inventory.record_status(con, p.target, p.status, p.detail, p.command)
+        inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
     serial = [p for p in runnable if p.tool == "az"]     # az shares global state: one job, holding no other slot
     jobs = ([serial] if serial else []) + [[p] for p in runnable if p.tool != "az"]
     path = os.environ.get("PATH", os.defpath)       # the PATH recall started with, not a setup step's
@@ -328,7 +329,8 @@ def _pool_size(jobs) -> int:
 
 def _check_prerequisites(needed: dict) -> dict:
     """{id: (up, why)} for every prerequisite in `needed`, each checked once, in parallel."""
-    denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items() if r.check)
+    denied = {i: v for i, v in ((i, verdict_for(_proof_text(r.check))) for i, r in needed.items()
+                                if r.check and not r.error)
               if not v.allow}        # a check the guard denies is not run: the prerequisite counts as down
     run = {i: r for i, r in needed.items() if i not in denied}
     with ThreadPoolExecutor(max_workers=_pool_size(run)) as pool:

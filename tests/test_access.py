@@ -209,9 +209,10 @@ def test_a_stdin_secret_and_the_callers_own_stdin_are_refused_before_anything_ru
     assert not marker.exists()
 
 
-def test_steps_that_switch_global_state_are_left_out_and_said(tmp_path, config, monkeypatch):
+def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, config, monkeypatch):
     """Steps that would rewrite ~/.kube/config or the cloud CLI's default for every other shell
-    never run; the user reads which, on stderr. Stand-in tools record any call."""
+    never run, and neither does the command (it would reach the default account); the user reads
+    which step, on stderr. Stand-in tools record any call."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     calls = tmp_path / "calls"
@@ -223,13 +224,53 @@ def test_steps_that_switch_global_state_are_left_out_and_said(tmp_path, config, 
                  "az aks get-credentials -g rg -n prod", "az account set -s 1111",
                  "gcloud container clusters get-credentials prod", "gcloud config set project p",
                  "kubectx prod"]
-    _entry(tmp_path, config, ["export REGION=eu-west-1", *switching])
-    r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo region=$REGION")
-    assert (r.returncode, r.stdout) == (0, "region=eu-west-1\n"), r.stderr
-    assert not calls.exists()
-    said = [line for line in r.stderr.splitlines() if line.startswith("recall: left out")]
-    assert [line.split("'")[1] for line in said] == switching
-    assert all("setup.global-state" in line and "switches state for every shell" in line for line in said)
+    for step in switching:
+        path = _entry(tmp_path, config, ["export REGION=eu-west-1", step])
+        r = run_recall("access", "exec", "box", "--", "sh", "-c", f"echo ran >> {calls}")
+        assert (r.returncode, r.stdout) == (1, ""), r.stderr
+        assert r.stderr.startswith(f"recall: setup step not allowed (setup.global-state): '{step}': "), r.stderr
+        assert "switches state for every shell" in r.stderr and f"fix the entry at {path}:1" in r.stderr
+        assert not calls.exists()
+
+
+def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_says(tmp_path, config):
+    """Exec fails closed (issue 33 point 3): a sourced script that group can write (what umask 002
+    makes), one that is missing, a step with &&, | or ;, a step the guard refuses: `access exec`
+    runs nothing, CLI and MCP, exits 1 with the reason `verify` gives for the entry."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    own = tmp_path / "own.sh"
+    own.write_text("export REGION=eu-west-1\n")
+    own.chmod(0o600)
+    old = os.umask(0o002)
+    try:
+        loose = tmp_path / "loose.sh"
+        loose.write_text("export REGION=eu-west-1\n")          # 0664, as an editor saves it
+    finally:
+        os.umask(old)
+    steps = {"loose": [f"source {loose}"], "missing": [f"source {tmp_path}/typo.sh"],
+             "and": [f"source {own} && true"], "pipe": [f"source {own} | cat"], "semicolon": [f"source {own}; true"],
+             "subst": [f"export X=$(touch {ran}/subst)"], "second": [f"source {own}", "DB_HOST=db1"]}
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("".join(f"- id: {name}\n  access: {json.dumps(s)}\n  verify: 'true'\n" for name, s in steps.items())
+                   + f"- id: fine\n  access: [source {own}]\n  verify: 'true'\n")
+    config(f"inventory: [{inv}]\n")
+    report = {e["id"]: e["commands"][0] for e in json.loads(run_recall("--json", "verify").stdout)["entries"]}
+    assert report["fine"]["status"] == "ok"
+    for k, name in enumerate(steps):
+        assert report[name]["status"] == "skipped", (name, report[name])
+        r = run_recall("access", "exec", name, "--", "touch", f"{ran}/{name}")
+        assert (r.returncode, r.stdout) == (1, ""), (name, r.stderr)
+        assert r.stderr == f"recall: {report[name]['detail']} — nothing ran: fix the entry at {inv}:{3 * k + 1}\n"
+    r = run_recall("access", "exec", "fine", "--", "sh", "-c", f"echo $REGION > {ran}/fine")
+    assert r.returncode == 0 and sorted(os.listdir(ran)) == ["fine"], r.stderr
+    pytest.importorskip("mcp")
+    from tests.test_mcp import run_calls
+    answers = run_calls([("recall_access_exec", {"id": name, "command": f"touch {ran}/mcp-{name}"})
+                         for name in steps])
+    for name, (text, is_error) in zip(steps, answers):
+        assert is_error and report[name]["detail"] in text and "nothing ran" in text, (name, text)
+    assert sorted(os.listdir(ran)) == ["fine"]
 
 
 # -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from recall.guard import RULES, Verdict, verdict_for
+from recall.guard import RULES, SETUP_FORM, Verdict, verdict_for
 
 PATHS = {
     "kubectl": "/usr/local/bin/kubectl",
@@ -546,6 +546,18 @@ CREDENTIAL = [
     ("curl -sL https://jira.example.com/", ("jira.example.com",), "curl.redirect", False),
     ("curl -s https://10.0.0.1/", ("10.0.0.2",), "curl.host", False),
     ("curl -s http://10.0.0.1/", ("10.0.0.1",), "curl.http", False),
+    # a Host header routes the request at a shared front: only the URL's own authority (issue 33 point 8)
+    ("curl -s -H 'Host: evil.example.net' https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -s --header 'HOST:evil.example.net' https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -s -HHost:evil.example.net https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -sH 'host : evil.example.net' https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -s -H 'Host:' https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -s -H 'Host: jira.example.com:8443' https://jira.example.com/", ("jira.example.com",), "curl.host-header", False),
+    ("curl -s -H 'Host: jira.example.com' -H 'Host: evil.example.net' https://jira.example.com/",
+     ("jira.example.com",), "curl.host-header", False),
+    ("curl -s -H 'Host: JIRA.example.com' https://jira.example.com/", ("jira.example.com",), "curl.get", True),
+    ("curl -s -H 'Host: jira.example.com:443' https://jira.example.com/", ("jira.example.com",), "curl.get", True),
+    ("curl -s -H 'Host: jira.example.com:8443' https://jira.example.com:8443/", ("jira.example.com",), "curl.get", True),
 ]
 
 
@@ -728,6 +740,7 @@ def test_every_rule_is_reached_by_a_real_command_and_every_verdict_is_documented
         reached.add(verdict_for(command, bindings=_bindings(urls), credential=True, sends=True).rule)
     home, rows = setup_rows(tmp_path)
     reached.update(setup_verdict(step, home=home).rule for step, _ in rows)
+    reached.add(setup_verdict("kubectl config use-context ops", context="ops").rule)
     assert reached - set(RULES) == set()
     assert set(RULES) - reached == set()
 
@@ -989,6 +1002,9 @@ def setup_rows(tmp_path) -> tuple:
         ("export GIT_SSH_COMMAND=id", "setup.export-name"), ("export https_proxy=http://p:3128", "setup.export-name"),
         ("export SSLKEYLOGFILE=/tmp/keys", "setup.export-name"), ("export ld_preload=/x.so", "setup.export-name"),
         ("export CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE=https://x/", "setup.export-name"), ("export AWS_PROFILE=ops AWS_REGION=eu-west-1", "setup.export"),
+        *[(f"export {name}=x", "setup.export-name") for name in RUNS_A_PROGRAM + LOGS_REQUESTS],
+        ("export AWS_PAGER=", "setup.export"), ("export GIT_PAGER=''", "setup.export"),      # an empty pager: none
+        ("export AWS_DEFAULT_OUTPUT=json CLOUDSDK_CORE_PROJECT=p KUBE_NAMESPACE=web", "setup.export"),
     ]
     if os.getuid() == 0:
         theirs = tmp_path / "theirs.sh"
@@ -997,6 +1013,36 @@ def setup_rows(tmp_path) -> tuple:
         os.chown(theirs, 65534, 65534)
         rows.append((f"source {theirs}", "setup.source-owner"))
     return home, rows
+
+
+# setup exports that make a tool start a program, or log requests with their credentials (issue 33 point 8)
+RUNS_A_PROGRAM = ["LESSOPEN", "LESSCLOSE", "LESS", "MANPAGER", "MANOPT", "BROWSER", "KUBE_EDITOR", "GIT_EDITOR",
+                  "AWS_PAGER", "GH_BROWSER", "SYSTEMD_PAGER", "PSQL_EDITOR", "FCEDIT", "ZDOTDIR", "EXECIGNORE",
+                  "BASH_XTRACEFD", "CLOUDSDK_PYTHON", "DOCKER_CONFIG"]
+LOGS_REQUESTS = ["CLOUDSDK_CORE_LOG_HTTP", "CLOUDSDK_CORE_LOG_HTTP_REDACT_TOKEN", "CLOUDSDK_CORE_VERBOSITY",
+                 "AWS_DEBUG", "NODE_DEBUG", "DEBUG", "GODEBUG", "TF_LOG", "GRPC_TRACE", "AZURE_LOG_LEVEL",
+                 "CURL_SSL_BACKEND", "KUBERNETES_SERVICE_HOST", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "NODE_TLS_REJECT_UNAUTHORIZED"]
+
+
+def test_a_setup_export_that_starts_a_program_or_logs_requests_says_why_and_what_instead(tmp_path):
+    from recall.guard import setup_verdict
+    for name, says in [("LESSOPEN", "names a program that tools start"), ("KUBE_EDITOR", "names a program"),
+                       ("CLOUDSDK_CORE_LOG_HTTP", "turns on logging that writes requests and their credentials"),
+                       ("AWS_DEBUG", "turns on logging"), ("LD_PRELOAD", "makes programs load or run other code"),
+                       ("CURL_CA_BUNDLE", "changes trust, proxies, endpoints")]:
+        v = setup_verdict(f"export {name}=x")
+        assert v.reason.startswith(f"{name} {says}") and "set it in a file you own and source that" in v.reason
+        assert v.reason.endswith("— allowed: " + SETUP_FORM), v.reason
+
+
+def test_a_use_context_step_is_stood_for_only_by_its_own_context():
+    from recall.guard import setup_verdict
+    v = setup_verdict("kubectl config use-context ops", context="ops")
+    assert (v.allow, v.rule) == (True, "setup.context") and "kubectl gets --context ops" in v.reason
+    for step, context in (("kubectl config use-context ops", "prod"), ("kubectl config use-context ops", ""),
+                          ("kubectl config set-context ops", "ops"), ("kubectx ops", "ops")):
+        assert setup_verdict(step, context=context).rule == "setup.global-state", (step, context)
 
 
 def test_setup_steps_allow_only_forms_that_cannot_hide_a_command(tmp_path):

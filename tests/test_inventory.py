@@ -40,7 +40,6 @@ def inventory_text(vpn_port, script=""):
   access:
     - source {script or '/dev/null'}
     - kubectl config use-context ops-cluster
-    - kubectl --context ops-cluster get nodes
   verify: kubectl --context ops-cluster get nodes
 """
 
@@ -77,18 +76,65 @@ def test_a_bad_entry_names_file_and_line_when_used(tmp_path, config, text, line,
     assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
 
 
-@pytest.mark.parametrize("text,line,words", [
-    ("- id: a\n- id: a\n", 2, "duplicate inventory id 'a'"),
-    ("- id: a\n  aliases: [x]\n- id: b\n  aliases: [X]\n", 3, "'X' names both 'a' and 'b'"),
-    ("- kind: host\n  colour: red\n", 2, "unknown field 'colour'"),
-])
-def test_a_bad_file_names_file_and_line(tmp_path, config, text, line, words):
+# (a bad entry between good1 and good2, a name that names it, what its own error says); it starts at line 4
+BAD_ENTRIES = [
+    ("- kind: host\n  name: no id box\n", "no id box", "an entry needs an 'id'"),
+    ("- id: 'has space'\n  aliases: [spacey]\n", "spacey", "an entry needs an 'id'"),
+    ("- id: GOOD1\n  kind: host\n", "GOOD1", "'GOOD1' already names entry 'good1' (INV:1), in any case"),
+    ("- just a scalar\n", "inv.yaml:4", "each inventory entry is a mapping starting with '- id: …'"),
+    ("- - a\n  - list\n", "inv.yaml:4", "each inventory entry is a mapping"),
+    ("- id: twin\n  aliases: [first]\n- id: twin\n  aliases: [second]\n", "second",
+     "inventory id 'twin' is also at INV:4"),
+    ("- id: clash\n  aliases: [ops, good2]\n", "ops", "'good2' already names entry 'good2' (INV:"),
+    ("- id: shadow\n  aliases: [g1]\n", "shadow", "'g1' already names entry 'good1' (INV:1)"),
+    ("- id: typo\n  aliases: [ops]\n  verfy: 'true'\n", "ops",            # issue 37 point 5
+     "unknown field 'verfy' in an inventory entry — did you mean 'verify'?"),
+    ("- id: 12\n", "inv.yaml:4", "'id' must be a string"),
+]
+
+
+@pytest.mark.parametrize("bad,name,says", BAD_ENTRIES, ids=[b.split("\n")[0] for b, _, _ in BAD_ENTRIES])
+def test_a_bad_entry_breaks_only_itself(tmp_path, config, cli, bad, name, says):
+    """A missing, malformed or repeated id, a scalar or a list for an entry, an alias that is another
+    entry's id: every other entry is found, shown, verified and exec'd; naming the bad one (or one
+    of its aliases) gives its own error with file:line (issue 36 point 5)."""
     path = tmp_path / "inv.yaml"
-    path.write_text(text)
+    path.write_text("- id: good1\n  aliases: [g1]\n  verify: 'true'\n" + bad
+                    + "- id: good2\n  requires: [good1]\n  verify: 'true'\n")
     config(f"inventory: [{path}]\n")
-    with pytest.raises(RecallError) as err:
-        _load()
-    assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+    inventory.forget_checks()
+    code, out, err = cli("--json", "access", "find")
+    found = {e["id"]: e for e in json.loads(out)}
+    assert code == 0 and {"good1", "good2"} <= set(found) and "error" not in found["good2"], err
+    assert len([e for e in found.values() if "error" in e]) == 1           # the bad one, listed with its error
+    assert cli("access", "find")[1].count("\n  broken: ") == 1
+    for good in ("good1", "g1", "good2"):
+        code, out, err = cli("access", "show", good)
+        assert code == 0 and out.startswith("Access: good"), err
+    code, out, err = cli("access", "exec", "good2", "--", "echo", "reached")
+    assert (code, out) == (0, "reached\n"), err
+    code, out, _ = cli("--json", "verify", "good1", "good2")
+    assert [e["commands"][0]["status"] for e in json.loads(out)["entries"]] == ["ok", "ok"]
+    code, out, err = cli("access", "show", name)
+    assert code == 1 and err.startswith(f"recall: {path}:"), err
+    assert says.replace("INV", str(path)) in err and err.count("\n") == 1, err
+    code, out, err = cli("access", "exec", name, "--", "echo", "reached")
+    assert code == 1 and out == "" and says.replace("INV", str(path)) in err
+
+
+def test_a_broken_prerequisite_stops_its_dependants_as_a_down_one_does(tmp_path, config, cli):
+    """A prerequisite whose entry does not load cannot be checked: its dependants never run (before,
+    a broken VPN entry counted as up, having no check left)."""
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: vpn\n  chekc: tcp 127.0.0.1:1\n- id: box\n  requires: [vpn]\n  verify: 'true'\n")
+    config(f"inventory: [{path}]\n")
+    inventory.forget_checks()
+    code, out, err = cli("access", "exec", "box", "--", "echo", "reached")
+    assert (code, out) == (1, "") and err.startswith(f"recall: prerequisite 'vpn' cannot be checked: {path}:2: "
+                                                     "unknown field 'chekc'"), err
+    code, out, _ = cli("--json", "verify", "box")
+    row = json.loads(out)["entries"][0]["commands"][0]
+    assert row["status"] == "skipped" and row["detail"] == err[len("recall: "):].strip()
 
 
 def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
@@ -299,10 +345,13 @@ def test_cli_exit_69_when_down(inv, tmp_path):
     assert r.stderr == "recall: prerequisite 'vpn' is down: connect the VPN client and retry\n"
 
 
-def test_exec_sets_up_env_masks_exported_tokens_and_leaves_out_global_switches(tmp_path, config, listener):
+def test_exec_sets_up_env_masks_exported_tokens_and_never_switches_global_state(tmp_path, config, listener):
+    """The setup's exports reach the command, masked; `kubectl config use-context` never runs: a
+    command whose kubectl gets --context in its place runs, any other runs nothing."""
     script = tmp_path / "set_aws_ops_prod.sh"
     token = "FwoGZXIvYXdzEXAMPLEsessiontoken0123456789"
     script.write_text(f"export AWS_PROFILE=ops-prod\nexport AWS_SESSION_TOKEN={token}\necho setting up >&2\n")
+    script.chmod(0o600)
     path = tmp_path / "inventory.yaml"
     path.write_text(inventory_text(listener, script))
     config(f"inventory: [{path}]\n")
@@ -311,24 +360,31 @@ def test_exec_sets_up_env_masks_exported_tokens_and_leaves_out_global_switches(t
     bin_dir = tmp_path / "bin"          # a stand-in kubectl that records every call
     bin_dir.mkdir()
     kubectl = bin_dir / "kubectl"
-    kubectl.write_text(f'#!/bin/sh\necho "$@" >> {marker}\n')
+    kubectl.write_text(f'#!/bin/sh\necho "$@" >> {marker}\necho "AWS_PROFILE=$AWS_PROFILE"\n')
     kubectl.chmod(0o755)
     path_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    r = run_recall("access", "exec", "ops-cluster", "--", sys.executable, "-c",
-                   "import os; print(os.environ['AWS_PROFILE'], os.environ['AWS_SESSION_TOKEN']);"
-                   "print(os.environ.get('RECALL_HOME'))", env=path_env)
+    show = ("import os; print(os.environ['AWS_PROFILE'], os.environ['AWS_SESSION_TOKEN']);"
+            "print(os.environ.get('RECALL_HOME'))")
+    r = run_recall("access", "exec", "aws-ops-prod", "--", sys.executable, "-c", show, env=path_env)
     assert r.returncode == 0, r.stderr
     assert token not in r.stdout + r.stderr
-    assert r.stdout.splitlines()[0] == "ops-prod [recall:ops-cluster:AWS_SESSION_TOKEN]"
+    assert r.stdout.splitlines()[0] == "ops-prod [recall:aws-ops-prod:AWS_SESSION_TOKEN]"
     assert r.stdout.splitlines()[1] == "None"
     assert "setting up" in r.stderr
-    assert not marker.exists()                  # neither 'config use-context' nor 'get nodes' ran
+    r = run_recall("access", "exec", "ops-cluster", "--", sys.executable, "-c", show, env=path_env)
+    assert (r.returncode, r.stdout) == (1, "") and "setting up" not in r.stderr       # nothing ran
+    assert r.stderr.startswith("recall: setup step not allowed (setup.global-state): "
+                               "'kubectl config use-context ops-cluster': "), r.stderr
+    assert not marker.exists()
     r = run_recall("access", "exec", "ops-cluster", env=path_env)      # the verify command only
-    assert r.returncode == 0, r.stderr
-    assert marker.read_text() == "--context ops-cluster get nodes\n"
+    assert (r.returncode, r.stdout) == (0, "AWS_PROFILE=ops-prod\n"), r.stderr
+    r = run_recall("access", "exec", "ops-cluster", "--", "kubectl get pods | tr a-z A-Z", env=path_env)
+    assert (r.returncode, r.stdout) == (0, "AWS_PROFILE=OPS-PROD\n"), r.stderr
+    assert marker.read_text() == "--context ops-cluster get nodes\n--context ops-cluster get pods\n"
     log = run_recall("--json", "secret", "log", "ops-cluster")
     rows = json.loads(log.stdout)
-    assert rows[-1]["verb"] == "access.exec" and rows[-1]["exit_code"] == 0
+    assert [(row["verdict"], row["exit_code"]) for row in rows[-3:]] == [
+        ("setup refused", None), ("ran", 0), ("ran", 0)], rows
     assert token not in log.stdout
 
 
@@ -340,24 +396,46 @@ def test_exec_without_command_runs_verify(tmp_path, config, listener):
     assert r.returncode == 0 and r.stdout == "verified\n"
 
 
-def test_access_exec_plans_steps_as_verify_judges_them(tmp_path):
-    """One rule for what a setup step may be: access exec runs exactly the steps verify allows, and
-    leaves out the rest with the guard's rule (a global-state switch, a command substitution, a
-    relative source path bash would look up on PATH)."""
-    from recall.access import plan_steps
+def test_access_exec_and_verify_judge_the_setup_by_one_rule(tmp_path):
+    """One decision for whether an entry's setup can run as promised (access.judge_setup): the steps
+    the guard allows run; the first it denies is the refusal, worded as verify words it."""
+    from recall.access import judge_setup
     from recall.guard import setup_verdict
     own = tmp_path / "a.sh"
     own.write_text("export A=2\n")
     own.chmod(0o600)
     steps = [f"source {own}", "source a.sh", "kubectl config use-context prod", "az account set -s 1",
              "export A=1", "export X=$(touch /tmp/ran)", "kubectl get nodes"]
-    plan = plan_steps(inventory.Entry(id="x", access=steps))
-    assert plan.run == [f"source {own}", "export A=1"]
-    assert [s for s, _ in plan.left_out] == [s for s in steps if s not in plan.run]
-    assert plan.run == [s for s in steps if setup_verdict(s).allow]
-    reasons = dict(plan.left_out)
-    assert reasons["export X=$(touch /tmp/ran)"].startswith("shell-expansion")
-    assert reasons["kubectl config use-context prod"].startswith("setup.global-state")
+    setup = judge_setup(inventory.Entry(id="x", access=steps), "true")
+    assert setup.run == [f"source {own}", "export A=1"]
+    assert setup.run == [s for s in steps if setup_verdict(s).allow]
+    assert [v.rule for _, v in setup.judged] == [setup_verdict(s).rule for s in steps]
+    assert setup.refusal == ("setup step not allowed (setup.source-path): 'source a.sh': "
+                             + setup_verdict("source a.sh").reason)
+    assert judge_setup(inventory.Entry(id="x", access=steps[:1]), "true").refusal == ""
+
+
+@pytest.mark.parametrize("line,by_path,stood_for", [
+    ("kubectl get pods | grep web", False, True),           # the shell function gives it --context ops
+    ("kubectl get pods && echo done", False, True),
+    ("echo $(kubectl get ns) && { kubectl get pods; }", False, True),
+    ("kubectl --context other get ns", False, True),        # a context of its own: the current one is not read
+    ("/usr/bin/kubectl --context ops get nodes", False, True),
+    ("kubectl --context ops get nodes", True, True),        # verify: the tool runs by its path, context named
+    ("echo hi", False, False),                              # no kubectl: helm, scripts … read the current one
+    ("sh -c 'kubectl get pods'", False, False),             # not this shell's command: no function there
+    ("kubectl get pods -o name | xargs kubectl describe", False, False),
+    ("/usr/bin/kubectl get nodes", False, False),           # by its path: the function is not called
+    ("kubectl get nodes", True, False),
+    ("kubectl get 'pods", False, False),
+])
+def test_a_use_context_step_is_stood_for_only_when_every_kubectl_gets_a_context(line, by_path, stood_for):
+    from recall.access import judge_setup
+    entry = inventory.Entry(id="ops", access=["kubectl config use-context ops"])
+    setup = judge_setup(entry, line, by_path=by_path)
+    assert setup.run == []                                  # it never runs either way
+    assert (setup.refusal == "") is stood_for, setup.refusal
+    assert setup.judged[0][1].rule == ("setup.context" if stood_for else "setup.global-state")
 
 
 def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config, cli, listener):
@@ -441,3 +519,29 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(tm
     con = db.connect(cfg.db_path)
     inventory.load_inventory(cfg, con)
     assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
+
+
+def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(tmp_path, config, cli):
+    """Issue 36 point 5 for the secrets file: a sync that skipped the bad entry would remove its secret
+    from the vault, so sync refuses as a whole with file:line, changing nothing; find, show, exec and
+    the inventory entries that link stored secrets keep working meanwhile."""
+    pytest.importorskip("cryptography")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text('- id: box-token\n  value: "b0x-t0ken-value-4242"\n- id: other-token\n  value: "0ther-t0ken-v4lue"\n')
+    secrets.chmod(0o600)
+    path = tmp_path / "inv.yaml"
+    path.write_text("- id: box\n  secrets: [box-token]\n  verify: 'true'\n")
+    config(f"secrets: [{secrets}]\ninventory: [{path}]\n")
+    assert cli("secret", "sync")[0] == 0
+    sealed = secrets.read_text()
+    secrets.write_text(sealed + "- just a scalar\n")
+    code, out, err = cli("secret", "sync")
+    assert code == 1 and err.startswith(f"recall: {secrets}:5: each secret is a mapping"), err
+    assert secrets.read_text() == sealed + "- just a scalar\n"
+    code, out, err = cli("--json", "secret", "find", "token")
+    assert code == 0 and {s["id"] for s in json.loads(out)} == {"box-token", "other-token"}, err
+    assert cli("secret", "show", "other-token")[0] == 0
+    r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo $BOX_TOKEN")
+    assert (r.returncode, r.stdout) == (0, "[recall:box-token]\n"), r.stderr
+    code, out, err = cli("access", "show", "box")
+    assert code == 0 and "secrets: box-token" in out, err

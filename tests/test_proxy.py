@@ -470,6 +470,51 @@ def test_paths_are_checked_decoded_and_every_dot_or_encoded_form_is_refused(tmp_
     assert log.count("refused: the path holds") == len(REFUSED_PATHS) and "refused: path outside paths:" in log
 
 
+RAW_TARGETS = r"""
+import base64, os, socket, ssl, sys
+from urllib.parse import urlsplit
+proxy, port, ph = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1]), os.environ["SCOPED_TOKEN"]
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+for path in sys.argv[2:]:
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    s.recv(4096)
+    t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname="127.0.0.1")
+    t.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {ph}\r\n"
+              "Connection: close\r\n\r\n".encode("utf-8"))
+    answer = b""
+    while chunk := t.recv(4096):
+        answer += chunk
+    print(answer.split(b" ", 2)[1].decode(), " ".join(answer.split(b"\r\n\r\n", 1)[1].decode().split()))
+"""
+
+
+def test_a_raw_byte_above_0x7f_in_a_request_target_is_refused_and_never_forwarded(tmp_path, monkeypatch, api):
+    """Full-width dots sent as raw UTF-8 passed the paths: check (a server reading UTF-8 may take
+    them for '..'); any raw byte above 0x7F is now answered 400 with the encoded form to send."""
+    write_world(tmp_path, monkeypatch, api, extra=f"""\
+- id: scoped-token
+  inject: proxy
+  url: https://127.0.0.1:{api.port}
+  ca: {api.ca}
+  paths: [/myself]
+  value: "{CANARY}"
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    raw = ["/myself/\uff0e\uff0e/echo", "/myself/caf\u00e9", "/echo?q=\u00e9"]
+    r = clean(run_recall("secret", "exec", "scoped-token", "--", sys.executable, "-c", RAW_TARGETS,
+                         str(api.port), "/myself/caf%C3%A9", *raw))
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[0] == "404", (r.stdout, r.stderr)     # the control, encoded: the service's answer
+    for line, byte in zip(lines[1:], ("EF", "C3", "C3")):
+        assert line.startswith(f"400 recall proxy: this connection is for 127.0.0.1:{api.port} and its target "
+                               f"holds the raw byte 0x{byte}"), line
+        assert f"percent-encoded (%{byte})" in line and "nothing was forwarded" in line
+    assert [(s["path"], s["auth"]) for s in api.seen] == [("/myself/caf%C3%A9", f"Bearer {CANARY}")]
+    log = run_recall("secret", "log", "scoped-token").stdout
+    assert log.count("refused: its target holds the raw byte") == 3, log
+
+
 def test_what_the_proxy_returns_is_masked_before_exec_sees_it(world, api, tmp_path):
     out, base = tmp_path, f"https://127.0.0.1:{api.port}"
     r = sh('for p in echo split gzip; do curl -sS --compressed -D "$0/$p.head" -o "$0/$p.body" '

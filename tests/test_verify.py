@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -108,11 +109,29 @@ def test_down_prerequisite_skips_dependants_naming_it(tmp_path, config, standins
     assert not standins.exists()      # neither the skipped nor the denied command ran
 
 
-def test_results_are_stored_and_shown(tmp_path, config, standins, cli):
-    write_inventory(tmp_path, config, SWEEP.format(vpn=free_port()))
-    cli("verify", "vpn", "ops-cluster")
+def test_results_are_stored_and_shown_a_skip_or_an_older_entrys_as_history(tmp_path, config, standins, cli):
+    """A prerequisite skip says nothing of the entry itself, and a result from before the entry
+    changed is not its state now: both read as history, their age and 'then' (issue 37 point 6)."""
+    with socket.socket() as vpn:
+        vpn.bind(("127.0.0.1", 0))
+        inv = write_inventory(tmp_path, config, SWEEP.format(vpn=vpn.getsockname()[1]))
+        cli("verify", "vpn", "ops-cluster")
+        code, out, _ = cli("access", "show", "ops-cluster")
+        assert "  last verified: skipped just now then: prerequisite 'vpn' is down: connect the VPN" in out, out
+        vpn.listen()                                         # the VPN is back
+        inventory.forget_checks()
+        cli("verify", "vpn", "ops-cluster")
+    code, out, _ = cli("--json", "access", "show", "ops-cluster")
+    assert json.loads(out)["last_verified"] == "ok just now"
+    inv.write_text(inv.read_text().replace("verify: kubectl --context ops-cluster get nodes",
+                                           "verify: kubectl --context ops-cluster get pods"))
     code, out, _ = cli("access", "show", "ops-cluster")
-    assert "last verified: skipped just now: prerequisite 'vpn' is down" in out
+    assert "  last verified: ok just now then (the entry changed since)" in out, out
+    code, out, _ = cli("--json", "search", "ops-cluster")             # the pin says the same
+    assert json.loads(out)["access"][0]["last_verified"] == "ok just now then (the entry changed since)"
+    inv.write_text(inv.read_text().replace("hint: connect", "hint: please connect"))   # not what it proves
+    code, out, _ = cli("access", "show", "vpn")
+    assert "  last verified: ok just now\n" in out + "\n" and "then" not in out
 
 
 @pytest.mark.parametrize("tool,code,text,status", [
@@ -694,6 +713,8 @@ def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeyp
     ("- id: a\n  env: PYTHONSTARTUP\n  value: x\n", 2, "'PYTHONSTARTUP' changes how programs run"),
     ("- id: a\n  env: SSL_CERT_FILE\n  value: x\n", 2, "'SSL_CERT_FILE' changes"),
     ("- id: a\n  env: KUBECONFIG\n  value: x\n", 2, "'KUBECONFIG' changes"),
+    ("- id: a\n  env: KUBE_EDITOR\n  value: x\n", 2, "'KUBE_EDITOR' changes"),        # issue 33 point 8
+    ("- id: a\n  env: CLOUDSDK_CORE_LOG_HTTP\n  value: x\n", 2, "'CLOUDSDK_CORE_LOG_HTTP' changes"),
     # not a variable name: it may be a value on the wrong line, so it is not quoted (issue 11)
     ("- id: a\n  env: token\n  value: x\n", 2, "(text not shown) is not a variable name of [A-Z_][A-Z0-9_]*"),
     ("- id: a\n  env: 9LIVES\n  value: x\n", 2, "(text not shown) is not a variable name"),

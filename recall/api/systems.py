@@ -46,12 +46,10 @@ def access_exec(entry_id: str, command=None, config: str | None = None, *, out=N
         result = exec_entry(con, cfg, entry_id, command or None, out=out, err=err, timeout=timeout)
         named = inventory.get_entry(entries(cfg, con), entry_id)
         notices = inventory.inline_warnings([named])
-        notices += [f"left out '{step}': {why}" for step, why in result.left_out]
         if result.context:
             notices.append(f"kubectl gets --context {result.context} (this entry's context)")
         notices += result.notes
-        data = {"code": result.code, "timed_out": result.timed_out, "left_out": result.left_out,
-                "notes": result.notes, "context": result.context,
+        data = {"code": result.code, "timed_out": result.timed_out, "notes": result.notes, "context": result.context,
                 "stdout": result.stdout.decode("utf-8", "replace"), "stderr": result.stderr.decode("utf-8", "replace")}
         return answer(data, "", notices, result.code)
 

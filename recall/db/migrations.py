@@ -192,4 +192,9 @@ MIGRATIONS: list = [          # never edit a landed one
         INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (old.id);
     END;
     """,
+    """
+    -- what a verify result was for (inventory.config_of: the entry's steps, proof, requires …), so
+    -- a result from before the entry changed is shown as history; '' when not known
+    ALTER TABLE verify_results ADD COLUMN config TEXT NOT NULL DEFAULT '';
+    """,
 ]

@@ -50,11 +50,15 @@ RULES: dict = {
     "setup.source-file": "deny: source of a file that does not exist or is not a regular file",
     "setup.source-owner": "deny: source of a file another user owns",
     "setup.source-mode": "deny: source of a file group or others can write",
-    "setup.export-name": "deny: inline export of a name that loads code or changes how programs run (LD_*, "
-                         "BASH_ENV, SSL_CERT_*, proxies, endpoints …): set it in a file you source",
+    "setup.export-name": "deny: inline export of a name that loads code, names a program to start, turns on "
+                         "request logging or changes trust (LD_*, BASH_ENV, *PAGER, *EDITOR, LESSOPEN, "
+                         "*DEBUG, CLOUDSDK_CORE_LOG_HTTP, SSL_CERT_*, proxies, endpoints …): set it in a file "
+                         "you source",
     "setup.export-path": "deny: inline PATH / KUBECONFIG / AWS_CONFIG_FILE … naming a path that is not yours "
                          "alone (another owner, group/world-writable, relative or missing)",
     "setup.args": "deny: malformed source/export/unset arguments",
+    "setup.context": "allow: kubectl config use-context X when every kubectl of the command gets --context X "
+                     "in its place (the step itself never runs)",
     "setup.global-state": "deny: a step that switches state for every shell (kubectl config use-context, "
                           "az account set …): name the context in the proof instead",
     "setup.command": "deny: a setup step other than source, ., export NAME=literal, unset",
@@ -86,6 +90,7 @@ _INSTEAD = {
     "unknown-tool": f"one of {_TOOLS}",
     "curl.insecure": "the same proof without -k (for a private CA: --cacert FILE)",
     "curl.redirect": "the same proof without -L, at the URL it ends on",
+    "curl.host-header": "the proof without -H Host:, at the URL of the site itself",
     "curl.credential": "the secret as a header, -H \"Authorization: Bearer $VAR\" (verify sends it on stdin)",
     "curl.config": "every option on the command line",
     "kubectl.secret": "kubectl get of any other resource type (secret values are never a proof)",
@@ -291,20 +296,20 @@ def verdict_for(command: str, *, credential: bool = False, bindings: tuple = (),
 
 # ---------------------------------------------------------------- setup steps
 
-# names that make bash or the proof's tool load or run other code: never set by an inline export
-_RUNS_CODE = frozenset({"BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
-                        "GCONV_PATH", "GLIBC_TUNABLES", "NODE_OPTIONS", "RUBYOPT", "RUBYLIB", "PERLLIB",
-                        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "CDPATH"})
-_RUNS_CODE_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL5", "BASH_FUNC_")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def setup_verdict(step: str, *, home: str = "") -> Verdict:
+def setup_verdict(step: str, *, home: str = "", context: str = "") -> Verdict:
     """Whether an inventory entry's setup step may run before a proof: only forms that cannot hide
-    a command inline (source/. of your own file, export NAME=literal, unset NAME)."""
+    a command inline (source/. of your own file, export NAME=literal, unset NAME). `context`: the
+    kube context every kubectl of the command gets, so `kubectl config use-context` of it is stood
+    for (setup.context: allowed, and never run)."""
     argv: tuple[str, ...] = ()
     try:                                  # a newline is a second command: only spaces and tabs are stripped
         argv = _argv(step.strip(" \t") if isinstance(step, str) else "", "step", _setup_exempt)
+        if context and argv == ("kubectl", "config", "use-context", context):
+            return Verdict(True, "setup.context", f"kubectl gets --context {context} in its place; the step "
+                                                  "itself never runs (it would switch every shell)", argv)
         rule, reason = _setup_argv(list(argv), home or os.path.expanduser("~"))
         return Verdict(True, rule, reason, argv)
     except _Deny as deny:
@@ -326,8 +331,9 @@ _CONFIG_PATHS = frozenset({"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTI
 
 
 def _export_value(name: str, value: str, home: str) -> None:
-    """PATH and config paths only to what no one else can write; other run-changing names belong in a sourced file."""
-    from .envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
+    """PATH and config paths only to what no one else can write; other run-changing names belong in a
+    sourced file (https_proxy too: tools read the lower case), but an empty pager or editor starts nothing."""
+    from .envnames import run_changing
     if name == "PATH" or name in _CONFIG_PATHS:
         for part in value.split(":") if name in ("PATH", "KUBECONFIG") else [value]:
             path = home + part[1:] if part.startswith("~/") else part
@@ -335,9 +341,9 @@ def _export_value(name: str, value: str, home: str) -> None:
             if why:
                 raise _Deny("setup.export-path", f"{name}: {part or '(empty)'} {why}")
         return
-    if name.upper() in RUN_CHANGING or name.upper().startswith(RUN_CHANGING_PREFIXES):   # https_proxy too
-        raise _Deny("setup.export-name", f"{name} changes how programs run (trust, proxies, endpoints, "
-                                         "config): set it in a file you own and source that")
+    kind = run_changing(name.upper())
+    if kind and not (kind.empty_is_harmless and value == ""):
+        raise _Deny("setup.export-name", f"{name} {kind.why}: set it in a file you own and source that")
 
 
 def _not_trusted(path: str, allow_root: bool = False) -> str:
@@ -383,9 +389,6 @@ def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
             name, eq, value = arg.partition("=")
             if not eq or not _NAME.match(name):
                 raise _Deny("setup.args", f"export {name[:40]!r}… is not NAME=literal")
-            if name.upper() in _RUNS_CODE or name.upper().startswith(_RUNS_CODE_PREFIXES):
-                raise _Deny("setup.export-name", f"{name} makes programs load or run other code; "
-                                                 "set it in a file you source, if you must")
             _export_value(name, value, home)
         return "setup.export", "exports literal values"
     if head == "unset":
@@ -393,9 +396,11 @@ def _setup_argv(argv: list[str], home: str) -> tuple[str, str]:
             raise _Deny("setup.args", "unset takes variable names")
         return "setup.unset", "unsets variables"
     if head == "kubectx" or tuple([a for a in argv if not a.startswith("-")][:3]) in _GLOBAL_STATE:
-        raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine "
-                                          "and verify never runs it: drop the step and name the context in the "
-                                          "proof (kubectl --context X, az … --subscription X, aws … --profile X)")
+        raise _Deny("setup.global-state", f"{' '.join(argv[:3])} switches state for every shell on this machine, "
+                                          "so recall never runs it: drop the step and name the context in each "
+                                          "command (kubectl --context X, az … --subscription X, aws … --profile X)"
+                                          + ("; it may stay when every kubectl of the command gets --context X"
+                                             if argv[:3] == ["kubectl", "config", "use-context"] else ""))
     raise _Deny("setup.command", f"{head!r} is a command, and only source FILE, . FILE, export NAME=literal "
                                  "and unset NAME run before a proof: move it into a file you own and source "
                                  "that, or drop it (use --context/--profile in the proof instead)")

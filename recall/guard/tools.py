@@ -49,6 +49,8 @@ TOOL_RULES: dict = {
     "curl.scheme": "deny: scheme other than http or https",
     "curl.http": "deny: a credential over plain http (only https carries one)",
     "curl.host": "deny: with a credential, the URL's host (or port) is not the secret's own url host",
+    "curl.host-header": "deny: with a credential, a Host header naming another authority than the URL's "
+                        "(a shared front would route the credential to that site)",
     "curl.flag": "deny: curl option not on the allow-list (curl has no --opt=value form)",
     "curl.value": "deny: bad curl option value",
     "ssh.option": "deny: -F, or -o other than BatchMode, ConnectTimeout, StrictHostKeyChecking "
@@ -327,7 +329,21 @@ def _curl(argv: list[str], bindings: tuple, credential: bool, sends: bool | None
                                      "in its own use: or check: line) — allowed: once the secret's url: names "
                                      f"{host}, a proof to it")
         check_binding("curl", scheme, host, port, bindings)
+        _same_authority([v for n, v in items if n == "--header"], scheme, host, port)
     return "curl.get", "curl GET of one URL, output only to stdout or /dev/null"
+
+
+def _same_authority(headers: list, scheme: str, host: str, port: int | None) -> None:
+    """Deny a Host header (any case, empty too) that names other than the URL's host and port."""
+    shown = f"[{host}]" if ":" in host else host
+    effective = port or _DEFAULT_PORTS[scheme]
+    allowed = {f"{shown}:{effective}"} | ({shown} if effective == _DEFAULT_PORTS[scheme] else set())
+    for header in headers:
+        name, _, value = header.partition(":")
+        if name.strip().lower() == "host" and value.strip().lower() not in allowed:
+            raise _Deny("curl.host-header", f"-H 'Host:{value}' names another site than the URL's "
+                                            f"{shown}:{effective}, and a shared front would route the "
+                                            "credential there")
 
 
 def run_form(argv: tuple, home: str) -> tuple:

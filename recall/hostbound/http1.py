@@ -169,7 +169,12 @@ def authorities(dest, default: int) -> set:
 
 def misdirected(req: Request, scheme: str, dest, target: str) -> tuple:
     """(origin-form target, status, why): status 0 when the request names only `dest` (its Host header and an
-    absolute-form target), 421 when it names another site, 400 when it cannot be read one way only."""
+    absolute-form target), 421 when it names another site, 400 when it cannot be read one way only (a raw
+    byte above 0x7F in the target too)."""
+    raw = next((c for c in target if c > "\x7f"), "")
+    if raw:                      # a server that reads it as UTF-8 may see a full-width '．' as '.'
+        return "", 400, (f"its target holds the raw byte 0x{ord(raw):02X}, which servers read two ways: "
+                         f"send every byte above 0x7F percent-encoded (%{ord(raw):02X})")
     allowed = authorities(dest, 443 if scheme == "https" else 80)
     hosts = [v.decode("latin-1").lower() for k, v in req.headers if k.lower() == b"host"]
     if len(hosts) > 1:

@@ -32,12 +32,11 @@ RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and
 @dataclass
 class RunResult:
     """A finished child: exit code, masked output (empty when streamed), whether it timed out; access exec
-    adds the setup steps not run (step, why) and kubectl's context; `notes` are for the user."""
+    adds kubectl's context; `notes` are for the user."""
     code: int
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
-    left_out: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     context: str = ""
 

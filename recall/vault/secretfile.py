@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import yaml
 from ..errors import InputError, RecallError
-from ..guard.envnames import RUN_CHANGING, RUN_CHANGING_PREFIXES
+from ..guard.envnames import run_changing
 from ..yaml import check_keys, line_of
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
@@ -48,7 +48,7 @@ def check_variable_name(name: str, path: str, line, what: str) -> None:
     if not _SAFE_VAR.match(name):
         raise InputError(path, line, f"{what}: '{name}' is not a variable name of [A-Z_][A-Z0-9_]*",
                          hint="use upper-case letters, digits and '_', not starting with a digit")
-    if name in RUN_CHANGING or name.startswith(RUN_CHANGING_PREFIXES):
+    if run_changing(name):
         raise InputError(path, line, f"{what}: '{name}' changes how programs run, so a secret may not set it",
                          hint=f"name it for what it holds, e.g. env: MY_{name.strip('_')}")
 
@@ -138,7 +138,7 @@ def without_text(exc: InputError, ids=frozenset()) -> InputError:
     but our own words and the ids of the file's secrets (`id` or `id.field`)."""
     def keep(m) -> str:
         inner = m.group()[1:-1]
-        if inner in ids or inner.rpartition(".")[0] in ids or inner in RUN_CHANGING or _derived(inner, ids):
+        if inner in ids or inner.rpartition(".")[0] in ids or run_changing(inner) or _derived(inner, ids):
             return m.group()                 # an id, id.field, a variable it names or derives
         words = re.findall(r"[A-Za-z0-9]{2,}", m.group())
         return m.group() if all(w.lower() in _OWN_WORDS for w in words) else "(text not shown)"
