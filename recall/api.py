@@ -50,11 +50,25 @@ def index(cfg, *, full: bool = False, only: str | None = None, embed: bool = Tru
         full=full, vectors=embed, notify=notify, holds_values=vault.holds_values)
 
 
-def watcher(cfg, report=lambda kind, result: None):
-    """The sources followed (watch.Watcher) with the vault's redactor and values, as `index` has them."""
+def watcher(cfg=None, report=lambda kind, result: None):
+    """The sources followed (watch.Watcher) with the vault's redactor and values, as `index` has them;
+    the config (`cfg`'s file; None: RECALL_CONFIG or the default) loaded again when it changes or is fixed."""
+    from .config import load_config
     from .notes.watch import Watcher
     from .vault import store as vault
-    return Watcher(cfg, redactor=vault.redactor, load_values=vault.load_values, report=report)
+    path = None if cfg is None or cfg.path is None else str(cfg.path)
+    return Watcher(cfg, reload=lambda: load_config(path), redactor=vault.redactor,
+                   load_values=vault.load_values, report=report)
+
+
+def not_following(cfg, watchers) -> tuple:
+    """(stale source names, notices) for a search answer while a watcher (recall mcp's) cannot follow
+    the sources: every source, and why; ([], []) while they are followed."""
+    said = [why for why in (w.trouble() for w in watchers) if why]
+    if not said:
+        return [], []
+    return [s.name for s in cfg.sources], [f"results may be behind the notes: they are not being followed "
+                                           f"right now ({why}); following resumes by itself" for why in said]
 
 
 def _read_remote(cfg, name: str, target: str, **kw) -> dict:

@@ -46,6 +46,7 @@ TOOL_ARG_DOCS = {
 _WARM = {}                                           # kept across calls: the response masker …
 _OUTPUTS = collections.OrderedDict()                 # (tool, args) -> full text of a long response
 _LOCK = threading.Lock()
+_FOLLOWING = []                                      # recall mcp's watcher: searches say when it cannot follow
 
 
 @contextlib.contextmanager
@@ -158,6 +159,8 @@ def _lean_search(data: dict) -> dict:
             h["snippet"] = h["snippet"][len(heading) + 1:]
         if "explain" in full:
             h["explain"] = full["explain"]
+    if data["stale"]:
+        out["stale"] = data["stale"]
     if data["notices"]:
         out["notices"] = data["notices"]
     return out
@@ -228,7 +231,8 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     n = _limit(limit, notices)
     with _opened(notes=True) as (cfg, con):
         data = search(con, cfg, query, n=n, mode=mode, hooks=api.search_hooks(cfg)).public()
-        data["notices"] = notices + data["notices"]
+        data["stale"], behind = api.not_following(cfg, _FOLLOWING)
+        data["notices"] = notices + data["notices"] + behind
         return _answer(con, cfg, _json(_lean_search(data)), "recall_search", offset)
 
 
@@ -457,12 +461,17 @@ def serve() -> int:
     from . import api
     from .config import load_config
     try:
-        watcher = api.watcher(load_config()).start()
-    except RecallError:               # no config, a bad RECALL_WATCH: serve the index as it is (doctor says why)
-        watcher = None
+        cfg = load_config()
+    except RecallError:               # the watcher loads it again until it is fixed
+        cfg = None
+    try:
+        _FOLLOWING.append(api.watcher(cfg).start())
+    except RecallError:               # a bad RECALL_WATCH: serve the index as it is (doctor says why)
+        pass
     try:
         build_server().run("stdio")
     finally:
-        if watcher is not None:
+        for watcher in _FOLLOWING:
             watcher.stop()
+        _FOLLOWING.clear()
     return 0
