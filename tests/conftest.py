@@ -96,7 +96,7 @@ PROCESS_STATE = {
     "recall.embed.providers": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
-    "recall.mcp_server": ("_WARM", "_OUTPUTS"),    # the warm masker, long responses held for `offset`
+    "recall.mcp_server": ("_WARM", "_OUTPUTS", "_FOLLOWING"),  # the warm masker, long responses, the watcher
 }
 
 

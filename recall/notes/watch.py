@@ -12,7 +12,7 @@ from .walk import SKIP_DIRS
 
 QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded
 POLL_S = 1.0              # the stat poll: one round of the sources at most this often …
-POLL_SHARE = 0.03         # … and its stat work (CPU time) at most this share of one core
+POLL_SHARE = 0.04         # … and its CPU time at most this share of one core
 SLICE_S = 0.005           # the most one stretch of the poll runs before it pauses for searches
 PAUSE_S = 0.02            # the pause after each stretch
 RETRY_S = 0.5             # after a failed round, wait this long, doubled after each failure …
@@ -35,16 +35,15 @@ def method() -> str:
 
 class _Poll:
     """Changes by stat: each round walks the sources (the folders a source walk enters) in stretches of
-    SLICE_S and compares sizes and mtimes with the round before; `work` is a round's CPU time."""
+    SLICE_S and compares sizes and mtimes with the round before."""
 
     def __init__(self, roots: list, ignore: set, stop: threading.Event):
-        self.roots, self.ignore, self.work = roots, ignore, 0.0
+        self.roots, self.ignore = roots, ignore
         self.last = self._snapshot(stop)        # taken before the first index pass: nothing slips between
 
     def _snapshot(self, stop: threading.Event) -> dict | None:
         seen: dict = {}
         stretch, folders = time.monotonic(), list(self.roots)
-        cpu = time.thread_time()
         while folders:
             folder = folders.pop()
             try:
@@ -62,19 +61,19 @@ class _Poll:
                 if stop.wait(PAUSE_S):           # a search in this process goes first
                     return None
                 stretch = time.monotonic()
-        self.work = time.thread_time() - cpu
         return seen
 
     def wait(self, stop: threading.Event, timeout: float) -> bool:
         """True when something changed since the round before."""
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.thread_time()
         now = self._snapshot(stop)
         if now is None:
             return False
         changed = now != self.last
         self.last = now
-        # a large tree is walked less often: its stat work stays a small share of a core
-        stop.wait(max(0.0, max(min(timeout, POLL_S), self.work / POLL_SHARE) - (time.monotonic() - started)))
+        # a large tree is walked less often: this round's CPU time stays a small share of a core
+        work = time.thread_time() - cpu
+        stop.wait(max(0.0, max(min(timeout, POLL_S), work / POLL_SHARE) - (time.monotonic() - started)))
         return changed
 
     def close(self) -> None:
