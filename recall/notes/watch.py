@@ -114,11 +114,10 @@ class _Events:
         self.observer.join(1.0)
 
 
-
-
 def _identity(path, *, edits: bool = False) -> tuple | None:
-    """Which file or folder `path` is now (device, inode; with `edits`, its size and mtime too); None when
-    nothing is there. A DB file replaced, a folder moved and made again, a config edited each change it."""
+    """Which file or folder `path` is now: (device, inode), with `edits` its
+    size and mtime too; None when nothing is there. A DB file replaced, a
+    folder moved and made again, a config edited: each changes it."""
     try:
         st = os.stat(path)
     except (OSError, TypeError):        # TypeError: no path (no config file was found)
@@ -127,32 +126,43 @@ def _identity(path, *, edits: bool = False) -> tuple | None:
 
 
 def _why(exc) -> str:
-    """A failed round in one line: a storage fault as `recall` says it, anything else by its type."""
+    """A failed round in one line: a storage fault as `recall` says it,
+    anything else by its type."""
     err = db.explain(exc)
     return str(err) if err is not None else f"{type(exc).__name__}: {exc}"
 
 
 class Watcher:
-    """Follows the config's sources in a thread (`start`) or the foreground (`run`): each change indexed for
-    keyword search at once, embedded once nothing changed for QUIET_S; `report(kind, result)` hears each
-    pass ('index' or 'embed'). `cfg` is the config as loaded (None: it could not be); `reload()` loads it
-    again while it cannot be loaded and when its file changes. A round that fails (the DB locked, full,
-    damaged; the config wrong) is said by `trouble()` and tried again after `retry_s`, doubled up to
-    `retry_max_s`; a DB file replaced is reopened, a source folder made again is followed again."""
+    """Follows the sources in a thread (`start`) or the foreground (`run`):
+    each change indexed for keyword search at once, embedded once nothing
+    changed for QUIET_S; `report(kind, result)` hears each pass ('index',
+    'embed') and each new trouble ('trouble', its line).
 
-    def __init__(self, cfg, *, redactor, load_values=None, report=lambda kind, result: None, reload=None,
-                 retry_s: float = RETRY_S, retry_max_s: float = RETRY_MAX_S, busy_s: float | None = None):
-        self.cfg, self.reload, self.redactor, self.load_values, self.report = cfg, reload, redactor, load_values, report
-        self.retry_s, self.retry_max_s, self.busy_s = retry_s, retry_max_s, busy_s
+    `cfg` is the config as loaded (None: it could not be); `reload()` loads
+    it again until it loads, and when its file changes. A failed round (the
+    DB locked, full, damaged; the config wrong) is said by `trouble()` and
+    tried again after `retry_s`, doubled up to `retry_max_s`."""
+
+    def __init__(self, cfg, *, redactor, load_values=None,
+                 report=lambda kind, result: None, reload=None,
+                 retry_s: float = RETRY_S, retry_max_s: float = RETRY_MAX_S,
+                 busy_s: float | None = None):
+        self.cfg, self.reload, self.report = cfg, reload, report
+        self.redactor, self.load_values = redactor, load_values
+        self.retry_s, self.retry_max_s = retry_s, retry_max_s
+        self.busy_s = busy_s            # None: the DB's own busy wait
         self.how = method()
-        self.stop_event, self.thread, self.passes = threading.Event(), None, 0
+        self.stop_event = threading.Event()
+        self.thread, self.passes = None, 0
         self._why: str | None = None
         self._con = self._detector = None
-        self._opened_on: dict = {}          # what the config, the DB and the detector were opened on
-        self._dirty, self._unembedded, self._last_change = True, False, time.monotonic()
+        self._opened_on: dict = {}      # the config, DB, folders as opened
+        self._dirty, self._unembedded = True, False
+        self._last_change = time.monotonic()
 
     def trouble(self) -> str | None:
-        """Why the sources are not followed right now (every search says it), or None while they are."""
+        """Why the sources are not followed right now (every search says
+        it), or None while they are."""
         return self._why
 
     def start(self) -> Watcher:
@@ -169,21 +179,24 @@ class Watcher:
     def _guarded(self) -> None:
         try:
             self.run()
-        except Exception as exc:        # a long-lived server keeps answering from the index it has
+        except Exception as exc:    # the server answers from the index it has
             self._why = f"stopped following the sources ({_why(exc)})"
 
     def run(self) -> None:
-        """Index what changed since the last run, then follow the sources until `stop()`; a failed round
-        is said (`trouble`) and tried again after a backoff."""
+        """Index what changed since the last run, then follow the sources
+        until `stop()`; a failed round is said and tried again."""
         delay = self.retry_s
         try:
             while not self.stop_event.is_set():
                 try:
                     self._round()
                     delay = self.retry_s
-                except Exception as exc:        # any failure: said, then retried (a bug's too, never silent)
-                    self._why = _why(exc)
-                    self._close_db()            # reopened next round: a replaced, rebuilt or freed DB alike
+                except Exception as exc:    # said, then retried: a bug's too
+                    why = _why(exc)
+                    if why != self._why:
+                        self._why = why
+                        self.report("trouble", why)
+                    self._close_db()        # reopened: a file replaced or freed alike
                     if self.stop_event.wait(delay):
                         break
                     delay = min(delay * 2, self.retry_max_s)
@@ -193,49 +206,52 @@ class Watcher:
                 self._detector.close()
 
     def _round(self) -> None:
-        """One round: what changed on disk reopened, a pass when something changed, then wait for a change."""
+        """What changed under it reopened, a pass when a note changed, then
+        a wait for the next change."""
         from .index import embed_pending, run_index
-        self._refresh()
-        cfg = self.cfg
+        cfg = self._refresh()
         if self._dirty:
-            rep = run_index(self._con, cfg, embed=False, redactor=self.redactor, load_values=self.load_values,
-                            notify=self._waiting)
-            self._dirty, self._why, self.passes = False, None, self.passes + 1
+            rep = run_index(self._con, cfg, embed=False, redactor=self.redactor,
+                            load_values=self.load_values, notify=self._waiting)
+            self._dirty, self._why = False, None
+            self.passes += 1
             self._unembedded = cfg.embedding.provider != "none"
             self.report("index", rep)
         if self._unembedded and time.monotonic() - self._last_change >= QUIET_S:
             self._unembedded = False
-            try:         # as run_index's own pass: each text claimed in the ledger, never billed twice
-                self.report("embed", embed_pending(self._con, cfg, redactor=self.redactor,
-                                                   load_values=self.load_values))
+            try:      # as run_index's own: each text claimed, never billed twice
+                self.report("embed", embed_pending(
+                    self._con, cfg, redactor=self.redactor, load_values=self.load_values))
             except (RecallError, OSError):
                 pass            # the next change tries again
-        if self._detector.wait(self.stop_event, QUIET_S / 4 if self._unembedded else POLL_S):
+        wait = QUIET_S / 4 if self._unembedded else POLL_S
+        if self._detector.wait(self.stop_event, wait):
             self._dirty, self._last_change = True, time.monotonic()
 
     def _waiting(self, line: str) -> None:
-        self._why = line                  # "waiting for another index run (pid …)": cleared by the pass
+        self._why = line      # "waiting for another index run (pid …)"
 
-    def _refresh(self) -> None:
-        """The config reloaded when it was not loaded or its file changed; the DB reopened when its file is
-        another; the detector made again when a source folder is another (moved and made again)."""
-        seen = self._opened_on
-        stamp = None if self.cfg is None else _identity(self.cfg.path, edits=True)
-        if self.cfg is None or (self.reload is not None and stamp != seen.setdefault("config", stamp)):
+    def _refresh(self):
+        """The config as it is now, reloaded when it was not loaded or its
+        file changed; the DB reopened when its file is another one; the
+        detector made again when a source folder is (moved, made again)."""
+        seen, cfg = self._opened_on, self.cfg
+        stamp = None if cfg is None else _identity(cfg.path, edits=True)
+        if cfg is None or (self.reload is not None
+                           and stamp != seen.setdefault("config", stamp)):
             self._close_db()
-            self.cfg = None                 # until it loads: a failure here is retried as any other
-            self.cfg = self.reload()
+            self.cfg = None           # until it loads: retried as any failure
+            self.cfg = cfg = self.reload()
             seen.clear()
-            seen["config"] = _identity(self.cfg.path, edits=True)
-        cfg = self.cfg
+            seen["config"] = _identity(cfg.path, edits=True)
         cfg.require_sources()
-        if self._con is not None and _identity(cfg.db_path) != seen.get("db"):
+        if self._con is not None and _identity(cfg.db_path) != seen["db"]:
             self._close_db()
         if self._con is None:
             self._con = db.connect(cfg.db_path)
             if self.busy_s is not None:
                 self._con.execute(f"PRAGMA busy_timeout={int(self.busy_s * 1000)}")
-            seen["db"], self._dirty = _identity(cfg.db_path), True
+            seen["db"] = _identity(cfg.db_path)
         roots = [str(s.path) for s in cfg.sources]
         folders = [_identity(r) for r in roots]
         if self._detector is None or folders != seen.get("roots"):
@@ -243,15 +259,17 @@ class Watcher:
                 self._detector.close()
             seen["roots"] = folders
             self._detector, self._dirty = self._detect(cfg, roots), True
+        return cfg
 
     def _detect(self, cfg, roots: list):
-        """watchdog's events on `roots`, or the stat poll (also when the OS refuses more watches)."""
+        """watchdog's events on `roots`, or the stat poll (also when the OS
+        refuses more watches)."""
         ignore = {str(p) for p in (*cfg.secrets, *cfg.inventory)}
-        ignore |= {str(cfg.db_path) + end for end in ("", "-wal", "-shm", "-journal")}
+        ignore |= {f"{cfg.db_path}{end}" for end in ("", "-wal", "-shm", "-journal")}
         if self.how == "watchdog":
             try:
                 return _Events(roots, ignore)
-            except OSError:               # inotify's watch limit: the poll still follows
+            except OSError:       # inotify's watch limit: the poll still follows
                 pass
         return _Poll(roots, ignore, self.stop_event)
 
