@@ -63,12 +63,12 @@ def watcher(cfg=None, report=lambda kind, result: None):
 
 def not_following(cfg, watchers) -> tuple:
     """(stale source names, notices) for a search answer while a watcher (recall mcp's) cannot follow
-    the sources: every source, and why; ([], []) while they are followed."""
+    the sources — every source, and why — and for each source folder not there."""
+    from .notes.walk import missing_sources
     said = [why for why in (w.trouble() for w in watchers) if why]
-    if not said:
-        return [], []
-    return [s.name for s in cfg.sources], [f"results may be behind the notes: they are not being followed "
-                                           f"right now ({why}); following resumes by itself" for why in said]
+    notices = [f"results may be behind the notes: they are not being followed right now ({why}); "
+               "following resumes by itself" for why in said]
+    return [s.name for s in cfg.sources] if said else [], notices + missing_sources(cfg.sources)
 
 
 def _read_remote(cfg, name: str, target: str, **kw) -> dict:

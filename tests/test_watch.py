@@ -391,16 +391,20 @@ def test_a_db_file_replaced_under_the_watcher_is_reopened(indexed, monkeypatch):
 
 @pytest.mark.parametrize("how", _methods())
 def test_a_source_folder_moved_away_and_made_again_is_followed(indexed, how, tmp_path, monkeypatch):
+    from recall import mcp_server
     monkeypatch.setenv("RECALL_WATCH", how)
     w = _following(load_config())
     try:
         os.rename(indexed, tmp_path / "moved")
+        away = json.loads(mcp_server.recall_search("jump01"))
         indexed.mkdir()                                       # a new folder under the old name
         time.sleep(1)                                         # a round or two sees it
         (indexed / "new.md").write_text("# New\n\nINC-63636 in the folder made again.\n")
         found = _eventually(lambda: _found("INC-63636"))
     finally:
         w.stop()
+    assert [h["read"] for h in away["hits"]] == ["notes:runbooks/jump-hosts.md:1"]     # as last indexed
+    assert any("source 'notes'" in n and "is not there" in n for n in away["notices"])
     assert found == ["new.md"]
 
 
