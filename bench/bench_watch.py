@@ -1,6 +1,6 @@
-"""Issue 27: what following the sources costs a search, and how soon a saved note is found — on the
-tree ../shared/bench/gen_tree.py generates (10,000 files), keyword search in the process that runs the
-watcher (as `recall mcp` does), with no watcher, the stat poll and watchdog.
+"""Issues 27 and 37: what following the sources costs a search and a core while idle, and how soon a
+saved note is found — on the tree ../shared/bench/gen_tree.py generates (10,000 files), keyword search
+in the process that runs the watcher (as `recall mcp` does), with no watcher, the stat poll and watchdog.
 
 usage: bench_watch.py [--tree DIR] [--home DIR]   (`make bench` runs it; its section of BENCHMARKS.md is rewritten)
 Reuses bench_scale's tree and index when they exist. Skipped (exit 0) when gen_tree.py is absent.
@@ -17,6 +17,7 @@ from pathlib import Path
 from common import OUT, machine, ms, pct, scale_tree, write_section
 
 QUERIES = ["OPS-77777", "certificate rotation", "kafka consumer lag"]
+IDLE_S = 20                # the watcher alone, nothing changing: its CPU time over this long
 
 
 def searches(con, cfg, repeat: int) -> list:
@@ -70,7 +71,7 @@ def main() -> int:
         t = time.perf_counter()
         walk.behind(con, cfg)
         behind_ms.append((time.perf_counter() - t) * 1000)
-    fresh = {}
+    fresh, idle = {}, {}
     for how in ("poll", "auto"):
         os.environ["RECALL_WATCH"] = how
         w = watch.Watcher(cfg, redactor=vault.redactor)
@@ -80,6 +81,9 @@ def main() -> int:
         while w.passes < 1 and w.thread.is_alive():     # its first pass: nothing changed, every file checked
             time.sleep(0.1)
         time.sleep(2)                                   # then idle: a poll round or two
+        cpu = time.process_time()
+        time.sleep(IDLE_S)                               # this thread asleep: the CPU is the watcher's
+        idle[w.how] = (time.process_time() - cpu) / IDLE_S * 100
         rows[w.how] = searches(con, cfg, 30)
         fresh[w.how] = found_after(con, cfg, tree, 5)
         w.stop()
@@ -87,22 +91,24 @@ def main() -> int:
 
     def row(name, label):
         if name not in rows:
-            return f"| {label} | not installed | | |"
+            return f"| {label} | not installed | | | |"
         s = rows[name]
         added = statistics.median(s) - base
         found = fresh.get(name)
         return (f"| {label} | {ms(s)} | {added:+.1f} | "
-                + (f"{statistics.median(found):.2f} / {max(found):.2f}" if found else "—") + " |")
+                + (f"{statistics.median(found):.2f} / {max(found):.2f}" if found else "—")
+                + (f" | {idle[name]:.1f} |" if name in idle else " | — |"))
     text = f"""
-## Fresh results: what following the sources costs (issue 27)
+## Fresh results: what following the sources costs (issues 27, 37)
 
 {machine()}, load average {os.getloadavg()[0]:.1f}. `python3 bench/bench_watch.py`: the 10,000-file
 gen_tree.py tree, keyword search in the process that follows the sources (as `recall mcp` does),
 {len(QUERIES)} queries × 30 after a warm-up ({", ".join(QUERIES)}); then 5 notes saved one at a time,
-each searched every 50 ms until found.
+each searched every 50 ms until found. Idle: the process's CPU time over {IDLE_S} s with nothing changing
+and nothing searched, as a share of one core.
 
-| watcher | search p50 / p95 ms | p50 added (target ≤ 5) | save → found, s, median / max (target ≤ 2) |
-|---|---|---|---|
+| watcher | search p50 / p95 ms | p50 added (target ≤ 5) | save → found, s, median / max (target ≤ 2) | idle CPU, % of a core (target < 5) |
+|---|---|---|---|---|
 {row("none", "none (`RECALL_WATCH=off`)")}
 {row("poll", "stat poll (`RECALL_WATCH=poll`, the fallback)")}
 {row("watchdog", "watchdog (inotify; the default when installed)")}

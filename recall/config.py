@@ -1,4 +1,5 @@
-"""Find and load the config (RECALL_CONFIG, RECALL_HOME, XDG) and fill in defaults."""
+"""Find and load the config (RECALL_CONFIG, XDG) and its state folder (RECALL_HOME, `home:`, one per config
+file), and fill in defaults."""
 from __future__ import annotations
 
 import os
@@ -82,9 +83,37 @@ def default_config_path() -> Path:
     return _xdg("XDG_CONFIG_HOME", ".config") / "recall" / "config.yaml"
 
 
-def home_dir() -> Path:
+def default_home() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "recall"
+
+
+def home_dir(config_path: Path | None = None) -> Path:
+    """The state folder (the DB and all derived from it): RECALL_HOME; else the default folder for the
+    default config file (or none); else one of the config file's own, so that no other config reads or
+    rewrites the personal index (a `home:` in the config names another, see apply_doc)."""
     value = os.environ.get("RECALL_HOME")
-    return Path(value).expanduser() if value else _xdg("XDG_DATA_HOME", ".local/share") / "recall"
+    if value:
+        return Path(value).expanduser()
+    if config_path is None or Path(config_path) == default_config_path().resolve():
+        return default_home()
+    return default_home() / "configs" / state_name(Path(config_path))
+
+
+def state_name(config_path: Path) -> str:
+    """`<folder>-<file>-<hash of its absolute path>`: a config file's own state folder, recognisable by name."""
+    import hashlib
+    import re
+    words = f"{config_path.parent.name}-{config_path.stem}".strip("-")
+    digest = hashlib.sha256(str(config_path).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9._-]", "_", words) + "-" + digest
+
+
+def key_folder(home: Path) -> Path:
+    """Where the vault key of state folder `home` lives: a config's own folder (default/configs/NAME) keeps
+    none, the person's key in the default folder opens its values — two configs may name the same secrets
+    files, sealed under one key; any other home (RECALL_HOME, `home:`) keeps its own."""
+    home = Path(home)
+    return default_home() if home.parent == default_home() / "configs" else home
 
 
 def find_config(explicit: str | None = None) -> Path | None:
@@ -105,7 +134,7 @@ def find_config(explicit: str | None = None) -> Path | None:
 
 def load_config(explicit: str | None = None) -> Config:
     path = find_config(explicit)
-    cfg = Config(path=path, home=home_dir())
+    cfg = Config(path=path, home=home_dir(path))
     if path is not None:
         doc = yaml.load(str(path))
         if doc is not None:
@@ -430,7 +459,8 @@ def _importable(top: str) -> bool:
 
 def invocation(cfg=None) -> str:
     """The start of a line that reaches this recall, its vault and config from a shell holding none of this
-    process's environment: RECALL_HOME=… unless the default, the launcher, --config FILE unless the default."""
+    process's environment: RECALL_HOME=… when it is set (else XDG_DATA_HOME=… when it moves the state), the
+    launcher, --config FILE unless the default (the file names its own state folder)."""
     import shlex
     words = [shlex.quote(w) for w in launcher()]
     if cfg is None:
@@ -438,6 +468,8 @@ def invocation(cfg=None) -> str:
     home = Path.home()
     if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
         words += ["--config", shlex.quote(str(cfg.path))]
-    if Path(cfg.home).expanduser().resolve() != (home / ".local/share/recall").resolve():
+    if os.environ.get("RECALL_HOME"):
         words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
+    elif default_home().resolve() != (home / ".local/share/recall").resolve():
+        words.insert(0, "XDG_DATA_HOME=" + shlex.quote(str(default_home().parent.resolve())))
     return " ".join(words)

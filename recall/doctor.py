@@ -68,7 +68,7 @@ def load_config_leniently(explicit: str | None):
         doc = yaml.load(str(path))
     except RecallError:
         return Config(path=None, home=home_dir()), [first]
-    cfg, errors = Config(path=path, home=home_dir()), [first]
+    cfg, errors = Config(path=path, home=home_dir(path)), [first]
     if not isinstance(doc, yaml.YMap):
         return cfg, errors
     for key in (k for k in doc if k in TOP_KEYS):        # unknown keys are all in the first error
@@ -146,15 +146,33 @@ def _sources(ctx) -> list:
         if not src.path.is_dir():
             out.append(Check(f"source {src.name}", False, f"{src.path} does not exist: fix its path in the config"))
             continue
-        on_disk = _count_files(src)
-        indexed = _one(ctx.con, "SELECT count(*) FROM files WHERE source=?", (src.name,))
-        if indexed is None:
-            out.append(Check(f"source {src.name}", False, f"{src.path}: {on_disk} files, not indexed yet: "
+        on_disk = _files(src)
+        held = _ask(ctx.con, lambda con: {r[0] for r in con.execute(
+            "SELECT relpath FROM files WHERE source=?", (src.name,))})
+        if held is None:
+            out.append(Check(f"source {src.name}", False, f"{src.path}: {len(on_disk)} files, not indexed yet: "
                                                           "run 'recall index'"))
-        else:
-            from .inventory import ago
-            when = f", last indexed {ago(time.time() - float(last))}" if last else ""
-            out.append(Check(f"source {src.name}", True, f"{src.path}: {on_disk} files, {indexed} indexed{when}"))
+            continue
+        from .inventory import ago
+        when = f", last indexed {ago(time.time() - float(last))}" if last else ""
+        said = f"{src.path}: {len(on_disk)} files, {len(held)} indexed{when}"
+        lacking = _lacking(on_disk, held, ctx.cfg.max_file_bytes)
+        if lacking:
+            said += (f"; {len(lacking)} not in the index (e.g. {', '.join(lacking[:3])}): run 'recall index'"
+                     " ('recall index --watch', or recall mcp, keeps it so)")
+        out.append(Check(f"source {src.name}", not lacking, said))
+    return out
+
+
+def _lacking(on_disk: dict, held: set, max_bytes: int) -> list:
+    """The relpaths on disk the index lacks, but those it skips by size (it says so when it runs)."""
+    out = []
+    for rel in sorted(set(on_disk) - held):
+        try:
+            if os.path.getsize(on_disk[rel]) <= max_bytes:
+                out.append(rel)
+        except OSError:                 # gone since the walk
+            pass
     return out
 
 
@@ -425,9 +443,10 @@ def _one(con, sql: str, params=()):
     return row[0] if row else None
 
 
-def _count_files(src) -> int:
-    from .notes.walk import walk_source
+def _files(src) -> dict:
+    """{relpath as the index shows it: path} of the files a source walk selects."""
+    from .notes.walk import shown, walk_source
     try:
-        return sum(1 for _ in walk_source(src))
+        return {shown(rel): full for rel, full in walk_source(src)}
     except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more
-        return 0
+        return {}

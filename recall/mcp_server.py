@@ -110,6 +110,8 @@ def _lean_search(data: dict) -> dict:
             h["snippet"] = h["snippet"][len(heading) + 1:]
         if "explain" in full:
             h["explain"] = full["explain"]
+    if data["stale"]:
+        out["stale"] = data["stale"]
     if data["notices"]:
         out["notices"] = data["notices"]
     return out
@@ -368,13 +370,9 @@ def serve() -> int:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
         raise MissingExtra("mcp", "the MCP server") from None
-    try:
-        watcher = api.watcher().start()
-    except RecallError:               # no config, a bad RECALL_WATCH: serve the index as it is (doctor says why)
-        watcher = None
+    api.follow()
     try:
         build_server().run("stdio")
     finally:
-        if watcher is not None:
-            watcher.stop()
+        api.stop_following()
     return 0

@@ -96,6 +96,7 @@ PROCESS_STATE = {
     "recall.embed.providers": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
+    "recall.api.notes": ("_FOLLOWING",),           # recall mcp's watcher
     "recall.mcp_server": ("_OUTPUTS",),            # long responses held for `offset`
     "recall.vault.door": ("_LITERALS", "_CACHE"),  # what the door learned, and its masker
 }

@@ -64,3 +64,102 @@ def test_bad_config_names_key_and_line(tmp_path, text, line, word):
         load_config(_write(tmp_path, text))
     msg = str(err.value)
     assert f"c.yaml:{line}" in msg and word in msg
+
+
+# -- each config has its own state: another --config never reads or rewrites the personal index
+
+def _personal(isolated_home, notes):
+    """The default config file naming `notes`, and no RECALL_HOME: the state where a user's is."""
+    default = default_config_path()
+    default.parent.mkdir(parents=True)
+    default.write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
+    return default
+
+
+def test_each_config_file_has_a_state_folder_of_its_own(tmp_path, monkeypatch, isolated_home):
+    from recall.config import default_home, key_folder
+    monkeypatch.delenv("RECALL_HOME")
+    assert load_config().home == default_home() == isolated_home / ".local/share/recall"   # no config
+    _personal(isolated_home, tmp_path)
+    assert load_config().home == default_home()                                          # the default file
+    other = load_config(_write(tmp_path, "sources: []\n"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "c.yaml").write_text("sources: []\n")
+    third = load_config(str(tmp_path / "elsewhere" / "c.yaml"))
+    assert other.home.parent == third.home.parent == default_home() / "configs"
+    assert other.home != third.home and other.home.name.startswith(f"{tmp_path.name}-c-")
+    monkeypatch.chdir(tmp_path)
+    assert load_config("c.yaml").home == other.home                                    # however it is named
+    assert key_folder(other.home) == default_home()          # the person's key: the same secrets files open
+    named = load_config(_write(tmp_path, "sources: []\nhome: state-here\n"))
+    assert named.home == tmp_path / "state-here" and key_folder(named.home) == named.home
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "forced"))
+    assert load_config(str(tmp_path / "c.yaml")).home == tmp_path / "forced"          # RECALL_HOME wins
+
+
+def test_the_sample_notes_line_leaves_the_personal_index_alone(notes, isolated_home, monkeypatch):
+    """The README's `recall --config golden/recall.yaml index`, run by a user with their own index."""
+    import json
+
+    from tests.conftest import run_recall
+    monkeypatch.delenv("RECALL_HOME")
+    _personal(isolated_home, notes)
+    assert run_recall("index").returncode == 0
+    r = run_recall("--config", "golden/recall.yaml", "index")
+    assert r.returncode == 0 and ", 0 removed" in r.stdout, r.stdout + r.stderr
+    again = run_recall("index")
+    assert again.returncode == 0 and "0 new, 0 changed, 0 removed" in again.stdout, again.stdout
+    hits = json.loads(run_recall("--json", "search", "jump01").stdout)["hits"]
+    assert [h["relpath"] for h in hits] == ["runbooks/jump-hosts.md"]
+    golden = json.loads(run_recall("--json", "--config", "golden/recall.yaml", "search", "jump01").stdout)
+    assert {h["source"] for h in golden["hits"]} <= {"golden"}
+    for folder in (".local/share/recall", ".local/share/recall/configs"):      # 0700 all the way
+        assert not (isolated_home / folder).stat().st_mode & 0o077
+
+
+def test_a_second_config_naming_the_same_secrets_files_opens_them_and_the_first_keeps_them(
+        notes, isolated_home, tmp_path, monkeypatch):
+    """Two configs, one secrets file sealed under the person's key: each syncs and runs with it; neither
+    config's sync reseals it out of the other's reach."""
+    import subprocess
+    import sys
+
+    from tests.conftest import CANARY, run_recall
+    pytest.importorskip("cryptography")
+    monkeypatch.delenv("RECALL_HOME")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n")
+    secrets.chmod(0o600)
+    personal = _personal(isolated_home, notes)
+    personal.write_text(personal.read_text() + f"secrets: [{secrets}]\n")
+    work = tmp_path / "work.yaml"
+    work.write_text(f"sources:\n  - name: notes\n    path: {notes}\nsecrets: [{secrets}]\n")
+    prints = ["secret", "exec", "jira-api-token", "--", sys.executable, "-c",
+              "import os; print(len(os.environ['JIRA_API_TOKEN']))"]
+    assert run_recall("secret", "sync").returncode == 0
+    sealed = secrets.read_text()
+    assert CANARY not in sealed
+    r = run_recall("--config", work, "secret", "sync")
+    assert r.returncode == 0, r.stderr
+    assert secrets.read_text() == sealed                           # nothing resealed under another key
+    for first in ([], ["--config", str(work)]):
+        r = run_recall(*first, *prints)
+        assert (r.returncode, r.stdout) == (0, f"{len(CANARY)}\n"), r.stderr
+    line = run_recall("--config", work, "secret", "command", *prints[2:]).stdout.strip()
+    assert "RECALL_HOME" not in line and f"--config {work}" in line      # the file names its state
+    bare = {"HOME": str(isolated_home), "PATH": "/usr/bin:/bin"}           # a shell with none of ours
+    r = subprocess.run(line, shell=True, capture_output=True, text=True, env=bare, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, f"{len(CANARY)}\n"), r.stderr
+    assert sorted(p.name for p in (isolated_home / ".local/share/recall").rglob("vault.key")) == ["vault.key"]
+
+
+def test_a_handed_out_line_names_the_state_only_when_the_environment_moved_it(tmp_path, monkeypatch):
+    from recall.config import invocation
+    monkeypatch.delenv("RECALL_HOME")
+    cfg = load_config(_write(tmp_path, "sources: []\n"))
+    line = invocation(cfg)
+    assert line.endswith(f" --config {cfg.path}") and "RECALL_HOME" not in line and "XDG" not in line
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert invocation(load_config(str(cfg.path))).startswith(f"XDG_DATA_HOME={tmp_path / 'data'} ")
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
+    assert invocation(load_config(str(cfg.path))).startswith(f"RECALL_HOME={tmp_path / 'state'} ")

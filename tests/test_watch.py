@@ -310,3 +310,168 @@ def test_a_secrets_file_inside_the_notes_stays_out_while_watched(config, notes, 
     assert not con.execute("SELECT 1 FROM files WHERE relpath='secrets.yaml'").fetchone()
     stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
     assert CANARY.encode() not in stored
+
+
+# -- following never stops for good: each cause reproduced, then gone, with short retries (parameters)
+
+def _following(cfg, first_pass=True):
+    """A watcher with the test's short retries and busy wait, started (and its first pass done)."""
+    from recall.vault import store as vault
+    w = watch.Watcher(cfg, redactor=vault.redactor, reload=load_config, retry_s=0.1, retry_max_s=0.5,
+                      busy_s=0.3).start()
+    if first_pass:
+        _eventually(lambda: w.passes)
+    return w
+
+
+def _eventually(check, seconds=DEADLINE_S):
+    """check()'s first true value within `seconds` (else its last one)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _found(ident: str) -> list:
+    """The relpaths a keyword search finds in the index as it is on disk now (a new file included)."""
+    from recall.notes.search import search
+    cfg = load_config()
+    con = db.connect(cfg.db_path, readonly=True)
+    try:
+        return [h.relpath for h in search(con, cfg, ident, n=5, mode="keyword").hits]
+    finally:
+        con.close()
+
+
+def test_a_db_locked_past_the_busy_wait_is_said_by_searches_then_followed_again(indexed, monkeypatch):
+    import sqlite3
+
+    from recall import mcp_server
+    from recall.api import notes as api_notes
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    cfg = load_config()
+    w = _following(cfg)
+    other = sqlite3.connect(cfg.db_path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")                  # a writer that does not let go
+        (indexed / "locked.md").write_text("# Locked\n\nINC-61616 saved while the index was locked.\n")
+        why = _eventually(w.trouble)
+        monkeypatch.setattr(api_notes, "_FOLLOWING", [w])
+        answer = json.loads(mcp_server.recall_search("INC-61616"))
+        other.execute("ROLLBACK")
+        found = _eventually(lambda: _found("INC-61616"))
+        after = json.loads(mcp_server.recall_search("INC-61616"))
+    finally:
+        other.close()
+        w.stop()
+    assert "stayed locked by another process" in why
+    assert answer["hits"] == [] and answer["stale"] == ["notes"]
+    assert any("not being followed right now" in n and "locked" in n for n in answer["notices"])
+    assert found == ["locked.md"] and w.trouble() is None
+    assert "stale" not in after and [h["read"] for h in after["hits"]] == ["notes:locked.md:1"]
+
+
+def test_a_db_file_replaced_under_the_watcher_is_reopened(indexed, monkeypatch):
+    """As after `recall index --full` moved a damaged file aside: the watcher writes into the new file."""
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    cfg = load_config()
+    w = _following(cfg)
+    try:
+        for end in ("", "-wal", "-shm"):
+            if os.path.exists(f"{cfg.db_path}{end}"):
+                os.replace(f"{cfg.db_path}{end}", f"{cfg.db_path}.broken{end}")
+        assert run_recall("index").returncode == 0            # a new file under the same name
+        (indexed / "after.md").write_text("# After\n\nINC-62626 saved after the rebuild.\n")
+        found = _eventually(lambda: _found("INC-62626"))
+    finally:
+        w.stop()
+    assert found == ["after.md"]
+
+
+@pytest.mark.parametrize("how", _methods())
+def test_a_source_folder_moved_away_and_made_again_is_followed(indexed, how, tmp_path, monkeypatch):
+    from recall import mcp_server
+    monkeypatch.setenv("RECALL_WATCH", how)
+    w = _following(load_config())
+    try:
+        os.rename(indexed, tmp_path / "moved")
+        away = json.loads(mcp_server.recall_search("jump01"))
+        indexed.mkdir()                                       # a new folder under the old name
+        time.sleep(1)                                         # a round or two sees it
+        (indexed / "new.md").write_text("# New\n\nINC-63636 in the folder made again.\n")
+        found = _eventually(lambda: _found("INC-63636"))
+    finally:
+        w.stop()
+    assert [h["read"] for h in away["hits"]] == ["notes:runbooks/jump-hosts.md:1"]     # as last indexed
+    assert any("source 'notes'" in n and "is not there" in n for n in away["notices"])
+    assert found == ["new.md"]
+
+
+def test_a_config_error_is_said_then_the_fixed_config_is_followed(config, notes, monkeypatch):
+    """Started with a broken config (as `recall mcp` may be), fixed while it runs; then a second source
+    added to it is followed too."""
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    config.path.write_text(f"sources:\n  - name: notes\n    paht: {notes}\n")
+    w = _following(None, first_pass=False)
+    try:
+        why = _eventually(w.trouble)
+        (notes / "fixed.md").write_text("# Fixed\n\nINC-64646 saved before the config was fixed.\n")
+        config()                                             # the config as it should be
+        found = _eventually(lambda: os.path.exists(load_config().db_path) and _found("INC-64646"))
+        more = notes.parent / "more"
+        more.mkdir()
+        (more / "other.md").write_text("# Other\n\nINC-65656 in a source added later.\n")
+        config(f"  - name: more\n    path: {more}\n")
+        added = _eventually(lambda: _found("INC-65656"))
+    finally:
+        w.stop()
+    assert "config.yaml:3: unknown field 'paht' in a source" in why
+    assert found == ["fixed.md"] and added == ["other.md"] and w.trouble() is None
+
+
+def test_a_full_disk_is_said_then_followed_again_once_freed(config, notes, tmp_path, monkeypatch):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        monkeypatch.setenv("RECALL_HOME", str(mnt / "state"))
+        monkeypatch.setenv("RECALL_WATCH", "poll")
+        w = _following(load_config())
+        try:
+            filler = mnt / "filler"
+            with open(filler, "wb") as f:                 # the rest of the disk, taken
+                while True:
+                    try:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                    except OSError:
+                        break
+            bulk = notes / "bulk"
+            bulk.mkdir()
+            for i in range(300):
+                (bulk / f"n{i:03}.md").write_text(f"# Bulk {i}\n\nrack r{i:03} holds host-{i:03}.example.com\n" * 20)
+            why = _eventually(w.trouble)
+            filler.unlink()
+            found = _eventually(lambda: _found("host-299.example.com"))
+        finally:
+            w.stop()
+    finally:
+        subprocess.run(["umount", str(mnt)])
+    assert "is full" in why
+    assert found == ["bulk/n299.md"] and w.trouble() is None
+
+
+def test_recall_mcp_started_with_a_config_error_follows_the_notes_once_it_is_fixed(config, notes):
+    config.path.write_text(f"sources:\n  - name: notes\n    paht: {notes}\n")
+
+    async def script(search, until):
+        broken = await search("INC-66666")                 # the config's error, as the agent reads it
+        (notes / "later.md").write_text("# Later\n\nINC-66666 saved while the config was broken.\n")
+        config()
+        return broken, await until("INC-66666", lambda h: "later.md" in h)
+    broken, after = run_session("poll", script)
+    assert broken == [] and after == ["later.md"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..notes.query import MODES
 from .answer import Answer, error_text, scrub
-from .notes import evaluate, index, init, read, read_header, search, watch, watcher
+from .notes import evaluate, follow, index, init, read, read_header, search, stop_following, watch, watcher
 from .secrets import (
     secret_command,
     secret_exec,
@@ -32,7 +32,7 @@ from .systems import (
     verify,
 )
 
-__all__ = ["MODES", "Answer", "error_text", "scrub", "init", "index", "watch", "watcher", "search", "read", "read_header",
+__all__ = ["MODES", "Answer", "error_text", "scrub", "init", "index", "watch", "watcher", "search", "read", "read_header", "follow", "stop_following",
            "evaluate", "secret_sync", "secret_set", "secret_key_backup", "secret_find", "secret_show",
            "secret_command", "secret_exec", "secret_get", "secret_log", "secret_restore", "secret_rotate_key",
            "access_find", "access_show", "access_exec", "verify", "remote_install", "instructions", "doctor",

@@ -55,13 +55,49 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
                       notices)
 
 
+_FOLLOWING: list = []          # the watchers this process runs (recall mcp's): searches say when they cannot follow
+
+
 def watcher(cfg=None, report=lambda kind, result: None):
     """The sources followed (notes.watch.Watcher) with the vault's redactor and values, as `index` has
-    them; `cfg` None: the config found as every verb finds it."""
+    them; the config (`cfg`'s file; None: RECALL_CONFIG or the default) loaded again when it changes
+    or is fixed."""
     from ..config import load_config
     from ..notes.watch import Watcher
     from ..vault import store
-    return Watcher(cfg or load_config(), redactor=store.redactor, load_values=store.load_values, report=report)
+    path = None if cfg is None or cfg.path is None else str(cfg.path)
+    return Watcher(cfg, reload=lambda: load_config(path), redactor=store.redactor,
+                   load_values=store.load_values, report=report)
+
+
+def follow(config: str | None = None):
+    """Follow the sources for as long as this process serves (recall mcp): the watcher started and kept,
+    so every search answer says when it cannot follow, and why. None when following is off."""
+    from ..config import load_config
+    try:
+        cfg = load_config(config)
+    except RecallError:               # the watcher loads it again until it is fixed
+        cfg = None
+    try:
+        w = watcher(cfg).start()
+    except RecallError:               # a bad RECALL_WATCH: serve the index as it is (doctor says why)
+        return None
+    _FOLLOWING.append(w)
+    return w
+
+
+def stop_following() -> None:
+    for w in _FOLLOWING:
+        w.stop()
+    _FOLLOWING.clear()
+
+
+def _not_following(cfg) -> tuple:
+    """(stale source names, notices) while a watcher of this process cannot follow the sources."""
+    said = [why for why in (w.trouble() for w in _FOLLOWING) if why]
+    notices = [f"results may be behind the notes: they are not being followed right now ({why}); "
+               "following resumes by itself" for why in said]
+    return ([s.name for s in cfg.sources] if said else []), notices
 
 
 def watch(config: str | None = None, said=lambda ans: None) -> None:
@@ -116,11 +152,15 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
             result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                          hooks=search_hooks(cfg))
             data = result.public()
-            data["stale"] = stale = behind(con, cfg)
-            data["notices"] += missing_sources(cfg.sources)
-            if stale:
-                data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
-                                       "brings the results up to date ('recall index --watch' keeps them so)")
+            if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
+                data["stale"], behind_it = _not_following(cfg)
+                data["notices"] += behind_it + missing_sources(cfg.sources)
+            else:
+                data["stale"] = stale = behind(con, cfg)
+                data["notices"] += missing_sources(cfg.sources)
+                if stale:
+                    data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
+                                           "brings the results up to date ('recall index --watch' keeps them so)")
             return answer(data, _search_text(result), data["notices"])
     finally:
         con.close()

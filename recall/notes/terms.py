@@ -81,9 +81,14 @@ def phrases(tokens: list) -> list:
     return list(dict.fromkeys([p for p in found if p not in QUERY_SKIP] or found))
 
 
+def fts_phrases(query: str) -> list:
+    """Each of the query's phrases as a safe FTS5 query of its own: no FTS syntax can reach SQLite."""
+    return [f'"{p}"' for p in phrases(query_tokens(query))]
+
+
 def fts_query(query: str, op: str = "OR") -> str:
-    """A safe FTS5 query joining the query's phrases with `op`: no FTS syntax can reach SQLite."""
-    return f" {op} ".join(f'"{p}"' for p in phrases(query_tokens(query)))
+    """A safe FTS5 query joining the query's phrases with `op`."""
+    return f" {op} ".join(fts_phrases(query))
 
 
 def stem(word: str) -> str:

@@ -1,5 +1,5 @@
 """Keeping the index in step with the sources while recall runs long (`recall mcp`, `index --watch`),
-by watchdog's file events or a stat poll."""
+by watchdog's file events or a stat poll; what stops a round is said and retried, never the end."""
 from __future__ import annotations
 
 import os
@@ -12,10 +12,11 @@ from .walk import SKIP_DIRS
 
 QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded
 POLL_S = 1.0              # the stat poll: one round of the sources at most this often …
-POLL_SHARE = 0.2          # … and its stat work at most this share of the time between rounds
+POLL_SHARE = 0.04         # … and its CPU time at most this share of one core
 SLICE_S = 0.005           # the most one stretch of the poll runs before it pauses for searches
 PAUSE_S = 0.02            # the pause after each stretch
-RETRY_S = 5.0             # after a failed pass (a locked or damaged DB), wait before the next
+RETRY_S = 0.5             # after a failed round, wait this long, doubled after each failure …
+RETRY_MAX_S = 4.0         # … up to this: following resumes soon after the cause goes away
 
 
 def method() -> str:
@@ -37,12 +38,12 @@ class _Poll:
     SLICE_S and compares sizes and mtimes with the round before."""
 
     def __init__(self, roots: list, ignore: set, stop: threading.Event):
-        self.roots, self.ignore, self.work = roots, ignore, 0.0
+        self.roots, self.ignore = roots, ignore
         self.last = self._snapshot(stop)        # taken before the first index pass: nothing slips between
 
     def _snapshot(self, stop: threading.Event) -> dict | None:
         seen: dict = {}
-        stretch, self.work, folders = time.monotonic(), 0.0, list(self.roots)
+        stretch, folders = time.monotonic(), list(self.roots)
         while folders:
             folder = folders.pop()
             try:
@@ -57,23 +58,22 @@ class _Poll:
             except OSError:
                 seen[folder] = None
             if time.monotonic() - stretch > SLICE_S:
-                self.work += time.monotonic() - stretch
                 if stop.wait(PAUSE_S):           # a search in this process goes first
                     return None
                 stretch = time.monotonic()
-        self.work += time.monotonic() - stretch
         return seen
 
     def wait(self, stop: threading.Event, timeout: float) -> bool:
         """True when something changed since the round before."""
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.thread_time()
         now = self._snapshot(stop)
         if now is None:
             return False
         changed = now != self.last
         self.last = now
-        # a large tree is walked less often: its stat work stays a small share of the time
-        stop.wait(max(0.0, max(min(timeout, POLL_S), self.work / POLL_SHARE) - (time.monotonic() - started)))
+        # a large tree is walked less often: this round's CPU time stays a small share of a core
+        work = time.thread_time() - cpu
+        stop.wait(max(0.0, max(min(timeout, POLL_S), work / POLL_SHARE) - (time.monotonic() - started)))
         return changed
 
     def close(self) -> None:
@@ -111,20 +111,62 @@ class _Events:
 
     def close(self) -> None:
         self.observer.stop()
+        self.observer.join(1.0)
+
+
+def _identity(path, *, edits: bool = False) -> tuple | None:
+    """Which file or folder `path` is now: (device, inode), with `edits` its
+    size and mtime too; None when nothing is there. A DB file replaced, a
+    folder moved and made again, a config edited: each changes it."""
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError):        # TypeError: no path (no config file was found)
+        return None
+    return (st.st_dev, st.st_ino) + ((st.st_size, st.st_mtime_ns) if edits else ())
+
+
+def _why(exc) -> str:
+    """A failed round in one line: a storage fault as `recall` says it,
+    anything else by its type."""
+    err = db.explain(exc)
+    return str(err) if err is not None else f"{type(exc).__name__}: {exc}"
 
 
 class Watcher:
-    """Follows `cfg`'s sources in a thread (`start`) or the foreground (`run`): each change indexed for
-    keyword search at once, embedded once nothing changed for QUIET_S; `report(kind, result)` hears each
-    pass ('index' or 'embed')."""
+    """Follows the sources in a thread (`start`) or the foreground (`run`):
+    each change indexed for keyword search at once, embedded once nothing
+    changed for QUIET_S; `report(kind, result)` hears each pass ('index',
+    'embed') and each new trouble ('trouble', its line).
 
-    def __init__(self, cfg, *, redactor, load_values=None, report=lambda kind, result: None):
-        self.cfg, self.redactor, self.load_values, self.report = cfg, redactor, load_values, report
+    `cfg` is the config as loaded (None: it could not be); `reload()` loads
+    it again until it loads, and when its file changes. A failed round (the
+    DB locked, full, damaged; the config wrong) is said by `trouble()` and
+    tried again after `retry_s`, doubled up to `retry_max_s`."""
+
+    def __init__(self, cfg, *, redactor, load_values=None,
+                 report=lambda kind, result: None, reload=None,
+                 retry_s: float = RETRY_S, retry_max_s: float = RETRY_MAX_S,
+                 busy_s: float | None = None):
+        self.cfg, self.reload, self.report = cfg, reload, report
+        self.redactor, self.load_values = redactor, load_values
+        self.retry_s, self.retry_max_s = retry_s, retry_max_s
+        self.busy_s = busy_s            # None: the DB's own busy wait
         self.how = method()
-        self.stop_event, self.thread, self.passes = threading.Event(), None, 0
+        self.stop_event = threading.Event()
+        self.thread, self.passes = None, 0
+        self._why: str | None = None
+        self._con = self._detector = None
+        self._opened_on: dict = {}      # the config, DB, folders as opened
+        self._dirty, self._unembedded = True, False
+        self._last_change = time.monotonic()
+
+    def trouble(self) -> str | None:
+        """Why the sources are not followed right now (every search says
+        it), or None while they are."""
+        return self._why
 
     def start(self) -> Watcher:
-        if self.how != "off" and self.cfg.sources:
+        if self.how != "off" and (self.reload is not None or self.cfg.sources):
             self.thread = threading.Thread(target=self._guarded, name="recall-watch", daemon=True)
             self.thread.start()
         return self
@@ -137,44 +179,101 @@ class Watcher:
     def _guarded(self) -> None:
         try:
             self.run()
-        except Exception:        # a long-lived server keeps answering from the index it has
-            pass
+        except Exception as exc:    # the server answers from the index it has
+            self._why = f"stopped following the sources ({_why(exc)})"
 
     def run(self) -> None:
-        """Index what changed since the last run, then follow the sources until `stop()`."""
-        from .index import embed_pending, run_index
-        cfg = self.cfg
-        con = db.connect(cfg.db_path)
-        roots = [str(s.path) for s in cfg.sources]
-        ignore = {str(p) for p in (*cfg.secrets, *cfg.inventory)}
-        ignore |= {str(cfg.db_path) + end for end in ("", "-wal", "-shm", "-journal")}
-        detector = _Events(roots, ignore) if self.how == "watchdog" else _Poll(roots, ignore, self.stop_event)
-        paid = cfg.embedding.provider != "none"
-        dirty, unembedded, last_change = True, False, time.monotonic()
+        """Index what changed since the last run, then follow the sources
+        until `stop()`; a failed round is said and tried again."""
+        delay = self.retry_s
         try:
             while not self.stop_event.is_set():
-                if dirty:
-                    dirty = False
-                    try:
-                        rep = run_index(con, cfg, embed=False, redactor=self.redactor,
-                                        load_values=self.load_values)
-                        self.passes += 1
-                        unembedded = paid
-                        self.report("index", rep)
-                    except (RecallError, OSError):
-                        dirty = True
-                        if self.stop_event.wait(RETRY_S):
-                            break
-                        continue
-                if unembedded and time.monotonic() - last_change >= QUIET_S:
-                    unembedded = False
-                    try:         # as run_index's own pass: each text claimed in the ledger, never billed twice
-                        self.report("embed", embed_pending(con, cfg, redactor=self.redactor,
-                                                           load_values=self.load_values))
-                    except (RecallError, OSError):
-                        pass            # the next change tries again
-                if detector.wait(self.stop_event, QUIET_S / 4 if unembedded else POLL_S):
-                    dirty, last_change = True, time.monotonic()
+                try:
+                    self._round()
+                    delay = self.retry_s
+                except Exception as exc:    # said, then retried: a bug's too
+                    why = _why(exc)
+                    if why != self._why:
+                        self._why = why
+                        self.report("trouble", why)
+                    self._close_db()        # reopened: a file replaced or freed alike
+                    if self.stop_event.wait(delay):
+                        break
+                    delay = min(delay * 2, self.retry_max_s)
         finally:
-            detector.close()
-            con.close()
+            self._close_db()
+            if self._detector is not None:
+                self._detector.close()
+
+    def _round(self) -> None:
+        """What changed under it reopened, a pass when a note changed, then
+        a wait for the next change."""
+        from .index import embed_pending, run_index
+        cfg = self._refresh()
+        if self._dirty:
+            rep = run_index(self._con, cfg, embed=False, redactor=self.redactor,
+                            load_values=self.load_values, notify=self._waiting)
+            self._dirty, self._why = False, None
+            self.passes += 1
+            self._unembedded = cfg.embedding.provider != "none"
+            self.report("index", rep)
+        if self._unembedded and time.monotonic() - self._last_change >= QUIET_S:
+            self._unembedded = False
+            try:      # as run_index's own: each text claimed, never billed twice
+                self.report("embed", embed_pending(
+                    self._con, cfg, redactor=self.redactor, load_values=self.load_values))
+            except (RecallError, OSError):
+                pass            # the next change tries again
+        wait = QUIET_S / 4 if self._unembedded else POLL_S
+        if self._detector.wait(self.stop_event, wait):
+            self._dirty, self._last_change = True, time.monotonic()
+
+    def _waiting(self, line: str) -> None:
+        self._why = line      # "waiting for another index run (pid …)"
+
+    def _refresh(self):
+        """The config as it is now, reloaded when it was not loaded or its
+        file changed; the DB reopened when its file is another one; the
+        detector made again when a source folder is (moved, made again)."""
+        seen, cfg = self._opened_on, self.cfg
+        stamp = None if cfg is None else _identity(cfg.path, edits=True)
+        if cfg is None or (self.reload is not None
+                           and stamp != seen.setdefault("config", stamp)):
+            self._close_db()
+            self.cfg = None           # until it loads: retried as any failure
+            self.cfg = cfg = self.reload()
+            seen.clear()
+            seen["config"] = _identity(cfg.path, edits=True)
+        cfg.require_sources()
+        if self._con is not None and _identity(cfg.db_path) != seen["db"]:
+            self._close_db()
+        if self._con is None:
+            self._con = db.connect(cfg.db_path)
+            if self.busy_s is not None:
+                self._con.execute(f"PRAGMA busy_timeout={int(self.busy_s * 1000)}")
+            seen["db"] = _identity(cfg.db_path)
+        roots = [str(s.path) for s in cfg.sources]
+        folders = [_identity(r) for r in roots]
+        if self._detector is None or folders != seen.get("roots"):
+            if self._detector is not None:
+                self._detector.close()
+            seen["roots"] = folders
+            self._detector, self._dirty = self._detect(cfg, roots), True
+        return cfg
+
+    def _detect(self, cfg, roots: list):
+        """watchdog's events on `roots`, or the stat poll (also when the OS
+        refuses more watches)."""
+        ignore = {str(p) for p in (*cfg.secrets, *cfg.inventory)}
+        ignore |= {f"{cfg.db_path}{end}" for end in ("", "-wal", "-shm", "-journal")}
+        if self.how == "watchdog":
+            try:
+                return _Events(roots, ignore)
+            except OSError:       # inotify's watch limit: the poll still follows
+                pass
+        return _Poll(roots, ignore, self.stop_event)
+
+    def _close_db(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con, self._dirty = None, True

@@ -14,8 +14,10 @@ NONCE_BYTES = 12
 
 
 def key_path(home: Path) -> Path:
+    """The vault key file of state folder `home` (config.key_folder), or RECALL_KEY_FILE."""
+    from ..config import key_folder
     override = os.environ.get("RECALL_KEY_FILE")
-    return Path(override).expanduser() if override else Path(home) / "vault.key"
+    return Path(override).expanduser() if override else key_folder(home) / "vault.key"
 
 
 def _aesgcm(key: bytes):

@@ -13,6 +13,8 @@ from . import audit, keyfile
 from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
+SIMILAR_WITHIN = 0.15     # find: a secret matched by meaning has a cosine within this of the best one's
+
 
 @dataclass
 class SyncReport:
@@ -148,7 +150,8 @@ def embed_metadata(con, cfg) -> int:
 
 
 def _by_meaning(con, cfg, query: str, limit: int) -> list:
-    """Secret ids ranked by cosine similarity of their metadata to the query; [] when unavailable."""
+    """Secret ids ranked by cosine similarity of their metadata to the query, those within SIMILAR_WITHIN of
+    the best and at least half of it; [] when unavailable."""
     if cfg is None or cfg.embedding.provider == "none":
         return []
     from ..embed import providers as embed
@@ -165,9 +168,13 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
         q = normalize(query_vector(con, cfg, query, load_values=load_values))
     except RecallError:
         return []
-    scored = [(sum(a * b for a, b in zip(q, normalize(stored[h]))), sid)
-              for sid, (h, _text) in _metadata_texts(con).items() if h in stored]
-    return [sid for _, sid in sorted(scored, reverse=True)[:limit]]
+    scored = sorted(((sum(a * b for a, b in zip(q, normalize(stored[h]))), sid)
+                     for sid, (h, _text) in _metadata_texts(con).items() if h in stored), reverse=True)
+    if not scored:
+        return []
+    best = scored[0][0]
+    floor = max(best - SIMILAR_WITHIN, best / 2)       # a best below 0 is no likeness: nothing passes
+    return [sid for cos, sid in scored[:limit] if cos >= floor]
 
 
 def rotate_key(con, cfg) -> int:
@@ -317,7 +324,9 @@ def _public(row, status=None) -> dict:
 
 def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata, fused
-    with similarity of the embedded metadata when a provider is configured (cfg given)."""
+    with similarity of the embedded metadata when a provider is configured (cfg given). Each list keeps
+    only those near its best match (_most_words, SIMILAR_WITHIN): a query for one service lists its
+    secrets, not every secret a common word ('token') or a weak likeness reaches."""
     query = (query or "").strip()
     if not query:          # everything, bounded: the caller says how many there are in all
         listed = con.execute("SELECT * FROM secrets ORDER BY id LIMIT ?", (limit,)).fetchall()
@@ -329,8 +338,8 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     if fq:
         ranked = con.execute(
             "SELECT s.* FROM secrets_fts f JOIN secrets s ON s.id = f.sid WHERE secrets_fts MATCH ? "
-            "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0) LIMIT ?",
-            (fq, limit)).fetchall()
+            "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0)", (fq,)).fetchall()
+        ranked = _most_words(con, query, ranked)[:limit]
     logged = _masked_query(con, cfg, query)
     meaning = _by_meaning(con, cfg, logged, limit) if logged is not None else []
     if meaning:
@@ -342,6 +351,16 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     audit.log(con, "secret.find", logged if logged is not None else "(query not logged: the vault "
               "cannot be opened here to mask it)", argv="", verdict=f"{len(out)} found")
     return out[:limit]
+
+
+def _most_words(con, query: str, ranked: list) -> list:
+    """Of the rows the query's words match, those holding as many of its words as the best one: "jira
+    token" lists the jira token, not every token; "prod" every prod secret."""
+    holders = [{r[0] for r in con.execute("SELECT sid FROM secrets_fts WHERE secrets_fts MATCH ?", (p,))}
+               for p in terms.fts_phrases(query)]
+    held = {r["id"]: sum(r["id"] in h for h in holders) for r in ranked}
+    most = max(held.values(), default=0)
+    return [r for r in ranked if held[r["id"]] == most]
 
 
 def _masked_query(con, cfg, query: str):
