@@ -275,14 +275,15 @@ class Masker:
             self._prepare()
 
     def _prepare(self) -> None:
-        gram_map: dict[int, list[tuple[int, int]]] = {}
-        for fi, form in enumerate(self._forms):
-            if len(form) >= 2 * _GRAM - 1:
-                for off in range(len(form) - _GRAM + 1):
-                    key = int.from_bytes(form[off:off + _GRAM], sys.byteorder)
-                    gram_map.setdefault(key, []).append((fi, off))
-        self._gram_keys = frozenset(gram_map)
         self._stride, self._find_forms = self._plan()
+        step, by_find = _GRAM * self._stride, set(self._find_forms)
+        gram_map: dict[int, list[tuple[int, int]]] = {}
+        for fi, form in enumerate(self._forms if step else ()):
+            # a form at p meets its first sampled gram at offset (-p) % step: those offsets suffice
+            for off in range(step) if fi not in by_find else ():
+                key = int.from_bytes(form[off:off + _GRAM], sys.byteorder)
+                gram_map.setdefault(key, []).append((fi, off))
+        self._gram_keys = frozenset(gram_map)
         self._gram_map = gram_map
 
     def _plan(self) -> tuple[int, list[int]]:
