@@ -250,3 +250,29 @@ def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(tmp
     with pytest.raises(RecallError, match="cannot write beside .*secrets.yaml: File exists; nothing was written"):
         inplace.write_edits(edits)
     assert secrets.read_text() == SECRETS
+
+
+def test_a_rotation_stopped_before_its_commit_loses_no_value(sealed, monkeypatch):
+    """The files were resealed under vault.key.next, the DB was not: rotate-key refuses to write
+    over that key; sync reseals what it sealed under vault.key and drops it; rotate-key then works."""
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    real = db.transaction
+
+    def stop(con):
+        raise KeyboardInterrupt("stopped before the COMMIT")
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(db, "transaction", stop)
+        vault.rotate_key(con, cfg)
+    assert db.transaction is real
+    pending = keyfile.next_path(keyfile.key_path(cfg.home))
+    assert pending.exists()
+    r = run_recall("secret", "rotate-key")
+    assert r.returncode == 1 and "an earlier key rotation stopped before it finished" in r.stderr
+    assert pending.exists()
+    assert run_recall("secret", "sync").returncode == 0 and not pending.exists()
+    entries, _ = load_secret_files(cfg.secrets)
+    inplace.open_entries(entries, keyfile.load_key(cfg.home, create=False), cfg.home)
+    assert {e.id: e.values[""] for e in entries if "" in e.values} == VALUES
+    assert run_recall("secret", "rotate-key").returncode == 0
+    assert _values(sealed) | {"db": None} == VALUES | {"db": None}

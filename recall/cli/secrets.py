@@ -12,11 +12,15 @@ def _vault(args):
     return (vault, *_opened(args))
 
 
+def _waiting(line: str) -> None:
+    sys.stderr.write(f"recall: {line}\n")
+
+
 def cmd_secret_sync(args) -> int:
     vault, cfg, con = _vault(args)
     if not cfg.secrets:
         raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
-    rep = vault.sync(con, cfg, prune=args.prune)
+    rep = vault.sync(con, cfg, prune=args.prune, notify=_waiting)
     for w in rep.warnings:
         sys.stderr.write(f"recall: warning: {w}\n")
     if not _json_done(args, rep.__dict__):
@@ -32,7 +36,7 @@ def cmd_secret_sync(args) -> int:
 
 def cmd_secret_restore(args) -> int:
     vault, cfg, con = _vault(args)
-    target, rep = vault.restore(con, cfg, args.id)
+    target, rep = vault.restore(con, cfg, args.id, notify=_waiting)
     return _said(args, {"restored": args.id, "file": target, **rep.__dict__},
                  f"restored {args.id} into {target} (its values sealed); synced {rep.total} secrets")
 
@@ -42,8 +46,8 @@ def cmd_secret_set(args) -> int:
     vault, cfg, con = _vault(args)
     what = f"{args.id}.{args.field}" if args.field else args.id
     value = read_value(f"New value for {what} (not shown; Enter ends it): ")
-    where = set_value(cfg, args.id, args.field, value)
-    rep = vault.sync(con, cfg)
+    where = set_value(cfg, args.id, args.field, value, notify=_waiting)
+    rep = vault.sync(con, cfg, notify=_waiting)
     return _said(args, {"set": where, **rep.__dict__},
                  f"sealed a new value for {where} in its file; synced {rep.total} secrets")
 
@@ -148,6 +152,6 @@ def cmd_secret_log(args) -> int:
 
 def cmd_secret_rotate(args) -> int:
     vault, cfg, con = _vault(args)
-    n = vault.rotate_key(con, cfg)
+    n = vault.rotate_key(con, cfg, notify=_waiting)
     _out(f"re-encrypted {n} secrets under a new key")
     return 0

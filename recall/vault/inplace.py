@@ -42,8 +42,9 @@ def _what(entry, field: str) -> str:
     return f"{entry.id}.{field}" if field else entry.id
 
 
-def unseal(keys: list, entry, field: str, text: str, key_file) -> str:
-    """The plain value of a sealed text; a text that is not ours, or that no key opens, is one line."""
+def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
+    """(plain value, the key that opened it) of a sealed text; a text that is not ours, or that no key
+    opens, is one line."""
     line = entry.spans[field].row + 1 if entry.spans.get(field) else entry.line
     m = _ENC.match(text)
     if not m:
@@ -53,7 +54,7 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> str:
     data, iv, tag = (base64.b64decode(g) for g in m.groups())
     for key in keys:
         try:
-            return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8")
+            return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8"), key
         except MissingExtra:
             raise
         except RecallError:
@@ -70,7 +71,7 @@ def key_for(home, entries: list, probe=None) -> bytes:
     if sealed is not None and not os.path.lexists(path):
         raise RecallError(f"{sealed.file}:{sealed.line}: values are sealed (ENC[...]) and there is no "
                           f"vault key at {path}", f"put your key backup back: cp BACKUP {path} && chmod 600 {path}")
-    return keyfile.load_key(home, create=True, probe=probe)
+    return keyfile.load_key(home, create=True, probe=probe, settle=True)
 
 
 def _keys(home, key: bytes) -> list:
@@ -85,17 +86,18 @@ def _keys(home, key: bytes) -> list:
 
 
 def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None = None) -> dict:
-    """Each sealed value opened in place (in entry.values), and the edits that seal every plain one:
-    {file: (stamp, [(span, new text)])}. `reseal_with`: every value sealed under that key (rotate-key)."""
+    """Each sealed value opened in place (in entry.values), and the edits that seal every plain one, and
+    any a stopped rotation sealed under vault.key.next: {file: (stamp, [(span, new text)])}.
+    `reseal_with`: every value sealed under that key (rotate-key)."""
     keys, key_file = _keys(home, key), keyfile.key_path(home)
     edits: dict = {}
     for e in entries:
         for field, text in e.values.items():
-            was_sealed = is_sealed(text)
+            was_sealed, opened_with = is_sealed(text), key
             if was_sealed:
-                e.values[field] = unseal(keys, e, field, text, key_file)
+                e.values[field], opened_with = unseal(keys, e, field, text, key_file)
             span = e.spans.get(field)
-            if span is None or (was_sealed and reseal_with is None) or (
+            if span is None or (was_sealed and reseal_with is None and opened_with is key) or (
                     not was_sealed and field in e.meta.get("public", ())):   # a username stays readable
                 continue                  # a sealed value keeps its ciphertext: no diff under git
             sealed = seal(reseal_with or key, e.id, field, e.values[field])
@@ -171,11 +173,16 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
         os.close(dfd)
 
 
-def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
-    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`.
-    The caller syncs the vault after."""
+def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -> str:
+    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`,
+    under the vault lock. The caller syncs the vault after."""
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
+    with db.vault_lock(cfg.home, notify):
+        return _set_value(cfg, secret_id, field, value)
+
+
+def _set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
     from ..errors import resolve
     entries, _ = load_secret_files(cfg.secrets)
     by_id = {e.id: e for e in entries}
@@ -235,7 +242,8 @@ def fingerprint(key: bytes) -> str:
 
 def backup_key(con, cfg, dest) -> Path:
     """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
-    key = keyfile.load_key(cfg.home, create=False)
+    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
+    key = keyfile.load_key(cfg.home, create=False, probe=keyfile.cipher_of(row) if row else None)
     dest = Path(dest).expanduser()
     try:
         keyfile.write_new(dest, key)

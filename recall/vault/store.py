@@ -2,6 +2,7 @@
 injection, masking and redaction (its redactor); the only reader of its tables; never returns a value."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -60,9 +61,22 @@ def _stored(con, key) -> dict:
     return out
 
 
-def sync(con, cfg, *, prune: bool = False) -> SyncReport:
-    """Read every secrets file, then replace the vault rows in one transaction; a sync that would
-    remove most of the vault, or all of one file's secrets, stops unless `prune`."""
+def sync(con, cfg, *, prune: bool = False, notify=None) -> SyncReport:
+    """Read every secrets file, then replace the vault rows in one transaction, under the vault lock
+    (`notify` hears whom it waits for); a sync that would remove most of the vault, or all of one
+    file's secrets, stops unless `prune`."""
+    with db.vault_lock(cfg.home, notify):
+        report = _sync(con, cfg, prune)
+    if report.total and cfg.embedding.provider != "none":
+        try:
+            report.embedded = embed_metadata(con, cfg)
+        except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
+            report.warnings.append(f"secret metadata not embedded: {exc}")
+    return report
+
+
+def _sync(con, cfg, prune: bool) -> SyncReport:
+    """sync's work, the vault lock held: files read, values sealed, rows replaced."""
     import json
 
     from . import removed
@@ -70,6 +84,7 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
+        _drop_pending(cfg.home)
         return SyncReport(warnings=warnings)
     new = {e.id for e in entries}
     if not prune:
@@ -98,17 +113,19 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     publics = {e.id: public_fields(e.meta) for e in entries}
     redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
+    _drop_pending(cfg.home)
     same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                     e.variables, e.values))
-    report = SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
-                        removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
-                        sealed=sealed, removed_ids=[r["id"] for r in gone])
-    if cfg.embedding.provider != "none":
-        try:
-            report.embedded = embed_metadata(con, cfg)
-        except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
-            report.warnings.append(f"secret metadata not embedded: {exc}")
-    return report
+    return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
+                      removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
+                      sealed=sealed, removed_ids=[r["id"] for r in gone])
+
+
+def _drop_pending(home) -> None:
+    """A stopped rotation's vault.key.next, once nothing is sealed under it (sync resealed the files'
+    values it opened, and wrote every row under the key)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(keyfile.next_path(keyfile.key_path(home)))
 
 
 def _refuse_mass_removal(con, new_ids: set) -> None:
@@ -170,16 +187,26 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
     return [sid for _, sid in sorted(scored, reverse=True)[:limit]]
 
 
-def rotate_key(con, cfg) -> int:
-    """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place after."""
+def rotate_key(con, cfg, notify=None) -> int:
+    """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place
+    after; under the vault lock."""
+    with db.vault_lock(cfg.home, notify):
+        return _rotate_key(con, cfg)
+
+
+def _rotate_key(con, cfg) -> int:
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
-    old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    entries, _ = load_secret_files(cfg.secrets)
-    new_key = os.urandom(keyfile.KEY_BYTES)
+    old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con), settle=True)
     path = keyfile.key_path(cfg.home)
     pending = keyfile.next_path(path)
+    if pending.exists():        # values in the files may be sealed under it: never written over
+        raise RecallError(f"an earlier key rotation stopped before it finished ({pending} is there); "
+                          "nothing was changed", "run 'recall secret sync' (it reseals what that key "
+                          "sealed and removes it), then rotate again")
+    entries, _ = load_secret_files(cfg.secrets)
+    new_key = os.urandom(keyfile.KEY_BYTES)
     edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
     keyfile.write_key(pending, new_key)
     # the files first: stopped after them, a sync opens them with vault.key.next
@@ -194,33 +221,32 @@ def rotate_key(con, cfg) -> int:
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
         for row in removed.rows(con):                  # the removed ones stay restorable
             removed.replace_ciphertext(con, row["id"], *reencrypt(row))
-    # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
-    # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
-    try:
-        os.replace(pending, path)
-    except FileNotFoundError:
-        pass
+    # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
+    # vault.key.next opens the rows and uses it; the next writer renames it.
+    os.replace(pending, path)
     return len(stored)
 
 
-def restore(con, cfg, secret_id: str) -> tuple:
-    """Write a secret a sync removed back into its file (values sealed), then sync: (file, report)."""
+def restore(con, cfg, secret_id: str, notify=None) -> tuple:
+    """Write a secret a sync removed back into its file (values sealed), then sync: (file, report);
+    under the vault lock."""
     import json
 
     from . import removed
     from .inplace import append_entry, seal
     from .secretfile import load_secret_files
-    row = removed.row_of(con, secret_id)
-    entries, _ = load_secret_files(cfg.secrets)
-    removed.require_absent(entries, secret_id)
-    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
-    text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
-    target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
-    append_entry(target, text)
-    report = sync(con, cfg)
-    with db.transaction(con):
-        removed.forget(con, row["id"])
+    with db.vault_lock(cfg.home, notify):
+        row = removed.row_of(con, secret_id)
+        entries, _ = load_secret_files(cfg.secrets)
+        removed.require_absent(entries, secret_id)
+        key = keyfile.load_key(cfg.home, create=False, probe=_probe(con), settle=True)
+        values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
+        text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
+        target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
+        append_entry(target, text)
+        report = _sync(con, cfg, prune=False)
+        with db.transaction(con):
+            removed.forget(con, row["id"])
     audit.log(con, "secret.restore", row["id"], argv="", verdict=f"written back into {target}")
     return target, report
 
