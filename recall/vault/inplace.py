@@ -118,59 +118,98 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
     real = os.path.realpath(path)
     changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
                           "run the command again")
-    with open(real, "rb") as f:
-        data = f.read()
+    data = _bytes_of(real)
     if file_stamp(real) != stamp:
         raise changed
-    _write_atomic(real, stamp, replace_spans(data.decode("utf-8"), changes), changed)
+    _write_atomic(real, stamp, data, replace_spans(data.decode("utf-8"), changes), changed)
 
 
 def append_entry(path, text: str) -> None:
     """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
     real = os.path.realpath(path)
     stamp = file_stamp(real)
+    data = _bytes_of(real)
+    old = data.decode("utf-8")
+    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
+    _write_atomic(real, stamp, data, joined, RecallError(f"{path} changed while recall was writing to it; "
+                                                         "nothing was written", "run the command again"))
+
+
+def _bytes_of(real: str) -> bytes:
+    """The file's bytes; b"" when there is none."""
     try:
         with open(real, "rb") as f:
-            old = f.read().decode("utf-8")
+            return f.read()
     except FileNotFoundError:
-        old = ""
-    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
-    _write_atomic(real, stamp, joined, RecallError(f"{path} changed while recall was writing to it; "
-                                                   "nothing was written", "run the command again"))
+        return b""
 
 
-def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> None:
-    """A temp file in the same folder (the file's mode), fsync, rename; `changed` when the stamp moved."""
+def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> None:
+    """A temp file in the same folder (the file's mode, flocked while it is written), fsync, rename;
+    `changed` when the file is no longer `based_on` (its stamp and its bytes, compared just before)."""
+    import fcntl
     mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
+    _remove_stale_temps(real)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | db.NOFOLLOW, 0o600)
     except OSError as exc:
         raise RecallError(f"cannot write beside {real}: {exc.strerror}; nothing was written",
                           "recall seals values in place through a temp file in the same folder: "
                           "make the folder writable") from None
     try:
-        with open(fd, "wb") as f:              # a short write is retried, or raises
+        fcntl.flock(fd, fcntl.LOCK_EX)         # a live write: never taken for a stale temp
+        with open(fd, "wb", closefd=False) as f:    # a short write is retried, or raises
             f.write(text.encode("utf-8"))
             f.flush()
             os.fchmod(fd, mode)
             os.fsync(fd)
-        if file_stamp(real) != stamp:
+        if file_stamp(real) != stamp or _bytes_of(real) != based_on:   # a save meanwhile is kept
             raise changed
         os.replace(tmp, real)
     except OSError as exc:
-        os.unlink(tmp)
+        _unlink(tmp)
         raise RecallError(f"cannot write {real}: {exc.strerror}; the file is as it was",
                           "free some space, or check the folder's permissions") from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink(tmp)
         raise
+    finally:
+        os.close(fd)
     dfd = os.open(os.path.dirname(real), os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _remove_stale_temps(real: str) -> None:
+    """Remove the temp files (`NAME.recall-PID.tmp`) of writes that were killed: a regular file
+    no live writer holds locked, whatever its PID (it may have been reused)."""
+    import fcntl
+    folder, name = os.path.split(real)
+    pattern = re.compile(re.escape(name) + r"\.recall-\d+\.tmp\Z")
+    for entry in os.scandir(folder):
+        if not pattern.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | db.NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _unlink(entry.path)
+        except OSError:          # locked: a write under way
+            pass
+        finally:
+            os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -> str:

@@ -63,10 +63,16 @@ def load_secret_files(paths: list) -> tuple:
     for path in paths:
         path = str(path)
         if os.path.exists(path):
-            mode = stat.S_IMODE(os.stat(path).st_mode)
+            st = os.stat(path)
+            mode = stat.S_IMODE(st.st_mode)
             if mode & 0o077:        # refused, as ssh refuses a loose key
                 raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
                                   f"chmod 600 {path}")
+            if st.st_nlink > 1:     # sealing renames a new file in: the other name keeps the plain text
+                raise RecallError(f"{path} has {st.st_nlink} hard links (st_nlink > 1): sealing it in place "
+                                  "would leave its plain values under the other name; nothing was written",
+                                  f"find it (find / -xdev -samefile {path}), remove it or make it a copy, "
+                                  "then run this again")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         stamp = file_stamp(path)
         try:
@@ -90,12 +96,13 @@ def load_secret_files(paths: list) -> tuple:
 
 
 def file_stamp(path) -> tuple:
-    """(inode, size, mtime_ns) of a file: a writer compares it to tell the file changed meanwhile."""
+    """(inode, size, mtime_ns, ctime_ns, links) of a file: a writer compares it to tell the file
+    changed meanwhile (a link made to it too)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return ()
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
 
 
 def without_text(exc: InputError, ids=frozenset()) -> InputError:
