@@ -84,6 +84,12 @@ def home_dir() -> Path:
     return Path(value).expanduser() if value else _xdg("XDG_DATA_HOME", ".local/share") / "recall"
 
 
+def key_file(home) -> Path:
+    """The vault key's file: RECALL_KEY_FILE, else vault.key in the state folder."""
+    override = os.environ.get("RECALL_KEY_FILE")
+    return Path(override).expanduser() if override else Path(home) / "vault.key"
+
+
 def find_config(explicit: str | None = None) -> Path | None:
     """The config file to use: --config, then RECALL_CONFIG, then the XDG default if it exists."""
     for candidate, named in ((explicit, "--config"), (os.environ.get("RECALL_CONFIG"), "RECALL_CONFIG")):

@@ -281,8 +281,8 @@ def fingerprint(key: bytes) -> str:
 
 def backup_key(con, cfg, dest) -> Path:
     """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
-    row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
-    key = keyfile.load_key(cfg.home, create=False, probe=keyfile.cipher_of(row) if row else None)
+    from .store import key_probe
+    key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))   # the key the rows need
     dest = Path(dest).expanduser()
     try:
         keyfile.write_new(dest, key)

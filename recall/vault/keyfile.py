@@ -7,15 +7,11 @@ import os
 import stat
 from pathlib import Path
 
+from ..config import key_file as key_path  # noqa: F401  (where the key is: one rule, the walk's too)
 from ..errors import MissingExtra, RecallError
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
-
-
-def key_path(home: Path) -> Path:
-    override = os.environ.get("RECALL_KEY_FILE")
-    return Path(override).expanduser() if override else Path(home) / "vault.key"
 
 
 def _aesgcm(key: bytes):

@@ -89,7 +89,7 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
     new = {e.id for e in entries}
     if not prune:
         _refuse_mass_removal(con, new)
-    key = key_for(cfg.home, entries, _probe(con))
+    key = key_for(cfg.home, entries, key_probe(con))
     sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
     before = _stored(con, key)
     now = time.time()
@@ -198,7 +198,7 @@ def _rotate_key(con, cfg) -> int:
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
-    old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con), settle=True)
+    old_key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
     path = keyfile.key_path(cfg.home)
     pending = keyfile.next_path(path)
     if pending.exists():        # values in the files may be sealed under it: never written over
@@ -239,7 +239,7 @@ def restore(con, cfg, secret_id: str, notify=None) -> tuple:
         row = removed.row_of(con, secret_id)
         entries, _ = load_secret_files(cfg.secrets)
         removed.require_absent(entries, secret_id)
-        key = keyfile.load_key(cfg.home, create=False, probe=_probe(con), settle=True)
+        key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
         values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
         text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
         target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
@@ -275,7 +275,7 @@ def holds_values(con) -> bool:
     return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
 
 
-def _probe(con):
+def key_probe(con):
     """One stored row, for load_key to tell which key the DB is under."""
     row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
     return cipher_of(row) if row else None
@@ -397,7 +397,7 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
     """{secret id: {field: value}} decrypted, and `.public`: the fields of each that are not secret. A row
     that does not open (changed, corrupt) is left out unless it is in `need`; when none opens, the key is wrong."""
     import json
-    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
+    key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))
     wanted = None if ids is None else set(ids)
     stored = [r for r in con.execute("SELECT * FROM secrets") if wanted is None or r["id"] in wanted]
     values, first_error = VaultValues(), None
