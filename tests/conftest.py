@@ -97,6 +97,7 @@ PROCESS_STATE = {
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB
     "recall.mcp_server": ("_WARM", "_OUTPUTS"),    # the warm masker, long responses held for `offset`
+    "recall.vault.store": ("_REDACTORS",),         # the note redactor, until the vault changes
 }
 
 

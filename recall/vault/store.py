@@ -14,6 +14,9 @@ from . import audit, keyfile
 from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
+REDACTED_META = "index_redacted_for"     # the vault's signature once the index holds none of its values
+_REDACTORS: dict = {}     # {(DB, vault signature, key mtime): the redactor}: one per process
+
 
 @dataclass
 class SyncReport:
@@ -91,7 +94,7 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
         _refuse_mass_removal(con, new)
     key = key_for(cfg.home, entries, key_probe(con))
     sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
-    before = _stored(con, key)
+    before, redacted = _stored(con, key), db.get_meta(con, REDACTED_META) == repr(signature(con))
     now = time.time()
     with db.transaction(con):
         gone = [r for r in rows(con) if r["id"] not in new]
@@ -109,16 +112,26 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
                         "notes, use) VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (e.id, e.id, *(e.meta[k] for k in ("service", "environment", "kind", "username", "url")),
                          " ".join(e.tags), e.meta["notes"], e.meta["use"]))
-    from ..notes.index import redact_indexed  # a value pasted into a note leaves the index
-    publics = {e.id: public_fields(e.meta) for e in entries}
-    redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
+    changed = [e for e in entries if before.get(e.id) != _comparable(e.meta, e.tags, e.env, e.inject, e.check,
+                                                                     e.variables, e.values)]
+    _redact_index(con, changed if redacted else entries)
     _drop_pending(cfg.home)
-    same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
-                                                                    e.variables, e.values))
+    same = len(entries) - len(changed)
     return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
                       removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
                       sealed=sealed, removed_ids=[r["id"] for r in gone])
+
+
+def _redact_index(con, entries: list) -> None:
+    """A value pasted into a note leaves the index: chunks rewritten with these entries' values (those
+    new or changed: the others were redacted by the sync that stored them), then a mark that they were."""
+    from ..notes.index import redact_indexed
+    if entries:
+        publics = {e.id: public_fields(e.meta) for e in entries}
+        redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")          # and no old page keeps it in the WAL
+    with db.transaction(con):           # a sync stopped before this redacts every value next time
+        db.set_meta(con, REDACTED_META, repr(signature(con)))
 
 
 def _drop_pending(home) -> None:
@@ -416,15 +429,23 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
 
 def redactor(con, cfg):
     """text -> text with every (non-public) vault value and its encoded forms as [recall:ID] (whole tokens);
-    the identity when the vault is empty; VaultClosed when it holds values it cannot open here."""
+    the identity when the vault is empty; VaultClosed when it holds values it cannot open here. One per
+    process until the vault or its key changes (an index run, each watch pass, the MCP server)."""
     from .redact import identity
     if not holds_values(con):
         return identity
     try:
-        values = load_values(con, cfg)
-    except RecallError as exc:
-        raise closed(exc) from None
-    return text_redactor(values, values.public)
+        sig = (str(cfg.db_path), signature(con), keyfile.key_path(cfg.home).stat().st_mtime_ns)
+    except OSError:
+        sig = None                       # load_values says what is wrong with the key
+    if sig is None or sig not in _REDACTORS:
+        try:
+            values = load_values(con, cfg)
+        except RecallError as exc:
+            raise closed(exc) from None
+        _REDACTORS.clear()
+        _REDACTORS[sig] = text_redactor(values, values.public)
+    return _REDACTORS[sig]
 
 
 def require_open(con, cfg) -> None:
