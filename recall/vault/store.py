@@ -70,6 +70,11 @@ def sync(con, cfg, *, prune: bool = False, notify=None) -> SyncReport:
     file's secrets, stops unless `prune`."""
     with db.vault_lock(cfg.home, notify):
         report = _sync(con, cfg, prune)
+    return _embedded(con, cfg, report)
+
+
+def _embedded(con, cfg, report: SyncReport) -> SyncReport:
+    """The report, once the metadata texts a sync stored are embedded (outside the vault lock)."""
     if report.total and cfg.embedding.provider != "none":
         try:
             report.embedded = embed_metadata(con, cfg)
@@ -260,6 +265,7 @@ def restore(con, cfg, secret_id: str, notify=None) -> tuple:
         report = _sync(con, cfg, prune=False)
         with db.transaction(con):
             removed.forget(con, row["id"])
+    _embedded(con, cfg, report)
     audit.log(con, "secret.restore", row["id"], argv="", verdict=f"written back into {target}")
     return target, report
 
