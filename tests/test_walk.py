@@ -6,7 +6,7 @@ import pytest
 
 from recall import db
 from recall.config import load_config
-from tests.conftest import CANARY, run_recall
+from tests.conftest import CANARY
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
@@ -25,7 +25,18 @@ def _index_bytes(cfg) -> bytes:
 
 
 @pytest.fixture
-def state_in_notes(tmp_path, notes, monkeypatch):
+def run_recall(cli):
+    """recall's main() in this process: (exit code, stdout, stderr) as a record."""
+    from types import SimpleNamespace
+
+    def run(*args, input=None):
+        code, out, err = cli(*args)
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return run
+
+
+@pytest.fixture
+def state_in_notes(tmp_path, notes, monkeypatch, run_recall):
     """RECALL_HOME inside the notes, every file included, a vault synced."""
     monkeypatch.setenv("RECALL_HOME", str(notes / "state"))
     secrets = tmp_path / "secrets.yaml"
@@ -39,7 +50,7 @@ def state_in_notes(tmp_path, notes, monkeypatch):
     return notes
 
 
-def test_recall_never_indexes_nor_reads_its_own_state(state_in_notes, tmp_path, monkeypatch):
+def test_recall_never_indexes_nor_reads_its_own_state(state_in_notes, run_recall):
     notes = state_in_notes
     assert run_recall("secret", "key", "backup", notes / "vault.key.bak").returncode == 0
     os.link(notes / "state/vault.key", notes / "key-link.txt")         # the key by another name
@@ -60,7 +71,7 @@ def test_recall_never_indexes_nor_reads_its_own_state(state_in_notes, tmp_path, 
     assert "one of recall's own files" in r.stderr and "never reads itself back" in r.stderr
 
 
-def test_read_refuses_a_state_file_an_older_index_holds(state_in_notes):
+def test_read_refuses_a_state_file_an_older_index_holds(state_in_notes, run_recall):
     """An index built before this rule may list the key: read still refuses it."""
     cfg = load_config()
     assert run_recall("index").returncode == 0
@@ -74,7 +85,7 @@ def test_read_refuses_a_state_file_an_older_index_holds(state_in_notes):
     assert "state/vault.key" not in _indexed(cfg)       # the next run drops it
 
 
-def test_a_key_file_put_inside_a_source_is_never_indexed(tmp_path, notes, monkeypatch, config):
+def test_a_key_file_put_inside_a_source_is_never_indexed(tmp_path, notes, monkeypatch, config, run_recall):
     """RECALL_KEY_FILE names a file under the notes, by any name."""
     monkeypatch.setenv("RECALL_KEY_FILE", str(notes / "keys" / "my-recall.bin"))
     (notes / "keys").mkdir(mode=0o700)
@@ -92,14 +103,14 @@ def test_a_key_file_put_inside_a_source_is_never_indexed(tmp_path, notes, monkey
     assert line.startswith("NO") and f"{notes}/keys/my-recall.bin lies inside {notes}" in line
 
 
-def test_doctor_says_no_when_the_state_lies_inside_a_source(state_in_notes):
+def test_doctor_says_no_when_the_state_lies_inside_a_source(state_in_notes, run_recall):
     out = run_recall("doctor").stdout
     line = next(x for x in out.splitlines() if "state in source" in x)
     assert line.startswith("NO") and f"{state_in_notes}/state lies inside {state_in_notes}" in line
     assert "RECALL_HOME" in line
 
 
-def test_doctor_is_quiet_about_a_state_folder_outside_the_sources(config):
+def test_doctor_is_quiet_about_a_state_folder_outside_the_sources(config, run_recall):
     assert "state in source" not in run_recall("doctor").stdout
 
 
@@ -113,7 +124,7 @@ SECRETS_FORMS = {
 }
 
 
-def test_a_file_that_reads_as_a_secrets_file_is_never_indexed_wherever_it_sits(config, notes):
+def test_a_file_that_reads_as_a_secrets_file_is_never_indexed_wherever_it_sits(config, notes, run_recall):
     config.path.write_text(config.path.read_text() + "    include: ['*']\n")
     (notes / "old").mkdir()
     for name, text in SECRETS_FORMS.items():
@@ -130,7 +141,7 @@ def test_a_file_that_reads_as_a_secrets_file_is_never_indexed_wherever_it_sits(c
     assert CANARY[:6].encode() not in _index_bytes(load_config())
 
 
-def test_a_note_that_becomes_a_secrets_file_leaves_the_index_and_is_not_read(config, notes):
+def test_a_note_that_becomes_a_secrets_file_leaves_the_index_and_is_not_read(config, notes, run_recall):
     note = notes / "runbooks/jump-hosts.md"
     assert run_recall("index").returncode == 0
     assert "runbooks/jump-hosts.md" in _indexed(load_config())
