@@ -131,13 +131,15 @@ def test_a_file_that_reads_as_a_secrets_file_is_never_indexed_wherever_it_sits(c
         (notes / "old" / name).write_text(text)
     (notes / "inventory-notes.yaml").write_text("- id: vpn\n  kind: vpn\n  check: tcp jump01:22\n")
     (notes / "values.md").write_text("# Values\n\nThe id: and value: keys of a form.\n")
+    (notes / "format.md").write_text("# The secrets format\n\nAn entry:\n\n```yaml\n- id: jira\n"
+                                     "  value: ENC[AES256_GCM,data:QUJD,iv:QUJD,tag:QUJD,type:str]\n```\n")
     r = run_recall("index")
     assert r.returncode == 0 and CANARY[:6] not in r.stdout + r.stderr
     for name in SECRETS_FORMS:
         assert f"old/{name}: reads as a recall secrets file" in r.stderr, name
     indexed = _indexed(load_config())
     assert not [p for p in indexed if p.startswith("old/")]
-    assert {"inventory-notes.yaml", "values.md"} <= set(indexed)
+    assert {"inventory-notes.yaml", "values.md", "format.md"} <= set(indexed)    # a note showing one
     assert CANARY[:6].encode() not in _index_bytes(load_config())
 
 

@@ -62,11 +62,17 @@ _SECRETS_VALUE = re.compile(rb"^[ \t]+[\"']?(?:value|fields)[\"']?[ \t]*:|^-[ \t
                             re.M)
 
 
+_NOT_A_LIST = re.compile(rb"^[^\s#.\-\[]", re.M)    # a line at the margin no YAML list of entries has
+
+
 def is_secrets_text(data: bytes) -> bool:
-    """Whether a file reads as a recall secrets file (entries '- id: …' with a 'value:' or 'fields:'),
-    wherever it sits: a copy, a backup, another config's, one being written. A sniff, no parse: a
-    file the user is still editing (not valid YAML yet) holds plain values all the same."""
-    return _SECRETS_ENTRY.search(data) is not None and _SECRETS_VALUE.search(data) is not None
+    """Whether a file reads as a recall secrets file (entries '- id: …' with a 'value:' or 'fields:',
+    and nothing else at the margin), wherever it sits: a copy, a backup, another config's, one being
+    written. A sniff, no parse: a file still being edited (not valid YAML yet) holds plain values all
+    the same; a note that shows an entry among its prose is no secrets file."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    return (_SECRETS_ENTRY.search(data) is not None and _SECRETS_VALUE.search(data) is not None
+            and _NOT_A_LIST.search(data) is None)
 
 
 def walk_source(source, *, skip_paths=frozenset(), unreadable=None, state=((), ())):
