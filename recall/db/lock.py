@@ -113,6 +113,7 @@ def _holder(fd: int) -> str:
 
 
 def _unlockable(path, why: str) -> RecallError:
+    """Why the vault is not written where no lock can be held."""
     return RecallError(f"cannot lock {path}: {why}, and the vault is "
                        "written only under its lock; nothing was changed",
                        "set RECALL_HOME to a folder on a local disk")

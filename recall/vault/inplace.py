@@ -207,6 +207,7 @@ def _remove_stale_temps(real: str) -> None:
 
 
 def _unlink(path: str) -> None:
+    """Remove `path`, if it is still there."""
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -223,6 +224,7 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
 
 
 def _set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
+    """set_value's work, the vault lock held."""
     from ..errors import resolve
     entries, _ = load_secret_files(cfg.secrets)
     by_id = {e.id: e for e in entries}

@@ -213,6 +213,7 @@ def rotate_key(con, cfg, notify=None) -> int:
 
 
 def _rotate_key(con, cfg) -> int:
+    """rotate-key's work, the vault lock held: the new key written as .next, files, rows, rename."""
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
