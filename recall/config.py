@@ -116,6 +116,12 @@ def key_folder(home: Path) -> Path:
     return default_home() if home.parent == default_home() / "configs" else home
 
 
+def key_file(home) -> Path:
+    """The vault key's file: RECALL_KEY_FILE, else vault.key in the key's folder (key_folder)."""
+    override = os.environ.get("RECALL_KEY_FILE")
+    return Path(override).expanduser() if override else key_folder(home) / "vault.key"
+
+
 def find_config(explicit: str | None = None) -> Path | None:
     """The config file to use: --config, then RECALL_CONFIG, then the XDG default if it exists."""
     for candidate, named in ((explicit, "--config"), (os.environ.get("RECALL_CONFIG"), "RECALL_CONFIG")):

@@ -136,6 +136,23 @@ def _home(ctx) -> list:
         mode = _mode(path)
         fix = "" if mode in ("absent", want) else f": chmod {want[2:]} it"
         out.append(Check(name, not fix, f"{path} ({mode}){fix}"))
+    return out + _state_in_sources(ctx.cfg)
+
+
+def _state_in_sources(cfg) -> list:
+    """A "no" for each source that holds recall's state folder or the vault key: never indexed,
+    but a sync tool, a backup or a git push of the notes takes them along."""
+    from .notes.walk import state_inside, state_paths
+    state, out = state_paths(cfg), []
+    (home,), (key, *_) = state
+    for src in cfg.sources:
+        inside = [str(src.path / rel) for rel in state_inside(src.path, state)]
+        if key.startswith(os.path.realpath(src.path) + os.sep) and not key.startswith(home + os.sep):
+            inside.append(key)              # RECALL_KEY_FILE put it there
+        if inside:
+            out.append(Check(f"state in source {src.name}", False, f"{', '.join(inside)} lies inside "
+                             f"{src.path}: recall never indexes it, but whatever copies the notes copies it "
+                             "too — set RECALL_HOME (or home: in the config) to a folder outside the sources"))
     return out
 
 

@@ -99,6 +99,7 @@ PROCESS_STATE = {
     "recall.api.notes": ("_FOLLOWING",),           # recall mcp's watcher
     "recall.mcp_server": ("_OUTPUTS",),            # long responses held for `offset`
     "recall.vault.door": ("_LITERALS", "_CACHE"),  # what the door learned, and its masker
+    "recall.vault.store": ("_REDACTORS",),         # the note redactor, until the vault changes
 }
 
 

@@ -250,3 +250,127 @@ def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(tmp
     with pytest.raises(RecallError, match="cannot write beside .*secrets.yaml: File exists; nothing was written"):
         inplace.write_edits(edits)
     assert secrets.read_text() == SECRETS
+
+
+def test_a_rotation_stopped_before_its_commit_loses_no_value(sealed, monkeypatch):
+    """The files were resealed under vault.key.next, the DB was not: rotate-key refuses to write
+    over that key; sync reseals what it sealed under vault.key and drops it; rotate-key then works."""
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    real = db.transaction
+
+    def stop(con):
+        raise KeyboardInterrupt("stopped before the COMMIT")
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(db, "transaction", stop)
+        vault.rotate_key(con, cfg)
+    assert db.transaction is real
+    pending = keyfile.next_path(keyfile.key_path(cfg.home))
+    assert pending.exists()
+    r = run_recall("secret", "rotate-key")
+    assert r.returncode == 1 and "an earlier key rotation stopped before it finished" in r.stderr
+    assert pending.exists()
+    assert run_recall("secret", "sync").returncode == 0 and not pending.exists()
+    entries, _ = load_secret_files(cfg.secrets)
+    inplace.open_entries(entries, keyfile.load_key(cfg.home, create=False), cfg.home)
+    assert {e.id: e.values[""] for e in entries if "" in e.values} == VALUES
+    assert run_recall("secret", "rotate-key").returncode == 0
+    assert _values(sealed) | {"db": None} == VALUES | {"db": None}
+
+
+def test_a_secrets_file_with_another_hard_link_is_refused_before_anything_is_written(tmp_path, config):
+    """Sealing renames a new file over the name: a second name would keep every plain value."""
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    other = tmp_path / "copy-in-notes.yaml"
+    os.link(secrets, other)
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{secrets} has 2 hard links (st_nlink > 1)" in r.stderr and "-samefile" in r.stderr
+    assert secrets.read_text() == SECRETS and not keyfile.key_path(load_config().home).exists()
+    other.unlink()
+    assert run_recall("secret", "sync").returncode == 0
+    os.link(secrets, other)
+    sealed = secrets.read_text()
+    for argv, stdin in ((["secret", "set", "plain-one"], "new-value-of-plain-one"), (["secret", "rotate-key"], None),
+                        (["secret", "sync"], None)):
+        r = run_recall(*argv, input=stdin)
+        assert r.returncode == 1 and "hard links (st_nlink > 1)" in r.stderr, (argv, r.stderr)
+    assert secrets.read_text() == sealed and secrets.stat().st_ino == other.stat().st_ino
+
+
+def test_a_restore_into_a_hard_linked_file_is_refused(sealed):
+    text = sealed.read_text()
+    sealed.write_text(text[:text.index("- id: block-one")])       # block-one and db removed
+    assert run_recall("secret", "sync", "--prune").returncode == 0
+    os.link(sealed, sealed.with_name("other.yaml"))
+    before = sealed.read_text()
+    r = run_recall("secret", "restore", "block-one")
+    assert r.returncode == 1 and "hard links (st_nlink > 1)" in r.stderr
+    assert sealed.read_text() == before
+
+
+def _killed_writer(path) -> None:
+    """A temp file as a write killed with -9 leaves it: made and locked by a process that dies."""
+    import subprocess
+    import sys
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'- id: half')\n"
+                               "print('writing', flush=True); time.sleep(60)\n", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "writing\n"
+    holder.kill()
+    holder.wait()
+
+
+def test_temp_files_of_killed_writes_are_removed_by_the_next_write_whatever_their_pid(sealed):
+    import subprocess
+    import sys
+    folder = sealed.parent
+    _killed_writer(folder / "secrets.yaml.recall-4194000.tmp")      # its pid is gone
+    (folder / f"secrets.yaml.recall-{os.getpid()}.tmp").write_text("stale")     # a reused pid: recall's own
+    (folder / "secrets.yaml.recall-1.tmp").write_text("stale")      # a reused pid: a live process
+    live = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                             "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)\n"
+                             "fcntl.flock(fd, fcntl.LOCK_EX); print('writing', flush=True); time.sleep(60)\n",
+                             str(folder / "secrets.yaml.recall-77.tmp")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline() == "writing\n"
+        inplace.set_value(load_config(), "plain-one", None, "a-new-value-for-plain")
+        left = sorted(p.name for p in folder.glob("secrets.yaml.recall-*"))
+        assert left == ["secrets.yaml.recall-77.tmp"]                   # a write under way is left alone
+    finally:
+        live.kill()
+        live.wait()
+    r = run_recall("secret", "set", "plain-one", input="the-next-value-for-plain")
+    assert r.returncode == 0, r.stderr
+    assert _values(sealed)["plain-one"] == "the-next-value-for-plain"
+    assert not list(folder.glob("secrets.yaml.recall-*"))
+
+
+def test_a_save_made_while_recall_writes_is_kept(tmp_path, config, monkeypatch):
+    """The user's editor writes the file in place while recall writes its temp file: recall's
+    rename is refused and the user's text stays, even when the clock shows no change."""
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(SECRETS)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    cfg = load_config()
+    entries, _ = load_secret_files(cfg.secrets)
+    edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
+    theirs = SECRETS.replace("kept by hand", "KEPT BY HAND")          # the same size
+    real_fsync, stamp = os.fsync, entries[0].stamp
+
+    def save_meanwhile(fd):
+        if not secrets.read_text() == theirs:
+            secrets.write_text(theirs)
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", save_meanwhile)
+    monkeypatch.setattr(inplace, "file_stamp", lambda path: stamp)    # a clock too coarse to show it
+    with pytest.raises(RecallError, match="changed while recall was reading it; nothing was written"):
+        inplace.write_edits(edits)
+    assert secrets.read_text() == theirs
+    assert not list(tmp_path.glob("secrets.yaml.recall-*"))

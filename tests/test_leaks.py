@@ -173,13 +173,14 @@ def test_linked_secrets_files_are_never_indexed_nor_read(world):
     secrets = notes / "secrets.yaml"
     world["secrets"].rename(secrets)                      # the secrets file inside a symlinked source
     (notes / "linked.yaml").symlink_to(secrets)
-    os.link(secrets, notes / "hard.yaml")
     link_src = world["tmp"] / "notes-link"
     link_src.symlink_to(notes)
     world["config"].write_text(f"sources:\n  - name: notes\n    path: {link_src}\n    include: ['*.md', '*.yaml']\n"
                                f"secrets: [{secrets}]\ninventory: [{world['inventory']}]\n")
     (notes / ".env").write_text(f"CANARY_TOKEN={CANARY}\n")
     ok(run_recall("secret", "sync"))
+    os.link(secrets, notes / "hard.yaml")              # after: sync refuses a file with another name
+    assert "hard links (st_nlink > 1)" in ok(run_recall("secret", "sync"), code=1).stderr
     ok(run_recall("index", "--full"))
     for name in ("linked.yaml", "hard.yaml", "secrets.yaml", ".env", f"{link_src}/secrets.yaml"):
         ok(run_recall("read", name), code=1)

@@ -377,9 +377,10 @@ def test_rotate_key_never_writes_through_a_link_planted_as_its_temp_file(vault_c
     assert res.stdout == f"{len(CANARY)}\n".encode()
 
 
-def test_rotate_key_stopped_after_commit_is_finished_by_the_next_use(vault_cfg, monkeypatch):
+def test_rotate_key_stopped_after_commit_is_used_then_finished_by_the_next_writer(vault_cfg, monkeypatch):
     """The DB commits under the new key, then the key file is renamed: a stop in between must
-    not leave every secret undecryptable."""
+    not leave every secret undecryptable. A reader uses vault.key.next but never renames it (a
+    rotation may be writing a newer one); the next writer, under the vault lock, does."""
     cfg, con, _ = vault_cfg
     key = cfg.home / "vault.key"
     old = key.read_bytes()
@@ -396,8 +397,13 @@ def test_rotate_key_stopped_after_commit_is_finished_by_the_next_use(vault_cfg, 
     r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c",
                    "import os; print(len(os.environ['JIRA_API_TOKEN']))")
     assert (r.returncode, r.stdout) == (0, f"{len(CANARY)}\n"), r.stderr
+    assert key.read_bytes() == old and (cfg.home / "vault.key.next").exists()
+    assert run_recall("secret", "sync").returncode == 0
     assert key.read_bytes() != old and not (cfg.home / "vault.key.next").exists()
     assert oct(key.stat().st_mode & 0o777) == "0o600"
+    r = run_recall("secret", "exec", "jira-api-token", "--", sys.executable, "-c",
+                   "import os; print(len(os.environ['JIRA_API_TOKEN']))")
+    assert (r.returncode, r.stdout) == (0, f"{len(CANARY)}\n"), r.stderr
 
 
 def test_rotate_key_failing_part_way_changes_nothing(vault_cfg, monkeypatch):

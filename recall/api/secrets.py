@@ -6,17 +6,24 @@ from ..errors import RecallError
 from .answer import Answer, answer, opened
 
 
+def _said(notify):
+    """`notify` hearing each line through the door (None: nobody listens)."""
+    from ..vault import door
+    return None if notify is None else (lambda line: notify(door.scrub(line)))
+
+
 def _configured(cfg) -> None:
     if not cfg.secrets:
         raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
 
 
-def secret_sync(config: str | None = None, *, prune: bool = False) -> Answer:
-    """`recall secret sync`: every secrets file read, its plain values sealed, the vault replaced."""
+def secret_sync(config: str | None = None, *, prune: bool = False, notify=None) -> Answer:
+    """`recall secret sync`: every secrets file read, its plain values sealed, the vault replaced;
+    `notify(line)` hears that it waits for another writer of the vault."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
         _configured(cfg)
-        rep = store.sync(con, cfg, prune=prune)
+        rep = store.sync(con, cfg, prune=prune, notify=_said(notify))
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
         lines = [f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
                  + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
@@ -27,16 +34,16 @@ def secret_sync(config: str | None = None, *, prune: bool = False) -> Answer:
         return answer(rep.__dict__, "\n".join(lines), [f"warning: {w}" for w in rep.warnings])
 
 
-def secret_restore(secret_id: str, config: str | None = None) -> Answer:
+def secret_restore(secret_id: str, config: str | None = None, *, notify=None) -> Answer:
     """`recall secret restore`: a secret a sync removed (30 days) written back into its file, sealed."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
-        target, rep = store.restore(con, cfg, secret_id)
+        target, rep = store.restore(con, cfg, secret_id, notify=_said(notify))
         return answer({"restored": secret_id, "file": target, **rep.__dict__},
                       f"restored {secret_id} into {target} (its values sealed); synced {rep.total} secrets")
 
 
-def secret_set(secret_id: str, field: str | None = None, config: str | None = None) -> Answer:
+def secret_set(secret_id: str, field: str | None = None, config: str | None = None, *, notify=None) -> Answer:
     """`recall secret set`: a value typed at the terminal (never echoed) or piped in, sealed into its
     file, then synced."""
     from ..vault import store
@@ -44,9 +51,9 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
     with opened(config, strict=False) as (cfg, con):
         what = f"{secret_id}.{field}" if field else secret_id
         value = read_value(f"New value for {what} (not shown; Enter ends it): ")
-        where = set_value(cfg, secret_id, field, value)
+        where = set_value(cfg, secret_id, field, value, notify=_said(notify))
         del value
-        rep = store.sync(con, cfg)
+        rep = store.sync(con, cfg, notify=_said(notify))
         return answer({"set": where, **rep.__dict__},
                       f"sealed a new value for {where} in its file; synced {rep.total} secrets")
 
@@ -157,9 +164,9 @@ def secret_log(secret_id: str | None = None, config: str | None = None, *, limit
         return answer(rows, "\n".join(lines))
 
 
-def secret_rotate_key(config: str | None = None) -> Answer:
+def secret_rotate_key(config: str | None = None, *, notify=None) -> Answer:
     """`recall secret rotate-key`: every row and every sealed value re-encrypted under a new key."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
-        n = store.rotate_key(con, cfg)
+        n = store.rotate_key(con, cfg, notify=_said(notify))
         return answer({"reencrypted": n}, f"re-encrypted {n} secrets under a new key")

@@ -4,19 +4,23 @@ from __future__ import annotations
 import sys
 
 from .. import api
-from .output import _command, config_of, emit
+from .output import _command, config_of, emit, say
+
+
+def _waiting(line: str) -> None:
+    sys.stderr.write(f"recall: {line}\n")
 
 
 def cmd_secret_sync(args) -> int:
-    return emit(args, api.secret_sync(config_of(args), prune=args.prune))
+    return emit(args, api.secret_sync(config_of(args), prune=args.prune, notify=say))
 
 
 def cmd_secret_restore(args) -> int:
-    return emit(args, api.secret_restore(args.id, config_of(args)))
+    return emit(args, api.secret_restore(args.id, config_of(args), notify=say))
 
 
 def cmd_secret_set(args) -> int:
-    return emit(args, api.secret_set(args.id, args.field, config_of(args)))
+    return emit(args, api.secret_set(args.id, args.field, config_of(args), notify=say))
 
 
 def cmd_secret_key_backup(args) -> int:
@@ -53,7 +57,7 @@ def cmd_secret_log(args) -> int:
 
 
 def cmd_secret_rotate(args) -> int:
-    return emit(args, api.secret_rotate_key(config_of(args)))
+    return emit(args, api.secret_rotate_key(config_of(args), notify=say))
 
 
 class _Text:

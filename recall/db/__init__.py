@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..errors import RecallError
+from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000
@@ -338,45 +339,6 @@ def rollback(con) -> None:
     except Exception as exc:                # sqlite3's or sqlean's OperationalError
         if "no transaction is active" not in str(exc):
             raise
-
-
-@contextlib.contextmanager
-def index_lock(db_path, notify=None):
-    """One index run at a time per DB: an flock beside it, released by the kernel if the holder dies;
-    the next run says whom it waits for, then waits."""
-    try:
-        import fcntl
-    except ImportError:            # no flock here (Windows): each write is still a transaction
-        yield
-        return
-    path = Path(db_path).with_name("index.lock")
-    refuse_foreign(path)
-    try:
-        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
-    except OSError as exc:          # a link or a folder swapped in since the check
-        refuse_foreign(path)
-        raise explain(exc, path) or exc from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            refuse_foreign(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 20, 0) or (time.sleep(0.05) or os.pread(fd, 20, 0))
-            holder = holder.decode("ascii", "replace").strip() or "unknown"    # the holder writes it
-            if notify:
-                notify(f"waiting for another index run (pid {holder})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:         # a file system without flock (some NFS): transactions only
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            yield
-            return
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)           # closing releases the lock
 
 
 def get_meta(con, key: str, default=None):

@@ -12,12 +12,13 @@ from datetime import datetime, timezone
 from .. import db
 from ..errors import RecallError
 from . import terms
-from .walk import raw_name, shown, walk_source
+from .walk import is_secrets_text, raw_name, shown, state_paths, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
 OPTIMIZE_AFTER = 2000       # chunks written in one run after which FTS5's segments are merged
 CHUNK_FORMAT = "2"          # bump when chunking or identifier extraction changes: the next index rewrites
+SECRETS_SKIPPED = "reads as a recall secrets file (entries with an id and a value): never indexed"
 
 
 @dataclass
@@ -145,6 +146,8 @@ def _read(full: str, st, limit: int):
         return None, f"unreadable: {exc.strerror or exc}"
     if b"\0" in data[:8192]:
         return None, "binary"
+    if is_secrets_text(data):
+        return None, SECRETS_SKIPPED
     return data, None
 
 
@@ -160,7 +163,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     if only is not None and not sources:
         raise RecallError(f"no source named '{only}'",
                           "sources: " + ", ".join(s.name for s in cfg.sources))
-    skip = {str(p.resolve()) for p in list(cfg.secrets) + list(cfg.inventory)} | {str(cfg.db_path)}
+    skip = {str(p.resolve()) for p in list(cfg.secrets) + list(cfg.inventory)}
+    state = state_paths(cfg)            # recall never reads itself back
     plan = []
     for source in sources:
         source.config_path = str(cfg.path)
@@ -169,7 +173,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         if held and not os.path.isdir(source.path):
             why = "is not there (missing, or a disk not mounted)"
         else:       # a folder never indexed that is not there is a typo in the config: walk says so
-            files = list(walk_source(source, skip_paths=skip, unreadable=unreadable))  # every path checked first
+            files = list(walk_source(source, skip_paths=skip, unreadable=unreadable,
+                                     state=state))      # every path checked first
             why = "holds no file now (an emptied folder, or a disk not mounted)"
         for rel_dir, what in unreadable:
             where = shown(os.path.join(str(source.path), rel_dir))

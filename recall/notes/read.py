@@ -114,17 +114,25 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         return ReadResult(**data)
     cfg.require_sources()
     source, rel, real = _locate(con, cfg, source, path)
-    from .walk import file_ids
+    from .walk import file_ids, is_secrets_text, is_state, state_paths
     secret_files = {str(Path(p).resolve()) for p in cfg.secrets}
     if str(real) in secret_files or file_ids([real]) & file_ids(cfg.secrets):   # a symlink, a hard link
         raise RecallError(f"{rel} is a secrets file", "use 'recall secret find' instead")
+    state = state_paths(cfg)
+    if is_state(real, state) or file_ids([real]) & file_ids(state[1]):
+        raise RecallError(f"{rel} is one of recall's own files (its state: {cfg.home}, the vault key); "
+                          "recall never reads itself back", "move the state folder out of the "
+                          "sources (RECALL_HOME, or home: in the config)")
     if con.execute("SELECT 1 FROM files WHERE source=? AND relpath=?", (source, rel)).fetchone() is None:
         raise NotFound(f"{source}:{rel} is not an indexed note",
                        "recall reads only the notes it indexes; run 'recall index' if it is new")
     try:
-        text = real.read_bytes().decode("utf-8", errors="replace")
+        data = real.read_bytes()
     except OSError as exc:
         raise RecallError(f"cannot read {real}: {exc.strerror or exc}") from None
+    if is_secrets_text(data):            # indexed before it became one, or before recall knew
+        raise RecallError(f"{rel} reads as a recall secrets file", "use 'recall secret find' instead")
+    text = data.decode("utf-8", errors="replace")
     lines = text.splitlines()
     total = len(lines)
     if line is not None and not 1 <= line <= max(total, 1):

@@ -11,6 +11,7 @@ from .. import db
 from ..errors import InputError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
+KEY_NAME = "vault.key"      # the vault key, its .new and .next, and backups named after it
 _GLOB = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 
 
@@ -29,16 +30,66 @@ def _matcher(patterns):
     return lambda rel: any(r.match(rel) for r in regexes)
 
 
-def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
-    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select; a
-    folder that cannot be listed is appended to `unreadable` as (relpath + '/', reason)."""
+def state_paths(cfg) -> tuple:
+    """(folders, files) that are recall's own, as real paths: the state folder (DB, WAL, key,
+    locks, temp files …) and the vault key wherever RECALL_KEY_FILE puts it, with its .new/.next."""
+    from ..config import key_file
+    key = os.path.realpath(key_file(cfg.home))
+    return (os.path.realpath(cfg.home),), (key, key + ".new", key + ".next")
+
+
+def is_state(path, state: tuple) -> bool:
+    """Whether `path` is recall's own (`state_paths`), or named as the vault key and its backups are."""
+    real = os.path.realpath(path)
+    folders, files = state
+    return (real in files or os.path.basename(real).startswith(KEY_NAME)
+            or any(real == f or real.startswith(f + os.sep) for f in folders))
+
+
+def state_inside(root, state: tuple) -> list:
+    """The relpaths ('state/') of recall's state folders inside `root`; ['']: `root` is inside one."""
+    real, out = os.path.realpath(root), []
+    for folder in state[0]:
+        if real == folder or real.startswith(folder + os.sep):
+            return [""]
+        if folder.startswith(real + os.sep):
+            out.append(os.path.relpath(folder, real).replace(os.sep, "/") + "/")
+    return out
+
+
+_SECRETS_ENTRY = re.compile(rb"^-[ \t]+[\"']?id[\"']?[ \t]*:|^-[ \t]*\{.*\bid[\"']?[ \t]*:", re.M)
+_SECRETS_VALUE = re.compile(rb"^[ \t]+[\"']?(?:value|fields)[\"']?[ \t]*:|^-[ \t]*\{.*\b(?:value|fields)[\"']?[ \t]*:",
+                            re.M)
+
+
+_NOT_A_LIST = re.compile(rb"^[^\s#.\-\[]", re.M)    # a line at the margin no YAML list of entries has
+
+
+def is_secrets_text(data: bytes) -> bool:
+    """Whether a file reads as a recall secrets file (entries '- id: …' with a 'value:' or 'fields:',
+    and nothing else at the margin), wherever it sits: a copy, a backup, another config's, one being
+    written. A sniff, no parse: a file still being edited (not valid YAML yet) holds plain values all
+    the same; a note that shows an entry among its prose is no secrets file."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    return (_SECRETS_ENTRY.search(data) is not None and _SECRETS_VALUE.search(data) is not None
+            and _NOT_A_LIST.search(data) is None)
+
+
+def walk_source(source, *, skip_paths=frozenset(), unreadable=None, state=((), ())):
+    """Yield (relpath, abspath) of files in `source` that its include/exclude globs select, never
+    recall's own (`state_paths`); a folder that cannot be listed is appended to `unreadable` as
+    (relpath + '/', reason)."""
     root = Path(source.path)
     if not root.is_dir():
         raise InputError(source.config_path, source.line or None,
                          f"source '{source.name}': {root} is not a folder",
                          hint="fix the path or remove the source; nothing was changed")
     included, excluded = _matcher(source.include), _matcher(source.exclude)
-    skip_ids = file_ids(skip_paths)      # secrets files however reached: symlink, hard link, linked source
+    own = state_inside(root, state)
+    if own == [""]:
+        return
+    skip_paths = set(skip_paths) | set(state[1])
+    skip_ids = file_ids(skip_paths)      # secrets files, the key: however reached (symlink, hard link, linked source)
 
     def cannot_list(exc):
         if unreadable is not None:
@@ -48,11 +99,11 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
-                             and not excluded(rel_dir + d + "/"))
+                             and not excluded(rel_dir + d + "/") and rel_dir + d + "/" not in own)
         for name in sorted(filenames):
             rel = rel_dir + name
             full = os.path.join(dirpath, name)
-            if included(rel) and not excluded(rel) and full not in skip_paths \
+            if included(rel) and not excluded(rel) and full not in skip_paths and not name.startswith(KEY_NAME) \
                     and not (skip_ids and file_ids([full]) & skip_ids):
                 yield rel, full
 

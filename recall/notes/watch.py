@@ -8,7 +8,7 @@ import time
 
 from .. import db
 from ..errors import RecallError
-from .walk import SKIP_DIRS
+from .walk import SKIP_DIRS, state_inside, state_paths
 
 QUIET_S = 1.0             # a changed file must be still this long before its chunks are embedded
 POLL_S = 1.0              # the stat poll: one round of the sources at most this often …
@@ -50,7 +50,7 @@ class _Poll:
                 with os.scandir(folder) as it:
                     for e in it:
                         if e.is_dir(follow_symlinks=False):
-                            if e.name not in SKIP_DIRS and not e.name.startswith("."):
+                            if e.name not in SKIP_DIRS and not e.name.startswith(".") and e.path not in self.ignore:
                                 folders.append(e.path)
                         elif e.is_file(follow_symlinks=False) and e.path not in self.ignore:
                             st = e.stat(follow_symlinks=False)
@@ -92,7 +92,8 @@ class _Events:
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):
                 paths = {getattr(event, "src_path", ""), getattr(event, "dest_path", "")} - {""}
-                if event.event_type not in ("opened", "closed_no_write") and not paths <= outer.ignore:
+                if event.event_type not in ("opened", "closed_no_write") and not all(
+                        p in outer.ignore or os.path.dirname(p) in outer.ignore for p in paths):
                     outer.changed.set()
         self.observer = Observer()
         for root in roots:
@@ -266,6 +267,8 @@ class Watcher:
         refuses more watches)."""
         ignore = {str(p) for p in (*cfg.secrets, *cfg.inventory)}
         ignore |= {f"{cfg.db_path}{end}" for end in ("", "-wal", "-shm", "-journal")}
+        state = state_paths(cfg)        # recall's own folder inside a source: its writes are no change
+        ignore |= {os.path.join(root, rel[:-1]) for root in roots for rel in state_inside(root, state) if rel}
         if self.how == "watchdog":
             try:
                 return _Events(roots, ignore)

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import db
 from ..errors import InputError, MissingExtra, RecallError
 from . import keyfile
-from .secretfile import file_stamp, load_secret_files
+from .secretfile import check_size, file_stamp, load_secret_files
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
@@ -42,8 +42,9 @@ def _what(entry, field: str) -> str:
     return f"{entry.id}.{field}" if field else entry.id
 
 
-def unseal(keys: list, entry, field: str, text: str, key_file) -> str:
-    """The plain value of a sealed text; a text that is not ours, or that no key opens, is one line."""
+def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
+    """(plain value, the key that opened it) of a sealed text; a text that is not ours, or that no key
+    opens, is one line."""
     line = entry.spans[field].row + 1 if entry.spans.get(field) else entry.line
     m = _ENC.match(text)
     if not m:
@@ -53,7 +54,7 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> str:
     data, iv, tag = (base64.b64decode(g) for g in m.groups())
     for key in keys:
         try:
-            return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8")
+            return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8"), key
         except MissingExtra:
             raise
         except RecallError:
@@ -70,7 +71,7 @@ def key_for(home, entries: list, probe=None) -> bytes:
     if sealed is not None and not os.path.lexists(path):
         raise RecallError(f"{sealed.file}:{sealed.line}: values are sealed (ENC[...]) and there is no "
                           f"vault key at {path}", f"put your key backup back: cp BACKUP {path} && chmod 600 {path}")
-    return keyfile.load_key(home, create=True, probe=probe)
+    return keyfile.load_key(home, create=True, probe=probe, settle=True)
 
 
 def _keys(home, key: bytes) -> list:
@@ -85,17 +86,19 @@ def _keys(home, key: bytes) -> list:
 
 
 def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None = None) -> dict:
-    """Each sealed value opened in place (in entry.values), and the edits that seal every plain one:
-    {file: (stamp, [(span, new text)])}. `reseal_with`: every value sealed under that key (rotate-key)."""
+    """Each sealed value opened in place (in entry.values), and the edits that seal every plain one, and
+    any a stopped rotation sealed under vault.key.next: {file: (stamp, [(span, new text)])}.
+    `reseal_with`: every value sealed under that key (rotate-key)."""
     keys, key_file = _keys(home, key), keyfile.key_path(home)
     edits: dict = {}
     for e in entries:
         for field, text in e.values.items():
-            was_sealed = is_sealed(text)
+            was_sealed, opened_with = is_sealed(text), key
             if was_sealed:
-                e.values[field] = unseal(keys, e, field, text, key_file)
+                e.values[field], opened_with = unseal(keys, e, field, text, key_file)
             span = e.spans.get(field)
-            if span is None or (was_sealed and reseal_with is None) or (
+            check_size(e.values[field], _what(e, field), e.file, span.row + 1 if span else e.line)
+            if span is None or (was_sealed and reseal_with is None and opened_with is key) or (
                     not was_sealed and field in e.meta.get("public", ())):   # a username stays readable
                 continue                  # a sealed value keeps its ciphertext: no diff under git
             sealed = seal(reseal_with or key, e.id, field, e.values[field])
@@ -116,54 +119,64 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
     real = os.path.realpath(path)
     changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
                           "run the command again")
-    with open(real, "rb") as f:
-        data = f.read()
+    data = _bytes_of(real)
     if file_stamp(real) != stamp:
         raise changed
-    _write_atomic(real, stamp, replace_spans(data.decode("utf-8"), changes), changed)
+    _write_atomic(real, stamp, data, replace_spans(data.decode("utf-8"), changes), changed)
 
 
 def append_entry(path, text: str) -> None:
     """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
     real = os.path.realpath(path)
     stamp = file_stamp(real)
+    data = _bytes_of(real)
+    old = data.decode("utf-8")
+    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
+    _write_atomic(real, stamp, data, joined, RecallError(f"{path} changed while recall was writing to it; "
+                                                         "nothing was written", "run the command again"))
+
+
+def _bytes_of(real: str) -> bytes:
+    """The file's bytes; b"" when there is none."""
     try:
         with open(real, "rb") as f:
-            old = f.read().decode("utf-8")
+            return f.read()
     except FileNotFoundError:
-        old = ""
-    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
-    _write_atomic(real, stamp, joined, RecallError(f"{path} changed while recall was writing to it; "
-                                                   "nothing was written", "run the command again"))
+        return b""
 
 
-def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> None:
-    """A temp file in the same folder (the file's mode), fsync, rename; `changed` when the stamp moved."""
+def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> None:
+    """A temp file in the same folder (the file's mode, flocked while it is written), fsync, rename;
+    `changed` when the file is no longer `based_on` (its stamp and its bytes, compared just before)."""
+    import fcntl
     mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
+    _remove_stale_temps(real)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | db.NOFOLLOW, 0o600)
     except OSError as exc:
         raise RecallError(f"cannot write beside {real}: {exc.strerror}; nothing was written",
                           "recall seals values in place through a temp file in the same folder: "
                           "make the folder writable") from None
     try:
-        with open(fd, "wb") as f:              # a short write is retried, or raises
+        fcntl.flock(fd, fcntl.LOCK_EX)         # a live write: never taken for a stale temp
+        with open(fd, "wb", closefd=False) as f:    # a short write is retried, or raises
             f.write(text.encode("utf-8"))
             f.flush()
             os.fchmod(fd, mode)
             os.fsync(fd)
-        if file_stamp(real) != stamp:
+        if file_stamp(real) != stamp or _bytes_of(real) != based_on:   # a save meanwhile is kept
             raise changed
         os.replace(tmp, real)
     except OSError as exc:
-        os.unlink(tmp)
+        _unlink(tmp)
         raise RecallError(f"cannot write {real}: {exc.strerror}; the file is as it was",
                           "free some space, or check the folder's permissions") from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink(tmp)
         raise
+    finally:
+        os.close(fd)
     dfd = os.open(os.path.dirname(real), os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -171,11 +184,47 @@ def _write_atomic(real: str, stamp: tuple, text: str, changed: RecallError) -> N
         os.close(dfd)
 
 
-def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
-    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`.
-    The caller syncs the vault after."""
+def _remove_stale_temps(real: str) -> None:
+    """Remove the temp files (`NAME.recall-PID.tmp`) of writes that were killed: a regular file
+    no live writer holds locked, whatever its PID (it may have been reused)."""
+    import fcntl
+    folder, name = os.path.split(real)
+    pattern = re.compile(re.escape(name) + r"\.recall-\d+\.tmp\Z")
+    for entry in os.scandir(folder):
+        if not pattern.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | db.NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _unlink(entry.path)
+        except OSError:          # locked: a write under way
+            pass
+        finally:
+            os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    """Remove `path`, if it is still there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -> str:
+    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`,
+    under the vault lock. The caller syncs the vault after."""
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
+    with db.vault_lock(cfg.home, notify):
+        return _set_value(cfg, secret_id, field, value)
+
+
+def _set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
+    """set_value's work, the vault lock held."""
     from ..errors import resolve
     entries, _ = load_secret_files(cfg.secrets)
     by_id = {e.id: e for e in entries}
@@ -190,6 +239,7 @@ def set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
                           f"secret '{e.id}' has one value, no fields",
                           f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
     span = e.spans[field]
+    check_size(value, _what(e, field), e.file, span.row + 1)
     key = key_for(cfg.home, entries)
     sealed = seal(key, e.id, field, value)
     rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
@@ -235,7 +285,8 @@ def fingerprint(key: bytes) -> str:
 
 def backup_key(con, cfg, dest) -> Path:
     """Copy the vault key to `dest` (0600, never over an existing file) and record that it was."""
-    key = keyfile.load_key(cfg.home, create=False)
+    from .store import key_probe
+    key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))   # the key the rows need
     dest = Path(dest).expanduser()
     try:
         keyfile.write_new(dest, key)

@@ -7,17 +7,11 @@ import os
 import stat
 from pathlib import Path
 
+from ..config import key_file as key_path  # noqa: F401  (where the key is: one rule, the walk's too)
 from ..errors import MissingExtra, RecallError
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
-
-
-def key_path(home: Path) -> Path:
-    """The vault key file of state folder `home` (config.key_folder), or RECALL_KEY_FILE."""
-    from ..config import key_folder
-    override = os.environ.get("RECALL_KEY_FILE")
-    return Path(override).expanduser() if override else key_folder(home) / "vault.key"
 
 
 def _aesgcm(key: bytes):
@@ -66,13 +60,28 @@ def write_key(path: Path, key: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _create_key(path: Path) -> None:
+    """A new key at `path`, whole or not at all, and never over a key that is there."""
+    tmp = path.with_name(path.name + ".new")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    write_new(tmp, os.urandom(KEY_BYTES))
+    try:
+        os.link(tmp, path)       # unlike a rename, fails when a key is there
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
 def next_path(path: Path) -> Path:
     return path.with_name(path.name + ".next")
 
 
-def load_key(home: Path, *, create: bool, probe=None) -> bytes:
+def load_key(home: Path, *, create: bool, probe=None, settle: bool = False) -> bytes:
     """The vault key. `probe`: one stored row's `cipher_of`; when it opens only with `vault.key.next` (a
-    `rotate-key` stopped between its COMMIT and the rename), the rename is finished here."""
+    `rotate-key` stopped between its COMMIT and the rename), that key; `settle` (a writer, under the
+    vault lock): the rename is finished here."""
     path = key_path(home)
     if os.path.lexists(path) and not path.is_file():
         raise RecallError(f"the vault key {path} is not a file (a folder, or a link to nothing)",
@@ -83,7 +92,7 @@ def load_key(home: Path, *, create: bool, probe=None) -> bytes:
         require_crypto()                   # fail on a missing extra before making a key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_private(path.parent, "folder", "700")     # never write a key into a folder others can read
-        write_key(path, os.urandom(KEY_BYTES))
+        _create_key(path)
     _check_private(path)
     key = _read_key(path)
     pending = next_path(path)
@@ -91,7 +100,8 @@ def load_key(home: Path, *, create: bool, probe=None) -> bytes:
         _check_private(pending)
         new = _read_key(pending)
         if _opens(new, probe):
-            os.replace(pending, path)
+            if settle:         # a reader never renames: a rotation may be writing a newer .next
+                os.replace(pending, path)
             return new
     return key
 

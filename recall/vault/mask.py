@@ -14,6 +14,7 @@ _MIN_LINE_LEN = 16        # one line of a multi-line value is masked on its own 
 _WRAP_WIDTHS = (76, 64)   # `base64` CLI and PEM line widths
 _GRAM = 8                 # bytes per prefilter gram: one native unsigned 64-bit int
 _MAX_STRIDE = 8           # sample every k-th gram, k <= this
+_MAP_ENTRIES = 1 << 18    # a stride whose gram map would hold more entries is not taken (its build time)
 _SMALL = 4096             # the first _SMALL_SCANS buffers up to this size get a find per form, no prefilter
 _SMALL_SCANS = 8
 _GRAM_NS = 40.0           # a set lookup per gram, and a bytes.find pass per byte: the cheaper plan wins
@@ -250,9 +251,10 @@ def _whole_token(buf: bytes, start: int, end: int) -> bool:
 class Masker:
     """All forms of all secrets, and the prefilter that finds them fast."""
 
-    def __init__(self, secrets: dict[str, list[str]], notes: bool = False):
+    def __init__(self, secrets: dict[str, list[str]], notes: bool = False, lines_only: bool = False):
         """`notes` (note text): a value as written matches only as a whole token (encoded forms anywhere),
-        and the prefilter is built now; else on the first large scan, so `exec ID -- true` never pays."""
+        and the prefilter is built now; else on the first large scan, so `exec ID -- true` never pays.
+        `lines_only`: only each long line of a multi-line value (for text too short to hold it whole)."""
         owners: dict[bytes, list[int]] = {}
         words: set[bytes] = set()
         self._labels: list[bytes] = []
@@ -261,7 +263,7 @@ class Masker:
             self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
             for value in values:
                 raw = value.encode("utf-8")
-                for form in encodings(raw):
+                for form in _line_forms(raw) if lines_only else encodings(raw):
                     owners.setdefault(form.lower(), []).append(index)   # matched without ASCII case
                 if notes:
                     words |= {b.lower() for b in _bases(raw)}
@@ -275,14 +277,15 @@ class Masker:
             self._prepare()
 
     def _prepare(self) -> None:
-        gram_map: dict[int, list[tuple[int, int]]] = {}
-        for fi, form in enumerate(self._forms):
-            if len(form) >= 2 * _GRAM - 1:
-                for off in range(len(form) - _GRAM + 1):
-                    key = int.from_bytes(form[off:off + _GRAM], sys.byteorder)
-                    gram_map.setdefault(key, []).append((fi, off))
-        self._gram_keys = frozenset(gram_map)
         self._stride, self._find_forms = self._plan()
+        step, by_find = _GRAM * self._stride, set(self._find_forms)
+        gram_map: dict[int, list[tuple[int, int]]] = {}
+        for fi, form in enumerate(self._forms if step else ()):
+            # a form at p meets its first sampled gram at offset (-p) % step: those offsets suffice
+            for off in range(step) if fi not in by_find else ():
+                key = int.from_bytes(form[off:off + _GRAM], sys.byteorder)
+                gram_map.setdefault(key, []).append((fi, off))
+        self._gram_keys = frozenset(gram_map)
         self._gram_map = gram_map
 
     def _plan(self) -> tuple[int, list[int]]:
@@ -292,7 +295,8 @@ class Masker:
         best_cost, best_stride, need = _FIND_NS_PER_BYTE * len(lengths), 0, float("inf")
         for k in range(1, _MAX_STRIDE + 1):
             cost = _GRAM_NS / (_GRAM * k) + _FIND_NS_PER_BYTE * sum(n < _GRAM * (k + 1) - 1 for n in lengths)
-            if cost < best_cost:
+            entries = _GRAM * k * sum(n >= _GRAM * (k + 1) - 1 for n in lengths)
+            if cost < best_cost and (k == 1 or entries <= _MAP_ENTRIES):   # many forms: a smaller map
                 best_cost, best_stride, need = cost, k, _GRAM * (k + 1) - 1
         return best_stride, [fi for fi, n in enumerate(lengths) if n < need]
 

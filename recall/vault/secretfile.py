@@ -15,6 +15,7 @@ META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "us
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
 PROXY_FIELDS = ("paths", "ca", "in_query")    # only with inject: proxy (host-bound)
 ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS, *PROXY_FIELDS}
+MAX_VALUE_BYTES = 16 * 1024   # a longer value is refused: every child's masker builds its forms
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FIELD_NAME = re.compile(r"^[a-z_]{1,32}$")   # no digits, no capitals: not how a token looks
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -65,10 +66,16 @@ def load_secret_files(paths: list) -> tuple:
     for path in paths:
         path = str(path)
         if os.path.exists(path):
-            mode = stat.S_IMODE(os.stat(path).st_mode)
+            st = os.stat(path)
+            mode = stat.S_IMODE(st.st_mode)
             if mode & 0o077:        # refused, as ssh refuses a loose key
                 raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
                                   f"chmod 600 {path}")
+            if st.st_nlink > 1:     # sealing renames a new file in: the other name keeps the plain text
+                raise RecallError(f"{path} has {st.st_nlink} hard links (st_nlink > 1): sealing it in place "
+                                  "would leave its plain values under the other name; nothing was written",
+                                  f"find it (find / -xdev -samefile {path}), remove it or make it a copy, "
+                                  "then run this again")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         stamp = file_stamp(path)
         try:
@@ -119,12 +126,13 @@ def _refuse_values_in_metadata(entries: list) -> None:
 
 
 def file_stamp(path) -> tuple:
-    """(inode, size, mtime_ns) of a file: a writer compares it to tell the file changed meanwhile."""
+    """(inode, size, mtime_ns, ctime_ns, links) of a file: a writer compares it to tell the file
+    changed meanwhile (a link made to it too)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return ()
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
 
 
 def _derived(name: str, ids) -> bool:
@@ -238,6 +246,7 @@ def _values(item, sid, env, path, line):
         if not value:
             raise InputError(path, line_of(item, "value", line), f"secret '{sid}' has an empty value")
         _refuse_placeholder(value, sid, path, line_of(item, "value", line))
+        check_size(value, sid, path, line_of(item, "value", line))
         return {"": value}, {env: ""}, [], {"": item.spans.get("value")}
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
@@ -256,11 +265,23 @@ def _values(item, sid, env, path, line):
             raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
                              hint="quote it, or write {value: …, public: true}")
         _refuse_placeholder(value, f"{sid}.{name}", path, line_of(fields, name, line))
+        check_size(value, f"{sid}.{name}", path, line_of(fields, name, line))
         values[str(name)] = value
         variable = f"{env}_{default_var(str(name))}"
         check_variable_name(variable, path, line_of(fields, name, line), f"field '{name}' (variable {variable})")
         variables[variable] = str(name)
     return values, variables, public, spans
+
+
+def check_size(value: str, what: str, path, line) -> None:
+    """Refuse a value longer than recall masks efficiently: each exec builds the forms of every value.
+    (A sealed value is checked once open.)"""
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_VALUE_BYTES and not value.startswith("ENC["):
+        raise InputError(path, line, f"secret '{what}' is {size:,} bytes; recall masks values of at most "
+                         f"{MAX_VALUE_BYTES // 1024} KiB ({MAX_VALUE_BYTES:,} bytes), so it is not stored",
+                         hint="split it into fields (one certificate each), or keep it in a file of its "
+                         "own (chmod 600) and name that file in the secret's notes")
 
 
 def _refuse_placeholder(value: str, what: str, path, line) -> None:

@@ -2,6 +2,7 @@
 injection, masking and redaction (its redactor); the only reader of its tables; never returns a value."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
 SIMILAR_WITHIN = 0.15     # find: a secret matched by meaning has a cosine within this of the best one's
+REDACTED_META = "index_redacted_for"     # the vault's signature once the index holds none of its values
+_REDACTORS: dict = {}     # {(DB, vault signature, key mtime): the redactor}: one per process
 
 
 @dataclass
@@ -62,9 +65,27 @@ def _stored(con, key) -> dict:
     return out
 
 
-def sync(con, cfg, *, prune: bool = False) -> SyncReport:
-    """Read every secrets file, then replace the vault rows in one transaction; a sync that would
-    remove most of the vault, or all of one file's secrets, stops unless `prune`."""
+def sync(con, cfg, *, prune: bool = False, notify=None) -> SyncReport:
+    """Read every secrets file, then replace the vault rows in one transaction, under the vault lock
+    (`notify` hears whom it waits for); a sync that would remove most of the vault, or all of one
+    file's secrets, stops unless `prune`."""
+    with db.vault_lock(cfg.home, notify):
+        report = _sync(con, cfg, prune)
+    return _embedded(con, cfg, report)
+
+
+def _embedded(con, cfg, report: SyncReport) -> SyncReport:
+    """The report, once the metadata texts a sync stored are embedded (outside the vault lock)."""
+    if report.total and cfg.embedding.provider != "none":
+        try:
+            report.embedded = embed_metadata(con, cfg)
+        except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
+            report.warnings.append(f"secret metadata not embedded: {exc}")
+    return report
+
+
+def _sync(con, cfg, prune: bool) -> SyncReport:
+    """sync's work, the vault lock held: files read, values sealed, rows replaced."""
     import json
 
     from . import removed
@@ -72,13 +93,14 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
+        _drop_pending(cfg.home)
         return SyncReport(warnings=warnings)
     new = {e.id for e in entries}
     if not prune:
         _refuse_mass_removal(con, new)
-    key = key_for(cfg.home, entries, _probe(con))
+    key = key_for(cfg.home, entries, key_probe(con))
     sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
-    before = _stored(con, key)
+    before, redacted = _stored(con, key), db.get_meta(con, REDACTED_META) == repr(signature(con))
     now = time.time()
     with db.transaction(con):
         gone = [r for r in rows(con) if r["id"] not in new]
@@ -96,21 +118,33 @@ def sync(con, cfg, *, prune: bool = False) -> SyncReport:
                         "notes, use) VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (e.id, e.id, *(e.meta[k] for k in ("service", "environment", "kind", "username", "url")),
                          " ".join(e.tags), e.meta["notes"], e.meta["use"]))
-    from ..notes.index import redact_indexed  # a value pasted into a note leaves the index
-    publics = {e.id: public_fields(e.meta) for e in entries}
-    redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")               # and no old page keeps it in the WAL
-    same = sum(1 for e in entries if before.get(e.id) == _comparable(e.meta, e.tags, e.env, e.inject, e.check,
-                                                                    e.variables, e.values))
-    report = SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
-                        removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
-                        sealed=sealed, removed_ids=[r["id"] for r in gone])
-    if cfg.embedding.provider != "none":
-        try:
-            report.embedded = embed_metadata(con, cfg)
-        except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
-            report.warnings.append(f"secret metadata not embedded: {exc}")
-    return report
+    changed = [e for e in entries if before.get(e.id) != _comparable(e.meta, e.tags, e.env, e.inject, e.check,
+                                                                     e.variables, e.values)]
+    _redact_index(con, changed if redacted else entries)
+    _drop_pending(cfg.home)
+    same = len(entries) - len(changed)
+    return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
+                      removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
+                      sealed=sealed, removed_ids=[r["id"] for r in gone])
+
+
+def _redact_index(con, entries: list) -> None:
+    """A value pasted into a note leaves the index: chunks rewritten with these entries' values (those
+    new or changed: the others were redacted by the sync that stored them), then a mark that they were."""
+    from ..notes.index import redact_indexed
+    if entries:
+        publics = {e.id: public_fields(e.meta) for e in entries}
+        redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")          # and no old page keeps it in the WAL
+    with db.transaction(con):           # a sync stopped before this redacts every value next time
+        db.set_meta(con, REDACTED_META, repr(signature(con)))
+
+
+def _drop_pending(home) -> None:
+    """A stopped rotation's vault.key.next, once nothing is sealed under it (sync resealed the files'
+    values it opened, and wrote every row under the key)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(keyfile.next_path(keyfile.key_path(home)))
 
 
 def _refuse_mass_removal(con, new_ids: set) -> None:
@@ -177,16 +211,27 @@ def _by_meaning(con, cfg, query: str, limit: int) -> list:
     return [sid for cos, sid in scored[:limit] if cos >= floor]
 
 
-def rotate_key(con, cfg) -> int:
-    """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place after."""
+def rotate_key(con, cfg, notify=None) -> int:
+    """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place
+    after; under the vault lock."""
+    with db.vault_lock(cfg.home, notify):
+        return _rotate_key(con, cfg)
+
+
+def _rotate_key(con, cfg) -> int:
+    """rotate-key's work, the vault lock held: the new key written as .next, files, rows, rename."""
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
-    old_key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    entries, _ = load_secret_files(cfg.secrets)
-    new_key = os.urandom(keyfile.KEY_BYTES)
+    old_key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
     path = keyfile.key_path(cfg.home)
     pending = keyfile.next_path(path)
+    if pending.exists():        # values in the files may be sealed under it: never written over
+        raise RecallError(f"an earlier key rotation stopped before it finished ({pending} is there); "
+                          "nothing was changed", "run 'recall secret sync' (it reseals what that key "
+                          "sealed and removes it), then rotate again")
+    entries, _ = load_secret_files(cfg.secrets)
+    new_key = os.urandom(keyfile.KEY_BYTES)
     edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
     keyfile.write_key(pending, new_key)
     # the files first: stopped after them, a sync opens them with vault.key.next
@@ -201,33 +246,33 @@ def rotate_key(con, cfg) -> int:
             con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
         for row in removed.rows(con):                  # the removed ones stay restorable
             removed.replace_ciphertext(con, row["id"], *reencrypt(row))
-    # After COMMIT the DB needs the new key. Stopped before this rename, the next load_key
-    # finds that only vault.key.next opens the rows and finishes it (as may a reader meanwhile).
-    try:
-        os.replace(pending, path)
-    except FileNotFoundError:
-        pass
+    # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
+    # vault.key.next opens the rows and uses it; the next writer renames it.
+    os.replace(pending, path)
     return len(stored)
 
 
-def restore(con, cfg, secret_id: str) -> tuple:
-    """Write a secret a sync removed back into its file (values sealed), then sync: (file, report)."""
+def restore(con, cfg, secret_id: str, notify=None) -> tuple:
+    """Write a secret a sync removed back into its file (values sealed), then sync: (file, report);
+    under the vault lock."""
     import json
 
     from . import removed
     from .inplace import append_entry, seal
     from .secretfile import load_secret_files
-    row = removed.row_of(con, secret_id)
-    entries, _ = load_secret_files(cfg.secrets)
-    removed.require_absent(entries, secret_id)
-    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
-    values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
-    text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
-    target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
-    append_entry(target, text)
-    report = sync(con, cfg)
-    with db.transaction(con):
-        removed.forget(con, row["id"])
+    with db.vault_lock(cfg.home, notify):
+        row = removed.row_of(con, secret_id)
+        entries, _ = load_secret_files(cfg.secrets)
+        removed.require_absent(entries, secret_id)
+        key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
+        values = json.loads(keyfile.decrypt(key, *cipher_of(row)))
+        text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
+        target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
+        append_entry(target, text)
+        report = _sync(con, cfg, prune=False)
+        with db.transaction(con):
+            removed.forget(con, row["id"])
+    _embedded(con, cfg, report)
     audit.log(con, "secret.restore", row["id"], argv="", verdict=f"written back into {target}")
     return target, report
 
@@ -256,7 +301,7 @@ def holds_values(con) -> bool:
     return con.execute("SELECT 1 FROM secrets LIMIT 1").fetchone() is not None
 
 
-def _probe(con):
+def key_probe(con):
     """One stored row, for load_key to tell which key the DB is under."""
     row = con.execute("SELECT * FROM secrets LIMIT 1").fetchone()
     return cipher_of(row) if row else None
@@ -390,7 +435,7 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
     """{secret id: {field: value}} decrypted, and `.public`: the fields of each that are not secret. A row
     that does not open (changed, corrupt) is left out unless it is in `need`; when none opens, the key is wrong."""
     import json
-    key = keyfile.load_key(cfg.home, create=False, probe=_probe(con))
+    key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))
     wanted = None if ids is None else set(ids)
     stored = [r for r in con.execute("SELECT * FROM secrets") if wanted is None or r["id"] in wanted]
     values, first_error = VaultValues(), None
@@ -409,15 +454,23 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
 
 def redactor(con, cfg):
     """text -> text with every (non-public) vault value and its encoded forms as [recall:ID] (whole tokens);
-    the identity when the vault is empty; VaultClosed when it holds values it cannot open here."""
+    the identity when the vault is empty; VaultClosed when it holds values it cannot open here. One per
+    process until the vault or its key changes (an index run, each watch pass, the MCP server)."""
     from .redact import identity
     if not holds_values(con):
         return identity
     try:
-        values = load_values(con, cfg)
-    except RecallError as exc:
-        raise closed(exc) from None
-    return text_redactor(values, values.public)
+        sig = (str(cfg.db_path), signature(con), keyfile.key_path(cfg.home).stat().st_mtime_ns)
+    except OSError:
+        sig = None                       # load_values says what is wrong with the key
+    if sig is None or sig not in _REDACTORS:
+        try:
+            values = load_values(con, cfg)
+        except RecallError as exc:
+            raise closed(exc) from None
+        _REDACTORS.clear()
+        _REDACTORS[sig] = text_redactor(values, values.public)
+    return _REDACTORS[sig]
 
 
 def require_open(con, cfg) -> None:

@@ -1,0 +1,165 @@
+"""The note redactor's cost follows what changed: built once per process and
+only when a text needs it, from the values that could fit in that text; a
+value too long to mask efficiently is refused at sync."""
+import base64
+import random
+
+import pytest
+
+pytest.importorskip("cryptography")
+pytestmark = pytest.mark.extras
+
+from recall import db  # noqa: E402
+from recall.config import load_config  # noqa: E402
+from recall.errors import RecallError  # noqa: E402
+from recall.notes.index import run_index  # noqa: E402
+from recall.vault import mask  # noqa: E402
+from recall.vault import store as vault  # noqa: E402
+from recall.vault.redact import text_redactor  # noqa: E402
+from tests.conftest import CANARY, run_recall  # noqa: E402
+
+
+def _pem(size: int, seed: int = 1) -> str:
+    body = base64.b64encode(random.Random(seed).randbytes(size * 3 // 4)).decode()
+    return ("-----BEGIN PRIVATE KEY-----\n" + "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+            + "\n-----END PRIVATE KEY-----\n")
+
+
+def _token(size: int, seed: int = 2) -> str:
+    return base64.b64encode(random.Random(seed).randbytes(size)).decode()[:size]
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """Every Masker made from now on: the secrets it was given (and whether lines only)."""
+    made = []
+    real = mask.Masker.__init__
+
+    def counting(self, secrets, notes=False, lines_only=False):
+        made.append(({sid: list(vals) for sid, vals in secrets.items()}, lines_only))
+        real(self, secrets, notes=notes, lines_only=lines_only)
+    monkeypatch.setattr(mask.Masker, "__init__", counting)
+    return made
+
+
+def _vault(tmp_path, config, values: dict):
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text("".join(f"- id: {sid}\n  value: |\n    {v.rstrip().replace(chr(10), chr(10) + '    ')}\n"
+                               for sid, v in values.items()))
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    vault.sync(con, cfg)
+    return cfg, con, secrets
+
+
+def _index(con, cfg):
+    return run_index(con, cfg, redactor=vault.redactor)
+
+
+def test_the_masker_is_built_once_per_process_and_only_when_a_text_needs_it(tmp_path, config, notes, built):
+    cfg, con, _ = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
+    built.clear()
+    _index(con, cfg)                                        # four new notes
+    assert len(built) == 1
+    for n in range(3):                                      # later runs and watch passes in this process
+        (notes / f"new{n}.md").write_text(f"# New {n}\n\nthe token tok-{CANARY} pasted\n")
+        assert _index(con, cfg).new == 1
+    assert len(built) == 1
+    assert CANARY[:6] not in "".join(r[0] for r in con.execute("SELECT body FROM chunks"))
+    vault._REDACTORS.clear()                                # a new process …
+    assert _index(con, cfg).unchanged == 7 and len(built) == 1    # … with nothing changed builds none
+
+
+def test_a_sync_redacts_the_index_with_the_values_it_changed_only(tmp_path, config, notes, built):
+    cfg, con, secrets = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
+    (notes / "pasted.md").write_text(f"# Pasted\n\nnew-{CANARY} was the new password\n")
+    _index(con, cfg)
+    built.clear()
+    vault.sync(con, cfg)
+    assert built == []                                      # nothing changed: no masker, no pass over the index
+    text = secrets.read_text()
+    secrets.write_text(text[:text.index("- id: db-pass")] + f"- id: db-pass\n  value: new-{CANARY}\n")
+    vault.sync(con, cfg)
+    assert [sorted(secrets) for secrets, _ in built] == [["db-pass"]]
+    assert "[recall:db-pass] was the new password" in con.execute(
+        "SELECT body FROM chunks WHERE path='pasted.md'").fetchone()[0]
+
+
+def test_a_sync_stopped_before_its_redaction_redacts_every_value_next_time(tmp_path, config, notes, monkeypatch):
+    (notes / "pasted.md").write_text(f"# Pasted\n\ntok-{CANARY} pasted here\n")
+    config("embedding: {provider: none}\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    _index(con, cfg)                                        # indexed before the vault knew the value
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(f"- id: api-token\n  value: tok-{CANARY}\n")
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
+    cfg = load_config()
+
+    def stopped(con, entries):
+        raise KeyboardInterrupt("stopped after the COMMIT")
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(vault, "_redact_index", stopped)
+        vault.sync(con, cfg)
+    assert vault.count(con) == 1                            # the rows were committed, the index not redacted
+    assert vault.sync(con, cfg).unchanged == 1              # nothing changed, but the last redaction never ran
+    body = con.execute("SELECT body FROM chunks WHERE path='pasted.md'").fetchone()[0]
+    assert "[recall:api-token] pasted here" in body and CANARY[:6] not in body
+
+
+def test_a_text_pays_only_for_the_values_that_could_fit_in_it(built):
+    token, pem = _token(12_000), _pem(12_000)
+    redact = text_redactor({"small": {"": f"pw-{CANARY}"}, "token": {"": token}, "pem": {"": pem}}, {})
+    assert redact(f"a short note with pw-{CANARY} in it") == "a short note with [recall:small] in it"
+    (lines, lines_only), (whole, _) = built
+    assert lines_only and list(lines) == ["pem"] and list(whole) == ["small"]
+    line = pem.splitlines()[5]
+    assert redact(f"> {line}\n") == "> [recall:pem]\n"      # a line of a long value, in a short chunk
+    assert len(built) == 2                                  # the same reach: built once
+    assert redact(f"key: {token}\n") == "key: [recall:token]\n"    # a text that can hold it: built then
+    assert sorted(built[-1][0]) == ["pem", "small", "token"]
+
+
+def test_a_long_value_pasted_into_a_note_leaves_no_line_in_the_index(tmp_path, config, notes):
+    pem = _pem(12_000)
+    cfg, con, _ = _vault(tmp_path, config, {"tls-key": pem})
+    lines = pem.splitlines()
+    pieces = ["\n".join(lines[i:i + 20]) for i in range(0, len(lines), 20)]     # chunks shorter than it
+    (notes / "pasted.md").write_text("# Pasted\n\n" + "\n\n".join(pieces) + "\n")
+    _index(con, cfg)
+    bodies = [r[0] for r in con.execute("SELECT body FROM chunks WHERE path='pasted.md'")]
+    assert len(bodies) > 1 and all(len(b) < len(pem) for b in bodies)
+    bodies = "".join(bodies)
+    assert "[recall:tls-key]" in bodies
+    assert not [line for line in pem.splitlines()[1:-2] if line in bodies]
+
+
+def test_a_value_over_16_kib_is_refused_at_sync_naming_the_limit(tmp_path, config):
+    secrets = tmp_path / "secrets.yaml"
+    text = f"- id: small\n  value: pw-{CANARY}\n- id: huge\n  value: {_token(20_000)}\n"
+    secrets.write_text(text)
+    secrets.chmod(0o600)
+    config(f"secrets: [{secrets}]\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert (f"{secrets}:4: secret 'huge' is 20,000 bytes; recall masks values of at most 16 KiB "
+            "(16,384 bytes), so it is not stored") in r.stderr
+    assert secrets.read_text() == text and not (load_config().home / "vault.key").exists()
+    secrets.write_text(f"- id: small\n  value: pw-{CANARY}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "set", "small", input=_token(17_000))
+    assert r.returncode == 1 and "recall masks values of at most 16 KiB" in r.stderr
+    assert _token(17_000)[:6] not in r.stderr
+
+
+def test_a_sealed_value_over_the_limit_is_refused_once_opened(tmp_path, config):
+    """A value an older recall sealed: sync opens it, then refuses it."""
+    from recall.vault import inplace
+    cfg, con, secrets = _vault(tmp_path, config, {"small": f"pw-{CANARY}"})
+    key = inplace.key_for(cfg.home, [])
+    secrets.write_text(secrets.read_text() + f"- id: huge\n  value: {inplace.seal(key, 'huge', '', _token(20_000))}\n")
+    with pytest.raises(RecallError, match=r"secrets.yaml:4: secret 'huge' is 20,000 bytes"):
+        vault.sync(con, cfg)
