@@ -260,8 +260,8 @@ def recall_access_exec(id: str, command: str = "", offset: int = 0) -> str:
     setup work), linked secrets injected, output masked; kubectl without --context gets the entry's
     kube context. Use it for every command on a cluster, host or account. Returns the exit code,
     stdout, stderr. Killed after 5 minutes (exit 124).
-    Next: on 'prerequisite … is down', ask the user to connect it; after 401/403/expired,
-    recall_verify."""
+    Next: on 'prerequisite … is down', ask the user to connect it; on 'setup step not allowed',
+    nothing ran: tell the user which step to fix; after 401/403/expired, recall_verify."""
     key = ("recall_access_exec", id, command)
     if offset:
         return _continued(key, offset)
