@@ -198,6 +198,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     if full or report.chunks >= OPTIMIZE_AFTER:
         # a WAL as large as the rebuild stays while another process holds the DB open: cut it
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    from ..db.space import reclaim
+    reclaim(con)            # the DB in proportion to the notes, run after run
     report.seconds = time.monotonic() - started
     return report
 
@@ -419,8 +421,6 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
         notify(_announcement(con, cfg, fp, mid, provider, pending, report.estimate))
     redact = redactor(con, cfg)
     for batch in embed_batches(pending, provider.batch_items, int(provider.request_tokens * 0.8)):
-        if store.dim:
-            store.ensure_index()        # before the first write, so vec0 stays current batch by batch
         done, tokens = _embed_batch(con, cfg, provider, store, mid, batch, redact)
         report.embedded += done
         report.tokens += tokens
