@@ -353,7 +353,7 @@ def _texts(con, hashes: list) -> dict:
 
 def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
     from ..embed.providers import ledger_totals
-    texts = f"{len(pending):,} chunk texts with {fp.provider}/{fp.model}"
+    texts = f"{len(pending):,} chunk texts with {provider.label}"
     what = f"embedding {texts}"
     others = [r[0] for r in con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e "
                                         "ON e.model_id = m.id WHERE m.id != ? LIMIT 3", (mid,))]
