@@ -309,7 +309,6 @@ def test_a_read_only_db_is_searched_by_sqlite_vec_and_its_error_is_raised(tmp_pa
 
 OLD_VECTORS = """
 import json, struct, sys
-import sqlean
 from recall import db
 from recall.db import migrations
 n = len(migrations.MIGRATIONS)

@@ -174,7 +174,8 @@ class LocalProvider:
         from .query_encoder import cpu_count
         self.encoder()
         cores = cpu_count()
-        return f"{self.model.rstrip('/').split('/')[-1]}, run here by numpy on {cores} core{'s' * (cores > 1)}"
+        name = self.model.rstrip("/").split("/")[-1]
+        return f"{name}, run here by numpy on {cores} core{'s' * (cores > 1)}"
 
     def folder(self) -> str:
         """The model's folder on disk: the configured or bundled one, else the hub's copy."""
@@ -199,7 +200,10 @@ class LocalProvider:
         encoder = self.encoder()
         prefix = self.recipe.prefix(input_type)
         texts = [prefix + t for t in texts]
-        vecs = encoder.encode_many(texts) if input_type == "document" else [encoder.encode_one(t) for t in texts]
+        if input_type == "document":
+            vecs = encoder.encode_many(texts)
+        else:
+            vecs = [encoder.encode_one(t) for t in texts]
         if self.dimension and vecs and len(vecs[0]) != self.dimension:
             raise RecallError(f"the local model gives vectors of dimension {len(vecs[0])}, "
                               f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
