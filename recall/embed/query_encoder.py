@@ -286,6 +286,8 @@ def read_pooling(folder: str) -> str:
     known = {frozenset({"mean_tokens"}): "mean", frozenset({"cls_token"}): "cls"}
     if frozenset(modes) not in known:
         raise Unsupported(f"its pooling is {' + '.join(sorted(modes)) or 'none'} (recall runs mean or cls)")
+    if pool.get("include_prompt") is False and modes == {"mean_tokens"}:
+        raise Unsupported("its mean pooling leaves the prompt's tokens out")
     return known[frozenset(modes)]
 
 
