@@ -9,7 +9,8 @@ def int8_vectors(con) -> None:
     """Chunk vectors from float32 to int8 (a quarter of the bytes; the ranking holds), a few
     thousand rows at a time. The vec0 tables go with the next index run that loads sqlite-vec
     (nothing else can drop them); their generation keys, and an index no query uses, go now."""
-    last = 0
+    con.execute("DROP INDEX embeddings_hash")      # every lookup names the model too; first, so
+    last = 0                                        # a DB already converted fails here, unchanged
     while True:
         rows = con.execute("SELECT id, vector FROM embeddings WHERE id > ? ORDER BY id LIMIT 4096",
                            (last,)).fetchall()
@@ -18,7 +19,6 @@ def int8_vectors(con) -> None:
         con.executemany("UPDATE embeddings SET vector=? WHERE id=?", ((_int8(v), i) for i, v in rows))
         last = rows[-1][0]
     con.execute("DELETE FROM meta WHERE key LIKE 'vec0_gen:%'")
-    con.execute("DROP INDEX IF EXISTS embeddings_hash")      # every lookup names the model too
 
 
 def _int8(blob: bytes) -> bytes:
