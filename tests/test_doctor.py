@@ -98,7 +98,7 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
     assert "no cycles" in checks["inventory references"][1]
     assert checks["embedding"][1] == "provider none: keyword search only"
-    assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "voyageai", "mcp", "cryptography")} <= set(checks)
+    assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "tokenizers", "mcp", "cryptography")} <= set(checks)
     assert CANARY not in r.stdout + r.stderr
 
 
@@ -166,16 +166,10 @@ def test_no_config_at_all_is_a_no(tmp_path):
 
 
 def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_path, shadow):
-    """A stand-in that fails to import, one with a version, and a slow one (sentence_transformers)
-    that leaves a mark when it is imported."""
-    mark = tmp_path / "imported"
+    """A stand-in that fails to import, and one with a version."""
     shadow("cryptography", "raise ImportError('libssl.so.3: cannot open shared object file')\n")
     shadow("mcp", "__version__ = '9.9.9'\n")
-    shadow("sentence_transformers", f"open({str(mark)!r}, 'w').close()\n__version__ = '0.0.2'\n")
     code, checks, r = _doctor(env=shadow.env)
-    assert not mark.exists()
-    ok, detail = checks["extra sentence_transformers"]
-    assert ok and "not imported" in detail and "recall doctor --thorough" in detail
     ok, detail = checks["extra cryptography"]          # failed, or (on a busy machine) not finished in time
     assert (ok is False and "fails to import" in detail) or (ok is None and "import not finished" in detail), detail
     r = run_recall("--json", "doctor", "--thorough", env=shadow.env)
@@ -185,7 +179,6 @@ def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_pa
     ok, detail = checks["extra cryptography"]
     assert not ok and "fails to import: ImportError: libssl.so.3" in detail and "recall[crypto]" in detail
     assert checks["extra mcp"] == (True, "imports (9.9.9)")
-    assert mark.exists() and checks["extra sentence_transformers"] == (True, "imports (0.0.2)")
 
 
 @pytest.mark.e2e

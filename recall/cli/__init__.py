@@ -219,7 +219,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--install", metavar="FILE", help="write or update the block in FILE (idempotent)")
     p = verbs.add("doctor", systems.cmd_doctor, help="check this machine and everything the config names")
     p.add_argument("--thorough", action="store_true",
-                   help="import every extra, even the slow ones (sentence-transformers takes seconds)")
+                   help="wait for every extra's import, however long it takes (else under a second in all)")
 
     p = verbs.add("eval", notes.cmd_eval, help="score search against golden queries")
     p.add_argument("golden", metavar="GOLDEN.jsonl")

@@ -60,22 +60,41 @@ def config_of(args):
     return getattr(args, "config", None)
 
 
+def progress_line(done: int, total: int, label: str, seconds: float) -> str:
+    """`[####    ] 64/610 embedding  12.3/s, 0:44 left`: the rate and time left once a step is
+    done, from the `seconds` this phase has taken."""
+    width = 30
+    filled = int(width * done / max(total, 1))
+    line = f"[{'#' * filled}{' ' * (width - filled)}] {done}/{total} {visible(label[-40:])}"
+    if 0 < done < total and seconds > 0:
+        rate = done / seconds
+        left = int((total - done) / rate)
+        line += f"  {rate:.1f}/s, {left // 60}:{left % 60:02d} left"
+    return line
+
+
 class Progress:
-    """A one-line progress bar on a terminal's stderr; silent on a pipe."""
+    """A one-line progress bar on a terminal's stderr; silent on a pipe. A phase (a source's
+    files, the embedding) is timed from the previous phase's last step, or from the start."""
 
     def __init__(self):
+        import time
         self.on = sys.stderr.isatty()
         self.last = 0.0
+        self.label, self.since = None, time.monotonic()
+        self.step = self.since              # when the latest step was reported
 
     def __call__(self, done, total, label):
         import time
         now = time.monotonic()
+        if label != self.label:
+            self.label, self.since = label, self.step
+        self.step = now
         if not self.on or (now - self.last < 0.1 and done < total):
             return
         self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} {visible(label[-40:]):<40}")
+        line = progress_line(done, total, label, now - self.since)
+        sys.stderr.write(f"\r{line:<100}")
         if done >= total:
-            sys.stderr.write("\r" + " " * (width + 90) + "\r")
+            sys.stderr.write("\r" + " " * 100 + "\r")
         sys.stderr.flush()

@@ -247,6 +247,7 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         con.execute("PRAGMA foreign_keys=ON")
         con.execute("PRAGMA secure_delete=ON")      # deleted text is zeroed, not left in free pages
         con.execute("PRAGMA synchronous=NORMAL")
+        con.execute("PRAGMA journal_size_limit=4194304")   # a checkpointed WAL shrinks back to 4 MB
         _use_wal(con, module)
         migrate(con, path)
     except (sqlite3.Error, module.Error) as exc:
@@ -293,7 +294,9 @@ def migrate(con: sqlite3.Connection, path="the database") -> int:
             if con.execute("SELECT 1 FROM migrations WHERE version=?", (version,)).fetchone():
                 continue            # another process migrated while we waited for the lock
             try:
-                for statement in _statements(sql):
+                if callable(sql):
+                    sql(con)
+                for statement in () if callable(sql) else _statements(sql):
                     con.execute(statement)
             except Exception as exc:    # its tables are ahead of its record: rebuilt, never patched
                 if not is_sqlite_error(exc):

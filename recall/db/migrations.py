@@ -1,5 +1,32 @@
-"""The schema as numbered migrations, applied in order by db.migrate and recorded in `migrations`."""
+"""The schema as numbered migrations, applied in order by db.migrate and recorded in `migrations`:
+an SQL script, or a function of the connection for what SQL cannot do."""
 from __future__ import annotations
+
+import struct
+
+
+def int8_vectors(con) -> None:
+    """Chunk vectors from float32 to int8 (a quarter of the bytes; the ranking holds), a few
+    thousand rows at a time. The vec0 tables go with the next index run that loads sqlite-vec
+    (nothing else can drop them); their generation keys, and an index no query uses, go now."""
+    con.execute("DROP INDEX embeddings_hash")      # every lookup names the model too; first, so
+    last = 0                                        # a DB already converted fails here, unchanged
+    while True:
+        rows = con.execute("SELECT id, vector FROM embeddings WHERE id > ? ORDER BY id LIMIT 4096",
+                           (last,)).fetchall()
+        if not rows:
+            break
+        con.executemany("UPDATE embeddings SET vector=? WHERE id=?", ((_int8(v), i) for i, v in rows))
+        last = rows[-1][0]
+    con.execute("DELETE FROM meta WHERE key LIKE 'vec0_gen:%'")
+
+
+def _int8(blob: bytes) -> bytes:
+    """vectors.quantize as it was when this migration landed (a migration never changes)."""
+    vec = struct.unpack(f"<{len(blob) // 4}f", blob)
+    top = max(map(abs, vec)) or 1.0
+    return bytes(round(x * 127 / top) & 0xFF for x in vec)
+
 
 MIGRATIONS: list = [          # never edit a landed one
     """
@@ -197,4 +224,5 @@ MIGRATIONS: list = [          # never edit a landed one
     -- a result from before the entry changed is shown as history; '' when not known
     ALTER TABLE verify_results ADD COLUMN config TEXT NOT NULL DEFAULT '';
     """,
+    int8_vectors,
 ]

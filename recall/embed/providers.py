@@ -1,4 +1,4 @@
-"""Embedding providers: what a vector means (fingerprints), Voyage by SDK or urllib with retries, the local model."""
+"""Embedding providers: what a vector means (fingerprints), Voyage over urllib with retries, the local model."""
 from __future__ import annotations
 
 import json
@@ -7,16 +7,18 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..errors import MissingExtra, RecallError
+from ..errors import RecallError
 
 # the ledger's calls and the local model's names, here too for embed's callers (index, search, vault, doctor)
 from .ledger import estimate_tokens, ledger_totals, ledgered, paid_call  # noqa: F401
 from .local_model import (
-    LOCAL_DEFAULT_MODEL,
+    LOCAL_DEFAULT_MODEL,  # noqa: F401 (for embed's callers)
     LOCAL_DIMENSIONS,
     WINDOW_STRIDE,
     WINDOW_TOKENS,
     LocalProvider,
+    model_name,
+    recipe,
 )
 
 DOC_FORMAT = "v1"                     # [breadcrumb + blank line +] body; part of every fingerprint
@@ -61,9 +63,11 @@ def fingerprint(emb, input_type: str) -> Fingerprint:
         model = emb.model or VOYAGE_DEFAULT_MODEL
         return Fingerprint("voyage", model, emb.dimension or VOYAGE_MODELS.get(model, (0, 0))[0], input_type)
     if emb.provider == "local":
-        model = emb.model or LOCAL_DEFAULT_MODEL
+        model = model_name(emb)
+        form = LOCAL_DOC_FORMAT if input_type == "document" else DOC_FORMAT
+        how = recipe(emb).form(input_type)
         return Fingerprint("local", model, emb.dimension or LOCAL_DIMENSIONS.get(model, 0), input_type,
-                           LOCAL_DOC_FORMAT if input_type == "document" else DOC_FORMAT)
+                           f"{form} {how}" if how else form)
     raise RecallError("no embedding provider is configured",
                       "set embedding.provider to voyage or local in the config")
 
@@ -150,7 +154,7 @@ DEFAULT_RETRY = Retry()
 QUERY_RETRY = Retry(attempts=3, base=0.3, cap=2.0, budget=8.0)     # a search waits seconds, not minutes
 
 
-# -- Voyage: two transports, one behaviour --------------------------------------------------------
+# -- Voyage over HTTP -------------------------------------------------------------------------------
 
 def voyage_base_url(emb) -> str:
     return (emb.base_url or os.environ.get("RECALL_VOYAGE_BASE_URL") or VOYAGE_URL).rstrip("/")
@@ -158,8 +162,6 @@ def voyage_base_url(emb) -> str:
 
 class UrllibTransport:
     """The Voyage HTTP API with the standard library only."""
-
-    name = "urllib"
 
     def __init__(self, key: str, base_url: str, timeout: float = REQUEST_TIMEOUT_S):
         self.key, self.base_url, self.timeout = key, base_url, timeout
@@ -222,48 +224,6 @@ def _decode(value) -> list:
     return [float(x) for x in value]
 
 
-class SdkTransport:
-    """The same requests through the `voyageai` SDK (its own retries off: ours apply)."""
-
-    name = "sdk"
-
-    def __init__(self, key: str, base_url: str, timeout: float = REQUEST_TIMEOUT_S):
-        import voyageai
-        self.client = voyageai.Client(api_key=key, max_retries=0, timeout=timeout, base_url=base_url)
-
-    def _call(self, fn):
-        from voyageai import error
-        try:
-            return fn()
-        except (error.Timeout, error.APIConnectionError) as exc:
-            text = str(exc)
-            refused = "refused" in text.lower()
-            raise _Failure(0, "connection refused" if refused else text[:200], sent=not refused) from None
-        except error.VoyageError as exc:
-            headers = getattr(exc, "headers", None) or {}
-            status = getattr(exc, "http_status", None) or 0
-            if 200 <= status < 300:
-                raise ProviderError("Voyage answered with something that is not JSON", uncertain=True) from None
-            raise _Failure(status or 502, str(getattr(exc, "user_message", exc))[:300],
-                           _retry_after(headers.get("Retry-After") or headers.get("retry-after"))) from None
-
-    def embed(self, texts, model, input_type, dimension):
-        try:
-            res = self._call(lambda: self.client.embed(texts, model=model, input_type=input_type, truncation=True,
-                                                       output_dimension=dimension or None))
-            return [list(map(float, v)) for v in res.embeddings], int(res.total_tokens)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            raise ProviderError("Voyage's answer lacks data or usage", uncertain=True) from None
-
-    def rerank(self, query, documents, model, top_k):
-        try:
-            res = self._call(lambda: self.client.rerank(query, documents, model=model, top_k=top_k,
-                                                        truncation=True))
-            return [(int(r.index), float(r.relevance_score)) for r in res.results], int(res.total_tokens)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            raise ProviderError("Voyage's rerank answer lacks data or usage") from None
-
-
 def voyage_key(cfg, con=None, load_values=None) -> str:
     """VOYAGE_API_KEY, else the vault secret embedding.api_key_secret names (`load_values` is the
     vault's, passed in by the faces)."""
@@ -291,16 +251,8 @@ class VoyageProvider:
         self.batch_items = max(1, min(emb.batch_size, MAX_BATCH_ITEMS))
         self.rerank_model = emb.rerank_model
         self.retry = retry or DEFAULT_RETRY
-        if transport is None:
-            forced = os.environ.get("RECALL_VOYAGE_TRANSPORT", "")
-            base = voyage_base_url(emb)
-            try:
-                transport = UrllibTransport(key, base) if forced == "urllib" else SdkTransport(key, base)
-            except ImportError:
-                if forced == "sdk":
-                    raise MissingExtra("voyage", "the voyageai SDK") from None
-                transport = UrllibTransport(key, base)
-        self.transport = transport
+        self.transport = transport or UrllibTransport(key, voyage_base_url(emb))
+        self.label = f"voyage/{self.model}"
 
     def embed(self, texts: list, input_type: str):
         retry = self.retry if input_type == "document" else QUERY_RETRY
@@ -329,7 +281,7 @@ def provider_for(cfg, con=None, load_values=None):
     emb = cfg.embedding
     fingerprint(emb, "document")            # says so when no provider is configured
     key = (emb.provider, emb.model, emb.dimension, emb.batch_size, voyage_base_url(emb),
-           os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret, os.environ.get("RECALL_VOYAGE_TRANSPORT", ""))
+           os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret)
     if key not in _PROVIDERS:
         _PROVIDERS[key] = (VoyageProvider(emb, voyage_key(cfg, con, load_values)) if emb.provider == "voyage"
                            else LocalProvider(emb))
@@ -342,7 +294,7 @@ def reranker_for(cfg, con=None, load_values=None):
     if emb.provider == "voyage":
         return provider_for(cfg, con, load_values)
     key = ("rerank", voyage_base_url(emb), os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret,
-           emb.rerank_model, os.environ.get("RECALL_VOYAGE_TRANSPORT", ""))
+           emb.rerank_model)
     if key not in _PROVIDERS:
         _PROVIDERS[key] = VoyageProvider(emb, voyage_key(cfg, con, load_values))
     return _PROVIDERS[key]

@@ -1,4 +1,4 @@
-"""The local model run in numpy (no torch): a sentence-transformers BERT model, for queries and documents."""
+"""The local model run in numpy (no torch): a BERT encoder with mean or CLS pooling, for queries and documents."""
 from __future__ import annotations
 
 import contextlib
@@ -8,16 +8,19 @@ import os
 import struct
 import threading
 
-# What this encoder reproduces exactly; any other model folder is left to sentence-transformers.
+from ..errors import MissingExtra, RecallError
+
+# the sentence-transformers modules this encoder runs (the Normalize step is implied: recall
+# compares by cosine); a Dense layer or another kind is refused
 _MODULES = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
             "sentence_transformers.models.Normalize")
 _DTYPES = {"F32": "<f4", "F16": "<f2"}
-_CACHE: dict = {}              # model folder -> BertEncoder (or None: not supported), per process
+_CACHE: dict = {}              # model folder -> BertEncoder, per process
 _LOCK = threading.Lock()
 
 
 class Unsupported(Exception):
-    """This model folder needs sentence-transformers (another architecture, pooling, dtype, …)."""
+    """This model folder is not one the encoder runs (another architecture, pooling, dtype, …)."""
 
 
 def _json(folder: str, name: str):
@@ -80,24 +83,15 @@ def _gelu(h):
 
 
 class BertEncoder:
-    """A BERT encoder + mean pooling + L2 normalisation, as the folder's modules.json describes."""
+    """A BERT encoder, its tokens pooled (mean or the [CLS] token) and L2-normalised, as the
+    folder's modules.json and 1_Pooling/config.json describe (a folder without them: mean)."""
 
     def __init__(self, folder: str):
-        modules = _json(folder, "modules.json")
-        kinds = tuple(m.get("type") for m in modules)
-        if kinds not in (_MODULES, _MODULES[:2]):
-            raise Unsupported(f"modules {kinds}")
-        self.normalize = len(kinds) == 3
-        pool = _json(os.path.join(folder, modules[1].get("path", "1_Pooling")), "config.json")
-        if not pool.get("pooling_mode_mean_tokens") or any(
-                pool.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens",
-                                      "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
-                                      "pooling_mode_lasttoken")):
-            raise Unsupported("pooling other than the mean")
+        self.pooling = read_pooling(folder)
         cfg = _json(folder, "config.json")
         if cfg.get("model_type") != "bert" or cfg.get("hidden_act") != "gelu" or \
                 cfg.get("position_embedding_type", "absolute") != "absolute":
-            raise Unsupported("not a plain BERT model")
+            raise Unsupported(f"it is a {cfg.get('model_type')} model, not a plain BERT")
         st = _json(folder, "sentence_bert_config.json") if os.path.exists(
             os.path.join(folder, "sentence_bert_config.json")) else {}
         self.max_len = int(st.get("max_seq_length") or cfg.get("max_position_embeddings", 512))
@@ -105,11 +99,8 @@ class BertEncoder:
         self.eps = float(cfg.get("layer_norm_eps", 1e-12))
         weights = os.path.join(folder, "model.safetensors")
         if not os.path.exists(weights) or not os.path.exists(os.path.join(folder, "tokenizer.json")):
-            raise Unsupported("no model.safetensors or tokenizer.json")
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise Unsupported("the tokenizers package is missing") from None
+            raise Unsupported("it has no model.safetensors or no tokenizer.json")
+        from tokenizers import Tokenizer
         self.tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         self.tok.no_padding()
         self.tok.enable_truncation(max_length=self.max_len)
@@ -198,10 +189,12 @@ class BertEncoder:
             y = self._feed_forward(x, p)
             y += x
             x = self._ln(y, p + "output.LayerNorm")
-        vecs = np.add.reduceat(x.astype(np.float64), starts[:-1], axis=0) / np.asarray(lens, dtype=np.float64)[:, None]
-        if self.normalize:
-            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-            vecs /= np.where(norms == 0, 1.0, norms)
+        if self.pooling == "cls":
+            vecs = x[starts[:-1]].astype(np.float64)
+        else:
+            vecs = np.add.reduceat(x.astype(np.float64), starts[:-1], axis=0) / np.asarray(lens)[:, None]
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        vecs /= np.where(norms == 0, 1.0, norms)
         return vecs
 
     def _feed_forward(self, x, p: str):
@@ -280,14 +273,39 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def encoder_for(folder: str):
-    """The BertEncoder for a model folder, loaded once per process; None when this folder needs
-    sentence-transformers or numpy / tokenizers are missing (the caller then uses the full model)."""
+def read_pooling(folder: str) -> str:
+    """mean or cls, from the folder's sentence-transformers files (none: mean, as they default)."""
+    if not os.path.exists(os.path.join(folder, "modules.json")):
+        return "mean"
+    modules = _json(folder, "modules.json")
+    kinds = tuple(m.get("type") for m in modules)
+    if kinds not in (_MODULES, _MODULES[:2]):
+        raise Unsupported(f"its modules.json asks for {', '.join(k.split('.')[-1] for k in kinds)}")
+    pool = _json(os.path.join(folder, modules[1].get("path", "1_Pooling")), "config.json")
+    modes = {k[len("pooling_mode_"):] for k, v in pool.items() if k.startswith("pooling_mode_") and v is True}
+    known = {frozenset({"mean_tokens"}): "mean", frozenset({"cls_token"}): "cls"}
+    if frozenset(modes) not in known:
+        raise Unsupported(f"its pooling is {' + '.join(sorted(modes)) or 'none'} (recall runs mean or cls)")
+    if pool.get("include_prompt") is False and modes == {"mean_tokens"}:
+        raise Unsupported("its mean pooling leaves the prompt's tokens out")
+    return known[frozenset(modes)]
+
+
+def encoder_for(folder: str) -> BertEncoder:
+    """The BertEncoder for a model folder, loaded once per process; a model it cannot run is
+    refused in one sentence, never approximated."""
     with _LOCK:
         if folder not in _CACHE:
             _load_numpy()
             try:
+                import numpy  # noqa: F401
+                import tokenizers  # noqa: F401
+            except ImportError:
+                raise MissingExtra("local", "the local embedding model (numpy and tokenizers)") from None
+            try:
                 _CACHE[folder] = BertEncoder(folder)
-            except (Unsupported, ImportError, OSError, KeyError, ValueError, TypeError):
-                _CACHE[folder] = None
+            except (Unsupported, OSError, KeyError, ValueError, TypeError) as exc:
+                raise RecallError(f"cannot run the local model in {folder}: {str(exc)[:200]}",
+                                  "use a BERT model with mean or CLS pooling and a model.safetensors "
+                                  "(README: local models), or leave embedding.model unset") from None
         return _CACHE[folder]

@@ -1,4 +1,4 @@
-"""The vector store: float32 rows in `embeddings`, searched by sqlite-vec when loadable, else numpy, else Python."""
+"""The vector store: int8 rows in `embeddings`, scanned by sqlite-vec when loadable, else numpy, else Python."""
 from __future__ import annotations
 
 import array
@@ -10,7 +10,7 @@ import threading
 from .. import db
 from ..db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
-VEC_K_MAX = 4096               # sqlite-vec refuses a larger k
+VEC_K_MAX = 4096               # the most neighbours one search asks for
 # a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):
 # the chunk hash an embedding row serves, in SQL
 CHUNK_HASH = "(CASE WHEN instr(e.hash, '#') THEN substr(e.hash, 1, instr(e.hash, '#') - 1) ELSE e.hash END)"
@@ -24,12 +24,6 @@ def _importable(name: str):
         return importlib.import_module(name)
     except ImportError:
         return None
-
-
-def _cannot_write(exc) -> bool:
-    """A locked or read-only DB (the vec0 index cannot be brought up to date now), not another error."""
-    text = str(exc).lower()
-    return db.is_sqlite_error(exc) and any(w in text for w in ("locked", "readonly", "read-only", "busy"))
 
 
 def available_backend(con) -> str:
@@ -46,7 +40,7 @@ def describe_backend() -> str:
     if con is not None and load_vec(con):
         version = con.execute("SELECT vec_version()").fetchone()[0]
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
-                "cosine vec0")
+                "int8 cosine scan")
     hint = "pip install 'recall[vec]' for sqlite-vec"
     from importlib.util import find_spec
     if find_spec("numpy") is not None:     # found, not imported (doctor's 1 s); its import is probed apart
@@ -63,7 +57,7 @@ def normalize(vec) -> list:
 
 
 def pack(vec) -> bytes:
-    """Unit-length float32, little-endian (what sqlite-vec reads)."""
+    """Unit-length float32, little-endian: a query's or a secret's vector, kept exact."""
     arr = array.array("f", normalize(vec))
     if sys.byteorder != "little":
         arr.byteswap()
@@ -78,18 +72,52 @@ def unpack(blob: bytes) -> list:
     return arr.tolist()
 
 
+def quantize(vec) -> bytes:
+    """A chunk's vector as int8, its largest part ±127 (a quarter of float32's bytes; cosine
+    ignores the scale, and the ranking holds: docs/BENCHMARKS.md, the DB's size)."""
+    top = max(map(abs, vec)) or 1.0
+    return bytes(round(x * 127 / top) & 0xFF for x in vec)
+
+
+def dequantize(blob: bytes) -> list:
+    """A stored int8 vector at unit length."""
+    return normalize(array.array("b", blob))
+
+
+def cosines(query, blobs: list) -> list:
+    """The query's cosine with each stored int8 vector: by numpy when this process has it loaded."""
+    q = normalize(query)
+    if "numpy" not in sys.modules:
+        return [sum(a * b for a, b in zip(q, dequantize(blob))) for blob in blobs]
+    return (_unit_rows(b"".join(blobs), len(q)) @ _np().asarray(q, dtype="f4")).tolist()
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _unit_rows(raw: bytes, dim: int):
+    """int8 rows as a float32 matrix, each row at unit length."""
+    np = _np()
+    mat = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim).astype(np.float32)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.where(norms == 0, 1.0, norms)
+
+
 # -- the store ------------------------------------------------------------------------------------
 
 _MATRICES: dict = {}           # (db file, model id, generation) -> (ids, matrix): numpy, kept per process
-_SEARCHED: dict = {}           # (db file, model id) -> vec0 searches in this process
+_SEARCHED: dict = {}           # (db file, model id) -> searches in this process
 _LOCK = threading.Lock()
 WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20
 
 
 class VectorStore:
-    """Vectors of one embedding model, keyed by chunk hash, as float32 BLOBs in `embeddings` (every
-    backend reads them); sqlite-vec's `vec_m{id}` indexes them, rebuilt when another backend wrote
-    since (generation counters in `meta`). Writes go inside the caller's transaction."""
+    """Vectors of one embedding model, keyed by chunk hash, as int8 BLOBs in `embeddings`, which
+    every backend reads where they are: no second copy (a vec0 table scans them no faster). Writes
+    go inside the caller's transaction; each bumps the model's generation in `meta`, which tells a
+    warm numpy matrix it is stale."""
 
     def __init__(self, con, model_id: int, dimension: int, backend: str | None = None):
         self.con, self.model_id, self.dim = con, model_id, dimension
@@ -97,80 +125,41 @@ class VectorStore:
         self.backend = backend or available_backend(con)
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown vector backend {self.backend!r}")
-        self.table = f"vec_m{int(model_id)}"
-        self.gen_key, self.vec0_key = f"vectors_gen:{model_id}", f"vec0_gen:{model_id}"
+        self.gen_key = f"vectors_gen:{model_id}"
 
     # writing ------------------------------------------------------------------------------------
     def put_many(self, rows) -> int:
         """rows: [(hash, vector)]; replaces existing vectors for those hashes. Caller holds a transaction."""
         n = 0
-        use_vec = self.backend == "sqlite-vec" and self._vec0_current()
         for digest, vec in rows:
             if len(vec) != self.dim:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
-            blob = pack(vec)
-            old = self.con.execute("SELECT id FROM embeddings WHERE model_id=? AND hash=?",
-                                   (self.model_id, digest)).fetchone()
-            if old is not None:
-                self.con.execute("DELETE FROM embeddings WHERE id=?", (old[0],))
-                if use_vec:        # vec0 has no upsert: DELETE, then INSERT
-                    self.con.execute(f"DELETE FROM {self.table} WHERE rowid=?", (old[0],))
-            rowid = self.con.execute(
-                "INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                (self.model_id, digest, self.dim, blob)).lastrowid
-            if use_vec:
-                self.con.execute(f"INSERT INTO {self.table}(rowid, embedding) VALUES (?, ?)", (rowid, blob))
+            self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
+            self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
+                             (self.model_id, digest, self.dim, quantize(vec)))
             n += 1
         if n:
-            self._bump(use_vec)
+            self._bump()
         return n
 
     def delete_orphans(self) -> int:
-        """Drop vectors (of every model) whose chunk text no longer exists anywhere."""
+        """Drop vectors (of every model) whose chunk text no longer exists anywhere, and the vec0
+        tables an older recall kept (where sqlite-vec is loaded: it alone can drop them)."""
+        if self.backend == "sqlite-vec":
+            for (name,) in self.con.execute("SELECT name FROM sqlite_master WHERE type='table' AND "
+                                            "name GLOB 'vec_m[0-9]*' AND sql LIKE '%USING vec0%'").fetchall():
+                self.con.execute(f'DROP TABLE "{name}"')
         rows = self.con.execute(
             "SELECT id, model_id FROM embeddings e WHERE NOT EXISTS "
             f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH})").fetchall()
-        if not rows:
-            return 0
-        touched = {}
-        for rid, mid in rows:
-            touched.setdefault(mid, []).append(rid)
-        for mid, ids in touched.items():
-            other = VectorStore(self.con, mid, 0, self.backend)
-            live = other.backend == "sqlite-vec" and other._vec0_current()
-            for part, marks in in_batches(ids):
-                self.con.execute(f"DELETE FROM embeddings WHERE id IN ({marks})", part)
-                if live:
-                    self.con.execute(f"DELETE FROM {other.table} WHERE rowid IN ({marks})", part)
-            other._bump(live)
+        for part, marks in in_batches([r[0] for r in rows]):
+            self.con.execute(f"DELETE FROM embeddings WHERE id IN ({marks})", part)
+        for mid in {r[1] for r in rows}:
+            VectorStore(self.con, mid, 0, self.backend)._bump()
         return len(rows)
 
-    def _bump(self, vec0_too: bool) -> None:
-        gen = int(db.get_meta(self.con, self.gen_key, 0)) + 1
-        db.set_meta(self.con, self.gen_key, gen)
-        if vec0_too:
-            db.set_meta(self.con, self.vec0_key, gen)
-
-    # the sqlite-vec index -----------------------------------------------------------------------
-    def _vec0_current(self) -> bool:
-        if self.con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (self.table,)).fetchone() is None:
-            return False
-        return db.get_meta(self.con, self.vec0_key) == db.get_meta(self.con, self.gen_key, "0")
-
-    def ensure_index(self) -> None:
-        """Create or rebuild `vec_m{id}` from `embeddings` when it is missing or stale."""
-        if self.backend != "sqlite-vec" or self._vec0_current():
-            return
-        with db.transaction(self.con):
-            if self._vec0_current():           # another process rebuilt it meanwhile
-                return
-            self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
-            self.con.execute(f"CREATE VIRTUAL TABLE {self.table} USING vec0("
-                             f"embedding float[{int(self.dim)}] distance_metric=cosine)")
-            self.con.execute(f"INSERT INTO {self.table}(rowid, embedding) "
-                             "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?",
-                             (self.model_id, self.dim))
-            db.set_meta(self.con, self.vec0_key, db.get_meta(self.con, self.gen_key, "0"))
+    def _bump(self) -> None:
+        db.set_meta(self.con, self.gen_key, int(db.get_meta(self.con, self.gen_key, 0)) + 1)
 
     # searching ----------------------------------------------------------------------------------
     def count(self) -> int:
@@ -181,15 +170,8 @@ class VectorStore:
         k = max(1, min(int(k), VEC_K_MAX))
         if len(query) != self.dim:
             raise ValueError(f"query of dimension {len(query)}, expected {self.dim}")
-        if self.backend == "sqlite-vec":
-            if self.auto and self._warm():
-                return self._knn_numpy(query, k)
-            try:
-                self.ensure_index()
-                return self._knn_vec0(query, k)
-            except Exception as exc:   # a locked or read-only DB: search without the index; else it is a bug
-                if not _cannot_write(exc):
-                    raise
+        if self.backend == "sqlite-vec" and not (self.auto and self._warm()):
+            return self._knn_sqlite_vec(query, k)
         if self.backend == "numpy" or (self.backend == "sqlite-vec" and _importable("numpy")):
             return self._knn_numpy(query, k)
         return self._knn_python(query, k)
@@ -199,7 +181,7 @@ class VectorStore:
 
     def _warm(self) -> bool:
         """A process searching a second time (the MCP server) keeps the vectors in a numpy matrix, whose
-        product beats vec0's scalar scan; a one-shot CLI search uses vec0 and never loads the table."""
+        product beats sqlite-vec's scalar scan; a one-shot CLI search scans and never loads the table."""
         key = (self._path(), self.model_id)
         with _LOCK:
             _SEARCHED[key] = _SEARCHED.get(key, 0) + 1
@@ -210,14 +192,18 @@ class VectorStore:
             return False
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
 
-    def _knn_vec0(self, query, k: int) -> list:
-        # The KNN runs alone: inside a JOIN sqlite-vec may plan a scan instead of its KNN.
-        rows = self.con.execute(f"SELECT rowid, distance FROM {self.table} WHERE embedding MATCH ? AND k = ?",
-                                (pack(query), k)).fetchall()
-        return sorted(((r[0], 1.0 - r[1]) for r in rows), key=lambda x: (-x[1], x[0]))
+    def _knn_sqlite_vec(self, query, k: int) -> list:
+        """sqlite-vec's int8 cosine over the rows in place, for the 2k nearest, which are scored
+        again against the query as it is (not rounded to int8): the other backends' order."""
+        rows = self.con.execute(
+            "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
+            "ORDER BY vec_distance_cosine(vec_int8(vector), vec_int8(?)), id LIMIT ?",
+            (self.model_id, self.dim, quantize(query), min(2 * k, VEC_K_MAX))).fetchall()
+        scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
+        return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
 
     def _matrix(self):
-        import numpy as np
+        np = _np()
         gen = db.get_meta(self.con, self.gen_key, "0")
         top = self.con.execute("SELECT max(id) FROM embeddings WHERE model_id=?", (self.model_id,)).fetchone()[0]
         key = (self._path(), self.model_id, f"{gen}:{top}")
@@ -228,8 +214,7 @@ class VectorStore:
         rows = self.con.execute("SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? ORDER BY id",
                                 (self.model_id, self.dim)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        mat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), self.dim) \
-            if rows else np.zeros((0, self.dim), dtype=np.float32)
+        mat = _unit_rows(b"".join(r[1] for r in rows), self.dim)
         with _LOCK:
             for old in [x for x in _MATRICES if x[:2] == key[:2]]:
                 del _MATRICES[old]
@@ -237,21 +222,19 @@ class VectorStore:
         return ids, mat
 
     def _knn_numpy(self, query, k: int) -> list:
-        import numpy as np
+        np = _np()
         ids, mat = self._matrix()
         if not len(ids):
             return []
-        q = np.asarray(normalize(query), dtype=np.float32)
-        sims = mat @ q
+        sims = mat @ np.asarray(normalize(query), dtype=np.float32)
         k = min(k, len(ids))
         top = np.argpartition(-sims, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
-        out = [(int(ids[i]), float(sims[i])) for i in top]
-        return sorted(out, key=lambda x: (-x[1], x[0]))
+        return sorted(((int(ids[i]), float(sims[i])) for i in top), key=lambda x: (-x[1], x[0]))
 
     def _knn_python(self, query, k: int) -> list:
         import heapq
         q = normalize(query)
-        scored = ((rid, sum(a * b for a, b in zip(q, unpack(blob))))
+        scored = ((rid, sum(a * b for a, b in zip(q, dequantize(blob))))
                   for rid, blob in self.con.execute(
                       "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
         return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))

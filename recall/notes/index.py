@@ -203,6 +203,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     if full or report.chunks >= OPTIMIZE_AFTER:
         # a WAL as large as the rebuild stays while another process holds the DB open: cut it
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    from ..db.space import reclaim
+    reclaim(con)            # the DB in proportion to the notes, run after run
     report.seconds = time.monotonic() - started
     return report
 
@@ -356,7 +358,7 @@ def _texts(con, hashes: list) -> dict:
 
 def _announcement(con, cfg, fp, mid: int, provider, pending: list, estimate: int) -> str:
     from ..embed.providers import ledger_totals
-    texts = f"{len(pending):,} chunk texts with {fp.provider}/{fp.model}"
+    texts = f"{len(pending):,} chunk texts with {provider.label}"
     what = f"embedding {texts}"
     others = [r[0] for r in con.execute("SELECT DISTINCT m.model FROM embed_models m JOIN embeddings e "
                                         "ON e.model_id = m.id WHERE m.id != ? LIMIT 3", (mid,))]
@@ -424,8 +426,6 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
         notify(_announcement(con, cfg, fp, mid, provider, pending, report.estimate))
     redact = redactor(con, cfg)
     for batch in embed_batches(pending, provider.batch_items, int(provider.request_tokens * 0.8)):
-        if store.dim:
-            store.ensure_index()        # before the first write, so vec0 stays current batch by batch
         done, tokens = _embed_batch(con, cfg, provider, store, mid, batch, redact)
         report.embedded += done
         report.tokens += tokens

@@ -1,0 +1,37 @@
+"""The DB in proportion to the notes: FTS5's segments merged once they have grown, free pages
+given back, the WAL cut — after every index run."""
+from __future__ import annotations
+
+from . import get_meta, is_sqlite_error, set_meta, transaction
+
+FTS_GROWTH = 1.25       # FTS5 rows past this many times those after the last merge: merge again
+FREE_SHARE = 0.25       # free pages past this share of the file: VACUUM gives them back
+
+
+def _fts_rows(con) -> int:
+    return con.execute("SELECT count(*) FROM chunks_fts_data").fetchone()[0]
+
+
+def reclaim(con) -> dict:
+    """What an index run leaves behind, tidied. FTS5 keeps a deleted row's postings until its
+    segment is merged (20 rounds of edits doubled its size), so once its rows have grown by a
+    quarter since the last merge, its segments are merged into one and VACUUM rewrites the file
+    compact (a cost that follows the growth, not each run); so it does when a quarter of the
+    pages are free (a big deletion, a migration). The WAL is cut to nothing. A busy or full
+    DB skips a step, which the next run does. {step: done}."""
+    done = {"merged": False, "vacuumed": False}
+    try:
+        if _fts_rows(con) > FTS_GROWTH * int(get_meta(con, "fts_rows_merged", 0)) + 16:
+            with transaction(con):
+                con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+                set_meta(con, "fts_rows_merged", _fts_rows(con))
+            done["merged"] = True
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+        if done["merged"] or con.execute("PRAGMA freelist_count").fetchone()[0] > FREE_SHARE * pages:
+            con.execute("VACUUM")
+            done["vacuumed"] = True
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except Exception as exc:     # locked by a reader's snapshot, or no room to rewrite: not now
+        if not is_sqlite_error(exc):
+            raise
+    return done
