@@ -110,6 +110,8 @@ def watch(config: str | None = None, said=lambda ans: None) -> None:
                 said(Answer(rep.__dict__, door.scrub(
                     f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} removed files; "
                     f"{rep.chunks} chunks written; {rep.seconds:.2f}s")))
+            elif kind == "trouble":            # following stopped for now: why; it resumes by itself
+                said(Answer({}, notices=[door.scrub(f"not following the notes right now: {rep}")]))
             elif kind == "embed" and rep.embedded:
                 said(Answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
                                           + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else "")))
