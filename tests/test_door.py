@@ -254,3 +254,33 @@ def test_a_child_of_recall_mcp_cannot_forge_an_answer_to_the_client(nobody_world
     assert "ran" in texts[0] and "FORGED-ANSWER" not in texts[0] + texts[1], texts
     assert "WROTE-INTO-RECALL" not in texts[0]
     assert json.loads(texts[1])["id"] == "box"                     # the session goes on, in step
+
+
+# One secret-name rule for every display, log and store path (issue 34 point 3): the same 20 lines.
+S = "Zq8xK2vLm9"
+LINES = [
+    f"export GITHUB_TOKEN={S}", f"MYSQL_PWD={S} mysql -u app", f"DB_PWD={S} psql", f"API_KEY='{S}' curl x",
+    f"X_SECRET_V2=\"{S}\" run", f"curl -u deploy:{S} https://h/", f"curl -H 'Authorization: Bearer {S}' https://h/",
+    f"curl -H 'X-Api-Key: {S}' https://h/", f"git clone https://bot:{S}@git.example.com/r.git",
+    f"tool --password {S}", f"tool --token={S}", f"tool --api-key {S}", f"export SESSION_AUTH={S}",
+    f"AWS_SECRET_ACCESS_KEY={S} aws s3 ls", f"export PRIVATE_KEY={S}", f"SSHPASS={S} sshpass -e ssh h",
+    f"export GITLAB_PAT={S}", "export GITHUB_TOKEN=$GITHUB_TOKEN", "REGION=eu-west-1 PWD=/srv kubectl get pods",
+    "curl -H 'Authorization: Bearer $TOKEN' https://h/", f"echo {S} > /dev/null",
+]
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_display_log_and_store_hide_the_same_spans(tmp_path, line):
+    from recall import db, inventory
+    from recall.vault import audit, door
+    con = db.connect(tmp_path / "recall.db")
+    shown = door.scrub(line)
+    audit.log(con, "access.exec", "box", argv=line, verdict="ran")
+    inventory.record_status(con, "entry:box", "ok", line, line)
+    logged = con.execute("SELECT argv FROM access_log").fetchone()[0]
+    stored = con.execute("SELECT reason, command FROM verify_results").fetchone()
+    assert logged == shown and tuple(stored) == (shown, shown), (line, shown, logged, tuple(stored))
+    if "$" in line or line.startswith(("REGION", "echo")):
+        assert shown == line                        # a reference, a harmless value, a bare word: as written
+    else:
+        assert S not in shown and "[hidden]" in shown, shown

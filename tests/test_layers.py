@@ -233,3 +233,28 @@ def test_the_faces_import_only_the_library_layer():
     allowed = {"cli": {"api", "errors", "mcp_server"}, "mcp_server": {"api", "errors"}}
     extra = {face: sorted(set(graph[face]) - ok) for face, ok in allowed.items() if set(graph[face]) - ok}
     assert not extra, f"a face imports past the library layer: {extra}"
+
+
+def test_every_package_says_its_surface():
+    """Each package of recall/ has an `__all__`, and every name in it is there (a function or a
+    module of the package): what other packages may use, in one place."""
+    import importlib
+    for init in sorted((REPO / "recall").glob("*/__init__.py")):
+        name = f"recall.{init.parent.name}"
+        module = importlib.import_module(name)
+        assert isinstance(getattr(module, "__all__", None), list), f"{name} has no __all__"
+        for n in module.__all__:
+            assert hasattr(module, n) or importlib.util.find_spec(f"{name}.{n}"), f"{name}.__all__ names {n}"
+
+
+def test_the_design_maps_every_module_to_tests_and_every_test_to_a_module():
+    """docs/DESIGN.md's table: each module row names a test file, and each tests/test_*.py is named
+    by some row, so a newcomer finds a unit's tests and a test's unit."""
+    import re
+    rows = [line for line in (REPO / "docs" / "DESIGN.md").read_text().splitlines()
+            if line.startswith("| `") and ".py`" in line.split("|")[1]]
+    untested = [row.split("|")[1].strip() for row in rows if not re.search(r"`test_\w+\.py`", row.split("|")[-2])]
+    assert not untested, f"rows naming no test file: {untested}"
+    named = {t for row in rows for t in re.findall(r"`(test_\w+\.py)`", row.split("|")[-2])}
+    orphans = sorted(p.name for p in (REPO / "tests").glob("test_*.py") if p.name not in named)
+    assert not orphans, f"test files no module row names: {orphans}"

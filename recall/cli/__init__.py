@@ -353,3 +353,6 @@ def _say_last(line: str) -> None:
         sys.stderr.flush()
     except OSError:
         pass
+
+
+__all__ = ["main", "run", "build_parser"]

@@ -13,6 +13,9 @@ from ..errors import RecallError
 from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
 
+__all__ = ["connect", "transaction", "get_meta", "set_meta", "in_batches", "is_sqlite_error", "rollback", "explain",
+           "schema_version", "index_lock", "vault_lock", "has_vec", "load_vec", "sqlite_module", "vec_extension_path",
+           "migrations", "repair", "lock", "space", "pids"]
 BUSY_TIMEOUT_MS = 30_000
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # absent on Windows, where links are rare
 OPENED: list = []          # DB paths this process opened, so a later storage fault can name its file

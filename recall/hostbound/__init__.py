@@ -7,6 +7,8 @@ import re
 
 from ..errors import RecallError
 
+__all__ = ["Session", "placeholders_for"]
+
 PREFIX = "recall-ph-"
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
 CA_VARS = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
