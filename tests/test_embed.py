@@ -387,10 +387,10 @@ def test_the_cap_stops_before_sending_and_says_how_to_raise_it(voyage, fake, cli
     assert billed == fake.billed <= 150 and held == 0
     assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 4 * len(fake.embed_requests())
     voyage("  batch_size: 4\n  token_cap: 100000\n")                       # raised: it resumes
-    code, out, _ = cli("index")
-    assert code == 0
+    code, out, err = cli("index")
+    assert code == 0, err
     assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == \
-        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0], (out, err)
     assert embed.ledger_totals(con)[0] == fake.billed
 
 

@@ -110,7 +110,8 @@ def test_install_creates_the_folder_of_a_new_agent(tmp_path):
 
 def test_cli_prints_the_block_and_installs_it(cli, tmp_path):
     code, out, err = cli("instructions")
-    assert code == 0 and out == rules_text() and err == ""
+    assert code == 0 and out.startswith(rules_text()) and err == ""
+    assert '"mcpServers"' in out[len(rules_text()):] and "claude mcp add recall" in out   # and how to start it
     target = tmp_path / "CLAUDE.md"
     code, out, _ = cli("instructions", "--install", target)
     assert code == 0 and out == f"created {target} with the recall rules\n"

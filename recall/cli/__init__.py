@@ -215,7 +215,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     verbs.add("mcp", systems.cmd_mcp, help="serve MCP on stdio (for the agent)")
     p = verbs.add("instructions", systems.cmd_instructions,
-                  help="the rules block for the agent's instructions file")
+                  help="the rules block for the agent's instructions file, and this install's MCP settings")
     p.add_argument("--install", metavar="FILE", help="write or update the block in FILE (idempotent)")
     p = verbs.add("doctor", systems.cmd_doctor, help="check this machine and everything the config names")
     p.add_argument("--thorough", action="store_true",
