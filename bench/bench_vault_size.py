@@ -147,8 +147,8 @@ def main() -> int:
 {machine()}, load average {load:.1f}, {args.label}. `python3 bench/bench_vault_size.py`: 20 notes
 indexed, then one new note: `recall index` (wall s, CPU s, peak RSS MB; target < 1 s, < 150 MB);
 then a watcher (the stat poll, as `recall mcp` runs it) follows the notes and a note is saved, then
-another: seconds until the index holds each (target ≤ 2 s; the poll looks once a second; the first
-save builds the redactor's maskers, the next finds them built).
+another: seconds until the index holds each (target ≤ 2 s; the poll looks once a second; the
+watcher builds the redactor's maskers after its first pass, not at the first save).
 
 | vault | index one note, s | CPU s | peak RSS MB | save → found, s (first / next) |
 |---|---|---|---|---|

@@ -162,6 +162,8 @@ class Watcher:
                         rep = run_index(con, cfg, embed=False, redactor=self.redactor,
                                         load_values=self.load_values)
                         self.passes += 1
+                        if self.passes == 1:       # the redactor's maskers now, not at the first save
+                            self.redactor(con, cfg)("")
                         unembedded = paid
                         self.report("index", rep)
                     except (RecallError, OSError):
