@@ -163,3 +163,25 @@ def test_a_sealed_value_over_the_limit_is_refused_once_opened(tmp_path, config):
     secrets.write_text(secrets.read_text() + f"- id: huge\n  value: {inplace.seal(key, 'huge', '', _token(20_000))}\n")
     with pytest.raises(RecallError, match=r"secrets.yaml:4: secret 'huge' is 20,000 bytes"):
         vault.sync(con, cfg)
+
+
+def test_a_watcher_builds_the_maskers_before_the_first_save(tmp_path, config, notes, built, monkeypatch):
+    """A long-lived process follows the notes: the first save should not wait for the build."""
+    import time
+
+    from recall.notes import watch
+    cfg, con, _ = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}"})
+    _index(con, cfg)
+    vault._REDACTORS.clear()                                # a new process, nothing changed since
+    built.clear()
+    monkeypatch.setenv("RECALL_WATCH", "poll")
+    w = watch.Watcher(cfg, redactor=vault.redactor).start()
+    try:
+        deadline = time.monotonic() + 30
+        while w.passes < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while not built and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        w.stop()
+    assert len(built) == 1 and list(built[0][0]) == ["api-token"]

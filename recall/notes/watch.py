@@ -216,6 +216,8 @@ class Watcher:
                             load_values=self.load_values, notify=self._waiting)
             self._dirty, self._why = False, None
             self.passes += 1
+            if self.passes == 1:     # the redactor's maskers now, not at the first save
+                self.redactor(self._con, cfg)("")
             self._unembedded = cfg.embedding.provider != "none"
             self.report("index", rep)
         if self._unembedded and time.monotonic() - self._last_change >= QUIET_S:

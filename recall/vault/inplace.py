@@ -4,6 +4,7 @@ key's backup."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -159,7 +160,8 @@ def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: 
                           "recall seals values in place through a temp file in the same folder: "
                           "make the folder writable") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)         # a live write: never taken for a stale temp
+        with contextlib.suppress(OSError):      # a live write, never taken for a stale temp (no flock on
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)    # some NFS: the vault lock still holds)
         with open(fd, "wb", closefd=False) as f:    # a short write is retried, or raises
             f.write(text.encode("utf-8"))
             f.flush()
