@@ -13,7 +13,8 @@ from urllib.parse import quote
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from recall.vault.mask import Masker, encodings  # noqa: E402
+from recall.vault.forms import encodings  # noqa: E402
+from recall.vault.mask import Masker  # noqa: E402
 
 CHUNK = 64 * 1024
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

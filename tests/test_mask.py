@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -109,17 +110,18 @@ def test_byte_by_byte_delivery(masker):
 def test_feed_holds_back_a_fixed_tail_whatever_it_holds(masker):
     """How much is held never depends on whether the tail begins a secret: a child that watches
     its own output cannot test guesses byte by byte (issue 11 point 2)."""
-    hold = max(len(f) for f in masker._forms) - 1
+    hold = masker.hold
+    assert hold == 15
     filler = b"x" * (3 * hold)
-    for tail in (b"plain text!", TOKEN[:5].encode(), TOKEN[:-1].encode(), b"\0" * 5):
+    for tail in (b"plain text!", TOKEN[:5].encode(), TOKEN[:7].encode(), TOKEN[-7:].encode(), b"\0" * 5):
         stream = masker.stream()
         out = stream.feed(filler + tail)
         assert len(out) == len(filler) + len(tail) - hold, tail
         assert out + stream.flush() == filler + tail
     stream = masker.stream()
     assert stream.feed(b"key " + TOKEN[:5].encode()) == b""
-    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b""
-    assert stream.flush() == b"key [recall:api-token] ok!"
+    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b"key [recall:api-token]"   # a run is masked whole
+    assert stream.flush() == b" ok!"
 
 
 @pytest.mark.parametrize("prefix_len", range(6))
@@ -209,8 +211,9 @@ def test_partial_overlap_masks_both():
 
 
 def test_adjacent_secrets_keep_their_labels(masker):
-    data = TOKEN.encode() + TOKEN.encode()
-    assert masker.mask(data) == b"[recall:api-token][recall:api-token]"
+    """Two values side by side are one masked run with both labels; the same value twice is one run."""
+    assert masker.mask(TOKEN.encode() + PASSWORD.encode()) == b"[recall:api-token][recall:db-password]"
+    assert masker.mask(TOKEN.encode() + TOKEN.encode()) == b"[recall:api-token]"
 
 
 def test_multi_part_secret_masks_every_part():
@@ -295,22 +298,21 @@ def test_ten_megabytes_random_binary_with_secrets(count):
     _assert_same(stream_all(masker, chunks), whole)
 
 
-def test_both_search_plans_agree():
+def test_a_short_buffer_and_the_table_agree():
+    """An argv or a prompt is checked against the forms that share a window with it (no table built);
+    a longer buffer builds the table: both mask the same pieces with the same labels."""
     rng = random.Random(5)
     secrets = _many_secrets(rng, 30)
-    masker = Masker(secrets)
-    masker._prepare()
-    assert masker._stride > 0                      # the sampled-gram plan
-    single = {sid: Masker({sid: values}) for sid, values in secrets.items()}
-    for m in single.values():
-        m._prepare()
-    assert any(m._stride == 0 for m in single.values())  # the find-only plan
-    pad = b"." * 5000                              # past the small-buffer path: the plans are used
+    pad = b"." * 5000
     for sid, values in secrets.items():
-        data = pad + b"<<" + values[0].encode() + b">>" + pad
-        assert masker.mask(data) == single[sid].mask(data) == pad + b"<<" + label(sid) + b">>" + pad
-        small = b"<<" + values[0].encode() + b">>"
-        assert masker.mask(small) == b"<<" + label(sid) + b">>"
+        value = values[0].encode()
+        for piece in (value, value[1:9], value[-8:], base64.b64encode(value)):
+            fresh = Masker(secrets)
+            small = b"<<" + piece + b">>"
+            assert fresh.mask(small) == b"<<" + label(sid) + b">>", piece
+            assert fresh._table is None                      # `exec ID -- true` never builds it
+            assert fresh.mask(pad + small + pad) == pad + b"<<" + label(sid) + b">>" + pad
+            assert fresh._table is not None
 
 
 def test_no_form_survives_in_text(masker):
@@ -353,11 +355,15 @@ PROGRAMS = {   # FORMS row -> commands printing $V in that form, and what must n
     "regex": [["perl", "-e", 'print quotemeta($ENV{V}), "\\n"'],
               ["perl", "-CS", "-MEncode", "-e", 'print quotemeta(decode("UTF-8", $ENV{V})), "\\n"'],
               PY + ["import os, re; print(re.escape(os.environ['V']))"]],
+    "node": [["node", "-e", "console.log([process.env.V])"], ["node", "-e", "console.log(process.env)"]],
+    "quoted": [PY + ["import os, sqlite3; print(sqlite3.connect(':memory:').execute("
+                     "'select quote(?)', (os.environ['V'],)).fetchone()[0])"],
+               PY + ["import csv, os, sys; csv.writer(sys.stdout).writerow([os.environ['V'], 'x'])"]],
 }
 
 
 def test_every_form_row_has_a_real_program():
-    from recall.vault.mask import FORMS
+    from recall.vault.forms import FORMS
     assert {name for name, _make, _who in FORMS} == set(PROGRAMS)
 
 
@@ -376,8 +382,8 @@ def _run(cmd, value):
 @pytest.mark.parametrize("row,cmd", [(row, cmd) for row, cmds in PROGRAMS.items() for cmd in cmds],
                          ids=lambda x: x if isinstance(x, str) else " ".join(x)[-40:])
 def test_form_printed_by_the_real_program_is_masked(row, cmd, value):
-    if cmd[0] == "strace" and not shutil.which("strace"):
-        pytest.skip("strace not installed")
+    if cmd[0] in ("strace", "node") and not shutil.which(cmd[0]):
+        pytest.skip(f"{cmd[0]} not installed")
     out = _run(cmd, value)
     encoded = {"base64": base64.b64encode(value.encode())[8:20], "hex": value.encode().hex()[8:20].encode(),
                "c": b"\\x5a\\x71\\x38" if "-xx" in cmd else CORE.encode()}
@@ -403,6 +409,28 @@ def test_a_regex_escaped_value_is_redacted_in_notes(value):
     for line in escaped:
         note = f"grep -P '{line}' /var/log/app.log"
         assert redact(note) == "grep -P '[recall:v]' /var/log/app.log", (line, redact(note))
+
+
+# Quotes and backslashes between every letter: no 8 characters of it stand together in any form, so
+# only the form an escaper writes (quote-doubled, backslash-only) masks it.
+DENSE = "a'b\"c\\d'e\"f\\g'h\"i\\j"
+DENSE_PRINTERS = [
+    PROGRAMS["quoted"][0],                                       # SQL quote(): 'a''b"c\d''e…'
+    PROGRAMS["quoted"][1],                                       # CSV: "a'b""c\d'e""f…"
+    ["node", "-e", "console.log([process.env.V])"],             # util.inspect: `a'b"c\\d'e"f…`
+    ["node", "-e", "console.log({v: process.env.V, w: 1})"],
+]
+
+
+@pytest.mark.parametrize("cmd", DENSE_PRINTERS, ids=["sql", "csv", "node-array", "node-object"])
+def test_a_value_dense_with_quotes_and_backslashes_is_masked_as_its_escaper_prints_it(cmd):
+    if cmd[0] == "node" and not shutil.which("node"):
+        pytest.skip("node not installed")
+    out = _run(cmd, DENSE)
+    assert b"a" in out and b"j" in out and (b"''" in out or b'""' in out or b"\\\\" in out), out
+    masked = Masker({"v": [DENSE]}).mask(out)
+    assert masked.count(b"[recall:v]") == 1, (out, masked)
+    assert not re.search(rb"[a-j]\W{1,2}[a-j]", masked.replace(b"[recall:v]", b"")), (out, masked)
 
 
 def _go_json(text: str) -> str:
@@ -436,8 +464,7 @@ def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
     own = masker.stream(given=["api-token"])
     assert own.feed(b"key=" + TOKEN[:5].encode()) == b""
     assert own.release() == b"key=" and not own.holding
-    assert own.feed(TOKEN[5:].encode() + b" ok!") == b""
-    assert own.flush() == b"[recall:api-token] ok!"
+    assert own.feed(TOKEN[5:].encode() + b" ok!") + own.flush() == b"[recall:api-token] ok!"
     own = masker.stream(given=["api-token"])
     own.feed(b"key=" + TOKEN[:5].encode())
     assert own.release() == b"key="
@@ -446,6 +473,8 @@ def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
     other = masker.stream(given=["db-password"])
     other.feed(b"key=" + TOKEN[:5].encode())
     assert other.release() == b"key=" + TOKEN[:5].encode()
+    # ... and the rest of it after the pause is masked: the run goes on from what was released
+    assert other.feed(TOKEN[5:].encode() + b" ok!") + other.flush() == b"[recall:api-token] ok!"
     end = masker.stream(given=["api-token"])
     end.feed(b"x " + TOKEN[:4].encode())
     assert end.flush() == b"x [recall:api-token]"

@@ -138,10 +138,11 @@ def test_secret_split_across_writes_is_masked_when_streaming():
     assert all(TOKEN[:7].encode() not in w for w in out.writes)
 
 
-@pytest.mark.parametrize("tail", ["Password: ", TOKEN[:-1]])
+@pytest.mark.parametrize("tail", ["Password: ", TOKEN[:7]])
 def test_a_held_tail_is_released_by_time_whatever_it_is(tmp_path, tail):
-    """A prompt without a newline shows while the child waits; a tail that begins a secret is
-    released after the same idle time (never held longer: no signal to the child)."""
+    """A prompt without a newline shows while the child waits; a tail that begins a secret (fewer
+    than 8 of its characters: no piece) is released after the same idle time (never held longer:
+    no signal to the child)."""
     marker = tmp_path / "seen"
     child = ("import os, sys, time\n"
              f"sys.stdout.write({tail!r}); sys.stdout.flush()\n"
@@ -344,8 +345,8 @@ def test_a_stdin_value_printed_in_two_pieces_with_a_pause_stays_masked(split_vau
 def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
     from tests.conftest import run_recall
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
-                   'printf %s "${V:0:8}"; sleep 0.6; printf "%s\\n" "-not-it"')
-    assert (r.returncode, r.stdout) == (0, VALUE[:8] + "-not-it\n"), r.stderr
+                   'printf %s "${V:0:7}"; sleep 0.6; printf "%s\\n" "-not-it"')
+    assert (r.returncode, r.stdout) == (0, VALUE[:7] + "-not-it\n"), r.stderr
 
 
 def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
@@ -357,13 +358,17 @@ def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
     assert (r.returncode, r.stdout) == (0, "a " + VALUE[:3]), r.stderr
 
 
-def test_a_prefix_of_a_value_the_child_was_not_given_is_released_by_time(split_vault):
-    """The hold for other secrets never depends on them: the child cannot probe them."""
+@pytest.mark.parametrize("split", [9, 5])
+def test_a_value_the_child_was_not_given_printed_in_two_pieces_with_a_pause_is_masked(split_vault, split):
+    """The hold for other secrets never depends on them (the child cannot probe them): a first piece
+    of 8 or more is masked as it is released, a shorter one shows, and what follows the pause is
+    masked as the run it continues."""
     from tests.conftest import run_recall
     other = "other-Qw8eR7tY6uI5oP"
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
-                   f'printf %s {other[:9]}; sleep 0.6; printf "%s\\n" {other[9:]}')
-    assert (r.returncode, r.stdout) == (0, other + "\n"), r.stderr
+                   f'printf %s {other[:split]}; sleep 0.6; printf "%s\\n" {other[split:]}')
+    shown = "" if split >= 8 else other[:split]
+    assert (r.returncode, r.stdout) == (0, shown + "[recall:other-token]\n"), r.stderr
 
 
 def test_a_prompt_shows_while_the_child_waits(split_vault, tmp_path):
