@@ -324,6 +324,129 @@ def test_no_form_survives_in_text(masker):
     assert out.startswith(b"a [recall:") and out.endswith(b"] z") and out.count(b" | ") == len(forms) - 1, out
 
 
+# -- pieces: any run of 8 or more characters of a value (issue 33 point 2) ------------------------
+
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"      # 40 characters, as an AWS secret key
+
+
+def windows_of(text: bytes, size: int = 8) -> set:
+    return {text[i:i + size] for i in range(len(text) - size + 1)}
+
+
+def no_piece(value: bytes, out: bytes, size: int = 8) -> bool:
+    """No `size` characters of `value` stand together in `out` (ASCII case ignored, breaks dropped)."""
+    flat = out.lower().replace(b"\n", b"").replace(b"\r", b"")
+    return not any(w in flat for w in windows_of(value.lower(), size))
+
+
+@pytest.mark.parametrize("length", [7, 8, 9, 18, 30])
+def test_any_run_of_eight_characters_of_a_value_is_masked_and_seven_is_not(length):
+    masker = Masker({"aws": [AWS]})
+    for start in range(len(AWS) - length + 1):
+        piece = AWS[start:start + length].encode()
+        data = b"key: " + piece + b" ;"
+        want = b"key: [recall:aws] ;" if length >= 8 else data
+        assert masker.mask(data) == want, piece
+        assert masker.mask(data.upper()) == want.upper().replace(b"RECALL:AWS", b"recall:aws"), piece
+
+
+def test_a_piece_split_by_line_breaks_is_one_run():
+    masker = Masker({"aws": [AWS]})
+    piece = AWS[5:21].encode()
+    for i in range(1, len(piece)):
+        for brk in (b"\n", b"\r\n", b"\n\n"):
+            assert masker.mask(b"[" + piece[:i] + brk + piece[i:] + b"]\n") == b"[[recall:aws]]\n", (i, brk)
+    text = b"first line\nsecond line\n"          # breaks of text that is no piece stay where they were
+    assert masker.mask(text) == text
+
+
+def test_every_split_and_pause_masks_every_piece():
+    """Fed in two parts, with a pause (release) between or not: no 8 characters of the value come out,
+    and whatever does not begin a run comes out as it went in."""
+    masker = Masker({"aws": [AWS], "tok": [TOKEN]})
+    data = (b"a " + AWS[3:21].encode() + b" b " + base64.b64encode(b"x" + AWS.encode())[4:30]
+            + b" c " + TOKEN[:8].encode() + b" d " + AWS[:7].encode() + b"!")
+    whole = masker.mask(data)
+    assert whole == b"a [recall:aws] b [recall:aws] c [recall:tok] d " + AWS[:7].encode() + b"!"
+    for i in range(len(data) + 1):
+        for pause, given in ((False, ()), (True, ()), (True, ("aws", "tok"))):
+            stream = masker.stream(given)
+            out = stream.feed(data[:i]) + (stream.release() if pause else b"") + stream.feed(data[i:])
+            out += stream.flush()
+            assert no_piece(AWS.encode(), out) and no_piece(TOKEN.encode(), out), (i, pause, given, out)
+            if not pause:
+                assert out == whole, i
+
+
+@pytest.mark.parametrize("encode", [bytes.hex, lambda v: base64.b64encode(v).decode()])
+def test_encoded_forms_mask_from_sixteen_characters(encode):
+    """Forms of 1.25 characters or more a character (base64, hex, \\xNN): a run of 16 is masked, 15 is
+    not (what base64 shares with a public certificate's is no piece)."""
+    masker = Masker({"aws": [AWS]})
+    encoded = encode(AWS.encode()).encode()
+    assert masker.mask(b"<" + encoded[4:20] + b">") == b"<[recall:aws]>"
+    assert masker.mask(b"<" + encoded[4:19] + b">") == b"<" + encoded[4:19] + b">"
+    assert masker.mask(b"<" + encoded + b">") == b"<[recall:aws]>"
+
+
+@pytest.mark.parametrize("prefix", range(0, 80, 3))
+def test_wrapped_base64_is_masked_at_any_offset_in_the_stream(prefix):
+    """`env | base64`: the value sits anywhere in the stream, and the CLI's 76-column wrap falls
+    anywhere in its encoding."""
+    import subprocess
+    plain = b"A" * prefix + b"AWS_SECRET_ACCESS_KEY=" + AWS.encode() + b"\nHOME=/root\n"
+    wrapped = subprocess.run(["base64"], input=plain, capture_output=True, check=True).stdout
+    assert wrapped.count(b"\n") >= 2
+    out = Masker({"aws": [AWS]}).mask(wrapped)
+    assert out.count(b"[recall:aws]") == 1, out
+    inner = [base64.b64encode(b"\0" * pad + AWS.encode())[(8 * pad + 5) // 6:(8 * (pad + 40)) // 6]
+             for pad in range(3)]
+    assert all(no_piece(form, out) for form in inner), out
+
+
+PEM_BODY = ("MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5RUgQz8TLTHg7oAoGCCqGSM49\n"
+            "AwEHoUQDQgAEYl7HzJDJ1OSwv8cSf5vmRhpNSXr5wVmrlyr3TiRp7yH8mr0OH3Hg\n"
+            "zWgrxzB+8Xo8v3/4d8R1X7Xb4kJb0A2sRg==\n")
+PEM = "-----BEGIN EC PRIVATE KEY-----\n" + PEM_BODY + "-----END EC PRIVATE KEY-----\n"
+CERT = ("-----BEGIN CERTIFICATE-----\nMIIBfTCCASOgAwIBAgIUQ3ZpT1yL0f2Yb7h2cJkq8wGm0aIwCgYIKoZIzj0EAwIw\n"
+        "-----END CERTIFICATE-----\n")
+WEBHOOK = "https://hooks.example.com/services/T0A1B2C3/B4D5E6F7/q8W9e0R1t2Y3u4I5"
+
+
+def test_public_boilerplate_in_a_value_is_no_piece():
+    """PEM armor (in every key of its kind), a URL's scheme and runs of one character (table rules)
+    are not masked on their own; the value they stand in is masked whole, armor and all."""
+    masker = Masker({"tls-key": [PEM], "hook": [WEBHOOK]})
+    public = [CERT.encode(), base64.b64encode(CERT.encode()), b"  name  | id\n--------+--------\n",
+              b"see https://docs.python.org/3/ and http://localhost:8080/", b"=" * 40 + b"\n"]
+    for text in public:
+        assert masker.mask(text) == text, text
+    assert masker.mask(b"key:\n" + PEM.encode()) == b"key:\n[recall:tls-key]\n"
+    assert masker.mask(json.dumps({"k": PEM}).encode()) == b'{"k": "[recall:tls-key]"}'
+    assert masker.mask(b"posting to " + WEBHOOK.encode() + b" ok") == b"posting to [recall:hook] ok"
+    assert masker.mask(b"GET https://hooks.example.com/ 200") == b"GET https://hooks.example.com/ 200"
+    # a word of 8+ letters in the value is a piece of it wherever it stands (README)
+    assert masker.mask(b"cat /etc/services") == b"cat /etc[recall:hook]"
+
+
+def test_a_value_of_one_repeated_character_is_still_masked():
+    masker = Masker({"z": ["zzzzzzzz"], "pem": [PEM]})
+    assert masker.mask(b"a zzzzzzzz b") == b"a [recall:z] b"
+    assert masker.mask(b"AAAAAAAAAAAA") == b"AAAAAAAAAAAA"
+
+
+def test_note_redaction_masks_whole_token_pieces_and_leaves_words_inside_words():
+    """Notes: a piece of 8+ is redacted when it stands as a whole token (a pasted, truncated token);
+    inside a longer word it stays. A value holding a word of 8+ letters redacts that word too."""
+    from recall.vault.redact import text_redactor
+    value = "ghp-Xq7Wm2Lr9Tz4Kv8Pn3Hs6Bd1"
+    redact = text_redactor({"gh": {"": value}, "pw": {"": "7x-password-Q2"}}, {"gh": set(), "pw": set()})
+    assert redact(f"token {value[:14]}... expired") == "token [recall:gh]... expired"
+    assert redact(f"token {value} here") == "token [recall:gh] here"
+    assert redact("see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9") == "see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9"
+    assert redact("reset the password today; passwords rotate") == "reset the [recall:pw] today; passwords rotate"
+
+
 # -- every row of mask.FORMS against the real program that prints it ---------------------------
 
 CORE = "Zq8mK3"        # an alphanumeric stretch of each tricky value: it must not survive masking

@@ -36,13 +36,19 @@ def _bases(value: bytes) -> set[bytes]:
 
 
 _ARMOR = re.compile(rb"-----(?:BEGIN|END) [A-Z0-9 ]+-----")     # PEM: the same in every key of a kind
-_SCHEME = re.compile(rb"\A[A-Za-z][A-Za-z0-9+.-]*://")          # a URL's scheme: in every other URL
+# A URL's scheme and host, with the / after it (not a user:password@ in between): what every link to
+# that site shows.
+_URL = re.compile(rb"\A([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s]*@)?([^/?#@\s]*/?)")
 
 
 def boilerplate(value: bytes) -> list[bytes]:
-    """The parts of `value` that are public text (PEM armor lines, a leading URL scheme): their forms
-    alone are not pieces of the value."""
-    return _ARMOR.findall(value) + _SCHEME.findall(value)
+    """The parts of `value` that are public text (PEM armor lines, a URL's scheme and host): their
+    forms alone are not pieces of the value."""
+    url = _URL.match(value)
+    if url is None:
+        return _ARMOR.findall(value)
+    scheme, userinfo, host = url.groups()
+    return _ARMOR.findall(value) + ([scheme, host] if userinfo else [scheme + host])
 
 
 def _base64_forms(v: bytes) -> set[bytes]:

@@ -12,7 +12,7 @@ from .forms import MIN_SECRET_LEN, WORD_BYTES, boilerplate, encodings
 __all__ = ["MIN_SECRET_LEN", "PIECE", "Masker", "MaskStream", "check_maskable"]
 
 PIECE = 8             # a run of this many characters of a form is masked wherever it stands
-LOOSE_PIECE = 16      # ... of a form 1.5 times its value or longer (hex, \xNN): 8 bytes' worth
+LOOSE_PIECE = 16      # ... of a form 1.25 times its value or longer (base64, hex, \xNN): 8+ bytes
 HOLD = LOOSE_PIECE - 1  # flat bytes always held back: every run that begins before them is decided
 _EOF_PREFIX = 4       # at EOF a held prefix of a given value this long is masked
 _BREAKS = b"\r\n"     # not characters of a run: base64 wrapped at 76 columns is one run
@@ -80,7 +80,7 @@ class Masker:
     def _add(self, owner: int, raw: bytes) -> None:
         for form, row in encodings(raw).items():
             flat = _flat(form)
-            loose = 2 * len(form) >= 3 * len(raw)
+            loose = 4 * len(form) >= 5 * len(raw)
             old = self._forms.get(flat, (owner, True, False))
             self._forms[flat] = (old[0], old[1] and loose, old[2] or row == "raw")
         if len(raw) >= MIN_SECRET_LEN:
