@@ -25,13 +25,10 @@ def encodings(value: bytes) -> dict[bytes, str]:
 
 
 def _bases(value: bytes) -> set[bytes]:
-    """The value, stripped of surrounding spaces and tabs, and its LF and CRLF line-ending forms (a line
-    break is no character of a run: a trailing one needs no base of its own)."""
+    """The value, stripped of surrounding spaces and tabs, and with LF line endings (a line break is
+    no character of a run, so a trailing one needs no base of its own)."""
     bases = {value, value.strip(b" \t")}
-    for v in list(bases):
-        lf = v.replace(b"\r\n", b"\n")
-        if b"\n" in lf:
-            bases |= {lf, lf.replace(b"\n", b"\r\n")}
+    bases |= {v.replace(b"\r\n", b"\n") for v in bases}
     return {b for b in bases if len(b) >= MIN_SECRET_LEN}
 
 

@@ -18,7 +18,7 @@ _EOF_PREFIX = 4       # at EOF a held prefix of a given value this long is maske
 _BREAKS = b"\r\n"     # not characters of a run: base64 wrapped at 76 columns is one run
 _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
-_BLOCK = 512          # grams per set probe; only a block with a hit is walked in Python
+_BLOCK = 1024          # grams per set probe; only a block with a hit is walked in Python
 _SMALL = 128         # a buffer this short is checked against the forms that share a window with it
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
@@ -41,6 +41,14 @@ def _windows(flat: bytes) -> list:
     """Every 8-byte window of `flat` as a native int, in eight strided views."""
     view = memoryview(flat)
     return [view[r:r + (len(flat) - r) // 8 * 8].cast("Q") for r in range(min(8, len(flat) - 7))]
+
+
+def _grams(flat: bytes, every: int) -> list:
+    """The 5-byte grams of `flat` at offsets that are multiples of `every` (1 or 3), in zeroed words. A
+    run of 16 holds a stream offset that is a multiple of 4 and a form offset that is one of 3 (they
+    meet within 12), so the forms that mask from 16 need a third of their grams."""
+    views = [memoryview(_zeroed(flat[r:])).cast("Q") for r in range(min(8, len(flat)))]
+    return views if every == 1 else [view[r % 3::3] for r, view in enumerate(views)]   # r + 8i, i = r mod 3
 
 
 def _key(flat: bytes, at: int) -> int:
@@ -149,7 +157,7 @@ class _Table:
                 words |= windows
             if windows <= public:           # a form of boilerplate alone is still masked
                 forced |= windows
-            grams.update(*(memoryview(_zeroed(flat[r:])).cast("Q") for r in range(8)))
+            grams.update(*_grams(flat, 3 if is_loose else 1))
         self.owners: dict[int, tuple] = {}
         seen: set = set()
         shared: set = set()
@@ -181,13 +189,16 @@ class _Table:
 
     def _hits(self, flat: bytes) -> list:
         """Offsets (multiples of 4) whose 5-byte gram is a gram of a form: every run of 8 or more holds
-        one, since it covers [p, p + 5) for the first multiple of 4 at or after its start."""
-        hits = []
+        one, since it covers [p, p + 5) for the first multiple of 4 at or after its start. The grams go
+        to the set a block at a time (C speed); only a block with a hit is walked in Python."""
+        keys, hits = self.keys, []
         for offset in (0, 4):
-            words = _zeroed(flat[offset:])
-            found = self.keys.intersection(memoryview(words).cast("Q"))
-            if found:
-                hits += [offset + at for at in _where(words, found)]
+            grams = memoryview(_zeroed(flat[offset:])).cast("Q")
+            for block in range(0, len(grams), _BLOCK):
+                part = grams[block:block + _BLOCK]
+                if not keys.isdisjoint(part):
+                    at = offset + 8 * block
+                    hits += [at + 8 * i for i, gram in enumerate(part.tolist()) if gram in keys]
         hits.sort()
         return [h for h in hits if h + 5 <= len(flat)]
 
@@ -226,27 +237,6 @@ class _Table:
                 return at
             seen.append(_key(flat, nxt))
             at = nxt
-
-
-def _where(words: bytearray, found: set) -> list:
-    """Offsets (multiples of 8) in `words` of the `found` keys: a C-speed find for the few a false hit
-    brings; for a run's many, a walk of only the blocks that hold one."""
-    out = []
-    if len(found) > 8:
-        grams = memoryview(words).cast("Q")
-        for block in range(0, len(grams), _BLOCK):
-            part = grams[block:block + _BLOCK]
-            if not found.isdisjoint(part):
-                out += [8 * (block + i) for i, g in enumerate(part.tolist()) if g in found]
-        return out
-    for key in found:
-        gram = key.to_bytes(8, _ORDER)[:5]          # the word in memory, less its zeroed bytes
-        at = words.find(gram)
-        while at != -1:
-            if at % 8 == 0:
-                out.append(at)
-            at = words.find(gram, at + 1)
-    return out
 
 
 def _owners_of(tuples: list) -> tuple:
