@@ -429,6 +429,18 @@ def test_public_boilerplate_in_a_value_is_no_piece():
     assert masker.mask(b"cat /etc/services") == b"cat /etc[recall:hook]"
 
 
+def test_a_run_of_public_text_is_looked_at_once(monkeypatch):
+    """A child printing PEM armor over and over makes one long run of public windows: each probe hit
+    inside it is skipped, not grown over the whole run again (that was quadratic: seconds a buffer)."""
+    from recall.vault import mask
+    calls = []
+    grow = mask._Table._run
+    monkeypatch.setattr(mask._Table, "_run", lambda self, flat, at: calls.append(at) or grow(self, flat, at))
+    data = b"-----BEGIN EC PRIVATE KEY-----\n" * 2000
+    assert Masker({"tls-key": [PEM]}).mask(data) == data
+    assert len(calls) < 20, len(calls)
+
+
 def test_a_value_of_one_repeated_character_is_still_masked():
     masker = Masker({"z": ["zzzzzzzz"], "pem": [PEM]})
     assert masker.mask(b"a zzzzzzzz b") == b"a [recall:z] b"

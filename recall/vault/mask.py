@@ -177,14 +177,15 @@ class _Table:
                 for i in _finds(flat, form)]
 
     def runs(self, flat: bytes) -> list:
-        """Runs found from the probe's hits; a hit inside a run already found is skipped."""
+        """Runs found from the probe's hits; a hit inside a run already looked at is skipped."""
         found, covered = [], 0
         for at in self._hits(flat):
             if at >= covered:
                 run = self._run(flat, at)
                 if run is not None:
-                    found.append(run)
                     covered = run[1]
+                    if run[2]:
+                        found.append(run)
         return found
 
     def _hits(self, flat: bytes) -> list:
@@ -203,8 +204,8 @@ class _Table:
         return [h for h in hits if h + 5 <= len(flat)]
 
     def _run(self, flat: bytes, at: int):
-        """The union of the form windows around the hit at `at`, if it holds a secret window and is
-        long enough: (start, end, owners, word)."""
+        """(start, end, owners, word) of the union of form windows around the hit at `at`; owners is
+        empty when the run holds no secret window or is too short."""
         owners, last = self.owners, len(flat) - 8
         around = [j for j in range(max(0, at - 3), min(at, last) + 1) if _key(flat, j) in owners]
         if not around:
@@ -212,11 +213,12 @@ class _Table:
         seen = [_key(flat, j) for j in around]
         start, end = self._reach(flat, around[0], -1, seen), self._reach(flat, around[-1], 1, seen)
         secret = [k for k in seen if k not in self.public]
-        if not secret:
-            return None
+        if not secret or end - start < LOOSE_PIECE:       # the windows stepped over decide: look at all
+            windows = set().union(*_windows(flat[start:end + 8]))
+            secret = [k for k in windows if k in owners and k not in self.public]
         need = PIECE if any(k not in self.loose for k in secret) else LOOSE_PIECE
-        if end + 8 - start < need:
-            return None
+        if not secret or end + 8 - start < need:
+            return start, end + 8, (), False
         return start, end + 8, _owners_of([owners[k] for k in secret]), all(k in self.words for k in secret)
 
     def _reach(self, flat: bytes, at: int, step: int, seen: list) -> int:
