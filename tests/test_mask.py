@@ -378,6 +378,64 @@ def test_every_split_and_pause_masks_every_piece():
                 assert out == whole, i
 
 
+def _reference_runs(masker: Masker, flat: bytes) -> list:
+    """What the masker must find, by brute force: every 8-byte window of `flat` looked up; a run is a
+    stretch they cover, masked if it holds a secret window and is long enough; short forms whole."""
+    table = masker._table
+    keys = [int.from_bytes(flat[j:j + 8], sys.byteorder) for j in range(len(flat) - 7)]
+    runs, j = [], 0
+    while j < len(keys):
+        if keys[j] not in table.owners:
+            j += 1
+            continue
+        start, end = j, j + 8
+        while j < len(keys) and j <= end:         # windows that overlap or touch the run grow it
+            if keys[j] in table.owners:
+                end = j + 8
+            j += 1
+        inside = keys[start:end - 7]
+        secret = [k for k in inside if k in table.owners and k not in table.public]
+        strict = any(k not in table.loose for k in secret)
+        if secret and (strict or any(all(k in table.owners for k in inside[i:i + 9]) for i in range(len(inside) - 8))):
+            runs.append((start, end))                 # a loose form needs 16 characters: 9 windows in a row
+    runs += [(i, i + len(form)) for form, _owner, _word in table.short for i in _find_all(flat, form)]
+    merged = []
+    for start, end in sorted(runs):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _find_all(flat: bytes, form: bytes) -> list:
+    return [i for i in range(len(flat) - len(form) + 1) if flat.startswith(form, i)]
+
+
+def test_the_probe_finds_what_looking_at_every_window_finds():
+    """Random values over a small alphabet (many chance overlaps, public armor, hex and base64 forms)
+    and streams of their pieces: the gram probe and the stepping growth find exactly the runs a
+    brute-force look at every window finds."""
+    rng = random.Random(33)
+    for case in range(300):
+        alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
+        values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, 30))) for _ in range(3)]
+        if case % 5 == 0:
+            values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
+        masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
+        masker.mask(b"x" * 200)                                  # builds the table
+        forms = list(masker._forms)
+        parts = []
+        for _ in range(rng.randrange(1, 8)):
+            form = rng.choice(forms)
+            start = rng.randrange(len(form))
+            parts.append(form[start:start + rng.randrange(1, 40)])
+            parts.append(bytes(rng.choice(b"ab01 -+xz.") for _ in range(rng.randrange(0, 6))))
+        flat = b"".join(parts)
+        got = [(start, end) for start, end, _owners, _word in masker._runs(flat)]
+        assert got == _reference_runs(masker, flat), (case, values, flat)
+
+
 @pytest.mark.parametrize("encode", [bytes.hex, lambda v: base64.b64encode(v).decode()])
 def test_encoded_forms_mask_from_sixteen_characters(encode):
     """Forms of 1.25 characters or more a character (base64, hex, \\xNN): a run of 16 is masked, 15 is
@@ -441,10 +499,14 @@ def test_a_run_of_public_text_is_looked_at_once(monkeypatch):
     assert len(calls) < 20, len(calls)
 
 
-def test_a_value_of_one_repeated_character_is_still_masked():
-    masker = Masker({"z": ["zzzzzzzz"], "pem": [PEM]})
+def test_a_run_of_one_character_is_no_piece_but_such_a_value_is_masked():
+    """An OpenSSH key holds runs of A (zero bytes in base64): base64 of zeros elsewhere stays."""
+    ssh = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACBq9xXf"
+    masker = Masker({"z": ["zzzzzzzz"], "ssh": [ssh]})
     assert masker.mask(b"a zzzzzzzz b") == b"a [recall:z] b"
-    assert masker.mask(b"AAAAAAAAAAAA") == b"AAAAAAAAAAAA"
+    zeros = base64.b64encode(bytes(30)) + b"\n"
+    assert masker.mask(zeros) == zeros
+    assert masker.mask(ssh[10:40].encode()) == b"[recall:ssh]"
 
 
 def test_note_redaction_masks_whole_token_pieces_and_leaves_words_inside_words():

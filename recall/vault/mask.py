@@ -213,11 +213,12 @@ class _Table:
         seen = [_key(flat, j) for j in around]
         start, end = self._reach(flat, around[0], -1, seen), self._reach(flat, around[-1], 1, seen)
         secret = [k for k in seen if k not in self.public]
-        if not secret or end - start < LOOSE_PIECE:       # the windows stepped over decide: look at all
-            windows = set().union(*_windows(flat[start:end + 8]))
-            secret = [k for k in windows if k in owners and k not in self.public]
-        need = PIECE if any(k not in self.loose for k in secret) else LOOSE_PIECE
-        if not secret or end + 8 - start < need:
+        if all(k in self.loose for k in secret):      # none, or all loose: every window decides
+            keys = [_key(flat, j) for j in range(start, end + 1)]
+            secret = [k for k in keys if k in owners and k not in self.public]
+            if all(k in self.loose for k in secret) and not _chained(keys, owners, LOOSE_PIECE - 7):
+                secret = []              # a loose form needs 16 characters: 9 windows in a row
+        if not secret:
             return start, end + 8, (), False
         return start, end + 8, _owners_of([owners[k] for k in secret]), all(k in self.words for k in secret)
 
@@ -239,6 +240,16 @@ class _Table:
                 return at
             seen.append(_key(flat, nxt))
             at = nxt
+
+
+def _chained(keys: list, owners: dict, count: int) -> bool:
+    """`count` keys in a row are windows of forms."""
+    row = 0
+    for key in keys:
+        row = row + 1 if key in owners else 0
+        if row == count:
+            return True
+    return False
 
 
 def _owners_of(tuples: list) -> tuple:
