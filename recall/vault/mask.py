@@ -1,5 +1,6 @@
-"""The masker: any run of 8 or more characters of a secret value or of one of its forms (vault/forms.py)
-masked as `[recall:ID]`, across read boundaries, pauses and line breaks."""
+"""The masker: any run of 8+ characters of a secret value or of one of its
+forms (vault/forms.py) masked as `[recall:ID]`, across read boundaries,
+pauses and line breaks."""
 from __future__ import annotations
 
 import sys
@@ -11,15 +12,15 @@ from .forms import MIN_SECRET_LEN, WORD_BYTES, boilerplate, encodings
 
 __all__ = ["MIN_SECRET_LEN", "PIECE", "Masker", "MaskStream", "check_maskable"]
 
-PIECE = 8             # a run of this many characters of a form is masked wherever it stands
-LOOSE_PIECE = 16      # ... of a form 1.25 times its value or longer (base64, hex, \xNN): 8+ bytes
-HOLD = LOOSE_PIECE - 1  # flat bytes always held back: every run that begins before them is decided
-_EOF_PREFIX = 4       # at EOF a held prefix of a given value this long is masked
-_BREAKS = b"\r\n"     # not characters of a run: base64 wrapped at 76 columns is one run
+PIECE = 8          # a run this long of a form is masked wherever it stands
+LOOSE_PIECE = 16   # ... of a form 1.25x its value or more (base64, hex)
+HOLD = LOOSE_PIECE - 1  # always held back: decides every run begun before
+_EOF_PREFIX = 4    # at EOF a held prefix of a given value this long goes
+_BREAKS = b"\r\n"  # no characters of a run: wrapped base64 is one run
 _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
-_BLOCK = 1024          # grams per set probe; only a block with a hit is walked in Python
-_SMALL = 128         # a buffer this short is checked against the forms that share a window with it
+_BLOCK = 256       # grams a set probe; only a block with a hit is walked
+_SMALL = 128       # a buffer this short: the forms sharing a window only
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
 
@@ -33,22 +34,28 @@ def check_maskable(secret_id: str, value: str) -> None:
 
 
 def _flat(data: bytes) -> bytes:
-    """What runs are matched on: ASCII lower-cased (`tr a-z A-Z`, upper-case hex), line breaks dropped."""
+    """What runs are matched on: ASCII lower-cased (`tr a-z A-Z`, upper
+    hex), line breaks dropped."""
     return data.translate(_LOWER, _BREAKS)
 
 
 def _windows(flat: bytes) -> list:
-    """Every 8-byte window of `flat` as a native int, in eight strided views."""
-    view = memoryview(flat)
-    return [view[r:r + (len(flat) - r) // 8 * 8].cast("Q") for r in range(min(8, len(flat) - 7))]
+    """Every 8-byte window of `flat` as a native int, in eight views."""
+    view, size = memoryview(flat), len(flat)
+    return [view[r:r + (size - r) // 8 * 8].cast("Q")
+            for r in range(min(8, size - 7))]
 
 
 def _grams(flat: bytes, every: int) -> list:
-    """The 5-byte grams of `flat` at offsets that are multiples of `every` (1 or 3), in zeroed words. A
-    run of 16 holds a stream offset that is a multiple of 4 and a form offset that is one of 3 (they
-    meet within 12), so the forms that mask from 16 need a third of their grams."""
-    views = [memoryview(_zeroed(flat[r:])).cast("Q") for r in range(min(8, len(flat)))]
-    return views if every == 1 else [view[r % 3::3] for r, view in enumerate(views)]   # r + 8i, i = r mod 3
+    """The 5-byte grams of `flat` at offsets that are multiples of
+    `every` (1 or 3), as zeroed words. A run of 16 holds a stream offset
+    that is a multiple of 4 and a form offset that is one of 3 (they meet
+    within 12): the forms masked from 16 need a third of their grams."""
+    views = [memoryview(_zeroed(flat[r:])).cast("Q")
+             for r in range(min(8, len(flat)))]
+    if every == 1:
+        return views
+    return [view[r % 3::3] for r, view in enumerate(views)]  # 3 | r + 8i
 
 
 def _key(flat: bytes, at: int) -> int:
@@ -56,7 +63,8 @@ def _key(flat: bytes, at: int) -> int:
 
 
 def _zeroed(data: bytes) -> bytearray:
-    """`data` as 8-byte words with bytes 5-7 of each zeroed: each word is the 5-byte gram it starts with."""
+    """`data` as 8-byte words, bytes 5-7 of each zeroed: each word is the
+    5-byte gram it starts with."""
     words = bytearray(data)
     words += bytes(-len(words) % 8)
     zeros = bytes(len(words) // 8)
@@ -67,16 +75,17 @@ def _zeroed(data: bytes) -> bytearray:
 
 
 class Masker:
-    """Every form of every secret, and the table that finds their pieces fast."""
+    """Every form of every secret, and the table that finds their pieces."""
 
     def __init__(self, secrets: dict[str, list[str]], notes: bool = False):
-        """`notes` (note text): a run of the value as written is masked only as a whole token (`admin` in
-        `db-admin` stays), and the table is built now; else on the first scan that needs it."""
+        """`notes` (note text): a run of the value as written is masked only
+        as a whole token (`admin` in `db-admin` stays), and the table is
+        built now; else on the first scan that needs it."""
         self._labels: list[bytes] = []
         self._index = {secret_id: i for i, secret_id in enumerate(secrets)}
-        self._forms: dict[bytes, tuple] = {}     # flat form -> (owner, loose, word)
+        self._forms: dict[bytes, tuple] = {}  # flat -> (owner, loose, word)
         self._public: set[bytes] = set()
-        self._lengths: dict[int, int] = {}       # owner -> its shortest value (ties go to it)
+        self._lengths: dict[int, int] = {}  # owner -> shortest value: ties
         for owner, (secret_id, values) in enumerate(secrets.items()):
             self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
             for value in values:
@@ -86,46 +95,54 @@ class Masker:
         self._corpus: tuple | None = None
 
     def _add(self, owner: int, raw: bytes) -> None:
+        """The forms of one value, and the public text it holds."""
         for form, row in encodings(raw).items():
             flat = _flat(form)
             loose = 4 * len(form) >= 5 * len(raw)
             old = self._forms.get(flat, (owner, True, False))
             self._forms[flat] = (old[0], old[1] and loose, old[2] or row == "raw")
         if len(raw) >= MIN_SECRET_LEN:
-            self._lengths[owner] = min(len(raw), self._lengths.get(owner, len(raw)))
+            shortest = self._lengths.get(owner, len(raw))
+            self._lengths[owner] = min(len(raw), shortest)
         for part in boilerplate(raw):
             self._public |= {_flat(f) for f in encodings(part)}
 
     @property
     def hold(self) -> int:
-        """Bytes (not line breaks) a stream always holds back: 0 when there is nothing to mask."""
+        """Bytes (not line breaks) a stream always holds back: 0 when there
+        is nothing to mask."""
         return HOLD if self._forms else 0
 
     def mask(self, data: bytes) -> bytes:
+        """`data` masked whole."""
         stream = self.stream()
         return stream.feed(data) + stream.flush()
 
     def stream(self, given=()) -> MaskStream:
-        """A masker for one stream fed in pieces; `given`: ids of the secrets the child holds (see release)."""
+        """A masker for one stream fed in pieces; `given`: ids of the
+        secrets the child holds (see release)."""
         wanted = {self._index[g] for g in given if g in self._index}
-        return MaskStream(self, [(flat, spec[0]) for flat, spec in self._forms.items() if spec[0] in wanted])
+        return MaskStream(self, [(flat, spec[0]) for flat, spec
+                                 in self._forms.items() if spec[0] in wanted])
 
     def _runs(self, flat: bytes) -> list:
-        """(start, end, owners, word) of every run to mask in `flat`, by start, overlaps merged."""
+        """(start, end, owners, word) of every run to mask in `flat`, by
+        start, overlaps merged."""
         table = self._table
-        if table is None and len(flat) <= _SMALL:      # an argv, a prompt: `exec ID -- true` builds no table
+        if table is None and len(flat) <= _SMALL:  # `exec ID -- true`: none
             table = _Table(self, self._forms_sharing(flat))
         elif table is None:
             table = self._table = _Table(self, self._forms)
         return _merged(table.runs(flat) + table.whole(flat))
 
     def _forms_sharing(self, flat: bytes) -> dict:
-        """The forms that hold some 8-byte window of `flat`, and those matched whole: a table of these
-        finds in `flat` what the whole table would."""
-        if self._corpus is None:
+        """The forms that hold some 8-byte window of `flat`, and those
+        matched whole: a table of these finds in `flat` what the whole
+        table would."""
+        if self._corpus is None:       # no window holds the break between
             forms = list(self._forms.items())
             starts = list(accumulate((len(f) + 1 for f, _ in forms), initial=0))
-            self._corpus = (b"\n".join(f for f, _ in forms), starts, forms)   # no window holds a break
+            self._corpus = (b"\n".join(f for f, _ in forms), starts, forms)
         corpus, starts, forms = self._corpus
         found = set()
         for j in range(len(flat) - PIECE + 1):
@@ -133,18 +150,21 @@ class Masker:
             while i != -1:
                 found.add(bisect_right(starts, i) - 1)
                 i = corpus.find(flat[j:j + PIECE], i + 1)
-        return {f: spec for k, (f, spec) in enumerate(forms) if k in found or len(f) < LOOSE_PIECE}
+        return {f: spec for k, (f, spec) in enumerate(forms)
+                if k in found or len(f) < LOOSE_PIECE}
 
 
 class _Table:
-    """Every 8-byte window of every form with its owners, and the 5-byte grams of the secret ones."""
+    """Every 8-byte window of the forms with its owners, the public ones,
+    and the probe's keys: the forms' 5-byte grams."""
 
     def __init__(self, masker: Masker, forms: dict):
         owned: dict[int, set] = {}
-        strict, loose, words, public, forced, grams = set(), set(), set(), set(_REPEATS), set(), set()
+        strict, loose, words, forced, grams = set(), set(), set(), set(), set()
+        public = set(_REPEATS)
         for flat in masker._public:
             public.update(*_windows(flat))
-        self.short = []                     # (flat form, owner, word): matched whole
+        self.short = []                # (flat form, owner, word): whole only
         for flat, (owner, is_loose, word) in forms.items():
             if len(flat) < (LOOSE_PIECE if is_loose else PIECE):
                 self.short.append((flat, owner, word))
@@ -155,7 +175,7 @@ class _Table:
             (loose if is_loose else strict).update(windows)
             if word:
                 words |= windows
-            if windows <= public:           # a form of boilerplate alone is still masked
+            if windows <= public:      # a value of boilerplate alone still masks
                 forced |= windows
             grams.update(*_grams(flat, 3 if is_loose else 1))
         self.owners: dict[int, tuple] = {}
@@ -169,15 +189,17 @@ class _Table:
             self.owners.update(dict.fromkeys(windows - shared, (owner,)))
         for w in shared:
             self.owners[w] = tuple(o for o in by_length if w in owned[o])
-        self.public, self.loose, self.words, self.keys = public - forced, loose - strict, words, grams
+        self.public, self.loose = public - forced, loose - strict
+        self.words, self.keys = words, grams
 
     def whole(self, flat: bytes) -> list:
         """Runs of the forms too short for pieces, matched whole."""
-        return [(i, i + len(form), (owner,), word) for form, owner, word in self.short
-                for i in _finds(flat, form)]
+        return [(i, i + len(form), (owner,), word)
+                for form, owner, word in self.short for i in _finds(flat, form)]
 
     def runs(self, flat: bytes) -> list:
-        """Runs found from the probe's hits; a hit inside a run already looked at is skipped."""
+        """Runs found from the probe's hits; a hit inside a run already
+        looked at is skipped."""
         found, covered = [], 0
         for at in self._hits(flat):
             if at >= covered:
@@ -189,9 +211,10 @@ class _Table:
         return found
 
     def _hits(self, flat: bytes) -> list:
-        """Offsets (multiples of 4) whose 5-byte gram is a gram of a form: every run of 8 or more holds
-        one, since it covers [p, p + 5) for the first multiple of 4 at or after its start. The grams go
-        to the set a block at a time (C speed); only a block with a hit is walked in Python."""
+        """Offsets (multiples of 4) whose 5-byte gram is a form's: a run of
+        8 or more covers [p, p + 5) for the first multiple of 4 from its
+        start. The set takes a block at a time (C speed); only a block
+        with a hit is walked in Python."""
         keys, hits = self.keys, []
         for offset in (0, 4):
             grams = memoryview(_zeroed(flat[offset:])).cast("Q")
@@ -199,43 +222,55 @@ class _Table:
                 part = grams[block:block + _BLOCK]
                 if not keys.isdisjoint(part):
                     at = offset + 8 * block
-                    hits += [at + 8 * i for i, gram in enumerate(part.tolist()) if gram in keys]
+                    hits += [at + 8 * i for i, gram in enumerate(part.tolist())
+                             if gram in keys]
         hits.sort()
         return [h for h in hits if h + 5 <= len(flat)]
 
     def _run(self, flat: bytes, at: int):
-        """(start, end, owners, word) of the union of form windows around the hit at `at`; owners is
-        empty when the run holds no secret window or is too short."""
+        """(start, end, owners, word) of the union of form windows around
+        the hit at `at`; no owners when it holds no secret window or is too
+        short."""
         owners, last = self.owners, len(flat) - 8
-        around = [j for j in range(max(0, at - 3), min(at, last) + 1) if _key(flat, j) in owners]
+        around = [j for j in range(max(0, at - 3), min(at, last) + 1)
+                  if _key(flat, j) in owners]
         if not around:
             return None
         seen = [_key(flat, j) for j in around]
-        start, end = self._reach(flat, around[0], -1, seen), self._reach(flat, around[-1], 1, seen)
+        start = self._reach(flat, around[0], -1, seen)
+        end = self._reach(flat, around[-1], 1, seen)
         secret = [k for k in seen if k not in self.public]
-        if all(k in self.loose for k in secret):      # none, or all loose: every window decides
-            keys = [_key(flat, j) for j in range(start, end + 1)]
+        if all(k in self.loose for k in secret):   # none, or all loose:
+            keys = [_key(flat, j) for j in range(start, end + 1)]  # all decide
             secret = [k for k in keys if k in owners and k not in self.public]
-            if all(k in self.loose for k in secret) and not _chained(keys, owners, LOOSE_PIECE - 7):
-                secret = []              # a loose form needs 16 characters: 9 windows in a row
+            if (all(k in self.loose for k in secret)  # 16: 9 windows in a row
+                    and not _chained(keys, owners, LOOSE_PIECE - 7)):
+                secret = []
         if not secret:
             return start, end + 8, (), False
-        return start, end + 8, _owners_of([owners[k] for k in secret]), all(k in self.words for k in secret)
+        word = all(k in self.words for k in secret)
+        return start, end + 8, _owners_of([owners[k] for k in secret]), word
 
     def _reach(self, flat: bytes, at: int, step: int, seen: list) -> int:
-        """The start of the last window, going `step` (-1 or 1) from the window at `at`, that keeps
-        the run unbroken (windows overlap or touch); the windows passed are added to `seen`."""
+        """The start of the last window, going `step` (-1 or 1) from the
+        window at `at`, that keeps the run unbroken (windows overlap or
+        touch); the windows passed are added to `seen`."""
         owners, last = self.owners, len(flat) - 8
-        while True:
-            count = (at if step < 0 else last - at) // 8          # whole windows 8 apart: a C-speed view
-            view = memoryview(flat)[at - 8 * count:at] if step < 0 else memoryview(flat)[at + 8:at + 8 + 8 * count]
-            for key in (view.cast("Q")[::-1] if step < 0 else view.cast("Q")):
+        while True:            # windows 8 apart, touching: a C-speed view
+            count = (at if step < 0 else last - at) // 8
+            if step < 0:
+                keys = memoryview(flat)[at - 8 * count:at].cast("Q")[::-1]
+            else:
+                keys = memoryview(flat)[at + 8:at + 8 + 8 * count].cast("Q")
+            for key in keys:
                 if key not in owners:
                     break
                 seen.append(key)
                 at += 8 * step
-            near = range(at - 7, at) if step < 0 else range(min(at + 7, last), at, -1)
-            nxt = next((j for j in near if j >= 0 and _key(flat, j) in owners), None)
+            near = (range(at - 7, at) if step < 0      # the furthest first
+                    else range(min(at + 7, last), at, -1))
+            nxt = next((j for j in near if j >= 0 and _key(flat, j) in owners),
+                       None)
             if nxt is None:
                 return at
             seen.append(_key(flat, nxt))
@@ -253,7 +288,8 @@ def _chained(keys: list, owners: dict, count: int) -> bool:
 
 
 def _owners_of(tuples: list) -> tuple:
-    """One owner when every window has it (the one with the shorter value first), else each in turn."""
+    """One owner when every window has it (the one of the shorter value
+    first), else each in turn."""
     common = set(tuples[0]).intersection(*tuples[1:])
     if common:
         return (next(o for o in tuples[0] if o in common),)
@@ -261,19 +297,22 @@ def _owners_of(tuples: list) -> tuple:
 
 
 def _merged(runs: list) -> list:
-    """Overlapping runs as one, their owners in order of appearance; word only if all were."""
+    """Overlapping runs as one, their owners in order of appearance; word
+    only if all were."""
     out: list = []
     for start, end, owners, word in sorted(runs, key=lambda r: (r[0], -r[1])):
         if out and start < out[-1][1]:
-            last = out[-1]
-            if end > last[1]:
-                out[-1] = (last[0], end, tuple(dict.fromkeys(last[2] + owners)), last[3] and word)
+            first, last, seen, was_word = out[-1]
+            if end > last:
+                both = tuple(dict.fromkeys(seen + owners))
+                out[-1] = (first, end, both, was_word and word)
             continue
         out.append((start, end, owners, word))
     return out
 
 
 def _finds(flat: bytes, form: bytes) -> list:
+    """Every offset of `form` in `flat`."""
     out, i = [], flat.find(form)
     while i != -1:
         out.append(i)
@@ -282,16 +321,16 @@ def _finds(flat: bytes, form: bytes) -> list:
 
 
 def _whole_token(buf: bytes, start: int, end: int) -> bool:
-    """Not inside a longer word: `admin` in `db-admin` or `admins` is left alone."""
+    """Not inside a longer word: `admin` in `db-admin` or `admins` stays."""
     return not ((start > 0 and buf[start] in _WORD and buf[start - 1] in _WORD)
                 or (end < len(buf) and buf[end - 1] in _WORD and buf[end] in _WORD))
 
 
-_WORD = WORD_BYTES | frozenset(b"-" + bytes(range(128, 256)))   # a token's bytes: UTF-8 letters too
+_WORD = WORD_BYTES | frozenset(b"-" + bytes(range(128, 256)))  # UTF-8 too
 
 
 def _tail_start(buf: bytes, count: int) -> int:
-    """Where the last `count` bytes of `buf` that are not line breaks begin."""
+    """Where the last `count` bytes of `buf` that are no line breaks begin."""
     at = len(buf)
     while count:
         at -= 1
@@ -300,20 +339,23 @@ def _tail_start(buf: bytes, count: int) -> int:
 
 
 class _Offsets:
-    """Offsets in `buf` of its flat offsets (line breaks not counted), asked in increasing order."""
+    """Offsets in `buf` of its flat offsets (line breaks not counted),
+    asked in increasing order."""
 
     def __init__(self, buf: bytes, flat_len: int):
         self._buf, self._plain = buf, flat_len == len(buf)
         self._at, self._flat = 0, 0
 
     def at(self, k: int) -> int:
-        """Where flat byte k sits in buf (past the line breaks before it); len(buf) past the last."""
+        """Where flat byte k sits in buf (past the line breaks before it);
+        len(buf) past the last."""
         if self._plain:
             return k
         buf, at, flat = self._buf, self._at, self._flat
         while flat < k:
             step = k - flat
-            flat += step - buf.count(b"\n", at, at + step) - buf.count(b"\r", at, at + step)
+            breaks = buf.count(b"\n", at, at + step) + buf.count(b"\r", at, at + step)
+            flat += step - breaks
             at += step
         while at < len(buf) and buf[at] in _BREAKS:
             at += 1
@@ -322,20 +364,22 @@ class _Offsets:
 
 
 class MaskStream:
-    """Masks one stream fed in arbitrary pieces; the output equals Masker.mask of the whole stream
-    (but for where a run's labels fall when a pause splits it)."""
+    """Masks one stream fed in arbitrary pieces; the output equals
+    Masker.mask of the whole stream (but for a run's labels when a pause
+    splits it)."""
 
     def __init__(self, masker: Masker, given):
         self._masker = masker
-        self._given = given        # (flat form, owner) of the values this child holds
+        self._given = given      # (flat form, owner): values the child holds
         self._held = b""
-        self._idle = False         # the held bytes were already offered to `release`
-        self._seen = b""           # the last HOLD flat bytes emitted: a run may go on from them
-        self._open: tuple = ()     # owners of a mask that ended the emitted bytes
+        self._idle = False       # the held bytes were offered to `release`
+        self._seen = b""         # last HOLD flat bytes emitted: a run goes on
+        self._open: tuple = ()   # owners of a mask that ended the emitted
 
     def feed(self, data: bytes) -> bytes:
-        """Mask what is safe to emit now. The last HOLD bytes (not counting line breaks) are always held,
-        whatever they are, so a child watching its own output learns nothing from the delay."""
+        """Mask what is safe to emit now. The last HOLD bytes (line breaks
+        not counted) are always held, whatever they are, so a child watching
+        its own output learns nothing from the delay."""
         if not self._masker.hold:
             return bytes(data)
         if not data:
@@ -345,29 +389,33 @@ class MaskStream:
 
     @property
     def holding(self) -> bool:
-        """Held bytes that `release` has not yet been offered since the last feed."""
+        """Held bytes `release` was not offered since the last feed."""
         return bool(self._held) and not self._idle
 
     def release(self) -> bytes:
-        """Idle stream: emit what is held, masked, but a tail that begins a value the child holds (holding
-        it tells the child nothing it knows not) until the next bytes show it is not that value."""
+        """Idle stream: emit what is held, masked, but a tail that begins a
+        value the child holds (holding it tells the child nothing it knows
+        not) until the next bytes show it is not that value."""
         buf, self._idle = self._held, True
         keep, _owner = self._given_prefix(_flat(buf))
         return self._scan(buf, keep)
 
     def flush(self) -> bytes:
-        """At end of stream, everything held, masked; a held prefix of 4+ characters of a given value too."""
+        """At end of stream, everything held, masked; a held prefix of 4+
+        characters of a given value too."""
         buf = self._held
         if not buf:
             return b""
         flat = _flat(buf)
         keep, owner = self._given_prefix(flat)
-        if keep and len(flat[len(flat) - keep:].decode("utf-8", "ignore")) < _EOF_PREFIX:
+        tail = flat[len(flat) - keep:].decode("utf-8", "ignore")
+        if len(tail) < _EOF_PREFIX:
             keep = 0
         return self._scan(buf, 0, (owner,) if keep else (), keep)
 
     def _given_prefix(self, flat: bytes) -> tuple[int, int]:
-        """(length, owner) of the longest tail of `flat` that begins a form of a given value."""
+        """(length, owner) of the longest tail of `flat` that begins a form
+        of a given value."""
         best, owner = len(flat), 0
         for form, who in self._given:
             i = flat.find(form[:1], max(0, len(flat) - len(form) + 1))
@@ -379,31 +427,36 @@ class MaskStream:
         return len(flat) - best, owner
 
     def _scan(self, buf: bytes, hold: int, tail: tuple = (), tail_len: int = 0) -> bytes:
-        """Emit buf masked but its last `hold` flat bytes (a run that begins before them is masked whole,
-        to its end) and hold the rest; `tail`: owners of a last `tail_len` flat bytes to mask at EOF."""
+        """Emit buf masked but its last `hold` flat bytes (a run begun
+        before them is masked to its end) and hold the rest; `tail`: owners
+        of a last `tail_len` flat bytes to mask at EOF."""
         masker, seen = self._masker, self._seen
         new = _flat(buf)
         flat, base = seen + new, len(seen)
         runs = masker._runs(flat)
         if tail:
-            runs = _merged(runs + [(len(flat) - tail_len, len(flat), tail, False)])
+            runs = _merged([*runs, (len(flat) - tail_len, len(flat), tail, False)])
         limit = hold_at = len(flat) - hold
         last = None
         offsets, out, pos = _Offsets(buf, len(new)), [], 0
         for start, end, owners, word in runs:
             if end <= base or start >= limit:
                 continue
-            lo, hi = offsets.at(max(start, base) - base), offsets.at(end - 1 - base) + 1
+            lo = offsets.at(max(start, base) - base)
+            hi = offsets.at(end - 1 - base) + 1
             if word and masker._notes and not _whole_token(buf, lo, hi):
                 continue
-            if start < base:                 # it goes on from what was emitted: no label twice
-                owners = tuple(dict.fromkeys(self._open + owners))
-            out += [buf[pos:lo]] + [masker._labels[o] for o in owners if o not in self._open or start >= base]
+            shown = self._open if start < base else ()  # it goes on: no label twice
+            owners = tuple(dict.fromkeys(shown + owners))
+            out += [buf[pos:lo]] + [masker._labels[o] for o in owners if o not in shown]
             pos, limit, last = hi, max(limit, end), (end, owners)
-        if limit < base:                     # nothing new to emit yet
+        if limit < base:                   # nothing new to emit yet
             self._held = buf
             return b""
-        stop = _tail_start(buf, hold) if limit == hold_at else offsets.at(limit - base)
+        if limit == hold_at:
+            stop = _tail_start(buf, hold)
+        else:
+            stop = offsets.at(limit - base)
         out.append(buf[pos:stop])
         self._held, self._seen = buf[stop:], flat[max(0, limit - HOLD):limit]
         self._open = last[1] if last is not None and last[0] == limit else ()
