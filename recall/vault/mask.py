@@ -239,11 +239,15 @@ class _Table:
         seen = [_key(flat, j) for j in around]
         start = self._reach(flat, around[0], -1, seen)
         end = self._reach(flat, around[-1], 1, seen)
+        # Stepping 8 at a time lands in any 8 windows in a row: a secret
+        # character of the run was seen, if there is one.
         secret = [k for k in seen if k not in self.public]
-        if all(k in self.loose for k in secret):   # none, or all loose:
+        head = [_key(flat, j) for j in range(start, min(start + 9, end + 1))]
+        if (secret and all(k in self.loose for k in secret)   # 16 of a loose
+                and not _chained(head, owners, 9)):           # form: 9 windows
             keys = [_key(flat, j) for j in range(start, end + 1)]  # all decide
             secret = [k for k in keys if k in owners and k not in self.public]
-            if (all(k in self.loose for k in secret)  # 16: 9 windows in a row
+            if (all(k in self.loose for k in secret)
                     and not _chained(keys, owners, LOOSE_PIECE - 7)):
                 secret = []
         if not secret:
