@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -109,17 +110,18 @@ def test_byte_by_byte_delivery(masker):
 def test_feed_holds_back_a_fixed_tail_whatever_it_holds(masker):
     """How much is held never depends on whether the tail begins a secret: a child that watches
     its own output cannot test guesses byte by byte (issue 11 point 2)."""
-    hold = max(len(f) for f in masker._forms) - 1
+    hold = masker.hold
+    assert hold == 15
     filler = b"x" * (3 * hold)
-    for tail in (b"plain text!", TOKEN[:5].encode(), TOKEN[:-1].encode(), b"\0" * 5):
+    for tail in (b"plain text!", TOKEN[:5].encode(), TOKEN[:7].encode(), TOKEN[-7:].encode(), b"\0" * 5):
         stream = masker.stream()
         out = stream.feed(filler + tail)
         assert len(out) == len(filler) + len(tail) - hold, tail
         assert out + stream.flush() == filler + tail
     stream = masker.stream()
     assert stream.feed(b"key " + TOKEN[:5].encode()) == b""
-    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b""
-    assert stream.flush() == b"key [recall:api-token] ok!"
+    assert stream.feed(TOKEN[5:].encode() + b" ok!") == b"key [recall:api-token]"   # a run is masked whole
+    assert stream.flush() == b" ok!"
 
 
 @pytest.mark.parametrize("prefix_len", range(6))
@@ -209,8 +211,9 @@ def test_partial_overlap_masks_both():
 
 
 def test_adjacent_secrets_keep_their_labels(masker):
-    data = TOKEN.encode() + TOKEN.encode()
-    assert masker.mask(data) == b"[recall:api-token][recall:api-token]"
+    """Two values side by side are one masked run with both labels; the same value twice is one run."""
+    assert masker.mask(TOKEN.encode() + PASSWORD.encode()) == b"[recall:api-token][recall:db-password]"
+    assert masker.mask(TOKEN.encode() + TOKEN.encode()) == b"[recall:api-token]"
 
 
 def test_multi_part_secret_masks_every_part():
@@ -295,22 +298,21 @@ def test_ten_megabytes_random_binary_with_secrets(count):
     _assert_same(stream_all(masker, chunks), whole)
 
 
-def test_both_search_plans_agree():
+def test_a_short_buffer_and_the_table_agree():
+    """An argv or a prompt is checked against the forms that share a window with it (no table built);
+    a longer buffer builds the table: both mask the same pieces with the same labels."""
     rng = random.Random(5)
     secrets = _many_secrets(rng, 30)
-    masker = Masker(secrets)
-    masker._prepare()
-    assert masker._stride > 0                      # the sampled-gram plan
-    single = {sid: Masker({sid: values}) for sid, values in secrets.items()}
-    for m in single.values():
-        m._prepare()
-    assert any(m._stride == 0 for m in single.values())  # the find-only plan
-    pad = b"." * 5000                              # past the small-buffer path: the plans are used
+    pad = b"." * 5000
     for sid, values in secrets.items():
-        data = pad + b"<<" + values[0].encode() + b">>" + pad
-        assert masker.mask(data) == single[sid].mask(data) == pad + b"<<" + label(sid) + b">>" + pad
-        small = b"<<" + values[0].encode() + b">>"
-        assert masker.mask(small) == b"<<" + label(sid) + b">>"
+        value = values[0].encode()
+        for piece in (value, value[1:9], value[-8:], base64.b64encode(value)):
+            fresh = Masker(secrets)
+            small = b"<<" + piece + b">>"
+            assert fresh.mask(small) == b"<<" + label(sid) + b">>", piece
+            assert fresh._table is None                      # `exec ID -- true` never builds it
+            assert fresh.mask(pad + small + pad) == pad + b"<<" + label(sid) + b">>" + pad
+            assert fresh._table is not None
 
 
 def test_no_form_survives_in_text(masker):
@@ -320,6 +322,205 @@ def test_no_form_survives_in_text(masker):
     out = masker.mask(text)
     assert_no_form(SECRETS, out)
     assert out.startswith(b"a [recall:") and out.endswith(b"] z") and out.count(b" | ") == len(forms) - 1, out
+
+
+# -- pieces: any run of 8 or more characters of a value (issue 33 point 2) ------------------------
+
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"      # 40 characters, as an AWS secret key
+
+
+def windows_of(text: bytes, size: int = 8) -> set:
+    return {text[i:i + size] for i in range(len(text) - size + 1)}
+
+
+def no_piece(value: bytes, out: bytes, size: int = 8) -> bool:
+    """No `size` characters of `value` stand together in `out` (ASCII case ignored, breaks dropped)."""
+    flat = out.lower().replace(b"\n", b"").replace(b"\r", b"")
+    return not any(w in flat for w in windows_of(value.lower(), size))
+
+
+@pytest.mark.parametrize("length", [7, 8, 9, 18, 30])
+def test_any_run_of_eight_characters_of_a_value_is_masked_and_seven_is_not(length):
+    masker = Masker({"aws": [AWS]})
+    for start in range(len(AWS) - length + 1):
+        piece = AWS[start:start + length].encode()
+        data = b"key: " + piece + b" ;"
+        want = b"key: [recall:aws] ;" if length >= 8 else data
+        assert masker.mask(data) == want, piece
+        assert masker.mask(data.upper()) == want.upper().replace(b"RECALL:AWS", b"recall:aws"), piece
+
+
+def test_a_piece_split_by_line_breaks_is_one_run():
+    masker = Masker({"aws": [AWS]})
+    piece = AWS[5:21].encode()
+    for i in range(1, len(piece)):
+        for brk in (b"\n", b"\r\n", b"\n\n"):
+            assert masker.mask(b"[" + piece[:i] + brk + piece[i:] + b"]\n") == b"[[recall:aws]]\n", (i, brk)
+    text = b"first line\nsecond line\n"          # breaks of text that is no piece stay where they were
+    assert masker.mask(text) == text
+
+
+def test_every_split_and_pause_masks_every_piece():
+    """Fed in two parts, with a pause (release) between or not: no 8 characters of the value come out,
+    and whatever does not begin a run comes out as it went in."""
+    masker = Masker({"aws": [AWS], "tok": [TOKEN]})
+    data = (b"a " + AWS[3:21].encode() + b" b " + base64.b64encode(b"x" + AWS.encode())[4:30]
+            + b" c " + TOKEN[:8].encode() + b" d " + AWS[:7].encode() + b"!")
+    whole = masker.mask(data)
+    assert whole == b"a [recall:aws] b [recall:aws] c [recall:tok] d " + AWS[:7].encode() + b"!"
+    for i in range(len(data) + 1):
+        for pause, given in ((False, ()), (True, ()), (True, ("aws", "tok"))):
+            stream = masker.stream(given)
+            out = stream.feed(data[:i]) + (stream.release() if pause else b"") + stream.feed(data[i:])
+            out += stream.flush()
+            assert no_piece(AWS.encode(), out) and no_piece(TOKEN.encode(), out), (i, pause, given, out)
+            if not pause:
+                assert out == whole, i
+
+
+def _reference_runs(masker: Masker, flat: bytes) -> list:
+    """What the masker must find, by brute force: every 8-byte window of `flat` looked up; a run is a
+    stretch they cover, masked if it holds a secret window and is long enough; short forms whole."""
+    table = masker._table
+    keys = [int.from_bytes(flat[j:j + 8], sys.byteorder) for j in range(len(flat) - 7)]
+    runs, j = [], 0
+    while j < len(keys):
+        if keys[j] not in table.owners:
+            j += 1
+            continue
+        start, end = j, j + 8
+        while j < len(keys) and j <= end:         # windows that overlap or touch the run grow it
+            if keys[j] in table.owners:
+                end = j + 8
+            j += 1
+        inside = keys[start:end - 7]
+        secret = [k for k in inside if k in table.owners and k not in table.public]
+        strict = any(k not in table.loose for k in secret)
+        if secret and (strict or any(all(k in table.owners for k in inside[i:i + 9]) for i in range(len(inside) - 8))):
+            runs.append((start, end))                 # a loose form needs 16 characters: 9 windows in a row
+    runs += [(i, i + len(form)) for form, _owner, _word in table.short for i in _find_all(flat, form)]
+    merged = []
+    for start, end in sorted(runs):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _find_all(flat: bytes, form: bytes) -> list:
+    return [i for i in range(len(flat) - len(form) + 1) if flat.startswith(form, i)]
+
+
+def test_the_probe_finds_what_looking_at_every_window_finds():
+    """Random values over a small alphabet (many chance overlaps, public armor, hex and base64 forms)
+    and streams of their pieces: the gram probe and the stepping growth find exactly the runs a
+    brute-force look at every window finds."""
+    rng = random.Random(33)
+    for case in range(300):
+        alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
+        values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, 30))) for _ in range(3)]
+        if case % 5 == 0:
+            values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
+        if case % 3 == 0:
+            values[1] = "https://db.example.com/" + values[1] + "/-----"
+        masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
+        masker.mask(b"x" * 200)                                  # builds the table
+        forms = list(masker._forms)
+        parts = []
+        for _ in range(rng.randrange(1, 8)):
+            form = rng.choice(forms)
+            start = rng.randrange(len(form))
+            parts.append(form[start:start + rng.randrange(1, 40)])
+            parts.append(bytes(rng.choice(b"ab01 -+xz./") for _ in range(rng.randrange(0, 6))))
+        flat = b"".join(parts)
+        got = [(start, end) for start, end, _owners, _word in masker._runs(flat)]
+        assert got == _reference_runs(masker, flat), (case, values, flat)
+
+
+@pytest.mark.parametrize("encode", [bytes.hex, lambda v: base64.b64encode(v).decode()])
+def test_encoded_forms_mask_from_sixteen_characters(encode):
+    """Forms of 1.25 characters or more a character (base64, hex, \\xNN): a run of 16 is masked, 15 is
+    not (what base64 shares with a public certificate's is no piece)."""
+    masker = Masker({"aws": [AWS]})
+    encoded = encode(AWS.encode()).encode()
+    assert masker.mask(b"<" + encoded[4:20] + b">") == b"<[recall:aws]>"
+    assert masker.mask(b"<" + encoded[4:19] + b">") == b"<" + encoded[4:19] + b">"
+    assert masker.mask(b"<" + encoded + b">") == b"<[recall:aws]>"
+
+
+@pytest.mark.parametrize("prefix", range(0, 80, 3))
+def test_wrapped_base64_is_masked_at_any_offset_in_the_stream(prefix):
+    """`env | base64`: the value sits anywhere in the stream, and the CLI's 76-column wrap falls
+    anywhere in its encoding."""
+    import subprocess
+    plain = b"A" * prefix + b"AWS_SECRET_ACCESS_KEY=" + AWS.encode() + b"\nHOME=/root\n"
+    wrapped = subprocess.run(["base64"], input=plain, capture_output=True, check=True).stdout
+    assert wrapped.count(b"\n") >= 2
+    out = Masker({"aws": [AWS]}).mask(wrapped)
+    assert out.count(b"[recall:aws]") == 1, out
+    inner = [base64.b64encode(b"\0" * pad + AWS.encode())[(8 * pad + 5) // 6:(8 * (pad + 40)) // 6]
+             for pad in range(3)]
+    assert all(no_piece(form, out) for form in inner), out
+
+
+PEM_BODY = ("MHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5RUgQz8TLTHg7oAoGCCqGSM49\n"
+            "AwEHoUQDQgAEYl7HzJDJ1OSwv8cSf5vmRhpNSXr5wVmrlyr3TiRp7yH8mr0OH3Hg\n"
+            "zWgrxzB+8Xo8v3/4d8R1X7Xb4kJb0A2sRg==\n")
+PEM = "-----BEGIN EC PRIVATE KEY-----\n" + PEM_BODY + "-----END EC PRIVATE KEY-----\n"
+CERT = ("-----BEGIN CERTIFICATE-----\nMIIBfTCCASOgAwIBAgIUQ3ZpT1yL0f2Yb7h2cJkq8wGm0aIwCgYIKoZIzj0EAwIw\n"
+        "-----END CERTIFICATE-----\n")
+WEBHOOK = "https://hooks.example.com/services/T0A1B2C3/B4D5E6F7/q8W9e0R1t2Y3u4I5"
+
+
+def test_public_boilerplate_in_a_value_is_no_piece():
+    """PEM armor (in every key of its kind), a URL's scheme and runs of one character (table rules)
+    are not masked on their own; the value they stand in is masked whole, armor and all."""
+    masker = Masker({"tls-key": [PEM], "hook": [WEBHOOK]})
+    public = [CERT.encode(), base64.b64encode(CERT.encode()), b"  name  | id\n--------+--------\n",
+              b"see https://docs.python.org/3/ and http://localhost:8080/", b"=" * 40 + b"\n"]
+    for text in public:
+        assert masker.mask(text) == text, text
+    assert masker.mask(b"key:\n" + PEM.encode()) == b"key:\n[recall:tls-key]\n"
+    assert masker.mask(json.dumps({"k": PEM}).encode()) == b'{"k": "[recall:tls-key]"}'
+    assert masker.mask(b"posting to " + WEBHOOK.encode() + b" ok") == b"posting to [recall:hook] ok"
+    assert masker.mask(b"GET https://hooks.example.com/ 200") == b"GET https://hooks.example.com/ 200"
+    # a word of 8+ letters in the value is a piece of it wherever it stands (README)
+    assert masker.mask(b"cat /etc/services") == b"cat /etc[recall:hook]"
+
+
+def test_a_run_of_public_text_is_looked_at_once(monkeypatch):
+    """A child printing PEM armor over and over makes one long run of public windows: each probe hit
+    inside it is skipped, not grown over the whole run again (that was quadratic: seconds a buffer)."""
+    from recall.vault import mask
+    calls = []
+    grow = mask._Table._run
+    monkeypatch.setattr(mask._Table, "_run", lambda self, flat, at: calls.append(at) or grow(self, flat, at))
+    data = b"-----BEGIN EC PRIVATE KEY-----\n" * 2000
+    assert Masker({"tls-key": [PEM]}).mask(data) == data
+    assert len(calls) < 20, len(calls)
+
+
+def test_a_run_of_one_character_is_no_piece_but_such_a_value_is_masked():
+    """An OpenSSH key holds runs of A (zero bytes in base64): base64 of zeros elsewhere stays."""
+    ssh = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACBq9xXf"
+    masker = Masker({"z": ["zzzzzzzz"], "ssh": [ssh]})
+    assert masker.mask(b"a zzzzzzzz b") == b"a [recall:z] b"
+    zeros = base64.b64encode(bytes(30)) + b"\n"
+    assert masker.mask(zeros) == zeros
+    assert masker.mask(ssh[10:40].encode()) == b"[recall:ssh]"
+
+
+def test_note_redaction_masks_whole_token_pieces_and_leaves_words_inside_words():
+    """Notes: a piece of 8+ is redacted when it stands as a whole token (a pasted, truncated token);
+    inside a longer word it stays. A value holding a word of 8+ letters redacts that word too."""
+    from recall.vault.redact import text_redactor
+    value = "ghp-Xq7Wm2Lr9Tz4Kv8Pn3Hs6Bd1"
+    redact = text_redactor({"gh": {"": value}, "pw": {"": "7x-password-Q2"}}, {"gh": set(), "pw": set()})
+    assert redact(f"token {value[:14]}... expired") == "token [recall:gh]... expired"
+    assert redact(f"token {value} here") == "token [recall:gh] here"
+    assert redact("see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9") == "see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9"
+    assert redact("reset the password today; passwords rotate") == "reset the [recall:pw] today; passwords rotate"
 
 
 # -- every row of mask.FORMS against the real program that prints it ---------------------------
@@ -353,11 +554,15 @@ PROGRAMS = {   # FORMS row -> commands printing $V in that form, and what must n
     "regex": [["perl", "-e", 'print quotemeta($ENV{V}), "\\n"'],
               ["perl", "-CS", "-MEncode", "-e", 'print quotemeta(decode("UTF-8", $ENV{V})), "\\n"'],
               PY + ["import os, re; print(re.escape(os.environ['V']))"]],
+    "node": [["node", "-e", "console.log([process.env.V])"], ["node", "-e", "console.log(process.env)"]],
+    "quoted": [PY + ["import os, sqlite3; print(sqlite3.connect(':memory:').execute("
+                     "'select quote(?)', (os.environ['V'],)).fetchone()[0])"],
+               PY + ["import csv, os, sys; csv.writer(sys.stdout).writerow([os.environ['V'], 'x'])"]],
 }
 
 
 def test_every_form_row_has_a_real_program():
-    from recall.vault.mask import FORMS
+    from recall.vault.forms import FORMS
     assert {name for name, _make, _who in FORMS} == set(PROGRAMS)
 
 
@@ -376,8 +581,8 @@ def _run(cmd, value):
 @pytest.mark.parametrize("row,cmd", [(row, cmd) for row, cmds in PROGRAMS.items() for cmd in cmds],
                          ids=lambda x: x if isinstance(x, str) else " ".join(x)[-40:])
 def test_form_printed_by_the_real_program_is_masked(row, cmd, value):
-    if cmd[0] == "strace" and not shutil.which("strace"):
-        pytest.skip("strace not installed")
+    if cmd[0] in ("strace", "node") and not shutil.which(cmd[0]):
+        pytest.skip(f"{cmd[0]} not installed")
     out = _run(cmd, value)
     encoded = {"base64": base64.b64encode(value.encode())[8:20], "hex": value.encode().hex()[8:20].encode(),
                "c": b"\\x5a\\x71\\x38" if "-xx" in cmd else CORE.encode()}
@@ -403,6 +608,29 @@ def test_a_regex_escaped_value_is_redacted_in_notes(value):
     for line in escaped:
         note = f"grep -P '{line}' /var/log/app.log"
         assert redact(note) == "grep -P '[recall:v]' /var/log/app.log", (line, redact(note))
+
+
+# ' " \\ . between the letters: each escaper treats the four differently (node leaves the quotes and
+# the dot and doubles the backslash, re.escape escapes the dot too, SQL doubles ', CSV "), so no 8
+# characters of one's form stand in another's.
+DENSE = "a'\"\\.b'\"\\.c'\"\\.d'\"\\.e'\"\\.f"
+DENSE_PRINTERS = [
+    PROGRAMS["quoted"][0],                                       # SQL quote(): 'a''b"c\d''e…'
+    PROGRAMS["quoted"][1],                                       # CSV: "a'b""c\d'e""f…"
+    ["node", "-e", "console.log([process.env.V])"],             # util.inspect: `a'b"c\\d'e"f…`
+    ["node", "-e", "console.log({v: process.env.V, w: 1})"],
+]
+
+
+@pytest.mark.parametrize("cmd", DENSE_PRINTERS, ids=["sql", "csv", "node-array", "node-object"])
+def test_a_value_dense_with_quotes_and_backslashes_is_masked_as_its_escaper_prints_it(cmd):
+    if cmd[0] == "node" and not shutil.which("node"):
+        pytest.skip("node not installed")
+    out = _run(cmd, DENSE)
+    assert b"a" in out and b"f" in out and (b"''" in out or b'""' in out or b"\\\\" in out), out
+    masked = Masker({"v": [DENSE]}).mask(out)
+    assert masked.count(b"[recall:v]") == 1, (out, masked)
+    assert not re.search(rb"[a-f]\W{1,5}[a-f]", masked.replace(b"[recall:v]", b"")), (out, masked)
 
 
 def _go_json(text: str) -> str:
@@ -436,8 +664,7 @@ def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
     own = masker.stream(given=["api-token"])
     assert own.feed(b"key=" + TOKEN[:5].encode()) == b""
     assert own.release() == b"key=" and not own.holding
-    assert own.feed(TOKEN[5:].encode() + b" ok!") == b""
-    assert own.flush() == b"[recall:api-token] ok!"
+    assert own.feed(TOKEN[5:].encode() + b" ok!") + own.flush() == b"[recall:api-token] ok!"
     own = masker.stream(given=["api-token"])
     own.feed(b"key=" + TOKEN[:5].encode())
     assert own.release() == b"key="
@@ -446,6 +673,8 @@ def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
     other = masker.stream(given=["db-password"])
     other.feed(b"key=" + TOKEN[:5].encode())
     assert other.release() == b"key=" + TOKEN[:5].encode()
+    # ... and the rest of it after the pause is masked: the run goes on from what was released
+    assert other.feed(TOKEN[5:].encode() + b" ok!") + other.flush() == b"[recall:api-token] ok!"
     end = masker.stream(given=["api-token"])
     end.feed(b"x " + TOKEN[:4].encode())
     assert end.flush() == b"x [recall:api-token]"

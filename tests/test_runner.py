@@ -138,10 +138,11 @@ def test_secret_split_across_writes_is_masked_when_streaming():
     assert all(TOKEN[:7].encode() not in w for w in out.writes)
 
 
-@pytest.mark.parametrize("tail", ["Password: ", TOKEN[:-1]])
+@pytest.mark.parametrize("tail", ["Password: ", TOKEN[:7]])
 def test_a_held_tail_is_released_by_time_whatever_it_is(tmp_path, tail):
-    """A prompt without a newline shows while the child waits; a tail that begins a secret is
-    released after the same idle time (never held longer: no signal to the child)."""
+    """A prompt without a newline shows while the child waits; a tail that begins a secret (fewer
+    than 8 of its characters: no piece) is released after the same idle time (never held longer:
+    no signal to the child)."""
     marker = tmp_path / "seen"
     child = ("import os, sys, time\n"
              f"sys.stdout.write({tail!r}); sys.stdout.flush()\n"
@@ -344,8 +345,8 @@ def test_a_stdin_value_printed_in_two_pieces_with_a_pause_stays_masked(split_vau
 def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
     from tests.conftest import run_recall
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
-                   'printf %s "${V:0:8}"; sleep 0.6; printf "%s\\n" "-not-it"')
-    assert (r.returncode, r.stdout) == (0, VALUE[:8] + "-not-it\n"), r.stderr
+                   'printf %s "${V:0:7}"; sleep 0.6; printf "%s\\n" "-not-it"')
+    assert (r.returncode, r.stdout) == (0, VALUE[:7] + "-not-it\n"), r.stderr
 
 
 def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
@@ -357,13 +358,17 @@ def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
     assert (r.returncode, r.stdout) == (0, "a " + VALUE[:3]), r.stderr
 
 
-def test_a_prefix_of_a_value_the_child_was_not_given_is_released_by_time(split_vault):
-    """The hold for other secrets never depends on them: the child cannot probe them."""
+@pytest.mark.parametrize("split", [9, 5])
+def test_a_value_the_child_was_not_given_printed_in_two_pieces_with_a_pause_is_masked(split_vault, split):
+    """The hold for other secrets never depends on them (the child cannot probe them): a first piece
+    of 8 or more is masked as it is released, a shorter one shows, and what follows the pause is
+    masked as the run it continues."""
     from tests.conftest import run_recall
     other = "other-Qw8eR7tY6uI5oP"
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
-                   f'printf %s {other[:9]}; sleep 0.6; printf "%s\\n" {other[9:]}')
-    assert (r.returncode, r.stdout) == (0, other + "\n"), r.stderr
+                   f'printf %s {other[:split]}; sleep 0.6; printf "%s\\n" {other[split:]}')
+    shown = "" if split >= 8 else other[:split]
+    assert (r.returncode, r.stdout) == (0, shown + "[recall:other-token]\n"), r.stderr
 
 
 def test_a_prompt_shows_while_the_child_waits(split_vault, tmp_path):
@@ -398,3 +403,125 @@ def test_a_vault_value_in_the_argv_is_masked_in_the_access_log(split_vault):
     rows = [row for row in json.loads(log.stdout) if row["verb"] == "secret.exec"]
     assert rows and rows[-1]["argv"] == "echo look:[recall:split-token]", rows
     assert VALUE not in log.stdout
+
+
+# -- a piece of a value, and the forms, from real programs (issue 33 point 2) ------------------
+
+AWS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+QUOTED = "Aa1'Bb2\"Cc3\\Dd4'Ee5\"Ff6\\Gg7'Hh8"          # no 3 of its letters stand together in a form
+PIECES = Masker({"aws": [AWS_KEY], "api-token": [TOKEN], "quoted": [QUOTED]})
+
+
+def aws_env(**extra: str) -> dict:
+    return base_env(AWS_ACCESS_KEY_ID="AKIAIOSFODNN7EXAMPLE", AWS_SECRET_ACCESS_KEY=AWS_KEY, **extra)
+
+
+def plain_run(argv: list, env: dict) -> bytes:
+    """What the command prints with nothing masked (the test compares against it)."""
+    import subprocess
+    return subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60).stdout
+
+
+@pytest.mark.parametrize("script,piece", [
+    ("env | grep ^AWS_SECRET | cut -c1-40", AWS_KEY[:18]),
+    ("printenv AWS_SECRET_ACCESS_KEY | cut -c 1-30", AWS_KEY[:30]),
+    ("printenv AWS_SECRET_ACCESS_KEY | head -c 20", AWS_KEY[:20]),
+    ('echo "starts ${AWS_SECRET_ACCESS_KEY:0:18}"', AWS_KEY[:18]),
+    ('echo "ends ${AWS_SECRET_ACCESS_KEY: -8}"', AWS_KEY[-8:]),
+    ('echo "middle ${AWS_SECRET_ACCESS_KEY:11:9}" | tr a-z A-Z', AWS_KEY[11:20].upper()),
+], ids=["cut-40", "cut-30", "head-c", "substring", "last-8", "middle-upper"])
+def test_a_piece_of_a_value_is_masked(script, piece):
+    plain = plain_run(["bash", "-c", script], aws_env())
+    assert piece.encode() in plain and AWS_KEY.encode() not in plain, plain
+    result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES)
+    assert result.stdout == plain.replace(piece.encode(), b"[recall:aws]")
+
+
+def test_seven_characters_of_a_value_are_no_piece():
+    """The floor of the rule (README): fewer than 8 characters of a value pass."""
+    script = 'echo "seven ${AWS_SECRET_ACCESS_KEY:3:7} and ${AWS_SECRET_ACCESS_KEY:20:7}"'
+    result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES)
+    assert result.stdout == f"seven {AWS_KEY[3:10]} and {AWS_KEY[20:27]}\n".encode()
+
+
+def test_the_environment_through_base64_is_masked_wherever_the_wrap_falls():
+    """`env | base64`: 76-column lines, the value at a different offset and alignment each time."""
+    import base64
+    script = 'for n in $(seq 0 75); do { head -c "$n" /dev/zero | tr "\\0" x; env; } | base64; echo; done'
+    result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES, timeout=120)
+    assert result.code == 0 and result.stdout.count(b"[recall:aws]") == 76
+    flat = result.stdout.replace(b"\n", b"")
+    for pad in range(3):
+        inner = base64.b64encode(b"\0" * pad + AWS_KEY.encode())[(8 * pad + 5) // 6:(8 * (pad + 40)) // 6]
+        assert not any(inner[i:i + 16] in flat for i in range(len(inner) - 15)), pad
+
+
+def _printers() -> list:
+    """Programs that print QUOTED escaped as their language does: node's console.log of the
+    environment (only backslashes escaped, in `…`) if node is here, else the same form from Python;
+    SQL's quote() and CSV (a quote written twice)."""
+    import shutil
+    node = (["node", "-e", "console.log(process.env)"] if shutil.which("node") else
+            py("import os; v = os.environ['Q']; print('{ Q: `' + v.replace('\\\\', '\\\\\\\\') + '` }')"))
+    return [node,
+            py("import os, sqlite3; print(sqlite3.connect(':memory:').execute('select quote(?)', "
+               "(os.environ['Q'],)).fetchone()[0])"),
+            py("import csv, os, sys; csv.writer(sys.stdout).writerow(['q', os.environ['Q']])")]
+
+
+@pytest.mark.parametrize("which", range(3), ids=["node", "sql", "csv"])
+def test_a_value_with_quotes_and_backslashes_is_masked_as_each_language_prints_it(which):
+    argv = _printers()[which]
+    plain = plain_run(argv, aws_env(Q=QUOTED))
+    assert b"Bb2" in plain and QUOTED.encode() not in plain, plain
+    result = run_masked(argv, env=aws_env(Q=QUOTED), masker=PIECES)
+    assert b"[recall:quoted]" in result.stdout
+    for group in ("Aa1", "Bb2", "Cc3", "Dd4", "Ee5", "Ff6", "Gg7", "Hh8"):
+        assert group.encode() not in result.stdout, (group, result.stdout)
+
+
+@pytest.fixture(scope="module")
+def realistic(tmp_path_factory):
+    """A vault as users have one (a private key, an AWS key, tokens, a password, a webhook URL) and a
+    certificate of another key: (masker, the certificate's path)."""
+    import random
+    import subprocess
+    folder = tmp_path_factory.mktemp("pki")
+    key, other_key, cert = folder / "key.pem", folder / "other.pem", folder / "cert.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-subj", "/CN=example.test", "-days", "2", "-keyout", str(other_key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    rng = random.Random(33)
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    secrets = {f"token-{i}": ["".join(rng.choice(chars) for _ in range(rng.randrange(20, 48)))] for i in range(14)}
+    secrets.update({"tls-key": [key.read_text()], "aws": [AWS_KEY], "api-token": [TOKEN],
+                    "db": ["hunter2-Correct-Horse!"], "hook": ["https://hooks.example.com/hooks/T0A1/B2C3/x9Y8z7"],
+                    "quoted": [QUOTED]})
+    return Masker(secrets), cert
+
+
+NO_PIECE = {
+    "ls -l": "ls -l --time-style=long-iso / /usr/bin /etc | head -400",
+    "kubectl-like table": "printf '%-28s %-8s %-8s %-5s %s\\n' NAME READY STATUS RESTARTS AGE "
+                          "api-7d9f8b6c5d-x2k4p 1/1 Running 0 12d worker-5c6b7d8e9f-q7r8s 1/1 Running 3 4h "
+                          "redis-0 1/1 Running 0 40d",
+    "json": "python3 -c \"import json, sys; json.dump({'items': [{'name': 'node-%d' % i, 'labels': "
+            "{'zone': 'eu-west-1a', 'role': 'worker'}, 'ip': '10.0.%d.%d' % (i, i * 7 % 256)} for i in range(60)]}, "
+            "sys.stdout, indent=2)\"",
+    "env without a secret": "env | grep -v -e ^AWS_SECRET_ACCESS_KEY= -e ^Q= | sort",
+    "psql-like table": "printf ' id | name  \\n----+-------\\n  1 | alpha\\n  2 | beta\\n(2 rows)\\n'",
+    "a certificate": "cat \"$CERT\"; openssl x509 -in \"$CERT\" -noout -text",
+    "seq": "seq 1 3000",
+}
+
+
+@pytest.mark.parametrize("script", list(NO_PIECE.values()), ids=list(NO_PIECE))
+def test_output_with_no_piece_of_a_value_passes_unchanged(realistic, tmp_path, script):
+    masker, cert = realistic
+    copy = tmp_path / "copy"
+    env = aws_env(Q=QUOTED, CERT=str(cert))
+    result = run_masked(["bash", "-c", f"{{ {script}; }} | tee {copy}"], env=env, masker=masker)
+    assert result.code == 0 and len(result.stdout) > 50
+    assert result.stdout == copy.read_bytes()

@@ -8,7 +8,6 @@ from ..errors import RecallError
 
 PUBLIC_FIELDS = ("username", "user", "login", "email")   # injected, never masked or redacted
 _SHORT_MIN = 4             # values of 4-5 characters are redacted as written (whole tokens only)
-REACH_MIN = 4096           # a text shorter than this is checked as one this long (one masker for most)
 
 
 class VaultClosed(RecallError):
@@ -43,48 +42,26 @@ def identity(text: str) -> str:
 
 
 def text_redactor(values: dict, publics: dict):
-    """The redactor for decrypted `values` ({id: {field: value}}). Its maskers are built on the first
-    text, and for a text only from the values that could fit in it whole; a longer multi-line value
-    is matched there by its long lines."""
-    from .mask import MIN_SECRET_LEN
+    """The redactor for decrypted `values` ({id: {field: value}}): values of 4-5 characters as whole
+    tokens, any piece of a longer one by the masker, built on the first text (a run that redacts
+    nothing never pays for it)."""
+    from .mask import MIN_SECRET_LEN, Masker
     parts = secret_parts(values, publics)
     short = sorted(((str(v), sid) for sid, vals in parts.items() for v in vals
                     if _SHORT_MIN <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
     short_res = [(re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])"), f"[recall:{sid}]")
                  for v, sid in short]
-    longest = max((_shortest(v) for vals in parts.values() for v in vals), default=0)
-    by_reach: dict = {}
+    masker: list = []
 
     def redact(text: str) -> str:
         for pattern, label in short_res:
             text = pattern.sub(label, text)
+        if not masker:
+            masker.append(Masker(parts, notes=True))
         data = text.encode("utf-8", "surrogatepass")
-        reach = min(max(REACH_MIN, 1 << (len(data) - 1).bit_length()), longest)
-        if reach not in by_reach:
-            by_reach[reach] = _maskers(parts, reach)
-        masked = data
-        for masker in by_reach[reach]:
-            masked = masker.mask(masked)
+        masked = masker[0].mask(data)
         return text if masked == data else masked.decode("utf-8", "replace")
     return redact
-
-
-def _maskers(parts: dict, reach: int) -> list:
-    """The maskers a text of at most `reach` bytes needs: the long lines of the values too long to
-    be in it whole, then every form of the others (most of a vault: built once)."""
-    from .mask import Masker
-    fits, longer = {}, {}
-    for sid, vals in parts.items():
-        for v in vals:
-            if _shortest(v) <= reach or "\n" in v:
-                (fits if _shortest(v) <= reach else longer).setdefault(sid, []).append(v)
-    return ([Masker(longer, notes=True, lines_only=True)] if longer else []) + [Masker(fits, notes=True)]
-
-
-def _shortest(value: str) -> int:
-    """The fewest bytes any form of `value` takes (its lines apart): trimmed, LF line ends, any case."""
-    base = value.strip().replace("\r\n", "\n")
-    return min(len(t.encode("utf-8", "surrogatepass")) for t in (base, base.upper(), base.lower()))
 
 
 def redact_hits(hits: list, redact) -> list:
