@@ -9,7 +9,7 @@ import threading
 from typing import Literal
 
 from .errors import MissingExtra, RecallError
-from .notes.search import MODES  # the search modes, spelled once (search's own list)
+from .notes.query import MODES  # the search modes, spelled once (the query parser's list)
 from .vault import audit
 
 MAX_CHARS = 15_000          # ≈ 4k tokens: the most one response carries (< 16,000 with its footer)

@@ -77,7 +77,8 @@ def _watch(cfg) -> int:
 
 def cmd_search(args) -> int:
     from .. import api, db
-    from ..notes.search import NO_PROVIDER, needs_vectors, parse_query, search
+    from ..notes.query import NO_PROVIDER, parse_query
+    from ..notes.search import needs_vectors, search
     from ..notes.walk import behind, missing_sources
     cfg = _config(args)
     cfg.require_sources()

@@ -192,4 +192,12 @@ MIGRATIONS: list = [          # never edit a landed one
         INSERT OR IGNORE INTO common_dirty(chunk_id) VALUES (old.id);
     END;
     """,
+    """
+    -- the common words' postings go: plain FTS5 answers every query (issue 34.4)
+    DROP TRIGGER IF EXISTS chunks_common_ai;
+    DROP TRIGGER IF EXISTS chunks_common_ad;
+    DROP TABLE IF EXISTS common_postings;
+    DROP TABLE IF EXISTS common_state;
+    DROP TABLE IF EXISTS common_dirty;
+    """,
 ]

@@ -129,8 +129,6 @@ def redact_indexed(con, redact) -> int:
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-    from .postings import refresh
-    refresh(con)
     return len(hit) + len(titles)
 
 
@@ -189,8 +187,6 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             # many rows deleted and written leave FTS5's segments in pieces, each read by every query
             with db.transaction(con):
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        from .postings import refresh
-        refresh(con)        # the common words' postings follow the chunks written and deleted
     if embed and cfg.embedding.provider != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)

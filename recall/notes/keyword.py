@@ -16,23 +16,16 @@ _MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER B
 
 
 def bm25_list(con, q: Query, limit: int) -> dict:
-    """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases —
-    from the common words' postings when they can answer, else from FTS5."""
-    from .common_terms import top_k, top_k_any
-    phrases = list(q.phrases)
-    if not phrases:
+    """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases."""
+    if not q.phrases:
         return {}
     # the chunks holding every term first: when they are enough, the OR (which scores every chunk
     # holding any of them) is not run
-    found = top_k(con, phrases, WEIGHTS, limit) if q.plain else None
-    if found is None and len(phrases) > 1:
-        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("AND"), limit))]
-    if found is not None and (len(found) >= limit or len(phrases) == 1):
-        return dict(found)
-    found = top_k_any(con, phrases, WEIGHTS, limit) if q.plain and len(phrases) > 1 else None
-    if found is None:
-        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))]
-    return dict(found)
+    if len(q.phrases) > 1:
+        found = con.execute(_MATCH, (q.fts("AND"), limit)).fetchall()
+        if len(found) >= limit:
+            return {cid: -r for cid, r in found}
+    return {cid: -r for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))}
 
 
 def holders(con, q: Query, chunk_ids=None) -> dict:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ..errors import RecallError
 from . import fusion
-from .fusion import final_score, recency_factor, rrf  # noqa: F401 (re-exported: vault, remote, tests)
+from .fusion import final_score, recency_factor
 from .keyword import holders, keyword_ranked
-from .query import MODES, NO_PROVIDER, Query, Route, parse_query, route_for  # noqa: F401 (the faces')
-from .snippets import QueryTerms, mark, point_at_section, snippet, snippet_spans  # noqa: F401 (snippet: re-exported)
+from .query import Query, Route, parse_query, route_for
+from .snippets import QueryTerms, mark, point_at_section, snippet_spans
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
