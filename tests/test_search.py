@@ -292,10 +292,11 @@ def test_an_identifier_inside_a_question_is_one_signal_in_the_fusion_not_a_tier_
     from recall.notes.fusion import fuse
     kw = [(1, 9.0, {"exact_identifiers": 0}), (2, 5.0, {"exact_identifiers": 0}), (5, 1.0, {"exact_identifiers": 1})]
     vec = [(2, 0.8), (1, 0.7), (3, 0.6)]
-    order = [cid for cid, _, _ in fuse(kw, vec)]
+    own = {c: c for c in range(1, 6)}               # each chunk a file of its own
+    order = [r.file_id for r in fuse(kw, vec, own)]
     assert order.index(5) > order.index(2) and order.index(5) > order.index(1)     # both lists' first two lead
     assert order.index(5) < order.index(3)          # its identifier still counts: above the vector list's third
-    base = [cid for cid, _, _ in fuse([(c, s, {"exact_identifiers": 0}) for c, s, _ in kw], vec)]
+    base = [r.file_id for r in fuse([(c, s, {"exact_identifiers": 0}) for c, s, _ in kw], vec, own)]
     assert base.index(5) > base.index(3)
 
 

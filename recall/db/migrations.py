@@ -200,4 +200,9 @@ MIGRATIONS: list = [          # never edit a landed one
     DROP TABLE IF EXISTS common_state;
     DROP TABLE IF EXISTS common_dirty;
     """,
+    """
+    -- a file's own vector (its title and opening text) is stored under this key (notes/index.py)
+    ALTER TABLE files ADD COLUMN head_hash TEXT;
+    CREATE INDEX files_head ON files(head_hash);
+    """,
 ]

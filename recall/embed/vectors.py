@@ -126,10 +126,11 @@ class VectorStore:
         return n
 
     def delete_orphans(self) -> int:
-        """Drop vectors (of every model) whose chunk text no longer exists anywhere."""
+        """Drop vectors (of every model) whose chunk text or file head no longer exists anywhere."""
         rows = self.con.execute(
             "SELECT id, model_id FROM embeddings e WHERE NOT EXISTS "
-            f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH})").fetchall()
+            f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH}) "
+            "AND NOT EXISTS (SELECT 1 FROM files f WHERE f.head_hash = e.hash)").fetchall()
         if not rows:
             return 0
         touched = {}

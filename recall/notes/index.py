@@ -17,7 +17,8 @@ from .walk import raw_name, shown, walk_source
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
 OPTIMIZE_AFTER = 2000       # chunks written in one run after which FTS5's segments are merged
-CHUNK_FORMAT = "2"          # bump when chunking or identifier extraction changes: the next index rewrites
+CHUNK_FORMAT = "3"          # bump when chunking or identifier extraction changes: the next index rewrites
+HEAD_CHARS = 1500           # a file's head: its title and opening text, about what a model reads (~256 tokens)
 
 
 @dataclass
@@ -72,6 +73,46 @@ class GitDates:
         return self.dates
 
 
+def head_text(relpath: str, title: str, breadcrumb: str, bodies) -> str:
+    """What a file's own vector embeds: its title (else its first heading) and its opening text."""
+    parts = [title or embedded_breadcrumb(relpath, breadcrumb).split(" › ")[0]]
+    for body in bodies:
+        if sum(map(len, parts)) >= HEAD_CHARS:
+            break
+        parts.append(body)
+    return "\n\n".join(p for p in parts if p)[:HEAD_CHARS]
+
+
+def _stored(con, file_id: int) -> tuple:
+    """(relpath, title, [(breadcrumb, body)] of its chunks) of an indexed (redacted) file."""
+    rel, title = con.execute("SELECT relpath, title FROM files WHERE id=?", (file_id,)).fetchone()
+    rows = con.execute("SELECT breadcrumb, body FROM chunks WHERE file_id=? ORDER BY ord", (file_id,)).fetchall()
+    return rel, title or "", [tuple(r) for r in rows]
+
+
+def stored_head(con, file_id: int) -> str:
+    """A file's head_text from its indexed rows."""
+    rel, title, rows = _stored(con, file_id)
+    return head_text(rel, title, rows[0][0] if rows else "", (body for _, body in rows))
+
+
+def head_key(rel: str, title: str, rows: list) -> str | None:
+    """The key of a file's own vector (`rows`: its chunks' [(breadcrumb, body)]): a short note's
+    head is its one chunk's text, whose vector serves; else the head's own hash (embedded whole)."""
+    if not rows:
+        return None
+    text = head_text(rel, title, rows[0][0], (body for _, body in rows))
+    crumb = embedded_breadcrumb(rel, rows[0][0])
+    if text == (f"{crumb}\n\n{rows[0][1]}" if crumb else rows[0][1]):
+        return chunk_hash(rel, *rows[0])
+    return hashlib.blake2b(f"head\n{text}".encode("utf-8"), digest_size=16).hexdigest()
+
+
+def chunk_hash(rel: str, crumb: str, body: str) -> str:
+    """A chunk's key among the vectors: the hash of what is embedded, so vectors follow a renamed file."""
+    return hashlib.blake2b(f"{embedded_breadcrumb(rel, crumb)}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+
+
 def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     """A markdown chunk's heading path is embedded with it; a plain file's breadcrumb is its path,
     which is left out (shown and keyword-searched still) so a rename costs no new embedding."""
@@ -81,24 +122,25 @@ def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact, raw) -> int:
     title = redact(str(doc.meta.get("title") or ""))
+    chunks = [(ch, redact(ch.breadcrumb), redact(ch.text)) for ch in doc.chunks]
+    head = head_key(rel, title, [(crumb, body) for _, crumb, body in chunks])
     if file_id is None:
         file_id = con.execute(
-            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath) "
-            "VALUES (?,?,?,?,?,?,?,?)", (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw)).lastrowid
+            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath, head_hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw, head)).lastrowid
     else:
         con.execute("DELETE FROM chunks WHERE file_id=?", (file_id,))
-        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=? WHERE id=?",
-                    (st.st_size, st.st_mtime_ns, digest, date, title, raw, file_id))
-    for ord_, ch in enumerate(doc.chunks):
-        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, redact(ch.breadcrumb),
-                    redact(ch.text), rel)
-    return len(doc.chunks)
+        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=?, head_hash=? "
+                    "WHERE id=?", (st.st_size, st.st_mtime_ns, digest, date, title, raw, head, file_id))
+    for ord_, (ch, crumb, body) in enumerate(chunks):
+        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body, rel)
+    return len(chunks)
 
 
 def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
-    head = embedded_breadcrumb(rel, crumb)      # the hash of what is embedded: vectors follow a renamed file
-    digest = hashlib.blake2b(f"{head}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+    digest = chunk_hash(rel, crumb, body)
     chunk_id = con.execute(
         "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
         "VALUES (?,?,?,?,?,?,?,?,?)",
@@ -127,6 +169,8 @@ def redact_indexed(con, redact) -> int:
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
                         crumb, body, row["relpath"])
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
+        for file_id in {row["file_id"] for row, _, _ in hit} | {i for _, i in titles}:
+            con.execute("UPDATE files SET head_hash=? WHERE id=?", (head_key(*_stored(con, file_id)), file_id))
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
     return len(hit) + len(titles)
@@ -333,7 +377,7 @@ def embed_batches(pending: list, items: int, tokens: int):
 
 
 def _texts(con, hashes: list) -> dict:
-    """{hash: (breadcrumb as embedded, document text)}."""
+    """{hash: (breadcrumb as embedded, document text)}; a file's head: (None, its text)."""
     from ..embed.providers import document_text
     out = {}
     for part, marks in db.in_batches(hashes):
@@ -342,6 +386,9 @@ def _texts(con, hashes: list) -> dict:
                 f"WHERE c.hash IN ({marks})", part):
             head = embedded_breadcrumb(rel, crumb)
             out.setdefault(h, (head, document_text(head, body)))
+        for h, file_id in con.execute(f"SELECT head_hash, id FROM files WHERE head_hash IN ({marks})", part):
+            if h not in out:
+                out[h] = (None, stored_head(con, file_id))
     return out
 
 
@@ -370,9 +417,11 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     texts = _texts(con, batch)
     inputs = {h: redact(texts[h][1]) for h in batch}
     # a long chunk may be embedded as windows (a local model): its first under its hash, the rest
-    # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces
+    # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces.
+    # A file's head is embedded whole: the model reads its opening
     split = getattr(provider, "parts", None)
-    parts = {h: split(redact(texts[h][0]), inputs[h]) if split else [inputs[h]] for h in batch}
+    parts = {h: split(redact(texts[h][0]), inputs[h]) if split and texts[h][0] is not None else [inputs[h]]
+             for h in batch}
 
     def write(result, claimed):
         keys = [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]
@@ -404,6 +453,10 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
         "SELECT c.hash, MIN(length(c.breadcrumb) + length(c.body)) + 2 FROM chunks c WHERE NOT EXISTS "
         "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=c.hash) GROUP BY c.hash ORDER BY MIN(c.id)",
         (mid,)).fetchall()
+    heads = con.execute("SELECT head_hash, MIN(id) FROM files f WHERE head_hash IS NOT NULL AND NOT EXISTS "
+                        "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=f.head_hash) AND NOT EXISTS "
+                        "(SELECT 1 FROM chunks c WHERE c.hash=f.head_hash) GROUP BY head_hash", (mid,)).fetchall()
+    pending += [(h, len(stored_head(con, file_id))) for h, file_id in heads]
     report.pending = len(pending)
     if not pending:
         return report
