@@ -16,7 +16,7 @@ from recall.errors import RecallError
 from recall.notes import fusion
 from recall.notes.fusion import fuse
 from recall.notes.index import run_index
-from recall.notes.query import parse_query
+from recall.notes.query import Route, parse_query
 from recall.notes.search import VectorList, query_key, search
 from recall.vault import store as vault
 from tests.conftest import REPO, write_tree
@@ -121,6 +121,27 @@ def test_a_files_own_vector_joins_its_best_windows():
     ranked = fuse(kw, vec, own, heads={1: 0.30, 2: 0.70, 3: 0.35})
     assert [r.file_id for r in ranked] == [2, 1, 3]
     assert ranked[0].lists["vector"] == {"rank": 2, "similarity": 0.6, "head": 0.7}
+
+
+def test_a_short_query_naming_a_note_keeps_it_first_over_weak_similarities(config, notes):
+    """One or two words naming a note (title, headings or path): the keyword list's order holds,
+    and files found only by meaning follow; other words, or more of them, fuse as before."""
+    write_tree(notes, {"ops/ops-handbook.md": "# Ops handbook\n\nWho does what in operations, and where the rota is.\n",
+                       **{f"misc/m{i}.md": f"# Misc {i}\n\nUnrelated topic {i}; ops named once.\n" for i in range(6)}})
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
+    ids = {rel: cid for cid, rel in con.execute("SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")}
+    handbook = ids.pop("ops/ops-handbook.md")
+
+    def weak(query, limit):                 # every other note a shade nearer in meaning, all of them far
+        return [(cid, 0.20 - i / 1000) for i, cid in enumerate(ids.values())] + [(handbook, 0.05)]
+    res = search(con, cfg, "ops", vector_search=VectorList(weak), remotes=False)
+    assert res.route == Route("hybrid", "short query") and _rels(res)[0] == "ops/ops-handbook.md"
+    assert search(con, cfg, "Ops", vector_search=VectorList(weak), remotes=False).hits[0].relpath == "ops/ops-handbook.md"
+    for fused in ("unrelated topic", "who keeps the ops rota"):        # not a name; more words
+        assert search(con, cfg, fused, vector_search=VectorList(weak), remotes=False).route == Route("hybrid")
 
 
 def test_semantic_mode_uses_only_the_vector_list(voyage):

@@ -52,6 +52,16 @@ def _named_after(con, q: Query, exact: dict) -> None:
                 exact[cid] += 1
 
 
+def names(con, q: Query, chunk_id: int) -> bool:
+    """Whether every word of the query is in the chunk's heading path or its file's path: the
+    query names the note ("ops" → ops/ops-handbook.md)."""
+    if not q.phrases:
+        return False
+    match = f"{{breadcrumb path}} : ({q.fts('AND')})"
+    return con.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
+                       (match, chunk_id)).fetchone() is not None
+
+
 def word_for_word(con, q: Query, candidates: list) -> set:
     """The candidates holding the whole query word for word (a pasted message), read here: an FTS5
     phrase query reads every position of common words."""

@@ -9,11 +9,12 @@ from pathlib import Path
 from ..errors import RecallError
 from . import fusion
 from .fusion import final_score, recency_factor
-from .keyword import holders, keyword_ranked
+from .keyword import holders, keyword_ranked, names
 from .query import Query, Route, parse_query, route_for
 from .snippets import QueryTerms, mark, point_at_section, snippet_spans
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
+SHORT_QUERY = 2               # words in a query short enough to lean on the keyword list
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
 
 
@@ -202,11 +203,24 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
     ids = [c for c, _ in vec]
     if not route.vectors:
         return Candidates(route, fusion.keyword_first(kw, [], file_of), rows, ids, exhausted, True)
-    if route.kind == "hybrid" and (q.lookup or any("word_for_word" in info for _, _, info in kw)):
-        return Candidates(Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec, file_of),
-                          rows, ids, exhausted, True)
+    first = _keyword_first(con, q, kw) if route.kind == "hybrid" else ""
+    if first:
+        return Candidates(Route("hybrid", first), fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
     heads = vector_search.heads(q.text, sorted(set(file_of.values()))) if vector_search.heads else {}
     return Candidates(route, fusion.fuse(kw, vec, file_of, heads), rows, ids, exhausted, False)
+
+
+def _keyword_first(con, q: Query, kw: list) -> str:
+    """Why a hybrid search keeps the keyword list's order (vectors' other files after it), or "":
+    a lookup, a note holding the whole query word for word, or a query of one or two words naming
+    the keyword list's first note (weak similarities of so few words never push it down)."""
+    if q.lookup:
+        return q.lookup
+    if any("word_for_word" in info for _, _, info in kw):
+        return "word for word"
+    if kw and len(q.tokens) <= SHORT_QUERY and names(con, q, kw[0][0]):
+        return "short query"
+    return ""
 
 
 def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vector_search, notices, auto,
