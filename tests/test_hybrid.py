@@ -144,6 +144,36 @@ def test_a_short_query_naming_a_note_keeps_it_first_over_weak_similarities(confi
         assert search(con, cfg, fused, vector_search=VectorList(weak), remotes=False).route == Route("hybrid")
 
 
+SPELLED = {"k8s/rollout.md": ["maxSurge", "MAXSURGE", "maxsurge", "max_surge", "max-surge", "MaxSurge", "max surge"],
+           "alerts/pods.md": ["KubePodCrashLooping", "kubepodcrashlooping", "KUBE_POD_CRASH_LOOPING"],
+           "db/oracle.md": ["ORA-00942", "ORA-00942 error", "error ORA-00942", "ora00942", "ora 00942"]}
+
+
+@pytest.mark.parametrize("target, typed", [(t, q) for t, qs in SPELLED.items() for q in qs])
+def test_an_identifier_is_found_first_in_any_spelling(config, notes, target, typed):
+    """A key typed in another case, joined otherwise, or with a word beside it finds its note first,
+    as typed as written does, however near in meaning the other notes are (issue 35.6)."""
+    write_tree(notes, {
+        "k8s/rollout.md": "# Rolling updates\n\nSet `maxSurge: 25%` and `maxUnavailable: 0` in the strategy.\n",
+        "alerts/pods.md": "# Pod alerts\n\n## KubePodCrashLooping\n\nA pod restarts over and over: kubectl logs --previous.\n",
+        "db/oracle.md": "# Oracle errors\n\nORA-00942: the table or view does not exist; check the grants.\n",
+        **{f"misc/n{i}.md": f"# Misc {i}\n\nA surge of max load, a crash loop, an error on a table {i}.\n"
+           for i in range(6)}})
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
+    ids = {rel: cid for cid, rel in con.execute("SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")}
+
+    def near(query, limit):                 # the other notes far nearer in meaning than the target
+        return sorted(((cid, 0.1 if rel in SPELLED else 0.9 - cid / 100) for rel, cid in ids.items()),
+                      key=lambda x: -x[1])[:limit]
+    as_written = search(con, cfg, SPELLED[target][0], vector_search=VectorList(near), remotes=False)
+    res = search(con, cfg, typed, vector_search=VectorList(near), remotes=False)
+    assert _rels(res)[0] == _rels(as_written)[0] == target
+    assert res.route == as_written.route == Route("keyword", "identifier")
+
+
 def test_semantic_mode_uses_only_the_vector_list(voyage):
     cfg, con = voyage
     res = search(con, cfg, "wildcard certificate renewal", mode="semantic", explain=True, remotes=False)

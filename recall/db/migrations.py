@@ -204,5 +204,8 @@ MIGRATIONS: list = [          # never edit a landed one
     -- a file's own vector (its title and opening text) is stored under this key (notes/index.py)
     ALTER TABLE files ADD COLUMN head_hash TEXT;
     CREATE INDEX files_head ON files(head_hash);
+    -- an identifier however it is typed (terms.key: maxSurge, MAX_SURGE, max-surge → maxsurge)
+    ALTER TABLE idents ADD COLUMN key TEXT;
+    CREATE INDEX idents_key ON idents(key);
     """,
 ]

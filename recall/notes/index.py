@@ -48,8 +48,8 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates) -> str:
 
 
 class GitDates:
-    """{relpath: YYYY-MM-DD of its last commit} by one `git log`, run when a file first needs it;
-    {} without git or a repository."""
+    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source, run when a file
+    first needs it (a clone's files all carry the day it was made); {} without git or a repository."""
 
     def __init__(self, root):
         self.root, self.dates = str(root), None
@@ -59,9 +59,10 @@ class GitDates:
             self.dates = {}
             import subprocess
             try:
-                out = subprocess.run(["git", "-C", self.root, "log", "--relative", "--format=%x00%cs",
-                                      "--name-only", "--no-renames", "--", "."], capture_output=True,
-                                     text=True, timeout=30).stdout
+                # core.quotePath: a name that is not ASCII as it is, not in quoted octal
+                argv = ["git", "-C", self.root, "-c", "core.quotePath=false", "log", "--relative",
+                        "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
+                out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
             except (OSError, subprocess.SubprocessError):
                 return self.dates
             date = None
@@ -146,9 +147,11 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
         "VALUES (?,?,?,?,?,?,?,?,?)",
         (chunk_id, file_id, ord_, start, end, crumb, body, digest, rel)).lastrowid
     # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
-    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1])
-    con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
-                    [(t, chunk_id, n) for t, n in idents.items()])
+    whole: set = set()
+    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
+    # a host name's dotted prefixes have no key: "ceph" of ceph.conf is a word, not a spelling
+    con.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)",
+                    [(t, chunk_id, n, terms.key(t) if t in whole else None) for t, n in idents.items()])
 
 
 def redact_indexed(con, redact) -> int:

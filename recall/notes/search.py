@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import RecallError
 from . import fusion
 from .fusion import final_score, recency_factor
-from .keyword import holders, keyword_ranked, names
+from .keyword import holders, keyword_ranked, names, spellings
 from .query import Query, Route, parse_query, route_for
 from .snippets import QueryTerms, mark, point_at_section, snippet_spans
 
@@ -140,6 +140,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         raise RecallError("-n must be at least 1")
     if hooks.require_open is not None:
         hooks.require_open(con, cfg)
+    q = spellings(con, q)
     route = route_for(mode, q, cfg.embedding.provider)
     # the remotes are asked now, in the background, and merged in at the end; bad input asks nobody
     remote_job = hooks.ask_remotes(cfg, q.text, n, mode) if remotes and hooks.ask_remotes is not None else None
