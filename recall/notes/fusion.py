@@ -99,15 +99,12 @@ def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None, depth: i
             for f in set(best) | (set(bm25) & set(heads))}
     v = _scale(near, vec_in | ((set(near) - set(best)) & kw_in))
     b = _scale(bm25, kw_in)
-    # a file's sections by the same weights, each chunk scaled over its list's first `depth`
-    sv = _scale(dict(vec), {c for c, _ in vec[:depth]})
-    sb = _scale({c: max(s, 0.0) for c, s, _ in kw}, {c for c, _, _ in kw[:depth]})
+    section = _section_scores(kw, vec, depth)
     wv, wk = FUSION_WEIGHTS["vector"], FUSION_WEIGHTS["keyword"]
     out = []
     for f in set(v) | set(b):
         chunks = dict.fromkeys([c for c, _ in kw_at.get(f, [])] + [c for c, _ in vec_at.get(f, [])])
-        sections = sorted(((c, wv * sv.get(c, 0.0) + wk * sb.get(c, 0.0)) for c in chunks),
-                          key=lambda x: (-x[1], x[0]))
+        sections = sorted(((c, section[c]) for c in chunks), key=lambda x: (-x[1], x[0]))
         lists = {}
         if f in bm25:
             lists["keyword"] = {"rank": kw_rank[f], "score": round(bm25[f], 4), "exact_identifiers": int(f in held)}
@@ -119,6 +116,14 @@ def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None, depth: i
     # ties (files below both lists' depth scale to 0) by what the lists said, then by id
     out.sort(key=lambda r: (-r.relevance, -near.get(r.file_id, -2.0), -bm25.get(r.file_id, 0.0), r.file_id))
     return out
+
+
+def _section_scores(kw: list, vec: list, depth: int) -> dict:
+    """{chunk_id: its lists' scores, each scaled over its list's first `depth`, weighted as files are}."""
+    sv = _scale(dict(vec), {c for c, _ in vec[:depth]})
+    sb = _scale({c: max(s, 0.0) for c, s, _ in kw}, {c for c, _, _ in kw[:depth]})
+    wv, wk = FUSION_WEIGHTS["vector"], FUSION_WEIGHTS["keyword"]
+    return {c: wv * sv.get(c, 0.0) + wk * sb.get(c, 0.0) for c in set(sv) | set(sb)}
 
 
 def keyword_first(kw: list, vec: list, file_of: dict) -> list:
