@@ -357,8 +357,8 @@ def test_an_index_with_the_common_words_postings_is_migrated_without_them(tmp_pa
 
 
 def test_the_keyword_list_is_fts5s_every_word_first_then_any_word(tmp_path, config, notes):
-    """Chunks holding every word, as bm25() ranks them, when there are enough; too few, or a
-    word in no note, and the list widens to the chunks holding any of the words."""
+    """Chunks holding every word the notes hold, as bm25() ranks them, when there are enough; too
+    few, and the list widens to the chunks holding any of the words."""
     from recall.notes.keyword import BM25, bm25_list
     from recall.notes.query import parse_query
     tree = {f"certs/both-{i}.md": f"# Note {i}\n\ncertificate rotation {'certificate ' * i}\n" for i in range(6)}
@@ -374,6 +374,13 @@ def test_the_keyword_list_is_fts5s_every_word_first_then_any_word(tmp_path, conf
     wide = bm25_list(con, parse_query("certificate rotation"), 9)
     assert wide == fts("certificate rotation", "OR", 9) and len(wide) == 9
     assert bm25_list(con, parse_query("certificate nosuchword"), 9) == fts("certificate", "OR", 9)
+    # a word in no note adds to no score: the words the notes hold are asked together first, and
+    # the OR (every chunk holding any word scored: the slow query at scale) is not run
+    asked = []
+    con.set_trace_callback(asked.append)
+    assert bm25_list(con, parse_query("certificate rotation nosuchword"), 5) == both
+    con.set_trace_callback(None)
+    assert not any(" OR " in sql for sql in asked), asked
 
 
 def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):

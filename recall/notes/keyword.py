@@ -16,16 +16,18 @@ PATH_WEIGHT = 1.0             # and the file's path (runbooks/restore-etcd.md)
 WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcrumb, body, path
 BM25 = f"bm25(chunks_fts, {', '.join(map(str, WEIGHTS))})"
 _MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
+_HELD = "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1"
 
 
 def bm25_list(con, q: Query, limit: int) -> dict:
     """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases."""
     if not q.phrases:
         return {}
-    # the chunks holding every term first: when they are enough, the OR (which scores every chunk
-    # holding any of them) is not run
-    if len(q.phrases) > 1:
-        found = con.execute(_MATCH, (q.fts("AND"), limit)).fetchall()
+    # the chunks holding every term the notes hold first (a word in no note adds to no score): when
+    # they are enough, the OR (which scores every chunk holding any of them) is not run
+    held = [p for p in q.phrases if con.execute(_HELD, (f'"{p}"',)).fetchone()] if len(q.phrases) > 1 else []
+    if len(held) > 1:
+        found = con.execute(_MATCH, (" AND ".join(f'"{p}"' for p in held), limit)).fetchall()
         if len(found) >= limit:
             return {cid: -r for cid, r in found}
     return {cid: -r for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))}
