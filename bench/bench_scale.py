@@ -139,8 +139,8 @@ def main() -> int:
 | identifiers ({", ".join(IDENTS)}) | {ms(ident_wall)} | {ms(ident_cpu)} | p95 ≤ 50 |
 | narrative, a word in no note beside common ones ({"; ".join(NARRATIVE)}) | {ms(narrative_wall)} | {ms(narrative_cpu)} | p95 ≤ 100 |
 
-Plain FTS5 answers every query: the chunks holding every word first, the OR of them when those are
-too few.
+Plain FTS5 answers every query: the chunks holding every word some note holds first, the OR of the
+words when those are too few.
 
 Whole processes (each query 4×, page cache warm, bytecode compiled), p50 / p95 ms:
 

@@ -325,10 +325,13 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
         mid, _ = model()
         q = normalize(vector(query))            # stored vectors are unit length
         out = {}
+        # a subquery a file: as a join, SQLite may scan the model's every vector for the files
+        sql = ("SELECT f.id, (SELECT e.vector FROM embeddings e WHERE e.model_id=? AND e.hash = f.head_hash) "
+               "FROM files f WHERE f.id IN ({})")
         for part, marks in db.in_batches(file_ids):
-            for fid, blob in con_.execute("SELECT f.id, e.vector FROM files f JOIN embeddings e ON e.model_id=? "
-                                          f"AND e.hash = f.head_hash WHERE f.id IN ({marks})", [mid, *part]):
-                out[fid] = sum(map(operator.mul, q, unpack(blob)))
+            for fid, blob in con_.execute(sql.format(marks), [mid, *part]):
+                if blob is not None:
+                    out[fid] = sum(map(operator.mul, q, unpack(blob)))
         return out
     return VectorList(run, own_connection=side is not None, heads=heads)
 
