@@ -24,18 +24,6 @@ def ensure_rg() -> str | None:
     return shutil.which("rg")
 
 
-def without_postings(run):
-    """`run()` with the common words' postings unused: each word search asks FTS5 (the row that
-    justifies postings.py and common_terms.py at this scale)."""
-    from recall.notes import common_terms
-    kept = common_terms.top_k, common_terms.top_k_any
-    common_terms.top_k = common_terms.top_k_any = lambda *a, **k: None
-    try:
-        return run()
-    finally:
-        common_terms.top_k, common_terms.top_k_any = kept
-
-
 def main() -> None:
     tree, home = OUT / f"notes{FILES}-v2", OUT / "home-search"
     if not tree.exists():
@@ -71,11 +59,7 @@ def main() -> None:
         return samples
 
     ident_in = inproc(IDENT_QUERIES)
-    word_in, word_fts = [], []
-    for q in WORD_QUERIES:        # with and without the postings in turn: the same load for both
-        for _ in range(4):
-            word_in += inproc([q], 10)
-            word_fts += without_postings(lambda: inproc([q], 10))
+    word_in = inproc(WORD_QUERIES)
     print("identifier queries:", IDENT_QUERIES)
     py = sys.executable
     cli = lambda q: run_ms([py, str(REPO / "recall.py"), "search", q], 4)  # noqa: E731
@@ -101,7 +85,6 @@ DB {db_mb:.0f} MB. `python3 bench/bench_search.py`.
 | re-index, nothing changed (p50 / p95 of 5) | {ms([x / 1000 for x in nochange]).replace(' / ', ' s / ')} s | ≤ 1.0 s |
 | search in-process, identifier (p50 / p95 ms) | {ms(ident_in)} | p50 ≤ 10 ms |
 | search in-process, words (p50 / p95 ms) | {ms(word_in)} | p50 ≤ 10 ms |
-| the same without the common words' postings (FTS5 alone) | {ms(word_fts)} | — |
 
 Whole processes, p50 / p95 in ms (each query 4×, page cache warm; every search a process of its
 own, leaving nothing running; `bench_scale.py` compares with `rg`'s OR form):

@@ -281,7 +281,8 @@ def index_remote(cfg, name: str, full: bool = False) -> dict:
 
 def federate(result, remote_hits: dict, n: int) -> None:
     """Merge remote hit lists into result.hits by reciprocal rank fusion (remote hits show NAME:relpath)."""
-    from .notes.search import Hit, rrf
+    from .notes.fusion import rrf
+    from .notes.search import Hit
     if not any(remote_hits.values()):
         return
     pool = {("local", i): h for i, h in enumerate(result.hits)}

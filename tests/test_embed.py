@@ -15,7 +15,8 @@ from recall import db
 from recall.config import Embedding, load_config
 from recall.embed import providers as embed
 from recall.embed.providers import ProviderError, Retry, UrllibTransport, VoyageProvider
-from recall.notes.index import embed_batches, run_index
+from recall.errors import RecallError
+from recall.notes.index import _texts, embed_batches, run_index
 from recall.vault import store as vault
 from tests.conftest import CANARY, REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage, tokens_of
@@ -51,6 +52,11 @@ def _index(cfg=None, **kw):
     return run_index(con, cfg, **kw, redactor=vault.redactor), con
 
 
+def _texts_of(con) -> int:
+    """The texts a whole index embeds: each chunk's, each file's own (a one-chunk note's is its chunk's)."""
+    return con.execute("SELECT count(*) FROM (SELECT hash FROM chunks UNION SELECT head_hash FROM files)").fetchone()[0]
+
+
 def _provider(fake, transport=None, **emb):
     cfg = Embedding(provider="voyage", dimension=64, base_url=fake.url, **emb)
     return VoyageProvider(cfg, KEY, transport=transport, retry=FAST)
@@ -60,7 +66,8 @@ def _provider(fake, transport=None, **emb):
 
 def test_chunks_go_as_documents_with_their_breadcrumb(voyage, fake):
     report, con = _index()
-    assert report.embedded == con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0] > 0
+    # each file's own too (a one-chunk note's is its chunk's)
+    assert report.embedded == _texts_of(con) > con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
     body = fake.embed_requests()[0][2]
     assert body["model"] == "voyage-4" and body["input_type"] == "document"
     assert body["truncation"] is True and body["output_dimension"] == 64
@@ -228,7 +235,7 @@ def test_connection_refused_is_clear_and_the_next_run_resumes(voyage, fake, cli)
     assert con.execute("SELECT count(*) FROM embed_ledger").fetchone()[0] == 0   # nothing sent, nothing held
     path.write_text(good)
     code, out, _ = cli("index")
-    assert code == 0 and "6 embedded" in out
+    assert code == 0 and "7 embedded" in out      # 6 chunk texts, 1 file's own (3 notes are one chunk each)
 
 
 @pytest.mark.parametrize("bad", ["wrong_count", "wrong_dim"])
@@ -245,7 +252,7 @@ def test_a_malformed_answer_stores_nothing_for_its_batch_and_the_next_run_resume
     assert billed == fake.billed                      # the bad answer was billed, and counted once
     first = fake.count
     code, out, _ = cli("index")
-    assert code == 0 and "4 embedded" in out
+    assert code == 0 and "5 embedded" in out
     sent_again = [t for r in fake.embed_requests()[first:] for t in r[2]["input"]]
     sent_first = [t for r in fake.embed_requests()[:1] for t in r[2]["input"]]
     assert not set(sent_again) & set(sent_first)      # the stored batch was not sent again
@@ -267,7 +274,7 @@ def test_a_429_storm_during_indexing_keeps_finished_batches_and_resumes(voyage, 
     fake.default = "ok"
     before = fake.count
     code, out, _ = cli("index")
-    assert code == 0 and "4 embedded" in out and fake.count == before + 2
+    assert code == 0 and "5 embedded" in out and fake.count == before + 3
 
 
 def test_not_json_is_an_error_not_a_crash(fake):
@@ -334,12 +341,11 @@ def test_an_edited_chunk_alone_is_embedded_again(voyage, fake, cli, notes):
     p = notes / "incidents/2023/INC-10963-db-failover.md"
     p.write_text(p.read_text().replace("the on-call lead agrees", "the incident commander agrees"))
     code, out, _ = cli("index")
-    assert code == 0 and "1 embedded" in out
+    assert code == 0 and "2 embedded" in out                # the chunk, and its file's own (its opening)
     assert fake.count == first + 1
     cfg = load_config()
     con = db.connect(cfg.db_path)
-    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == \
-        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]     # the old vector is gone
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == _texts_of(con)    # the old ones gone
 
 
 class _Stamped:
@@ -363,7 +369,7 @@ def test_a_model_change_reembeds_after_saying_how_much(voyage, fake, cli, monkey
     stamped = _Stamped(sys.stderr, fake)
     monkeypatch.setattr(sys, "stderr", stamped)
     code, out, err = cli("index")
-    assert code == 0 and "6 embedded" in out
+    assert code == 0 and "7 embedded" in out
     line, seen = next((t, n) for t, n in stamped.writes if "the embedding model changed" in t)
     assert seen == first and fake.count > first             # said before the first request went out
     estimate = int(re.search(r"about ([\d,]+) tokens", line).group(1).replace(",", ""))
@@ -389,8 +395,7 @@ def test_the_cap_stops_before_sending_and_says_how_to_raise_it(voyage, fake, cli
     voyage("  batch_size: 4\n  token_cap: 100000\n")                       # raised: it resumes
     code, out, err = cli("index")
     assert code == 0, err
-    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == \
-        con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0], (out, err)
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == _texts_of(con), (out, err)
     assert embed.ledger_totals(con)[0] == fake.billed
 
 
@@ -438,7 +443,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
         open_rows = con.execute("SELECT count(*) FROM embed_ledger WHERE state='reserved'").fetchone()[0]
         assert billed_rows[0] == vectors                    # a vector exists iff its batch was counted
         stored = {h for (h,) in con.execute("SELECT hash FROM embeddings")}
-        texts = {r[0]: r[1] for r in con.execute("SELECT hash, breadcrumb || char(10) || char(10) || body FROM chunks")}
+        texts = {h: text for h, (_, text) in _texts(con, list(stored)).items()}     # a file's own as well
         assert billed_rows[1] == sum(tokens_of(texts[h]) for h in stored)   # each stored batch counted once
         assert open_rows <= 1                               # at most the batch in flight
         con.close()
@@ -447,7 +452,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
                           cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     con = sqlite3.connect(cfg.db_path)
-    chunks = con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+    chunks = _texts_of(con)
     assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == chunks
     assert con.execute("SELECT count(*) FROM embed_ledger WHERE state='billed'").fetchone()[0] == chunks
     assert con.execute("SELECT count(*) FROM embed_ledger WHERE state='reserved'").fetchone()[0] == 0

@@ -177,11 +177,7 @@ def promise_figures(tmp_path_factory):
 
 
 @pytest.mark.extras
-@pytest.mark.parametrize("name", [
-    pytest.param("golden", marks=pytest.mark.xfail(strict=True, reason=(
-        "golden/ narrative recall@5: auto 0.812 against semantic 0.833 (one query of 24 finds one of its "
-        "two notes, not both); the fusion that would hold it loses on dev set 1 (docs/BENCHMARKS.md, H5)"))),
-    *DEVSETS])
+@pytest.mark.parametrize("name", SETS)
 def test_auto_never_loses_to_either_of_its_own_lists(name, promise_figures):
     """On each set separately: auto ≥ the better of keyword and semantic on narrative recall@5
     and MRR@10 (within 0.01), and auto's identifier MRR@10 is keyword's."""

@@ -16,7 +16,7 @@ from recall.errors import RecallError
 from recall.notes import fusion
 from recall.notes.fusion import fuse
 from recall.notes.index import run_index
-from recall.notes.query import parse_query
+from recall.notes.query import Route, parse_query
 from recall.notes.search import VectorList, query_key, search
 from recall.vault import store as vault
 from tests.conftest import REPO, write_tree
@@ -83,7 +83,7 @@ def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     assert set(ex["lists"]) <= {"keyword", "vector"} and ex["lists"]
     for entry in ex["lists"].values():
         assert entry["rank"] >= 1 and ("score" in entry or "similarity" in entry)
-    assert 0 < ex["scaled"] <= sum(fusion.FUSION_WEIGHTS.values())       # the lists' scaled scores, weighted
+    assert 0 < ex["scaled"] <= sum(fusion.FUSION_WEIGHTS.values()) + fusion.IDENT_LIFT   # the lists, scaled, weighted
     assert any("route: hybrid" in n for n in res.notices)
 
 
@@ -94,28 +94,84 @@ def test_identifier_route_in_auto_mode(voyage):
     assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
 
 
-def test_rrf_fuses_weighted_and_identifier_holders_are_one_more_list(monkeypatch):
-    monkeypatch.setattr(fusion, "FUSION", "rrf")
-    kw = [(1, 0.5, {"exact_identifiers": 0}), (2, 0.4, {"exact_identifiers": 0}), (3, 1.2, {"exact_identifiers": 1})]
-    vec = [(2, 0.9), (4, 0.8), (1, 0.7)]
-    w, k = {"vector": 1.0, "keyword": 0.5, "identifiers": 0.25}, 60
-    by = {cid: (s, info) for cid, s, info in fuse(kw, vec, k, w)}
-    assert by[2][1]["rrf"] == pytest.approx(0.5 / (k + 2) + 1 / (k + 1), abs=1e-6)
-    assert by[3][1]["rrf"] == pytest.approx(0.5 / (k + 3) + 0.25 / (k + 1), abs=1e-6)
-    assert fuse(kw, vec, 60, {})[0][2]["rrf"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)   # plain RRF
-    assert by[4][1]["lists"] == {"vector": {"rank": 2, "similarity": 0.8}}
-
-
-def test_score_fusion_scales_each_list_and_weighs_them():
+def test_score_fusion_scales_each_list_per_file_and_weighs_them():
     kw = [(1, 8.0, {"exact_identifiers": 0}), (2, 4.0, {"exact_identifiers": 0}), (3, 0.0, {"exact_identifiers": 1})]
     vec = [(2, 0.9), (4, 0.7), (1, 0.5)]
-    w = {"vector": 1.0, "keyword": 0.2, "identifiers": 1.0}
-    by = {cid: s for cid, s, _ in fuse(kw, vec, weights=w)}
-    assert by[2] == pytest.approx(1.0 + 0.2 * 0.5)            # first in the vectors, halfway in BM25
-    assert by[1] == pytest.approx(0.0 + 0.2 * 1.0)
-    assert by[4] == pytest.approx(0.5)
-    assert by[3] == pytest.approx(fusion.CONVEX_IDENT)        # holds the identifier: a bounded lift
-    assert [c for c, _, _ in fuse(kw, vec, weights=w)] == [2, 4, 1, 3]
+    own = {c: c for c in range(1, 5)}               # each chunk a file of its own
+    by = {r.file_id: r.relevance for r in fuse(kw, vec, own)}
+    w = fusion.FUSION_WEIGHTS
+    assert by[2] == pytest.approx(w["vector"] + w["keyword"] * 0.5)     # first in the vectors, halfway in BM25
+    assert by[1] == pytest.approx(w["keyword"])
+    assert by[4] == pytest.approx(0.5 * w["vector"])
+    assert by[3] == pytest.approx(fusion.IDENT_LIFT)          # holds the identifier: a bounded lift
+    assert [r.file_id for r in fuse(kw, vec, own)] == [2, 4, 1, 3]
+    # one file of two chunks counts once, by its best chunk in each list
+    two = {**own, 4: 2}
+    assert [r.file_id for r in fuse(kw, vec, two)] == [2, 1, 3]
+    assert fuse(kw, vec, two)[0].sections[0][0] == 2
+
+
+def test_a_files_own_vector_joins_its_best_windows():
+    """A file whose title and opening text are near the query rises over one with a slightly nearer
+    window that is not about it."""
+    kw = []
+    vec = [(1, 0.62), (2, 0.60), (3, 0.40)]
+    own = {c: c for c in range(1, 4)}
+    assert [r.file_id for r in fuse(kw, vec, own)] == [1, 2, 3]
+    ranked = fuse(kw, vec, own, heads={1: 0.30, 2: 0.70, 3: 0.35})
+    assert [r.file_id for r in ranked] == [2, 1, 3]
+    assert ranked[0].lists["vector"] == {"rank": 2, "similarity": 0.6, "head": 0.7}
+
+
+def test_a_short_query_naming_a_note_keeps_it_first_over_weak_similarities(config, notes):
+    """One or two words naming a note (title, headings or path): the keyword list's order holds,
+    and files found only by meaning follow; other words, or more of them, fuse as before."""
+    write_tree(notes, {"ops/ops-handbook.md": "# Ops handbook\n\nWho does what in operations, and where the rota is.\n",
+                       **{f"misc/m{i}.md": f"# Misc {i}\n\nUnrelated topic {i}; ops named once.\n" for i in range(6)}})
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
+    ids = {rel: cid for cid, rel in con.execute("SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")}
+    handbook = ids.pop("ops/ops-handbook.md")
+
+    def weak(query, limit):                 # every other note a shade nearer in meaning, all of them far
+        return [(cid, 0.20 - i / 1000) for i, cid in enumerate(ids.values())] + [(handbook, 0.05)]
+    res = search(con, cfg, "ops", vector_search=VectorList(weak), remotes=False)
+    assert res.route == Route("hybrid", "short query") and _rels(res)[0] == "ops/ops-handbook.md"
+    assert search(con, cfg, "Ops", vector_search=VectorList(weak), remotes=False).hits[0].relpath == "ops/ops-handbook.md"
+    for fused in ("unrelated topic", "who keeps the ops rota"):        # not a name; more words
+        assert search(con, cfg, fused, vector_search=VectorList(weak), remotes=False).route == Route("hybrid")
+
+
+SPELLED = {"k8s/rollout.md": ["maxSurge", "MAXSURGE", "maxsurge", "max_surge", "max-surge", "MaxSurge", "max surge"],
+           "alerts/pods.md": ["KubePodCrashLooping", "kubepodcrashlooping", "KUBE_POD_CRASH_LOOPING"],
+           "db/oracle.md": ["ORA-00942", "ORA-00942 error", "error ORA-00942", "ora00942", "ora 00942"]}
+
+
+@pytest.mark.parametrize("target, typed", [(t, q) for t, qs in SPELLED.items() for q in qs])
+def test_an_identifier_is_found_first_in_any_spelling(config, notes, target, typed):
+    """A key typed in another case, joined otherwise, or with a word beside it finds its note first,
+    as typed as written does, however near in meaning the other notes are (issue 35.6)."""
+    write_tree(notes, {
+        "k8s/rollout.md": "# Rolling updates\n\nSet `maxSurge: 25%` and `maxUnavailable: 0` in the strategy.\n",
+        "alerts/pods.md": "# Pod alerts\n\n## KubePodCrashLooping\n\nA pod restarts over and over: kubectl logs --previous.\n",
+        "db/oracle.md": "# Oracle errors\n\nORA-00942: the table or view does not exist; check the grants.\n",
+        **{f"misc/n{i}.md": f"# Misc {i}\n\nA surge of max load, a crash loop, an error on a table {i}.\n"
+           for i in range(6)}})
+    config("embedding:\n  provider: local\n")
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, embed=False, redactor=vault.redactor)
+    ids = {rel: cid for cid, rel in con.execute("SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id")}
+
+    def near(query, limit):                 # the other notes far nearer in meaning than the target
+        return sorted(((cid, 0.1 if rel in SPELLED else 0.9 - cid / 100) for rel, cid in ids.items()),
+                      key=lambda x: -x[1])[:limit]
+    as_written = search(con, cfg, SPELLED[target][0], vector_search=VectorList(near), remotes=False)
+    res = search(con, cfg, typed, vector_search=VectorList(near), remotes=False)
+    assert _rels(res)[0] == _rels(as_written)[0] == target
+    assert res.route == as_written.route == Route("keyword", "identifier")
 
 
 def test_semantic_mode_uses_only_the_vector_list(voyage):
@@ -184,7 +240,9 @@ def test_no_vectors_yet_auto_falls_back_with_a_notice_and_hybrid_says_so(config,
 
 
 def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
-    big = "".join(f"## Part {i}\n\nkafka broker partition details {i} " + "filler " * 30 + "\n\n" for i in range(80))
+    """The lists are read fusion.DEPTH deep; one file filling all of that, the search reads deeper."""
+    big = "".join(f"## Part {i}\n\nkafka broker partition details {i} " + "filler " * 30 + "\n\n"
+                  for i in range(fusion.DEPTH + 20))
     write_tree(notes, {"kafka.md": "# Kafka\n\n" + big})
     write_tree(notes, {f"small/s{i}.md": f"# Small {i}\n\nkafka note {i}\n" for i in range(12)})
     config("embedding:\n  provider: local\n")
@@ -206,7 +264,7 @@ def test_the_per_file_cap_overfetches_until_the_page_is_full(config, notes):
                  vector_search=VectorList(vector_search), remotes=False)
     rels = _rels(res)
     assert len(rels) == 10 and rels.count("kafka.md") == 2
-    assert asked[0] == 50 and asked[-1] > 80
+    assert asked[0] == fusion.DEPTH and asked[-1] > fusion.DEPTH + 20
 
 
 def test_a_provider_down_at_query_time_degrades_auto_to_keyword_quickly(voyage, fake, monkeypatch):
@@ -306,6 +364,73 @@ def test_golden_eval_runs_with_voyage_against_the_stand_in(tmp_path, fake, monke
     assert m[("hybrid", "identifier")]["mrr10"] == 1.0                  # fused, identifiers still exact
     assert {r[2]["input_type"] for r in fake.embed_requests()} == {"document", "query"}
     assert fake.billed > 0
+
+
+@pytest.fixture
+def golden_voyage(tmp_path, fake, monkeypatch, cli):
+    """golden/ indexed with `provider: voyage` at the stand-in: the CLI runner."""
+    monkeypatch.setenv("VOYAGE_API_KEY", KEY)
+    _golden_config(tmp_path, monkeypatch, f"  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+    code, out, err = cli("index")
+    assert code == 0, err
+    return cli
+
+
+def _shown(cli, query, n):
+    code, out, err = cli("--json", "search", query, "-n", n)
+    assert code == 0, err
+    return [(h["relpath"], h["line"]) for h in json.loads(out)["hits"]]
+
+
+def test_a_page_of_five_is_the_first_five_of_a_page_of_twenty(golden_voyage):
+    """The lists are read and scaled to a fixed depth, whatever -n asks (issue 35.2)."""
+    queries = [json.loads(line)["query"] for line in (REPO / "golden" / "queries.jsonl").read_text().splitlines()]
+    for query in queries:
+        assert _shown(golden_voyage, query, 5) == _shown(golden_voyage, query, 20)[:5], query
+
+
+def test_eval_scores_the_files_search_shows(golden_voyage):
+    """`recall eval`'s figures are those of the files `recall search` lists, first 10 distinct."""
+    from recall.notes.evaluate import _metrics
+    rows = _golden_eval_rows(golden_voyage, "--mode", "auto")
+    golden = [json.loads(line) for line in (REPO / "golden" / "queries.jsonl").read_text().splitlines()]
+    for qtype in ("identifier", "narrative"):
+        items = [g for g in golden if g["type"] == qtype]
+        shown = [list(dict.fromkeys(rel for rel, _ in _shown(golden_voyage, g["query"], 20)))[:10] for g in items]
+        for files, g in zip(shown, items):         # and a default page (10 hits) lists the first of them
+            page = list(dict.fromkeys(rel for rel, _ in _shown(golden_voyage, g["query"], 10)))
+            assert files[:len(page)] == page, g["query"]
+        figures = [_metrics(files, set(g["relevant"])) for files, g in zip(shown, items)]
+        want = [sum(f[i] for f in figures) / len(figures) for i in range(3)]
+        got = [rows[("auto", qtype)][m] for m in ("recall5", "mrr10", "ndcg10")]
+        assert got == pytest.approx(want, abs=1e-12), qtype
+
+
+def test_each_file_gets_one_vector_of_its_own_and_an_unchanged_file_costs_nothing(voyage, fake, notes):
+    """A file's head (title and opening text) is embedded beside its chunks; an edit past the head
+    re-embeds that chunk alone, an edit in it the head too; nothing changed, nothing sent."""
+    cfg, con = voyage
+    chunk_texts = con.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+    heads = con.execute("SELECT count(DISTINCT head_hash) FROM files").fetchone()[0]
+    assert heads == con.execute("SELECT count(*) FROM files").fetchone()[0] == len(list(notes.rglob("*.md")))
+    assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == chunk_texts + heads
+    sent = [t for r in fake.embed_requests() for t in r[2]["input"]]
+    assert any(t.startswith("INC-10963 primary database failover\n\n") for t in sent)     # the title, then the text
+    before = fake.count
+    assert run_index(con, cfg, redactor=vault.redactor).embedded == 0 and fake.count == before
+    note = notes / "runbooks" / "jump-hosts.md"
+
+    def state():
+        return (con.execute("SELECT head_hash FROM files WHERE relpath = 'runbooks/jump-hosts.md'").fetchone()[0],
+                {h for (h,) in con.execute("SELECT hash FROM chunks")})
+    head, chunks = state()
+    note.write_text(note.read_text() + "\n## Details\n\n" + "filler " * 300 + "\n\n## Appendix\n\nOne more line.\n")
+    done = run_index(con, cfg, redactor=vault.redactor).embedded
+    new_head, new_chunks = state()
+    assert new_head != head and done == len(new_chunks - chunks) + 1          # in the head: it too
+    note.write_text(note.read_text().replace("One more line.", "Another line."))
+    done = run_index(con, cfg, redactor=vault.redactor).embedded
+    assert state()[0] == new_head and done == len(state()[1] - new_chunks) == 1   # past it: the chunk alone
 
 
 def test_make_golden_prints_voyage_figures_beside_the_others(fake, tmp_path):
@@ -463,7 +588,7 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
         assert code == 0, err
         voyage = _golden_eval_rows(cli)
         docs = sum(len(r[2]["input"]) for r in server.embed_requests() if r[2]["input_type"] == "document")
-    assert docs == len(known)                         # every document vector came from the local index
+    assert docs == len(rows)                          # every document vector came from the local index
     assert voyage.keys() == local.keys()
     for key in local:
         for metric in ("recall5", "mrr10", "ndcg10"):

@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,45 @@ def test_missing_sources_names_each_folder_not_there(config, notes, tmp_path):
     assert missing_sources(load_config().sources) == [
         f"source 'usb': {tmp_path / 'usb'} is not there (missing, or a disk not mounted): "
         "its notes are searched as last indexed"]
+
+
+def _git(root, *args, date=None):
+    import subprocess
+    env = dict(os.environ, GIT_AUTHOR_NAME="a", GIT_AUTHOR_EMAIL="a@example.com", GIT_COMMITTER_NAME="a",
+               GIT_COMMITTER_EMAIL="a@example.com")
+    if date:
+        env.update(GIT_AUTHOR_DATE=f"{date}T12:00:00", GIT_COMMITTER_DATE=f"{date}T12:00:00")
+    subprocess.run(["git", "-C", str(root), *args], env=env, check=True, capture_output=True)
+
+
+def test_a_note_is_dated_by_its_own_date_its_name_its_last_commit_then_its_mtime(config, notes, tmp_path):
+    """A clone's files all carry the day it was made: a note with no date of its own is dated by
+    its last commit (one `git log` a run, names that are not ASCII too), else by its mtime (issue 37.8)."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    write_tree(repo, {"own.md": "---\ndate: 2021-04-05\n---\n# Own\n\nfront matter\n",
+                      "line.md": "# Line\n\nDate: 12 March 2022\n\nwords\n",
+                      "2023-01-09-named.md": "# Named\n\nwords\n",
+                      "notes/committed.md": "# Committed\n\nwords\n", "notes/café.md": "# Café\n\nwords\n",
+                      "notes/changed.md": "# Changed\n\nwords\n"})
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "first", date="2020-01-02")
+    (repo / "notes" / "changed.md").write_text("# Changed\n\nmore words\n")
+    _git(repo, "commit", "-qam", "second", date="2020-06-07")
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(repo), str(clone))          # every file's mtime: today
+    (clone / "notes" / "new.md").write_text("# New\n\nnot committed\n")
+    config(f"  - name: clone\n    path: {clone}\n")
+    cfg, con, _ = _index()
+    dates = dict(con.execute("SELECT relpath, date FROM files WHERE source = 'clone'").fetchall())
+    today = datetime.now(timezone.utc).date().isoformat()       # an mtime is dated in UTC
+    assert dates == {"own.md": "2021-04-05", "line.md": "2022-03-12", "2023-01-09-named.md": "2023-01-09",
+                     "notes/committed.md": "2020-01-02", "notes/café.md": "2020-01-02",
+                     "notes/changed.md": "2020-06-07", "notes/new.md": today}
+    shutil.rmtree(clone / ".git")                                  # no repository: the mtime, quietly
+    (clone / "notes" / "committed.md").write_text("# Committed\n\nedited\n")
+    cfg, con, rep = _index()
+    assert con.execute("SELECT date FROM files WHERE relpath = 'notes/committed.md'").fetchone()[0] == today
+    assert not rep.warnings and not rep.skipped

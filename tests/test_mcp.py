@@ -176,7 +176,7 @@ def test_nine_tools_with_plain_args_model_descriptions_and_all_four_annotations(
 
 
 def test_the_search_tool_lists_the_search_modes_as_search_defines_them(world):
-    from recall.notes.search import MODES
+    from recall.notes.query import MODES
     listed = run_calls([("tools/list", None)])[0].tools
     mode = next(t for t in listed if t.name == "recall_search").input_schema["properties"]["mode"]
     assert mode["enum"] == list(MODES) == ["auto", "keyword", "semantic", "hybrid"] and mode["default"] == "auto"

@@ -4,8 +4,10 @@ import pytest
 from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
+from recall.notes.fusion import recency_factor, rrf
 from recall.notes.index import run_index
-from recall.notes.search import Route, SearchHooks, recency_factor, rrf, search
+from recall.notes.query import Route
+from recall.notes.search import SearchHooks, search
 from recall.vault import store as vault
 from tests.conftest import write_tree
 
@@ -60,7 +62,7 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
 
 
 def test_snippet_marks_whole_terms_only():
-    from recall.notes.search import snippet
+    from recall.notes.snippets import snippet
     out = snippet("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963")
     assert "**INC-10963**" in out and "**inc** **10963**" in out
     assert "Incident " in out and "incidents" in out and "**Inc**" not in out
@@ -133,7 +135,7 @@ def test_recency_breaks_a_tie_but_never_outranks_clearly_better_matches(config, 
 
 
 def test_recency_never_lifts_a_note_over_one_naming_the_identifier():
-    from recall.notes.search import final_score
+    from recall.notes.fusion import final_score
     assert final_score(1, 0.01, 0.95) > final_score(0, 1e9, 1.0)
     assert final_score(0, 10.0, 0.95) > final_score(0, 9.0, 1.0)     # 10% more relevant wins
     assert final_score(0, 10.0, 0.95) < final_score(0, 9.8, 1.0)     # a near-tie goes to the newer
@@ -242,7 +244,7 @@ def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path
 
 
 def test_a_highlight_never_splits_an_identifier_and_markdown_markers_are_gone():
-    from recall.notes.search import snippet, snippet_spans
+    from recall.notes.snippets import snippet, snippet_spans
     out = snippet("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert")
     assert "**INC**-8214" not in out and "INC-8214" in out and "**inc**" in out
     assert "**jump01.example.com**" in out and "**cert**" in out
@@ -290,10 +292,11 @@ def test_an_identifier_inside_a_question_is_one_signal_in_the_fusion_not_a_tier_
     from recall.notes.fusion import fuse
     kw = [(1, 9.0, {"exact_identifiers": 0}), (2, 5.0, {"exact_identifiers": 0}), (5, 1.0, {"exact_identifiers": 1})]
     vec = [(2, 0.8), (1, 0.7), (3, 0.6)]
-    order = [cid for cid, _, _ in fuse(kw, vec)]
+    own = {c: c for c in range(1, 6)}               # each chunk a file of its own
+    order = [r.file_id for r in fuse(kw, vec, own)]
     assert order.index(5) > order.index(2) and order.index(5) > order.index(1)     # both lists' first two lead
     assert order.index(5) < order.index(3)          # its identifier still counts: above the vector list's third
-    base = [cid for cid, _, _ in fuse([(c, s, {"exact_identifiers": 0}) for c, s, _ in kw], vec)]
+    base = [r.file_id for r in fuse([(c, s, {"exact_identifiers": 0}) for c, s, _ in kw], vec, own)]
     assert base.index(5) > base.index(3)
 
 
@@ -330,6 +333,54 @@ def test_an_index_from_before_the_path_column_is_migrated_and_searchable(tmp_pat
     assert [r[0] for r in new.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'etcd AND snapshot'")] == [1]
     new.execute("DELETE FROM files")
     assert new.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'etcd'").fetchone()[0] == 0
+
+
+def test_an_index_with_the_common_words_postings_is_migrated_without_them(tmp_path, config):
+    """The postings' tables and triggers go (issue 34.4): a chunk written after the migration
+    lists itself nowhere, and the search answers from FTS5."""
+    import sqlite3
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
+    for version, sql in enumerate(db.MIGRATIONS[:8], start=1):
+        for statement in db._statements(sql):
+            con.execute(statement)
+        con.execute("INSERT INTO migrations VALUES (?, 0)", (version,))
+    assert con.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE '%common%'").fetchone()[0] == 5
+    con.close()
+    new = db.connect(path)
+    assert new.execute("SELECT name FROM sqlite_master WHERE name LIKE '%common%'").fetchall() == []
+    new.execute("INSERT INTO files(source, relpath, size, mtime_ns, hash) VALUES ('notes', 'a.md', 1, 1, 'h')")
+    new.execute("INSERT INTO chunks(file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
+                "VALUES (1, 0, 1, 3, 'Rotation', 'certificate rotation', 'h', 'a.md')")
+    assert [r[0] for r in new.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'certificate'")] == [1]
+
+
+def test_the_keyword_list_is_fts5s_every_word_first_then_any_word(tmp_path, config, notes):
+    """Chunks holding every word the notes hold, as bm25() ranks them, when there are enough; too
+    few, and the list widens to the chunks holding any of the words."""
+    from recall.notes.keyword import BM25, bm25_list
+    from recall.notes.query import parse_query
+    tree = {f"certs/both-{i}.md": f"# Note {i}\n\ncertificate rotation {'certificate ' * i}\n" for i in range(6)}
+    tree.update({f"certs/one-{i}.md": f"# Other {i}\n\ncertificate {'filler ' * i}\n" for i in range(4)})
+    write_tree(notes, tree)
+    cfg, con = _index()
+
+    def fts(query, op, limit):
+        sql = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
+        return {cid: -r for cid, r in con.execute(sql, (parse_query(query).fts(op), limit))}
+    both = fts("certificate rotation", "AND", 5)
+    assert len(both) == 5 and bm25_list(con, parse_query("certificate rotation"), 5) == both
+    wide = bm25_list(con, parse_query("certificate rotation"), 9)
+    assert wide == fts("certificate rotation", "OR", 9) and len(wide) == 9
+    assert bm25_list(con, parse_query("certificate nosuchword"), 9) == fts("certificate", "OR", 9)
+    # a word in no note adds to no score: the words the notes hold are asked together first, and
+    # the OR (every chunk holding any word scored: the slow query at scale) is not run
+    asked = []
+    con.set_trace_callback(asked.append)
+    assert bm25_list(con, parse_query("certificate rotation nosuchword"), 5) == both
+    con.set_trace_callback(None)
+    assert not any(" OR " in sql for sql in asked), asked
 
 
 def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):

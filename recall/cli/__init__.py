@@ -136,7 +136,7 @@ class _Verbs:
 
 
 def _modes(parser) -> list:
-    """Search's own list of modes; imported only for the search or eval parser this run builds."""
+    """The query parser's list of modes; imported only for the search or eval parser this run builds."""
     if isinstance(parser, _Skipped):
         return []
     from ..api import MODES

@@ -225,4 +225,20 @@ MIGRATIONS: list = [          # never edit a landed one
     ALTER TABLE verify_results ADD COLUMN config TEXT NOT NULL DEFAULT '';
     """,
     int8_vectors,
+    """
+    -- the common words' postings go: plain FTS5 answers every query (issue 34.4)
+    DROP TRIGGER IF EXISTS chunks_common_ai;
+    DROP TRIGGER IF EXISTS chunks_common_ad;
+    DROP TABLE IF EXISTS common_postings;
+    DROP TABLE IF EXISTS common_state;
+    DROP TABLE IF EXISTS common_dirty;
+    """,
+    """
+    -- a file's own vector (its title and opening text) is stored under this key (notes/index.py)
+    ALTER TABLE files ADD COLUMN head_hash TEXT;
+    CREATE INDEX files_head ON files(head_hash);
+    -- an identifier however it is typed (terms.key: maxSurge, MAX_SURGE, max-surge → maxsurge)
+    ALTER TABLE idents ADD COLUMN key TEXT;
+    CREATE INDEX idents_key ON idents(key);
+    """,
 ]

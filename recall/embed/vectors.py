@@ -143,7 +143,7 @@ class VectorStore:
         return n
 
     def delete_orphans(self) -> int:
-        """Drop vectors (of every model) whose chunk text no longer exists anywhere, and the vec0
+        """Drop vectors (of every model) whose chunk text or file head no longer exists anywhere, and the vec0
         tables an older recall kept (where sqlite-vec is loaded: it alone can drop them)."""
         if self.backend == "sqlite-vec":
             for (name,) in self.con.execute("SELECT name FROM sqlite_master WHERE type='table' AND "
@@ -151,7 +151,8 @@ class VectorStore:
                 self.con.execute(f'DROP TABLE "{name}"')
         rows = self.con.execute(
             "SELECT id, model_id FROM embeddings e WHERE NOT EXISTS "
-            f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH})").fetchall()
+            f"(SELECT 1 FROM chunks c WHERE c.hash = {CHUNK_HASH}) "
+            "AND NOT EXISTS (SELECT 1 FROM files f WHERE f.head_hash = e.hash)").fetchall()
         for part, marks in in_batches([r[0] for r in rows]):
             self.con.execute(f"DELETE FROM embeddings WHERE id IN ({marks})", part)
         for mid in {r[1] for r in rows}:

@@ -17,7 +17,8 @@ from .walk import is_secrets_text, raw_name, shown, state_paths, walk_source
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
 OPTIMIZE_AFTER = 2000       # chunks written in one run after which FTS5's segments are merged
-CHUNK_FORMAT = "2"          # bump when chunking or identifier extraction changes: the next index rewrites
+CHUNK_FORMAT = "3"          # bump when chunking or identifier extraction changes: the next index rewrites
+HEAD_CHARS = 1500           # a file's head: its title and opening text, about what a model reads (~256 tokens)
 SECRETS_SKIPPED = "reads as a recall secrets file (entries with an id and a value): never indexed"
 
 
@@ -48,8 +49,8 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates) -> str:
 
 
 class GitDates:
-    """{relpath: YYYY-MM-DD of its last commit} by one `git log`, run when a file first needs it;
-    {} without git or a repository."""
+    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source, run when a file
+    first needs it (a clone's files all carry the day it was made); {} without git or a repository."""
 
     def __init__(self, root):
         self.root, self.dates = str(root), None
@@ -59,9 +60,10 @@ class GitDates:
             self.dates = {}
             import subprocess
             try:
-                out = subprocess.run(["git", "-C", self.root, "log", "--relative", "--format=%x00%cs",
-                                      "--name-only", "--no-renames", "--", "."], capture_output=True,
-                                     text=True, timeout=30).stdout
+                # core.quotePath: a name that is not ASCII as it is, not in quoted octal
+                argv = ["git", "-C", self.root, "-c", "core.quotePath=false", "log", "--relative",
+                        "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
+                out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
             except (OSError, subprocess.SubprocessError):
                 return self.dates
             date = None
@@ -73,6 +75,46 @@ class GitDates:
         return self.dates
 
 
+def head_text(relpath: str, title: str, breadcrumb: str, bodies) -> str:
+    """What a file's own vector embeds: its title (else its first heading) and its opening text."""
+    parts = [title or embedded_breadcrumb(relpath, breadcrumb).split(" › ")[0]]
+    for body in bodies:
+        if sum(map(len, parts)) >= HEAD_CHARS:
+            break
+        parts.append(body)
+    return "\n\n".join(p for p in parts if p)[:HEAD_CHARS]
+
+
+def _stored(con, file_id: int) -> tuple:
+    """(relpath, title, [(breadcrumb, body)] of its chunks) of an indexed (redacted) file."""
+    rel, title = con.execute("SELECT relpath, title FROM files WHERE id=?", (file_id,)).fetchone()
+    rows = con.execute("SELECT breadcrumb, body FROM chunks WHERE file_id=? ORDER BY ord", (file_id,)).fetchall()
+    return rel, title or "", [tuple(r) for r in rows]
+
+
+def stored_head(con, file_id: int) -> str:
+    """A file's head_text from its indexed rows."""
+    rel, title, rows = _stored(con, file_id)
+    return head_text(rel, title, rows[0][0] if rows else "", (body for _, body in rows))
+
+
+def head_key(rel: str, title: str, rows: list) -> str | None:
+    """The key of a file's own vector (`rows`: its chunks' [(breadcrumb, body)]): a short note's
+    head is its one chunk's text, whose vector serves; else the head's own hash (embedded whole)."""
+    if not rows:
+        return None
+    text = head_text(rel, title, rows[0][0], (body for _, body in rows))
+    crumb = embedded_breadcrumb(rel, rows[0][0])
+    if text == (f"{crumb}\n\n{rows[0][1]}" if crumb else rows[0][1]):
+        return chunk_hash(rel, *rows[0])
+    return hashlib.blake2b(f"head\n{text}".encode("utf-8"), digest_size=16).hexdigest()
+
+
+def chunk_hash(rel: str, crumb: str, body: str) -> str:
+    """A chunk's key among the vectors: the hash of what is embedded, so vectors follow a renamed file."""
+    return hashlib.blake2b(f"{embedded_breadcrumb(rel, crumb)}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+
+
 def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
     """A markdown chunk's heading path is embedded with it; a plain file's breadcrumb is its path,
     which is left out (shown and keyword-searched still) so a rename costs no new embedding."""
@@ -82,32 +124,35 @@ def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact, raw) -> int:
     title = redact(str(doc.meta.get("title") or ""))
+    chunks = [(ch, redact(ch.breadcrumb), redact(ch.text)) for ch in doc.chunks]
+    head = head_key(rel, title, [(crumb, body) for _, crumb, body in chunks])
     if file_id is None:
         file_id = con.execute(
-            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath) "
-            "VALUES (?,?,?,?,?,?,?,?)", (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw)).lastrowid
+            "INSERT INTO files(source, relpath, size, mtime_ns, hash, date, title, rawpath, head_hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw, head)).lastrowid
     else:
         con.execute("DELETE FROM chunks WHERE file_id=?", (file_id,))
-        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=? WHERE id=?",
-                    (st.st_size, st.st_mtime_ns, digest, date, title, raw, file_id))
-    for ord_, ch in enumerate(doc.chunks):
-        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, redact(ch.breadcrumb),
-                    redact(ch.text), rel)
-    return len(doc.chunks)
+        con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=?, head_hash=? "
+                    "WHERE id=?", (st.st_size, st.st_mtime_ns, digest, date, title, raw, head, file_id))
+    for ord_, (ch, crumb, body) in enumerate(chunks):
+        write_chunk(con, None, file_id, ord_, ch.start_line, ch.end_line, crumb, body, rel)
+    return len(chunks)
 
 
 def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
-    head = embedded_breadcrumb(rel, crumb)      # the hash of what is embedded: vectors follow a renamed file
-    digest = hashlib.blake2b(f"{head}\n{body}".encode("utf-8"), digest_size=16).hexdigest()
+    digest = chunk_hash(rel, crumb, body)
     chunk_id = con.execute(
         "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
         "VALUES (?,?,?,?,?,?,?,?,?)",
         (chunk_id, file_id, ord_, start, end, crumb, body, digest, rel)).lastrowid
     # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
-    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1])
-    con.executemany("INSERT INTO idents(term, chunk_id, hits) VALUES (?,?,?)",
-                    [(t, chunk_id, n) for t, n in idents.items()])
+    whole: set = set()
+    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
+    # a host name's dotted prefixes have no key: "ceph" of ceph.conf is a word, not a spelling
+    con.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)",
+                    [(t, chunk_id, n, terms.key(t) if t in whole else None) for t, n in idents.items()])
 
 
 def redact_indexed(con, redact) -> int:
@@ -128,10 +173,10 @@ def redact_indexed(con, redact) -> int:
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
                         crumb, body, row["relpath"])
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
+        for file_id in {row["file_id"] for row, _, _ in hit} | {i for _, i in titles}:
+            con.execute("UPDATE files SET head_hash=? WHERE id=?", (head_key(*_stored(con, file_id)), file_id))
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
         con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-    from .postings import refresh
-    refresh(con)
     return len(hit) + len(titles)
 
 
@@ -194,8 +239,6 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             # many rows deleted and written leave FTS5's segments in pieces, each read by every query
             with db.transaction(con):
                 con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-        from .postings import refresh
-        refresh(con)        # the common words' postings follow the chunks written and deleted
     if embed and cfg.embedding.provider != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)
@@ -344,7 +387,7 @@ def embed_batches(pending: list, items: int, tokens: int):
 
 
 def _texts(con, hashes: list) -> dict:
-    """{hash: (breadcrumb as embedded, document text)}."""
+    """{hash: (breadcrumb as embedded, document text)}; a file's head: (None, its text)."""
     from ..embed.providers import document_text
     out = {}
     for part, marks in db.in_batches(hashes):
@@ -353,6 +396,9 @@ def _texts(con, hashes: list) -> dict:
                 f"WHERE c.hash IN ({marks})", part):
             head = embedded_breadcrumb(rel, crumb)
             out.setdefault(h, (head, document_text(head, body)))
+        for h, file_id in con.execute(f"SELECT head_hash, id FROM files WHERE head_hash IN ({marks})", part):
+            if h not in out:
+                out[h] = (None, stored_head(con, file_id))
     return out
 
 
@@ -381,9 +427,11 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     texts = _texts(con, batch)
     inputs = {h: redact(texts[h][1]) for h in batch}
     # a long chunk may be embedded as windows (a local model): its first under its hash, the rest
-    # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces
+    # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces.
+    # A file's head is embedded whole: the model reads its opening
     split = getattr(provider, "parts", None)
-    parts = {h: split(redact(texts[h][0]), inputs[h]) if split else [inputs[h]] for h in batch}
+    parts = {h: split(redact(texts[h][0]), inputs[h]) if split and texts[h][0] is not None else [inputs[h]]
+             for h in batch}
 
     def write(result, claimed):
         keys = [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]
@@ -415,6 +463,10 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
         "SELECT c.hash, MIN(length(c.breadcrumb) + length(c.body)) + 2 FROM chunks c WHERE NOT EXISTS "
         "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=c.hash) GROUP BY c.hash ORDER BY MIN(c.id)",
         (mid,)).fetchall()
+    heads = con.execute("SELECT head_hash, MIN(id) FROM files f WHERE head_hash IS NOT NULL AND NOT EXISTS "
+                        "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=f.head_hash) AND NOT EXISTS "
+                        "(SELECT 1 FROM chunks c WHERE c.hash=f.head_hash) GROUP BY head_hash", (mid,)).fetchall()
+    pending += [(h, len(stored_head(con, file_id))) for h, file_id in heads]
     report.pending = len(pending)
     if not pending:
         return report

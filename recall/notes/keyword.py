@@ -2,50 +2,83 @@
 identifiers or the whole query word for word."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..db import in_batches
 from . import terms
 from .query import Query
 
 NAMED_CHECK = 2000            # identifier hits checked for a file named after the identifier
 PHRASE_CHECK = 50             # keyword candidates checked for holding the whole query word for word
+SPELLED = 3                   # tokens in a query short enough to look its identifiers up in any spelling
 CRUMB_WEIGHT = 3.0            # BM25 weight of the heading path against the body's 1.0
 PATH_WEIGHT = 1.0             # and the file's path (runbooks/restore-etcd.md)
 WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcrumb, body, path
 BM25 = f"bm25(chunks_fts, {', '.join(map(str, WEIGHTS))})"
 _MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
+_HELD = "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1"
 
 
 def bm25_list(con, q: Query, limit: int) -> dict:
-    """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases —
-    from the common words' postings when they can answer, else from FTS5."""
-    from .common_terms import top_k, top_k_any
-    phrases = list(q.phrases)
-    if not phrases:
+    """{chunk_id: BM25 (≥ 0 is better)}: the best `limit` chunks for the OR of the query's phrases."""
+    if not q.phrases:
         return {}
-    # the chunks holding every term first: when they are enough, the OR (which scores every chunk
-    # holding any of them) is not run
-    found = top_k(con, phrases, WEIGHTS, limit) if q.plain else None
-    if found is None and len(phrases) > 1:
-        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("AND"), limit))]
-    if found is not None and (len(found) >= limit or len(phrases) == 1):
-        return dict(found)
-    found = top_k_any(con, phrases, WEIGHTS, limit) if q.plain and len(phrases) > 1 else None
-    if found is None:
-        found = [(cid, -r) for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))]
-    return dict(found)
+    # the chunks holding every term the notes hold first (a word in no note adds to no score): when
+    # they are enough, the OR (which scores every chunk holding any of them) is not run
+    held = [p for p in q.phrases if con.execute(_HELD, (f'"{p}"',)).fetchone()] if len(q.phrases) > 1 else []
+    if len(held) > 1:
+        found = con.execute(_MATCH, (" AND ".join(f'"{p}"' for p in held), limit)).fetchall()
+        if len(found) >= limit:
+            return {cid: -r for cid, r in found}
+    return {cid: -r for cid, r in con.execute(_MATCH, (q.fts("OR"), limit))}
+
+
+def spellings(con, q: Query) -> Query:
+    """A short query read as the index spells its identifiers: a token held in another case or
+    joined otherwise (MAXSURGE, max_surge for maxSurge; kubepodcrashlooping; "inc 10963" for
+    INC-10963) stands for those spellings. Made of identifiers and at most one other word (an
+    error code and the word beside it), it is then a lookup, as typed as written; else unchanged."""
+    if len(q.tokens) > SPELLED or not q.tokens:
+        return q
+    found, words = [], 0
+    for token in q.tokens:
+        spelled = _spelled(con, token)
+        found += spelled
+        words += not spelled
+    if not found and len(q.tokens) > 1:
+        found, words = _spelled(con, "".join(q.tokens)), 0
+    if not found or words > 1:
+        return q
+    phrases = [" ".join(terms.words(t)) for t in found]
+    return replace(q, identifiers=tuple(dict.fromkeys(q.identifiers + tuple(found))),
+                   phrases=tuple(dict.fromkeys(q.phrases + tuple(p for p in phrases if p))),
+                   lookup=q.lookup or "identifier")
+
+
+def _spelled(con, token: str) -> list:
+    """The index's spellings of `token`: an identifier as typed when the index holds it so, else
+    the whole tokens of its key (a host name's dotted prefixes have none: "ceph" of ceph.conf is
+    a word)."""
+    term = token.lower().strip("-.")
+    if terms.is_identifier(token.strip("-.")) and \
+            con.execute("SELECT 1 FROM idents WHERE term=? LIMIT 1", (term,)).fetchone():
+        return [term]
+    k = terms.key(token)
+    return [t for (t,) in con.execute("SELECT DISTINCT term FROM idents WHERE key=?", (k,))] if len(k) >= 3 else []
 
 
 def holders(con, q: Query, chunk_ids=None) -> dict:
-    """{chunk_id: how many of the query's identifiers it holds exactly}, among `chunk_ids` if given."""
+    """{chunk_id: how many of the query's identifiers it holds exactly (spellings of one count
+    once)}, among `chunk_ids` if given."""
     ids = None if chunk_ids is None else list(chunk_ids)
     if ids == []:
         return {}
     among = "" if ids is None else f" AND chunk_id IN ({','.join('?' * len(ids))})"
-    exact: dict = {}
+    held: dict = {}
     for term in q.identifiers:
         for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?" + among, [term] + (ids or [])):
-            exact[cid] = exact.get(cid, 0) + 1
-    return exact
+            held.setdefault(cid, set()).add(terms.key(term))
+    return {cid: len(keys) for cid, keys in held.items()}
 
 
 def _named_after(con, q: Query, exact: dict) -> None:
@@ -57,6 +90,16 @@ def _named_after(con, q: Query, exact: dict) -> None:
                                     f"WHERE c.id IN ({marks})", part):
             if not wanted.isdisjoint(terms.identifiers(rel.rsplit("/", 1)[-1])):
                 exact[cid] += 1
+
+
+def names(con, q: Query, chunk_id: int) -> bool:
+    """Whether every word of the query is in the chunk's heading path or its file's path: the
+    query names the note ("ops" → ops/ops-handbook.md)."""
+    if not q.phrases:
+        return False
+    match = f"{{breadcrumb path}} : ({q.fts('AND')})"
+    return con.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
+                       (match, chunk_id)).fetchone() is not None
 
 
 def word_for_word(con, q: Query, candidates: list) -> set:

@@ -42,11 +42,6 @@ class Query:
         """A safe FTS5 query: every phrase quoted, joined with `op` (OR / AND)."""
         return f" {op} ".join(f'"{p}"' for p in self.phrases)
 
-    @property
-    def plain(self) -> bool:
-        """Words only, each its own phrase: what the common words' postings can answer."""
-        return not self.identifiers and all(" " not in p for p in self.phrases)
-
 
 def is_flag(token: str) -> bool:
     """`--ignore-daemonsets`, `-n`: an option of a command line."""

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from ..errors import RecallError
 from . import fusion
-from .fusion import final_score, recency_factor, rrf  # noqa: F401 (re-exported: vault, remote, tests)
-from .keyword import holders, keyword_ranked
-from .query import MODES, NO_PROVIDER, Query, Route, parse_query, route_for  # noqa: F401 (the faces')
-from .snippets import QueryTerms, mark, point_at_section, snippet, snippet_spans  # noqa: F401 (snippet: re-exported)
+from .fusion import final_score, recency_factor
+from .keyword import holders, keyword_ranked, names, spellings
+from .query import Query, Route, parse_query, route_for
+from .snippets import QueryTerms, mark, point_at_section, snippet_spans
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
+SHORT_QUERY = 2               # words in a query short enough to lean on the keyword list
 QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
 
 
@@ -77,10 +78,12 @@ class SearchHooks:
 
 @dataclass(frozen=True)
 class VectorList:
-    """`run(query text, limit) -> [(chunk_id, similarity)]`; `own_connection`: it reads on a
-    connection of its own, so it can run beside the keyword list."""
+    """`run(query text, limit) -> [(chunk_id, similarity)]`; `heads(query text, file ids) ->
+    {file_id: similarity}` of the files' own vectors (None: no file vectors); `own_connection`: it
+    reads on a connection of its own, so it can run beside the keyword list."""
     run: object
     own_connection: bool = False
+    heads: object = None
 
 
 def _load_chunks(con, ids: list) -> dict:
@@ -95,39 +98,34 @@ def _load_chunks(con, ids: list) -> dict:
     return out
 
 
-def shape(con, cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
-    """Recency on each candidate's relevance, sorted, at most PER_FILE chunks a file: up to `n` Hits."""
+def shape(cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
+    """The files by tier, then relevance × recency; each shows its best section (and its next, when
+    close): up to `n` Hits."""
     roots = {s.name: Path(s.path) for s in cfg.sources}
     today = _date.today()
     qt = QueryTerms(q)
-    support = fusion.file_support(got.scored, {cid: r["file_id"] for cid, r in got.rows.items()}, got.file_share)
     final = []
-    for cid, score, info in got.scored:
-        row = got.rows.get(cid)
-        if row is None:
-            continue
+    for r in got.files:
+        row = got.rows[r.sections[0][0]]
         factor = recency_factor(row["date"], today) if got.recency else 1.0
-        if support.get(cid):
-            info = dict(info, file_support=round(support[cid], 6))
-        final.append((final_score(info.get("tier", 0), score + support.get(cid, 0.0), factor), factor, cid, info, row))
-    final.sort(key=lambda x: -x[0])
-    per_file: dict = {}
+        final.append((final_score(r.tier, r.relevance, factor), factor, r))
+    final.sort(key=lambda x: -x[0])        # stable: the fusion's order among equals
     hits = []
-    for score, factor, cid, info, row in final:
-        if per_file.get(row["file_id"], 0) >= fusion.PER_FILE:
-            continue
-        per_file[row["file_id"]] = per_file.get(row["file_id"], 0) + 1
-        root = roots.get(row["source"])
-        hit = Hit(source=row["source"], relpath=row["relpath"],
-                  path=str(root / row["relpath"]) if root else row["relpath"],
-                  line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
-                  score=score, date=row["date"] or "", chunk_id=cid)
-        hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
-        if explain:
-            hit.explain = dict(info, recency=round(factor, 4), rank=len(hits) + 1)
-        hits.append(hit)
-        if len(hits) >= n:
-            break
+    for rank, (score, factor, r) in enumerate(final, start=1):
+        for cid in fusion.shown_sections(r.sections):
+            if len(hits) >= n:
+                return hits
+            row = got.rows[cid]
+            root = roots.get(row["source"])
+            hit = Hit(source=row["source"], relpath=row["relpath"],
+                      path=str(root / row["relpath"]) if root else row["relpath"],
+                      line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
+                      score=score, date=row["date"] or "", chunk_id=cid)
+            hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
+            if explain:
+                hit.explain = {"lists": r.lists, "scaled": round(r.relevance, 6), "recency": round(factor, 4),
+                               "rank": rank}
+            hits.append(hit)
     return hits
 
 
@@ -142,6 +140,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         raise RecallError("-n must be at least 1")
     if hooks.require_open is not None:
         hooks.require_open(con, cfg)
+    q = spellings(con, q)
     route = route_for(mode, q, cfg.embedding.provider)
     # the remotes are asked now, in the background, and merged in at the end; bad input asks nobody
     remote_job = hooks.ask_remotes(cfg, q.text, n, mode) if remotes and hooks.ask_remotes is not None else None
@@ -159,8 +158,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         try:
             hits, got = ranked_hits(con, cfg, q, route, n, explain, rerank, vector_search, notices,
                                     mode == "auto", hooks.load_values)
-            again = own and attempt == 1 and any(cid not in got.rows for cid, _, info in got.scored
-                                                 if "vector" in info["lists"])
+            again = own and attempt == 1 and any(cid not in got.rows for cid in got.vector_ids)
         finally:
             if own:
                 con.execute("COMMIT")
@@ -172,26 +170,27 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     if remote_job is not None:
         remote_job.merge_into(result, n)
     if explain:
-        result.notices.append(f"route: {got.route}; {len(got.scored)} candidates; "
+        result.notices.append(f"route: {got.route}; {len(got.files)} files; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")
     return result
 
 
 @dataclass
 class Candidates:
-    """A route's lists fused: the route taken (a hybrid search may turn keyword-first),
-    [(chunk_id, relevance, info)], their rows, whether the lists ran out, file support, recency."""
+    """A route's lists fused into files: the route taken (a hybrid search may turn keyword-first),
+    the files [fusion.Ranked], the chunk rows they name, the vector list's chunk ids, whether the
+    lists ran out, and whether recency weighs."""
     route: Route
-    scored: list
+    files: list
     rows: dict
+    vector_ids: list
     exhausted: bool
-    file_share: float
     recency: bool
 
 
 def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList | None) -> Candidates:
-    """The route's lists, fused. A hybrid search whose keyword list holds a lookup's match (or the
-    whole query word for word) is keyword-first."""
+    """The route's lists, read `pool` deep and fused into files. A hybrid search whose keyword list
+    holds a lookup's match (or the whole query word for word) is keyword-first."""
     if not route.vectors:
         kw, vec = keyword_ranked(con, q, pool), []
     elif route.kind == "hybrid" and vector_search.own_connection:
@@ -200,20 +199,37 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
         vec = vector_search.run(q.text, pool)
         kw = keyword_ranked(con, q, pool) if route.kind == "hybrid" else []
     rows = _load_chunks(con, list(dict.fromkeys([c for c, _, _ in kw] + [c for c, _ in vec])))
+    file_of = {cid: r["file_id"] for cid, r in rows.items()}
     exhausted = len(kw) < pool and (not route.vectors or len(vec) < pool)
+    ids = [c for c, _ in vec]
     if not route.vectors:
-        return Candidates(route, fusion.keyword_first(kw, []), rows, exhausted, fusion.FILE_SUPPORT, True)
-    if route.kind == "hybrid" and (q.lookup or any("word_for_word" in info for _, _, info in kw)):
-        return Candidates(Route("hybrid", q.lookup or "word for word"), fusion.keyword_first(kw, vec), rows,
-                          exhausted, fusion.FILE_SUPPORT, True)
-    return Candidates(route, fusion.fuse(kw, vec), rows, exhausted, fusion.FUSED_FILE_SUPPORT, fusion.FUSED_RECENCY)
+        return Candidates(route, fusion.keyword_first(kw, [], file_of), rows, ids, exhausted, True)
+    first = _keyword_first(con, q, kw) if route.kind == "hybrid" else ""
+    if first:
+        return Candidates(Route("hybrid", first), fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
+    heads = vector_search.heads(q.text, sorted(set(file_of.values()))) if vector_search.heads else {}
+    return Candidates(route, fusion.fuse(kw, vec, file_of, heads), rows, ids, exhausted, False)
+
+
+def _keyword_first(con, q: Query, kw: list) -> str:
+    """Why a hybrid search keeps the keyword list's order (vectors' other files after it), or "":
+    a lookup, a note holding the whole query word for word, or a query of one or two words naming
+    the keyword list's first note (weak similarities of so few words never push it down)."""
+    if q.lookup:
+        return q.lookup
+    if any("word_for_word" in info for _, _, info in kw):
+        return "word for word"
+    if kw and len(q.tokens) <= SHORT_QUERY and names(con, q, kw[0][0]):
+        return "short query"
+    return ""
 
 
 def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vector_search, notices, auto,
                 load_values) -> tuple:
-    """(hits, Candidates): the fused lists shaped, over-fetching until the page is full, reranked."""
+    """(hits, Candidates): the fused files shaped — the lists read fusion.DEPTH deep whatever `n`
+    (deeper only when the page is not full), so every page size ranks alike — then reranked."""
     want = max(n, RERANK_POOL) if rerank else n
-    pool = max(50, want * 5)
+    pool = fusion.DEPTH
     while True:
         try:
             got = candidates(con, q, route, pool, vector_search)
@@ -224,13 +240,13 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vecto
             route = Route("keyword", "vector search unavailable")
             continue
         route = got.route
-        hits = shape(con, cfg, q, got, want, explain)
+        hits = shape(cfg, q, got, want, explain)
         if len(hits) >= want or got.exhausted:
             break
         from ..embed.vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
         if pool >= VEC_K_MAX:
             break
-        pool = min(pool * 4, VEC_K_MAX)       # the per-file cap thinned the page: fetch deeper
+        pool = min(pool * 4, VEC_K_MAX)
     if rerank and hits:
         hits = rerank_hits(con, cfg, q, hits, explain, load_values)
     hits = hits[:n]
@@ -274,26 +290,46 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
         side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
     con_ = side or con
 
-    def run(query: str, limit: int) -> list:
+    def model() -> tuple:
+        """(model id, dimension) of the configured model's vectors; an error when there are none."""
         from ..embed import providers as embed
-        from ..embed.vectors import VEC_K_MAX, VectorStore
         fp = embed.fingerprint(cfg.embedding, "document")
         mid = embed.model_id(con_, fp, create=False)
         row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
             if mid is not None else None
         if row is None:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
+        return mid, row[0]
+
+    def vector(query: str) -> list:
         if query not in memo:
             memo[query] = query_vector(con_, cfg, query, notices, load_values)
-        store = VectorStore(con_, mid, row[0])
+        return memo[query]
+
+    def run(query: str, limit: int) -> list:
+        from ..embed.vectors import VEC_K_MAX, VectorStore
+        mid, dim = model()
+        store = VectorStore(con_, mid, dim)
         k = limit
         while True:         # a long chunk has a vector per window: look deeper until `limit` chunks
-            near = store.knn(memo[query], k)
+            near = store.knn(vector(query), k)
             found = store.chunks_for(near)
             if len(found) >= limit or len(near) < k or k >= VEC_K_MAX:
                 return found
             k = min(k * 2, VEC_K_MAX)
-    return VectorList(run, own_connection=side is not None)
+
+    def heads(query: str, file_ids: list) -> dict:
+        from ..embed.vectors import cosines
+        mid, _ = model()
+        q = vector(query)
+        found = []
+        # a subquery a file: as a join, SQLite may scan the model's every vector for the files
+        sql = ("SELECT f.id, (SELECT e.vector FROM embeddings e WHERE e.model_id=? AND e.hash = f.head_hash) "
+               "FROM files f WHERE f.id IN ({})")
+        for part, marks in db.in_batches(file_ids):
+            found += [(fid, blob) for fid, blob in con_.execute(sql.format(marks), [mid, *part]) if blob is not None]
+        return dict(zip((fid for fid, _ in found), cosines(q, [blob for _, blob in found]))) if found else {}
+    return VectorList(run, own_connection=side is not None, heads=heads)
 
 
 def query_key(query: str) -> str:

@@ -9,6 +9,7 @@ _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"^[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+){2,}$")   # KubePodCrashLooping, alert names
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_JOINERS = re.compile(r"[\W_]+")
 
 # function words: never highlighted in a snippet, nor counted when a hit is pointed at its section
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have
@@ -40,16 +41,26 @@ def is_identifier(token: str) -> bool:
     return has_digit_and_alpha or any(c in "-._" for c in token.strip("-._"))
 
 
-def identifiers(text: str) -> dict:
+def key(token: str) -> str:
+    """An identifier however it is typed: lower case, nothing joining its parts (maxSurge, MAX_SURGE
+    and max-surge are all maxsurge)."""
+    return _JOINERS.sub("", token.lower())
+
+
+def identifiers(text: str, whole: set | None = None) -> dict:
     """Identifier terms in `text` (lower-cased) with their counts, plus each dotted prefix
-    (jump01.example.com also yields jump01 and jump01.example) so partial hostnames match."""
+    (jump01.example.com also yields jump01 and jump01.example) so partial hostnames match; `whole`
+    collects the terms met as whole tokens. A word in camel case (maxSurge, TargetDown) counts
+    here too, so it is found however it is typed."""
     counts: dict = {}
     for match in _TOKEN.finditer(text):
         token = match.group(0)
-        if len(token) < 3 or not is_identifier(token):
+        if len(token) < 3 or not (is_identifier(token) or _camel_parts(token) >= 2):
             continue
         token = token.lower()
         counts[token] = counts.get(token, 0) + 1
+        if whole is not None:
+            whole.add(token)
         parts = token.split(".")
         for i in range(1, len(parts)):
             prefix = ".".join(parts[:i])

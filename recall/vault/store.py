@@ -388,7 +388,7 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     logged = _masked_query(con, cfg, query)
     meaning = _by_meaning(con, cfg, logged, limit) if logged is not None else []
     if meaning:
-        from ..notes.search import rrf
+        from ..notes.fusion import rrf
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
         by_id = {r["id"]: r for r in con.execute("SELECT * FROM secrets")}
         ranked = [by_id[i] for i in sorted(fused, key=lambda i: -fused[i][0]) if i in by_id]
