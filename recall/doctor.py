@@ -1,7 +1,6 @@
 """`recall doctor`: every check of this machine and of what the config names, each saying what it checked."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sqlite3
 import stat
@@ -12,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .errors import InputError, MissingExtra, RecallError
-from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, finish_probes, start_probes
+from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, finish_probes, installed, start_probes
 
 PREREQUISITE_BUDGET = 0.8   # seconds for every prerequisite's check, side by side (doctor answers within 1 s)
 REMOTE_TIMEOUT = 3.0
@@ -414,7 +413,7 @@ def _embedding(ctx) -> list:
             ok, detail = False, detail + ", no key: set VOYAGE_API_KEY or embedding.api_key_secret"
         detail += f", endpoint {voyage_base_url(emb)}"
     else:
-        ok = all(importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers"))   # no torch needed
+        ok = installed("numpy") and installed("tokenizers")   # no torch needed
         detail += f", from {local_model_source(emb)}" if ok else ", not installed (pip install 'recall[local]')"
     out.append(Check("embedding", ok, detail))
     totals = _ask(ctx.con, ledger_totals)
@@ -438,7 +437,8 @@ def _open_index(cfg):
     if not cfg.db_path.exists():
         return None
     try:
-        con = sqlite3.connect(f"file:{cfg.db_path}?mode=ro", uri=True, timeout=2)
+        from .db import look
+        con = look(cfg.db_path, timeout=2)
         con.execute("SELECT count(*) FROM files").fetchone()
         return con
     except sqlite3.Error:

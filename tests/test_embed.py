@@ -15,7 +15,6 @@ from recall import db
 from recall.config import Embedding, load_config
 from recall.embed import providers as embed
 from recall.embed.providers import ProviderError, Retry, UrllibTransport, VoyageProvider
-from recall.errors import RecallError
 from recall.notes.index import _texts, embed_batches, run_index
 from recall.vault import store as vault
 from tests.conftest import CANARY, REPO, write_tree

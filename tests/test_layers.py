@@ -1,7 +1,10 @@
 """Imports flow one way: every module's imports (those inside functions too) point to its own layer or
 a lower one, and no chain of imports comes back to where it started."""
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -258,3 +261,26 @@ def test_the_design_maps_every_module_to_tests_and_every_test_to_a_module():
     named = {t for row in rows for t in re.findall(r"`(test_\w+\.py)`", row.split("|")[-2])}
     orphans = sorted(p.name for p in (REPO / "tests").glob("test_*.py") if p.name not in named)
     assert not orphans, f"test files no module row names: {orphans}"
+
+
+# One home per rule (issue 34 point 3): the words that only the rule's home may say.
+ONE_HOME = {
+    r"\btermios\b|select\.select\(": {"vault/tty.py"},                  # what a person types on the terminal
+    r"\bfind_spec\(": {"extras.py", "db/__init__.py"},               # is this extra installed (db: where sqlite-vec's file is)
+    r"def ago\(|timedelta\(seconds": {"inventory.py"},               # every "2h ago"
+    r'\bsqlite3\.connect\((?!":memory:")': {"db/__init__.py", "db/repair.py"},   # opening the DB file
+}
+
+
+@pytest.mark.parametrize("pattern", list(ONE_HOME))
+def test_each_small_rule_is_said_in_its_one_home(pattern):
+    rx = re.compile(pattern)
+    found = {}
+    for path in _files(REPO / "recall"):
+        name = path.relative_to(REPO / "recall").as_posix()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if rx.search(line) and not line.lstrip().startswith("#"):
+                found.setdefault(name, n)
+    strays = {name: n for name, n in found.items() if name not in ONE_HOME[pattern]}
+    assert not strays, f"{pattern!r} belongs in {sorted(ONE_HOME[pattern])}; also at {strays}"
+    assert found, f"{pattern!r}: its home no longer says it (update ONE_HOME)"

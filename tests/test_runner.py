@@ -8,13 +8,31 @@ import time
 
 import pytest
 
+from recall import db
 from recall.errors import RecallError
-from recall.vault.mask import Masker
-from recall.vault.runner import RunResult, run_masked
+from recall.vault.runner import Child, RunResult, run
 
 TOKEN = "tok-4f9a8b7c6d5e"
 PASSWORD = "hunter2-Correct-Horse"
-MASKER = Masker({"api-token": [TOKEN], "sudo-password": [PASSWORD]})
+MASKER = {"api-token": [TOKEN], "sudo-password": [PASSWORD]}      # {secret id: [values]} masked
+CON = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _db(tmp_path_factory):
+    """The DB the one runner writes its audit rows to."""
+    global CON
+    CON = db.connect(tmp_path_factory.mktemp("runner") / "recall.db")
+    yield
+    CON.close()
+
+
+def run_masked(argv, *, env, masker, stdin=None, out=None, err=None, timeout=None, cwd=None) -> RunResult:
+    """A child through the one runner, as `secret exec` starts one: `masker`'s values masked in both
+    outputs, exactly `env`, `stdin` written then closed."""
+    child = Child("secret.exec", "test", " ".join(map(str, argv)), env, masker, argv=list(argv), stdin=stdin,
+                  timeout=timeout, cwd=cwd)
+    return run(CON, child, out, err)
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -409,7 +427,7 @@ def test_a_vault_value_in_the_argv_is_masked_in_the_access_log(split_vault):
 
 AWS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 QUOTED = "Aa1'Bb2\"Cc3\\Dd4'Ee5\"Ff6\\Gg7'Hh8"          # no 3 of its letters stand together in a form
-PIECES = Masker({"aws": [AWS_KEY], "api-token": [TOKEN], "quoted": [QUOTED]})
+PIECES = {"aws": [AWS_KEY], "api-token": [TOKEN], "quoted": [QUOTED]}
 
 
 def aws_env(**extra: str) -> dict:
@@ -499,7 +517,7 @@ def realistic(tmp_path_factory):
     secrets.update({"tls-key": [key.read_text()], "aws": [AWS_KEY], "api-token": [TOKEN],
                     "db": ["hunter2-Correct-Horse!"], "hook": ["https://hooks.example.com/hooks/T0A1/B2C3/x9Y8z7"],
                     "quoted": [QUOTED]})
-    return Masker(secrets), cert
+    return secrets, cert
 
 
 NO_PIECE = {

@@ -219,6 +219,12 @@ def has_vec(con) -> bool:
         return False
 
 
+def look(path, timeout: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
+    """The DB at `path` opened to be looked at only: read-only, never created nor migrated (doctor's
+    checks, the quick check, a file moved aside); sqlite3's error when it cannot be."""
+    return sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=timeout)
+
+
 def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.Connection:
     """Open (creating and migrating if needed) the DB at `path`. With `vectors`, open it through
     an SQLite module that can load sqlite-vec (stdlib, else sqlean) and load it when installed;

@@ -19,7 +19,7 @@ def quick_check(path) -> tuple:
     if not path.exists():
         return True, "absent (the first 'recall index' creates it)"
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=db.BUSY_TIMEOUT_MS / 1000)
+        con = db.look(path)
         try:
             rows = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
             version = db.schema_version(con, path)
@@ -96,7 +96,7 @@ def _move_aside(path: Path) -> Path:
 def _salvage(moved: Path, holds_values) -> tuple:
     """(ledger rows or None when unreadable, whether it held secrets: True/False/None unknown)."""
     try:
-        con = sqlite3.connect(f"file:{moved}?mode=ro", uri=True)
+        con = db.look(moved)
     except sqlite3.Error:
         return None, None
     try:

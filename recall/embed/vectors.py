@@ -42,8 +42,8 @@ def describe_backend() -> str:
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
                 "int8 cosine scan")
     hint = "pip install 'recall[vec]' for sqlite-vec"
-    from importlib.util import find_spec
-    if find_spec("numpy") is not None:     # found, not imported (doctor's 1 s); its import is probed apart
+    from ..extras import installed
+    if installed("numpy"):     # found, not imported (doctor's 1 s); its import is probed apart
         return f"numpy brute force ({hint})"
     return f"pure Python brute force, slow past ~10k chunks ({hint})"
 

@@ -254,25 +254,10 @@ def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
     if not os.isatty(stdin_fd):
         text = b"".join(iter(lambda: os.read(stdin_fd, 1 << 20), b"")).decode("utf-8")
         return text[:-1] if text.endswith("\n") else text
-    import termios
+    from .tty import ask
     fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
     try:
-        old = termios.tcgetattr(fd)
-        new = termios.tcgetattr(fd)
-        new[3] &= ~termios.ECHO
-        termios.tcsetattr(fd, termios.TCSADRAIN, new)   # echo off before the prompt: what is typed
-        os.write(fd, prompt.encode())                   # (or pasted) at once is neither shown nor lost
-        try:
-            data = b""
-            while not data.endswith((b"\n", b"\r")):
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            termios.tcsetattr(fd, termios.TCSADRAIN, old)
-            os.write(fd, b"\n")
-        return data.decode("utf-8").rstrip("\r\n")
+        return ask(fd, prompt, echo=False).decode("utf-8")
     finally:
         os.close(fd)
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 
 from ..errors import RecallError
 from . import audit, keyfile
 from .store import load_values, row_named
+from .tty import ask
 
 GET_TIMEOUT = 30.0      # seconds a person has to type the confirmation
 CLEAR_AFTER = 45        # seconds the clipboard holds a value
@@ -90,12 +89,12 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
         raise RecallError("recall secret get needs a controlling terminal (/dev/tty)", hint) from None
     try:
         word = secrets.choice(WORDS) + str(secrets.randbelow(90) + 10)
-        answer = _ask(fd, f"Type the word '{word}' to show the value of '{secret_id}' on this terminal: ",
-                      timeout)
+        answer = ask(fd, f"Type the word '{word}' to show the value of '{secret_id}' on this terminal: ",
+                     timeout=timeout)
         if answer is None:
             audit.log(con, "secret.get", secret_id, argv="", verdict="refused: no answer")
             raise RecallError(f"no confirmation typed within {timeout:.0f} s", hint)
-        if answer != word:
+        if answer.decode("utf-8", "replace").strip() != word:
             audit.log(con, "secret.get", secret_id, argv="", verdict="refused: wrong confirmation")
             raise RecallError("the word typed did not match the one asked for", hint)
         value = _value(con, cfg, secret_id)
@@ -103,20 +102,3 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
         os.write(fd, value.encode("utf-8") + b"\n")
     finally:
         os.close(fd)
-
-
-def _ask(fd: int, prompt: str, timeout: float):
-    """One line typed on the terminal `fd`, or None when nothing comes within `timeout`."""
-    os.write(fd, prompt.encode("utf-8"))
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data and b"\r" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            os.write(fd, b"\n")
-            return None
-        chunk = os.read(fd, 1024)
-        if not chunk:
-            return None
-        data += chunk
-    return data.decode("utf-8", "replace").strip()

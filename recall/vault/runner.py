@@ -133,15 +133,6 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
     return result
 
 
-def run_masked(argv: list[str], *, env: dict[str, str], masker: Masker, stdin: bytes | None = None,
-               out=None, err=None, timeout: float | None = None, cwd: str | None = None,
-               given=()) -> RunResult:
-    """Run argv (no shell) with exactly `env`, `stdin` written then closed, both outputs masked (written to
-    `out`/`err` as they arrive, else captured); on timeout code 124. No session, no audit row."""
-    proc, _ = _start(Child("", "", "", env, {}, argv=list(argv), stdin=stdin, cwd=cwd), env)
-    return _drive(proc, masker, given, stdin, out, err, timeout)
-
-
 def _start(child: Child, env: dict) -> tuple:
     """(process, read end of the report pipe or None): argv as is, or bash reading the script from
     a pipe (never argv: an inline `export X_TOKEN=…` would sit in /proc/PID/cmdline)."""

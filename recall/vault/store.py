@@ -478,8 +478,8 @@ def require_open(con, cfg) -> None:
     here (no crypto package, key missing or unreadable)."""
     if not holds_values(con):
         return
-    from importlib.util import find_spec
-    if find_spec("cryptography") is None:
+    from ..extras import installed
+    if not installed("cryptography"):
         raise closed(MissingExtra("crypto", "the vault"))
     path = keyfile.key_path(cfg.home)
     if not path.exists():
