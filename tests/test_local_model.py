@@ -90,7 +90,7 @@ def test_the_fingerprint_names_pooling_and_prefixes_so_a_change_re_embeds_once(t
     cls and each prefix; a new document prompt in the folder re-embeds every text once."""
     config(f"embedding:\n  provider: local\n  model: {tiny}\n")
     code, out, err = cli("index")
-    assert code == 0 and "6 embedded" in out, err
+    assert code == 0 and "7 embedded" in out, err
     assert "with tiny, run here by numpy on" in err
     cfg = load_config()
     con = db.connect(cfg.db_path)
@@ -103,7 +103,7 @@ def test_the_fingerprint_names_pooling_and_prefixes_so_a_change_re_embeds_once(t
     assert cli("index")[1].count("0 embedded") == 1
     (tiny / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "q: ", "document": "d: "}}))
     code, out, err = cli("index")
-    assert code == 0 and "6 embedded" in out and "re-embedding 6 chunk texts" in err, err
+    assert code == 0 and "7 embedded" in out and "re-embedding 7 chunk texts" in err, err
     assert "0 embedded" in cli("index")[1]
 
 
@@ -418,5 +418,5 @@ def test_local_indexing_on_a_terminal_names_numpy_and_shows_its_progress(tiny, c
     os.close(leader)
     assert run.wait(timeout=120) == 0, said
     text = said.decode()
-    assert "recall: embedding 86 chunk texts with tiny, run here by numpy on " in text
-    assert "sentence-transformers" not in text and "86/86 embedding" in text
+    assert "recall: embedding 87 chunk texts with tiny, run here by numpy on " in text
+    assert "sentence-transformers" not in text and "87/87 embedding" in text

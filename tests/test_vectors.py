@@ -311,8 +311,8 @@ OLD_VECTORS = """
 import json, struct, sys
 from recall import db
 from recall.db import migrations
-n = len(migrations.MIGRATIONS)
-migrations.MIGRATIONS[:] = migrations.MIGRATIONS[:n - 1]      # the schema before int8 vectors
+n = migrations.MIGRATIONS.index(migrations.int8_vectors)
+migrations.MIGRATIONS[:] = migrations.MIGRATIONS[:n]          # the schema before int8 vectors
 db.MIGRATIONS = migrations.MIGRATIONS
 con = db.connect(sys.argv[1], vectors=True)
 con.execute("INSERT INTO embed_models(fingerprint, provider, model, dimension, input_type) "

@@ -1049,8 +1049,8 @@ def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variabl
   url: https://jira.example.com
   env: TOK
   check: "{check}"
-  value: "{name}-{CANARY}"
-""" for name, check in checks.items()))
+  value: "{i}-{CANARY}"
+""" for i, (name, check) in enumerate(checks.items())))     # no piece of an id in a value: ids are shown
     assert run_recall("secret", "sync").returncode == 0
     r = run_recall("--json", "verify", "--dry-run")
     got = {e["id"]: e["commands"][0] for e in json.loads(r.stdout)["entries"]}
