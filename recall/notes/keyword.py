@@ -82,14 +82,17 @@ def holders(con, q: Query, chunk_ids=None) -> dict:
 
 
 def _named_after(con, q: Query, exact: dict) -> None:
-    """The page named after the identifier (alerts/RouterErrorRatioTooHigh.md) counts as holding
-    one identifier more than pages that only mention it."""
-    wanted = set(q.identifiers)
+    """A page whose name holds the identifier counts as holding one identifier more than pages that
+    only mention it, and one more again when its name starts with it (INC-10963-db-failover.md, the
+    incident's own page, before meetings/…-review-INC-10963.md)."""
+    import re
+    wanted = re.compile("|".join(rf"(?<![a-z0-9]){re.escape(i)}(?![a-z0-9])" for i in q.identifiers))
     for part, marks in in_batches(list(exact)):
         for cid, rel in con.execute(f"SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
                                     f"WHERE c.id IN ({marks})", part):
-            if not wanted.isdisjoint(terms.identifiers(rel.rsplit("/", 1)[-1])):
-                exact[cid] += 1
+            found = wanted.search(rel.rsplit("/", 1)[-1].lower())
+            if found:
+                exact[cid] += 1 + (found.start() == 0)
 
 
 def names(con, q: Query, chunk_id: int) -> bool:
