@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -64,17 +65,37 @@ def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = 
         raise RecallError("ssh is not installed here") from None
 
 
+# The checkout's recall.py, word for word (a test holds them equal): an installed recall has no file
+# beside its package to copy, so the bundle writes this one.
+LAUNCHER = '''#!/usr/bin/env python3
+"""Launcher: `python3 path/to/recall.py …` works from any folder, with nothing installed."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+from recall.cli import run  # noqa: E402
+
+if __name__ == "__main__":
+    run()
+'''
+
+
 def _bundle() -> tuple:
-    """(the zero-dependency core as a gzip tar: recall.py and every .py of the recall package, its file count)."""
-    paths = ["recall.py"]
+    """(the zero-dependency core as a gzip tar: the launcher and every .py of the recall package,
+    its file count), from a checkout or an installed recall alike."""
+    paths = []
     for folder, dirs, files in os.walk(os.path.join(REPO, "recall")):
         dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py")))
         paths += [os.path.relpath(os.path.join(folder, n), REPO) for n in sorted(files) if n.endswith(".py")]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        launcher = tarfile.TarInfo("recall.py")
+        launcher.size, launcher.mode, launcher.mtime = len(LAUNCHER.encode()), 0o755, int(time.time())
+        tar.addfile(launcher, io.BytesIO(LAUNCHER.encode()))
         for rel in paths:
             tar.add(os.path.join(REPO, rel), arcname=rel.replace(os.sep, "/"))
-    return buf.getvalue(), len(paths)
+    return buf.getvalue(), len(paths) + 1
 
 
 def shell_path(path: str) -> str:

@@ -462,8 +462,6 @@ def test_how_to_reach_things(shell):
 
 # -- another machine, the agent -------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="recall remote install from a wheel: FileNotFoundError, "
-                   "site-packages/recall.py (the bundle wants the checkout's launcher)")
 def test_notes_on_another_machine(shell):
     _recall(shell, "recall init")
     out = shell.lines("recall remote install buildbox --path ~/recall")

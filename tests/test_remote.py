@@ -31,6 +31,22 @@ def _hit(rel, source="notes"):
                date="2025-01-01")
 
 
+def test_the_bundles_launcher_is_the_checkouts_recall_py():
+    """An installed recall has no recall.py to copy: the bundle writes remote.LAUNCHER, which must
+    stay the checkout's launcher word for word."""
+    import io
+    import tarfile
+
+    from recall import remote
+    from tests.conftest import REPO
+    assert remote.LAUNCHER == (REPO / "recall.py").read_text()
+    data, count = remote._bundle()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+        assert tar.extractfile("recall.py").read().decode() == remote.LAUNCHER
+    assert len(names) == count and "recall/cli/__init__.py" in names
+
+
 def test_federate_merges_by_reciprocal_rank():
     result = SearchResult(query="q", mode="auto", route="keyword", hits=[_hit("a.md"), _hit("b.md")])
     federate(result, {"box": [{"relpath": "box:x.md", "source": "box"}, {"relpath": "box:y.md", "source": "box"}]}, 3)
