@@ -91,7 +91,9 @@ def test_identifier_route_in_auto_mode(voyage):
     cfg, con = voyage
     res = search(con, cfg, "INC-10963", explain=True, remotes=False)
     assert str(res.route) == "keyword (identifier)"
-    assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 1
+    # it holds the key, and its file name holds it (1) and starts with it (1): the incident's own page
+    assert res.hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
+    assert res.hits[0].explain["lists"]["keyword"]["exact_identifiers"] == 3
 
 
 def test_score_fusion_scales_each_list_per_file_and_weighs_them():
