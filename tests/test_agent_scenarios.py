@@ -247,8 +247,10 @@ class Agent:
         for form in _forms(CANARY):
             assert form not in text, f"{tool}({args}) returned the value"
         assert len(text) < 16_000, tool
-        # counted as with the 41-character world folder the figures were measured in (xdist's is longer)
-        SPENT[-1] += len(text) - text.count(self.root) * (len(self.root) - 41)
+        # counted as with the 41-character world folder and the 10-character checkout (/work/main) the
+        # figures were measured in: xdist's folder is longer, and so may a clone's path be
+        SPENT[-1] += (len(text) - text.count(self.root) * (len(self.root) - 41)
+                      - text.count(str(REPO)) * (len(str(REPO)) - 10))
         return text, r.is_error
 
 
