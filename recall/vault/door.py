@@ -218,6 +218,8 @@ def masker(extra: dict | None = None):
         return base or Masker({})
     from .redact import secret_parts
     parts = secret_parts(base.values, base.values.public) if base is not None and base.values else {}
+    if base is not None and all(v in parts.get(label, ()) for label, values in extra.items() for v in values):
+        return base                 # `secret exec ID`: the child's values are the vault's, masked already
     with _LOCK:
         for literal, label in _LITERALS.items():
             parts.setdefault(label, []).append(literal)

@@ -3,6 +3,7 @@ forms (vault/forms.py) masked as `[recall:ID]`, across read boundaries,
 pauses and line breaks."""
 from __future__ import annotations
 
+import _thread
 import sys
 from bisect import bisect_right
 from itertools import accumulate
@@ -81,18 +82,29 @@ class Masker:
         """`notes` (note text): a run of the value as written is masked only
         as a whole token (`admin` in `db-admin` stays), and the table is
         built now; else on the first scan that needs it."""
-        self._labels: list[bytes] = []
+        self._labels = [b"[recall:" + sid.encode("utf-8") + b"]" for sid in secrets]
         self._index = {secret_id: i for i, secret_id in enumerate(secrets)}
         self._forms: dict[bytes, tuple] = {}  # flat -> (owner, loose, word)
         self._public: set[bytes] = set()
         self._lengths: dict[int, int] = {}  # owner -> shortest value: ties
-        for owner, (secret_id, values) in enumerate(secrets.items()):
-            self._labels.append(b"[recall:" + secret_id.encode("utf-8") + b"]")
-            for value in values:
-                self._add(owner, value.encode("utf-8"))
+        self._values = [(owner, value.encode("utf-8")) for owner, values in enumerate(secrets.values())
+                        for value in values]
+        self._any = any(raw for _, raw in self._values)
+        self._lock = _thread.allocate_lock()  # one build, whichever thread asks first
         self._notes = notes
-        self._table = _Table(self, self._forms) if notes else None
+        self._table = _Table(self, self._ready()) if notes else None
         self._corpus: tuple | None = None
+
+    def _ready(self) -> dict:
+        """The forms, worked out on first use (`exec ID -- true` prints
+        nothing and needs none)."""
+        if self._values is not None:
+            with self._lock:
+                if self._values is not None:
+                    for owner, raw in self._values:
+                        self._add(owner, raw)
+                    self._values = None
+        return self._forms
 
     def _add(self, owner: int, raw: bytes) -> None:
         """The forms of one value, and the public text it holds."""
@@ -111,7 +123,7 @@ class Masker:
     def hold(self) -> int:
         """Bytes (not line breaks) a stream always holds back: 0 when there
         is nothing to mask."""
-        return HOLD if self._forms else 0
+        return HOLD if self._any else 0
 
     def mask(self, data: bytes) -> bytes:
         """`data` masked whole."""
@@ -122,13 +134,17 @@ class Masker:
         """A masker for one stream fed in pieces; `given`: ids of the
         secrets the child holds (see release)."""
         wanted = {self._index[g] for g in given if g in self._index}
-        return MaskStream(self, [(flat, spec[0]) for flat, spec
-                                 in self._forms.items() if spec[0] in wanted])
+        return MaskStream(self, wanted)
+
+    def given_forms(self, wanted: set) -> list:
+        """(flat form, owner) of every form of the secrets `wanted`."""
+        return [(flat, spec[0]) for flat, spec in self._ready().items() if spec[0] in wanted]
 
     def _runs(self, flat: bytes) -> list:
         """(start, end, owners, word) of every run to mask in `flat`, by
         start, overlaps merged."""
         table = self._table
+        self._ready()
         if table is None and len(flat) <= _SMALL:  # `exec ID -- true`: none
             table = _Table(self, self._forms_sharing(flat))
         elif table is None:
@@ -374,7 +390,7 @@ class MaskStream:
 
     def __init__(self, masker: Masker, given):
         self._masker = masker
-        self._given = given      # (flat form, owner): values the child holds
+        self._wanted, self._given = given, None   # owners the child holds; their forms when asked
         self._held = b""
         self._idle = False       # the held bytes were offered to `release`
         self._seen = b""         # last HOLD flat bytes emitted: a run goes on
@@ -421,6 +437,8 @@ class MaskStream:
         """(length, owner) of the longest tail of `flat` that begins a form
         of a given value."""
         best, owner = len(flat), 0
+        if self._given is None:
+            self._given = self._masker.given_forms(self._wanted) if self._wanted else []
         for form, who in self._given:
             i = flat.find(form[:1], max(0, len(flat) - len(form) + 1))
             while i != -1 and i < best:
