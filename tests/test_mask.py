@@ -686,11 +686,10 @@ def test_an_idle_stream_keeps_only_a_prefix_of_a_value_the_child_holds(masker):
 def test_the_percent_encoded_forms_are_urllibs_quote():
     """forms._url_forms writes by regex what urllib.parse.quote writes (safe "", "/" and
     encodeURIComponent's "!'()*"), on random bytes of every kind."""
-    import random as _random
     from urllib.parse import quote
 
     from recall.vault import forms
-    rng = _random.Random(5)
+    rng = random.Random(5)
     for _ in range(3000):
         v = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 48)))
         for pattern, safe in zip(forms._UNQUOTED, ("", "/", "!'()*")):
