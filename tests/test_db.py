@@ -1,7 +1,9 @@
 """The database: WAL, busy timeout, private file, migrations recorded once, a clear error when broken."""
 import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +167,22 @@ def test_the_pages_a_big_deletion_frees_are_given_back(tmp_path, config):
     for path in files[50:]:
         path.unlink()
     assert _indexed_size(cfg) <= 0.7 * full
+
+
+def test_one_process_opens_a_db_file_through_one_sqlite_library(tmp_path):
+    """Two copies of SQLite in one process (stdlib sqlite3, sqlean for sqlite-vec) each take their own
+    connections for all there are: closing the last of one drops the other's locks and may delete
+    the WAL under it (recall mcp: the watcher's connection beside a semantic search). The first to
+    open a file decides the library; a later wish for vectors scans them without sqlite-vec."""
+    if db.sqlite_module() is sqlite3:
+        pytest.skip("one SQLite library here: nothing to mix")
+    path = tmp_path / "recall.db"
+    first = db.connect(path)                                       # as the watcher opens it
+    with db.transaction(first):
+        first.execute("INSERT INTO meta(key, value) VALUES ('written', 'by the watcher')")
+    for _ in range(3):
+        other = db.connect(path, readonly=True, vectors=True)      # as a semantic search opens it
+        assert type(other) is type(first), type(other)
+        other.close()
+    assert first.execute("SELECT value FROM meta WHERE key = 'written'").fetchone()[0] == "by the watcher"
+    assert Path(f"{path}-wal").exists()                            # still the watcher's

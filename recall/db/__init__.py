@@ -19,6 +19,12 @@ __all__ = ["connect", "transaction", "get_meta", "set_meta", "in_batches", "is_s
 BUSY_TIMEOUT_MS = 30_000
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # absent on Windows, where links are rare
 OPENED: list = []          # DB paths this process opened, so a later storage fault can name its file
+# The SQLite library this process opened each DB file with. Two copies of SQLite in one process (stdlib
+# sqlite3 and sqlean) each think their own connections are all there are: closing the last of one
+# drops the POSIX locks the other holds and may delete the WAL under it (recall mcp's watcher beside
+# a semantic search). The first to open a file decides; a later wish for vectors then scans them
+# without sqlite-vec.
+_MODULE_OF: dict = {}
 
 
 class BrokenDatabase(RecallError):
@@ -221,7 +227,8 @@ def has_vec(con) -> bool:
 
 def look(path, timeout: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
     """The DB at `path` opened to be looked at only: read-only, never created nor migrated (doctor's
-    checks, the quick check, a file moved aside); sqlite3's error when it cannot be."""
+    checks, the quick check, a file moved aside); sqlite3's error when it cannot be. Stdlib sqlite3:
+    look before this process connects to the file, not beside a connection of another library."""
     return sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=timeout)
 
 
@@ -246,7 +253,7 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
             f"cannot make {path} ({exc.strerror}: {exc.filename})",
             "RECALL_HOME (or 'home:' in the config) must name a folder you can create and write")) from None
     OPENED.append(path)
-    module = sqlite_module() if vectors else sqlite3
+    module = _MODULE_OF.setdefault(os.path.realpath(path), sqlite_module() if vectors else sqlite3)
     try:
         con = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                              check_same_thread=False)

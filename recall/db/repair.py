@@ -42,8 +42,8 @@ def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None
     if not full:
         return run(db.connect(path, vectors=vectors))
     try:
+        ok, detail = quick_check(path)          # first: its stdlib connection closed before ours opens
         con = db.connect(path, vectors=vectors)
-        ok, detail = quick_check(path)
         if ok:
             try:
                 return run(con)
