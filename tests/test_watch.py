@@ -362,6 +362,7 @@ def test_a_db_locked_past_the_busy_wait_is_said_by_searches_then_followed_again(
         answer = json.loads(mcp_server.recall_search("INC-61616"))
         other.execute("ROLLBACK")
         found = _eventually(lambda: _found("INC-61616"))
+        _eventually(lambda: w.trouble() is None)          # the pass that wrote it has ended
         after = json.loads(mcp_server.recall_search("INC-61616"))
     finally:
         other.close()
