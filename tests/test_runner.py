@@ -234,11 +234,13 @@ def test_child_that_closes_its_pipes_still_times_out():
 
 def test_background_grandchild_holding_pipes_does_not_hang():
     child = ("import subprocess, sys\n"
-             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+             "sys.stderr.write(str(p.pid))\n"
              "print('parent done')\n")
     started = time.monotonic()
     result = run_masked(py(child), env=base_env(), masker=MASKER)
     assert time.monotonic() - started < 20
+    os.kill(int(result.stderr), signal.SIGKILL)        # the test's own grandchild: nothing left behind
     assert result.code == 0 and result.stdout == b"parent done\n"
 
 
