@@ -2,6 +2,7 @@
 identifiers or the whole query word for word."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ..db import in_batches
@@ -85,7 +86,8 @@ def _named_after(con, q: Query, exact: dict) -> None:
     """A page whose name holds the identifier counts as holding one identifier more than pages that
     only mention it, and one more again when its name starts with it (INC-10963-db-failover.md, the
     incident's own page, before meetings/…-review-INC-10963.md)."""
-    import re
+    if not q.identifiers:
+        return
     wanted = re.compile("|".join(rf"(?<![a-z0-9]){re.escape(i)}(?![a-z0-9])" for i in q.identifiers))
     for part, marks in in_batches(list(exact)):
         for cid, rel in con.execute(f"SELECT c.id, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id "
