@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from recall.cli import main  # noqa: E402
+from tests.world import write_tree  # noqa: E402,F401  (the one tree writer; tests import it from here too)
 
 # Property tests: a quick run by default, the full one in CI (CI=true) or with HYPOTHESIS_PROFILE=full.
 try:
@@ -161,14 +161,6 @@ NOTES = {
         cert-manager renewed the wildcard certificate after the ingress served an expired one.
         """,
 }
-
-
-def write_tree(root: Path, files: dict) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
 
 
 @pytest.fixture

@@ -313,8 +313,9 @@ def migrate(con: sqlite3.Connection, path="the database") -> int:
             try:
                 if callable(sql):
                     sql(con)
-                for statement in () if callable(sql) else _statements(sql):
-                    con.execute(statement)
+                else:
+                    for statement in _statements(sql):
+                        con.execute(statement)
             except Exception as exc:    # its tables are ahead of its record: rebuilt, never patched
                 if not is_sqlite_error(exc):
                     raise
