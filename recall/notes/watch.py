@@ -2,6 +2,7 @@
 by watchdog's file events or a stat poll; what stops a round is said and retried, never the end."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -217,7 +218,8 @@ class Watcher:
             self._dirty, self._why = False, None
             self.passes += 1
             if self.passes == 1:     # the redactor's maskers now, not at the first save
-                self.redactor(self._con, cfg)("")
+                with contextlib.suppress(RecallError):   # a closed vault: the save says so itself
+                    self.redactor(self._con, cfg)("")
             self._unembedded = cfg.embedding.provider != "none"
             self.report("index", rep)
         if self._unembedded and time.monotonic() - self._last_change >= QUIET_S:
