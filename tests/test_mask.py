@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import functools
 import json
 import os
@@ -412,10 +413,25 @@ def _find_all(flat: bytes, form: bytes) -> list:
     return [i for i in range(len(flat) - len(form) + 1) if flat.startswith(form, i)]
 
 
-def test_the_probe_finds_what_looking_at_every_window_finds():
+PROBES = ["python", pytest.param("numpy", marks=pytest.mark.skipif(
+    importlib.util.find_spec("numpy") is None, reason="numpy (the vec extra) is not installed"))]
+
+
+def _use_probe(monkeypatch, probe: str) -> None:
+    """The set probe alone, or numpy's from the first byte (a stream takes it after 8 MB)."""
+    from recall.vault import mask
+    if probe == "numpy":
+        monkeypatch.setattr(mask, "_NUMPY_AFTER", -1)
+    else:
+        monkeypatch.setattr(mask, "_numpy_probe", lambda keys: ())
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_the_probe_finds_what_looking_at_every_window_finds(monkeypatch, probe):
     """Random values over a small alphabet (many chance overlaps, public armor, hex and base64 forms)
-    and streams of their pieces: the gram probe and the stepping growth find exactly the runs a
-    brute-force look at every window finds."""
+    and streams of their pieces: the gram probe (either) and the stepping growth find exactly the
+    runs a brute-force look at every window finds."""
+    _use_probe(monkeypatch, probe)
     rng = random.Random(33)
     for case in range(300):
         alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
@@ -694,3 +710,46 @@ def test_the_percent_encoded_forms_are_urllibs_quote():
         v = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 48)))
         for pattern, safe in zip(forms._UNQUOTED, ("", "/", "!'()*")):
             assert pattern.sub(lambda m: b"%%%02X" % m.group()[0], v) == quote(v, safe=safe).encode(), (v, safe)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_a_long_stream_masks_the_same_with_either_probe(monkeypatch, probe):
+    """A stream of log lines with pieces and encodings of a private key and tokens, fed in reads of
+    64 KiB: masked the same whether the set or numpy looks for the grams, and no piece is left."""
+    rng = random.Random(5)
+    secrets = {"tls-key": [PEM], "aws": [AWS], "token": [TOKEN], "hook": [WEBHOOK]}
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(2, 10)))
+             for _ in range(500)]
+    parts, size = [], 0
+    while size < 600_000:
+        size += len(parts[-1]) if parts else 0
+        parts.append(" ".join(rng.choice(words) for _ in range(rng.randrange(4, 40))).encode() + b"\n")
+        if rng.random() < 0.05:
+            value = rng.choice([PEM, AWS, TOKEN, WEBHOOK]).encode()
+            start = rng.randrange(len(value) - 8)
+            piece = value[start:start + rng.randrange(8, 60)]
+            parts.append(rng.choice([piece, value, base64.b64encode(value), quote(value, safe="").encode()]))
+    data = b"".join(parts)
+    _use_probe(monkeypatch, probe)
+    masker, out = Masker(secrets), []
+    stream = masker.stream()
+    for i in range(0, len(data), 65536):
+        out.append(stream.feed(data[i:i + 65536]))
+    out = b"".join(out) + stream.flush()
+    _use_probe(monkeypatch, "python")
+    assert out == Masker(secrets).mask(data)
+    assert out.count(b"[recall:") > 5
+    assert all(no_piece(v.encode(), out) for v in (AWS, TOKEN))
+
+
+def test_short_output_never_imports_numpy():
+    """`secret exec ID -- true` and a short answer pay nothing for the fast probe: numpy (0.1 s to
+    import) only comes in for a stream past 8 MB."""
+    import subprocess
+    code = ("import sys; from recall.vault.mask import Masker; "
+            "m = Masker({'t': ['bench-value-0123456789']}); "
+            "assert m.mask(b'x bench-value-0123456789 ' * 20000).count(b'[recall:t]') == 20000; "
+            "print('numpy' in sys.modules)")
+    from tests.conftest import REPO
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"

@@ -22,6 +22,9 @@ _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 _SMALL = 128       # a buffer this short: the forms sharing a window only
+_NUMPY_AFTER = 8 << 20  # bytes probed before numpy's probe pays for its import (0.1 s)
+_NUMPY_MIX = 0x9E3779B97F4A7C15  # odd: a gram times it, its top bits index the bitmap
+_GRAM = (1 << 40) - 1
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
 
@@ -207,6 +210,7 @@ class _Table:
             self.owners[w] = tuple(o for o in by_length if w in owned[o])
         self.public, self.loose = public - forced, loose - strict
         self.words, self.keys = words, grams
+        self.probed, self._numpy = 0, None   # bytes probed; numpy's probe once it pays
 
     def whole(self, flat: bytes) -> list:
         """Runs of the forms too short for pieces, matched whole."""
@@ -229,19 +233,34 @@ class _Table:
     def _hits(self, flat: bytes) -> list:
         """Offsets (multiples of 4) whose 5-byte gram is a form's: a run of
         8 or more covers [p, p + 5) for the first multiple of 4 from its
-        start. The set takes a block at a time (C speed); only a block
-        with a hit is walked in Python."""
+        start."""
+        self.probed += len(flat)
+        if self._numpy is None and (self.probed > _NUMPY_AFTER or "numpy" in sys.modules):
+            self._numpy = _numpy_probe(self.keys)
+        if self._numpy:
+            return self._numpy_hits(flat, *self._numpy)
         keys, hits = self.keys, []
-        for offset in (0, 4):
-            grams = memoryview(_zeroed(flat[offset:])).cast("Q")
-            for block in range(0, len(grams), _BLOCK):
-                part = grams[block:block + _BLOCK]
+        for offset in (0, 4):      # the set takes a block at a time (C speed);
+            grams = memoryview(_zeroed(flat[offset:])).cast("Q")  # only a block
+            for block in range(0, len(grams), _BLOCK):            # with a hit
+                part = grams[block:block + _BLOCK]                # is walked
                 if not keys.isdisjoint(part):
                     at = offset + 8 * block
                     hits += [at + 8 * i for i, gram in enumerate(part.tolist())
                              if gram in keys]
         hits.sort()
         return [h for h in hits if h + 5 <= len(flat)]
+
+    def _numpy_hits(self, flat: bytes, np, bitmap, shift) -> list:
+        """The same offsets, with numpy (about ten times the speed): each
+        gram's hash looks up a bitmap of the keys' hashes, and only the
+        grams it lets through are looked up in the set."""
+        count = (len(flat) - 5) // 4 + 1
+        if count <= 0:
+            return []
+        grams = np.ndarray((count,), "<u8", flat + bytes(8), 0, (4,)) & np.uint64(_GRAM)
+        at = np.flatnonzero(bitmap[grams * np.uint64(_NUMPY_MIX) >> shift])
+        return [4 * j for j, gram in zip(at.tolist(), grams[at].tolist()) if gram in self.keys]
 
     def _run(self, flat: bytes, at: int):
         """(start, end, owners, word) of the union of form windows around
@@ -295,6 +314,20 @@ class _Table:
                 return at
             seen.append(_key(flat, nxt))
             at = nxt
+
+
+def _numpy_probe(keys: set):
+    """(numpy, the keys' bitmap, the hash's shift) where numpy is
+    installed (the vec extra) on a little-endian machine; else ()."""
+    from ..extras import installed
+    if sys.byteorder != "little" or not installed("numpy"):
+        return ()
+    import numpy as np
+    bits = min(26, max(20, len(keys).bit_length() + 7))  # under 1% let through
+    shift = np.uint64(64 - bits)
+    bitmap = np.zeros(1 << bits, bool)
+    bitmap[np.fromiter(keys, np.uint64, len(keys)) * np.uint64(_NUMPY_MIX) >> shift] = True
+    return np, bitmap, shift
 
 
 def _chained(keys: list, owners: dict, count: int) -> bool:
