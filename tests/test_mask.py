@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
 import functools
+import importlib.util
 import json
 import os
 import random
@@ -753,3 +753,17 @@ def test_short_output_never_imports_numpy():
     from tests.conftest import REPO
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+def test_a_translator_writes_what_str_translate_writes():
+    """forms._translator (one regex over the characters a table changes) against str.translate, on
+    random text of every kind and random tables (backslashes, controls, non-ASCII, replacements that
+    hold other keys)."""
+    from recall.vault import forms
+    rng = random.Random(8)
+    alphabet = "ab\\'\"&<>$ \t\n\x00\x1b\x7f\x85é€-]^["
+    for _ in range(500):
+        keys = rng.sample(alphabet, rng.randrange(1, 10))
+        table = {ord(k): "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 4))) for k in keys}
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        assert forms._translator(table)(text) == text.translate(table), (table, text)

@@ -4,36 +4,28 @@ and DB itself, wires the vault, inventory and remotes in, and returns an Answer 
 (vault/door.py). The faces (cli/, mcp_server.py) import nothing else of recall but `errors`."""
 from __future__ import annotations
 
-from ..notes.query import MODES
-from .answer import Answer, error_text, scrub
-from .notes import evaluate, follow, index, init, read, read_header, search, stop_following, watch, watcher
-from .secrets import (
-    secret_command,
-    secret_exec,
-    secret_find,
-    secret_get,
-    secret_key_backup,
-    secret_log,
-    secret_restore,
-    secret_rotate_key,
-    secret_set,
-    secret_show,
-    secret_sync,
-)
-from .systems import (
-    access_exec,
-    access_find,
-    access_show,
-    agent_rules,
-    as_caller,
-    doctor,
-    instructions,
-    remote_install,
-    verify,
-)
+import importlib
 
-__all__ = ["MODES", "Answer", "error_text", "scrub", "init", "index", "watch", "watcher", "search", "read", "read_header", "follow", "stop_following",
-           "evaluate", "secret_sync", "secret_set", "secret_key_backup", "secret_find", "secret_show",
-           "secret_command", "secret_exec", "secret_get", "secret_log", "secret_restore", "secret_rotate_key",
-           "access_find", "access_show", "access_exec", "verify", "remote_install", "instructions", "doctor",
-           "agent_rules", "as_caller"]
+_NOTES = ("init", "index", "watch", "watcher", "search", "read", "read_header", "follow", "stop_following",
+          "evaluate")
+_SECRETS = ("secret_sync", "secret_set", "secret_key_backup", "secret_find", "secret_show", "secret_command",
+            "secret_exec", "secret_get", "secret_log", "secret_restore", "secret_rotate_key")
+_SYSTEMS = ("access_find", "access_show", "access_exec", "verify", "remote_install", "instructions", "doctor",
+            "agent_rules", "as_caller")
+# where each name lives: a verb imports its own concern only (`secret exec` never loads notes search)
+_HOME = {"MODES": "..notes.query", "Answer": ".answer", "error_text": ".answer", "scrub": ".answer",
+         **dict.fromkeys(_NOTES, ".notes"), **dict.fromkeys(_SECRETS, ".secrets"),
+         **dict.fromkeys(_SYSTEMS, ".systems")}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -3,6 +3,7 @@ how it is made: config and DB opened, the door bound to that vault, every string
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import RecallError
@@ -46,9 +47,10 @@ def opened(config: str | None = None, *, readonly: bool = False, notes: bool = F
     through the door too."""
     from .. import db
     from ..config import load_config
-    from ..inventory import forget_checks
     from ..vault import door
-    forget_checks()        # prerequisites are checked once per call (the MCP server lives for many)
+    checks = sys.modules.get(__name__.split(".")[0] + ".inventory")
+    if checks is not None:  # prerequisites are checked once per call (the MCP server lives for many)
+        checks.forget_checks()
     cfg = load_config(config)
     if need_config:
         cfg.require_file()

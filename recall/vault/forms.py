@@ -112,23 +112,32 @@ def _case_forms(v: bytes) -> set[bytes]:
     return _as_bytes({text.upper(), text.lower()}) if text and not text.isascii() else set()
 
 
-def _backslashed(chars: str) -> dict:
-    """A str.translate table putting a backslash before each of `chars`."""
-    return {ord(c): "\\" + c for c in chars}
+def _translator(table: dict):
+    """`str.translate(table)` as one regex over the characters it changes: the same text, a tenth of
+    the time on a private key (a masker's build, each exec)."""
+    table = {chr(k) if isinstance(k, int) else k: v for k, v in table.items()}
+    pattern = re.compile("[" + "".join(re.escape(c) for c in sorted(table)) + "]")
+    return lambda text: pattern.sub(lambda m: table[m.group()], text)
+
+
+def _backslashed(chars: str):
+    """A translator putting a backslash before each of `chars`."""
+    return _translator({c: "\\" + c for c in chars})
 
 
 _CONTROLS = {c: "\\%03o" % c for c in [*range(32), 127]}
 _SQ_SHELL = _backslashed(" !\"$&'()*,;<>?[\\]^`{|}")     # what bash `printf %q` puts a backslash before
 _DQ_SHELL = _backslashed('\\"$`')                         # declare -p, export -p
-_ANSI_C_NAMED = {"\\": "\\\\", "'": "\\'", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n",
-                 "\v": "\\v", "\f": "\\f", "\r": "\\r", "\x1b": "\\E"}     # inside bash's $'…'
-_C_NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_ANSI_C = _translator({**_CONTROLS, "\\": "\\\\", "'": "\\'", "\a": "\\a", "\b": "\\b", "\t": "\\t",
+                       "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r", "\x1b": "\\E"})   # bash's $'…'
+_C = _translator({**_CONTROLS, "\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"})
 _NON_ASCII = re.compile("[^\x00-\x7f]+")
 
 
-def _escaped(text: str, named: dict, non_ascii: str = "") -> str:
-    """`text` with `named` characters replaced, other controls as \\ooo, non-ASCII bytes as `non_ascii` % byte."""
-    out = text.translate({**_CONTROLS, **{ord(k): v for k, v in named.items()}})
+def _escaped(text: str, translate, non_ascii: str = "") -> str:
+    """`text` through `translate` (named characters, other controls as \\ooo), non-ASCII bytes as
+    `non_ascii` % byte."""
+    out = translate(text)
     if non_ascii:
         out = _NON_ASCII.sub(lambda m: "".join(non_ascii % b for b in m.group().encode("utf-8", "surrogatepass")), out)
     return out
@@ -140,11 +149,11 @@ def _shell_forms(v: bytes) -> set[bytes]:
     if text is None:
         return set()
     forms = {
-        text.translate(_DQ_SHELL),                                        # declare -p, export -p
+        _DQ_SHELL(text),                                                  # declare -p, export -p
         text.replace("'", "'\\''"),                                       # set
         text.replace("'", "'\"'\"'"),                                     # shlex.quote
-        text.translate(_SQ_SHELL),                                        # printf %q
-        _escaped(text, _ANSI_C_NAMED), _escaped(text, _ANSI_C_NAMED, "\\%03o"),   # $'…' (UTF-8, C locale)
+        _SQ_SHELL(text),                                                  # printf %q
+        _escaped(text, _ANSI_C), _escaped(text, _ANSI_C, "\\%03o"),     # $'…' (UTF-8, C locale)
     }
     return _as_bytes(forms)
 
@@ -163,12 +172,12 @@ def _c_forms(v: bytes) -> set[bytes]:
     forms = {"\\x" + v.hex(" ").replace(" ", "\\x")}                    # strace -xx: every byte
     text = _text(v)
     if text is not None:
-        forms |= {_escaped(text, _C_NAMED, non_ascii) for non_ascii in ("", "\\%03o", "\\x%02x")}
+        forms |= {_escaped(text, _C, non_ascii) for non_ascii in ("", "\\%03o", "\\x%02x")}
     return _as_bytes(forms)
 
 
-_JS = {**{c: "\\x%02X" % c for c in [*range(32), *range(0x7F, 0xA0)]},
-       **{ord(k): v for k, v in {"\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}.items()}}
+_JS = _translator({**{c: "\\x%02X" % c for c in [*range(32), *range(0x7F, 0xA0)]},
+                   "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"})
 
 
 def _node_forms(v: bytes) -> set[bytes]:
@@ -177,7 +186,7 @@ def _node_forms(v: bytes) -> set[bytes]:
     text = _text(v)
     if text is None:
         return set()
-    bare = text.translate(_JS)
+    bare = _JS(text)
     return _as_bytes({bare, bare.replace("'", "\\'")})
 
 
@@ -186,10 +195,11 @@ def _quote_doubled(v: bytes) -> set[bytes]:
     return {v.replace(b"'", b"''"), v.replace(b'"', b'""')} - {v}
 
 
-_HTML = (("&amp;", "&lt;", "&gt;", "&quot;", "&#x27;"),     # Python html.escape
-         ("&amp;", "&lt;", "&gt;", "&#34;", "&#39;"),       # Go html/template, markupsafe
-         ("&amp;", "&lt;", "&gt;", "&quot;", "&apos;"),     # XML
-         ("&amp;", "&lt;", "&gt;", '"', "'"))               # html.escape(quote=False)
+_HTML = [_translator(dict(zip("&<>\"'", escapes))) for escapes in (
+    ("&amp;", "&lt;", "&gt;", "&quot;", "&#x27;"),     # Python html.escape
+    ("&amp;", "&lt;", "&gt;", "&#34;", "&#39;"),       # Go html/template, markupsafe
+    ("&amp;", "&lt;", "&gt;", "&quot;", "&apos;"),     # XML
+    ("&amp;", "&lt;", "&gt;", '"', "'"))]              # html.escape(quote=False)
 
 
 def _html_forms(v: bytes) -> set[bytes]:
@@ -197,8 +207,7 @@ def _html_forms(v: bytes) -> set[bytes]:
     text = _text(v)
     if text is None or not any(c in text for c in "&<>\"'"):
         return set()
-    return _as_bytes({text.translate({ord("&"): amp, ord("<"): lt, ord(">"): gt, ord('"'): dq, ord("'"): sq})
-                      for amp, lt, gt, dq, sq in _HTML})
+    return _as_bytes({escape(text) for escape in _HTML})
 
 
 _NOT_WORD = re.compile("[^A-Za-z0-9_]")
