@@ -37,26 +37,28 @@ def exec_overhead(tmp: Path) -> tuple:
     wrapped_argv = [sys.executable, str(REPO / "recall.py"), "secret", "exec", "bench-token", "--", true]
     bare = run_ms([true], 20, env=env)
     wrapped = run_ms(wrapped_argv, 20, env=env)
-    cpu = {"true": cpu_ms([true], 30, env), "python -c pass": cpu_ms([sys.executable, "-c", "pass"], 30, env),
-           "exec": cpu_ms(wrapped_argv, 30, env)}
+    argvs = {"true": [true], "python -c pass": [sys.executable, "-c", "pass"], "exec": wrapped_argv}
     own = bare_python(tmp, "cryptography", "cffi", "_cffi_backend", "pycparser")   # what `pip install 'recall[crypto]'` holds
     if own:
         subprocess.run([own, *wrapped_argv[1:]], env=env, check=True)    # it runs there (not an ImportError)
-        cpu["own python -c pass"] = cpu_ms([own, "-c", "pass"], 30, env)
-        cpu["own exec"] = cpu_ms([own, *wrapped_argv[1:]], 30, env)
+        argvs.update({"own python -c pass": [own, "-c", "pass"], "own exec": [own, *wrapped_argv[1:]]})
+    cpu = cpu_ms(argvs, 40, env)
     return bare, wrapped, env, others, cpu
 
 
-def cpu_ms(argv: list, repeat: int, env: dict) -> float:
-    """Median CPU time (user + system) of the whole child, in ms: less sensitive to a busy machine."""
+def cpu_ms(argvs: dict, repeat: int, env: dict) -> dict:
+    """Median CPU time (user + system) of each whole child, in ms, the commands taken in turn (a busy
+    spell of the machine falls on all of them alike)."""
     import resource
-    out = []
-    for _ in range(repeat + 1):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
-    return statistics.median(out[1:])
+    out: dict = {name: [] for name in argvs}
+    for turn in range(repeat + 1):
+        for name, argv in argvs.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if turn:
+                out[name].append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+    return {name: statistics.median(times) for name, times in out.items()}
 
 
 def through_exec(tmp: Path, env: dict, secrets: dict, mb: int = 200) -> tuple:
