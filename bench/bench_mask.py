@@ -118,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     cpu = time.process_time() - cpu
     result = b"".join(out)
     out.clear()
-    from recall.vault import mask
-    fast, mask._numpy_probe = mask._numpy_probe, lambda keys: ()    # the core alone: no vec extra
+    from recall.vault import probe
+    fast, probe._numpy_probe = probe._numpy_probe, lambda keys: ()    # the core alone: no vec extra
     masker = Masker(secrets)
     core = time.process_time()
     masked()
     core = time.process_time() - core
-    mask._numpy_probe = fast
+    probe._numpy_probe = fast
     assert b"".join(out) == result
     t_naive = timed(naive)
     pems = sum("PRIVATE KEY" in vs[0] for vs in secrets.values())

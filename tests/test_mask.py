@@ -419,11 +419,11 @@ PROBES = ["python", pytest.param("numpy", marks=pytest.mark.skipif(
 
 def _use_probe(monkeypatch, probe: str) -> None:
     """The set probe alone, or numpy's from the first byte (a stream takes it after 8 MB)."""
-    from recall.vault import mask
+    from recall.vault import probe as module
     if probe == "numpy":
-        monkeypatch.setattr(mask, "_NUMPY_AFTER", -1)
+        monkeypatch.setattr(module, "NUMPY_AFTER", -1)
     else:
-        monkeypatch.setattr(mask, "_numpy_probe", lambda keys: ())
+        monkeypatch.setattr(module, "_numpy_probe", lambda keys: ())
 
 
 @pytest.mark.parametrize("probe", PROBES)

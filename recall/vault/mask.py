@@ -9,6 +9,7 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from ..errors import RecallError
+from . import probe
 from .forms import MIN_SECRET_LEN, WORD_BYTES, boilerplate, encodings
 
 __all__ = ["MIN_SECRET_LEN", "PIECE", "Masker", "MaskStream", "check_maskable"]
@@ -20,11 +21,7 @@ _EOF_PREFIX = 4    # at EOF a held prefix of a given value this long goes
 _BREAKS = b"\r\n"  # no characters of a run: wrapped base64 is one run
 _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
-_BLOCK = 256       # grams a set probe; only a block with a hit is walked
 _SMALL = 128       # a buffer this short: the forms sharing a window only
-_NUMPY_AFTER = 8 << 20  # bytes probed before numpy's probe pays for its import (0.1 s)
-_NUMPY_MIX = 0x9E3779B97F4A7C15  # odd: a gram times it, its top bits index the bitmap
-_GRAM = (1 << 40) - 1
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
 
@@ -50,32 +47,8 @@ def _windows(flat: bytes) -> list:
             for r in range(min(8, size - 7))]
 
 
-def _grams(flat: bytes, every: int) -> list:
-    """The 5-byte grams of `flat` at offsets that are multiples of
-    `every` (1 or 3), as zeroed words. A run of 16 holds a stream offset
-    that is a multiple of 4 and a form offset that is one of 3 (they meet
-    within 12): the forms masked from 16 need a third of their grams."""
-    views = [memoryview(_zeroed(flat[r:])).cast("Q")
-             for r in range(min(8, len(flat)))]
-    if every == 1:
-        return views
-    return [view[r % 3::3] for r, view in enumerate(views)]  # 3 | r + 8i
-
-
 def _key(flat: bytes, at: int) -> int:
     return int.from_bytes(flat[at:at + 8], _ORDER)
-
-
-def _zeroed(data: bytes) -> bytearray:
-    """`data` as 8-byte words, bytes 5-7 of each zeroed: each word is the
-    5-byte gram it starts with."""
-    words = bytearray(data)
-    words += bytes(-len(words) % 8)
-    zeros = bytes(len(words) // 8)
-    words[5::8] = zeros
-    words[6::8] = zeros
-    words[7::8] = zeros
-    return words
 
 
 class Masker:
@@ -196,7 +169,7 @@ class _Table:
                 words |= windows
             if windows <= public:      # a value of boilerplate alone still masks
                 forced |= windows
-            grams.update(*_grams(flat, 3 if is_loose else 1))
+            grams.update(*probe.grams(flat, 3 if is_loose else 1))
         self.owners: dict[int, tuple] = {}
         seen: set = set()
         shared: set = set()
@@ -209,8 +182,7 @@ class _Table:
         for w in shared:
             self.owners[w] = tuple(o for o in by_length if w in owned[o])
         self.public, self.loose = public - forced, loose - strict
-        self.words, self.keys = words, grams
-        self.probed, self._numpy = 0, None   # bytes probed; numpy's probe once it pays
+        self.words, self.probe = words, probe.Probe(grams)
 
     def whole(self, flat: bytes) -> list:
         """Runs of the forms too short for pieces, matched whole."""
@@ -221,7 +193,7 @@ class _Table:
         """Runs found from the probe's hits; a hit inside a run already
         looked at is skipped."""
         found, covered = [], 0
-        for at in self._hits(flat):
+        for at in self.probe.hits(flat):
             if at >= covered:
                 run = self._run(flat, at)
                 if run is not None:
@@ -229,38 +201,6 @@ class _Table:
                     if run[2]:
                         found.append(run)
         return found
-
-    def _hits(self, flat: bytes) -> list:
-        """Offsets (multiples of 4) whose 5-byte gram is a form's: a run of
-        8 or more covers [p, p + 5) for the first multiple of 4 from its
-        start."""
-        self.probed += len(flat)
-        if self._numpy is None and (self.probed > _NUMPY_AFTER or "numpy" in sys.modules):
-            self._numpy = _numpy_probe(self.keys)
-        if self._numpy:
-            return self._numpy_hits(flat, *self._numpy)
-        keys, hits = self.keys, []
-        for offset in (0, 4):      # the set takes a block at a time (C speed);
-            grams = memoryview(_zeroed(flat[offset:])).cast("Q")  # only a block
-            for block in range(0, len(grams), _BLOCK):            # with a hit
-                part = grams[block:block + _BLOCK]                # is walked
-                if not keys.isdisjoint(part):
-                    at = offset + 8 * block
-                    hits += [at + 8 * i for i, gram in enumerate(part.tolist())
-                             if gram in keys]
-        hits.sort()
-        return [h for h in hits if h + 5 <= len(flat)]
-
-    def _numpy_hits(self, flat: bytes, np, bitmap, shift) -> list:
-        """The same offsets, with numpy (about ten times the speed): each
-        gram's hash looks up a bitmap of the keys' hashes, and only the
-        grams it lets through are looked up in the set."""
-        count = (len(flat) - 5) // 4 + 1
-        if count <= 0:
-            return []
-        grams = np.ndarray((count,), "<u8", flat + bytes(8), 0, (4,)) & np.uint64(_GRAM)
-        at = np.flatnonzero(bitmap[grams * np.uint64(_NUMPY_MIX) >> shift])
-        return [4 * j for j, gram in zip(at.tolist(), grams[at].tolist()) if gram in self.keys]
 
     def _run(self, flat: bytes, at: int):
         """(start, end, owners, word) of the union of form windows around
@@ -314,20 +254,6 @@ class _Table:
                 return at
             seen.append(_key(flat, nxt))
             at = nxt
-
-
-def _numpy_probe(keys: set):
-    """(numpy, the keys' bitmap, the hash's shift) where numpy is
-    installed (the vec extra) on a little-endian machine; else ()."""
-    from ..extras import installed
-    if sys.byteorder != "little" or not installed("numpy"):
-        return ()
-    import numpy as np
-    bits = min(26, max(20, len(keys).bit_length() + 7))  # under 1% let through
-    shift = np.uint64(64 - bits)
-    bitmap = np.zeros(1 << bits, bool)
-    bitmap[np.fromiter(keys, np.uint64, len(keys)) * np.uint64(_NUMPY_MIX) >> shift] = True
-    return np, bitmap, shift
 
 
 def _chained(keys: list, owners: dict, count: int) -> bool:
