@@ -767,3 +767,25 @@ def test_a_translator_writes_what_str_translate_writes():
         table = {ord(k): "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 4))) for k in keys}
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
         assert forms._translator(table)(text) == text.translate(table), (table, text)
+
+
+# A value per row whose printed form no other row writes: an escape every few characters breaks
+# every run of 8 of the value as written and of the other rows' forms, so only the row masks it.
+ONLY_ROW = {
+    "shell": ("a-b$c.d$e-f$g.h$i-j$k.l$m", [["bash", "-c", "declare -p V"], ["bash", "-c", 'printf "%q\\n" "$V"']]),
+    "python": ("aéb-céd-eéf-géh-iéj-kél", [PY + ["import os; print(ascii(os.environ['V']))"]]),
+    "case": ("éab-céd-eéf-géh-iéj-kél", [PY + ["import os; print(os.environ['V'].upper())"]]),
+}
+
+
+@pytest.mark.parametrize("row", sorted(ONLY_ROW))
+def test_a_form_only_its_row_writes_is_masked(row):
+    """Rows whose forms the others often share (bash's quoting, Python's ascii(), non-ASCII case):
+    a value each alone can catch, printed by the real program, leaves no piece."""
+    value, cmds = ONLY_ROW[row]
+    for cmd in cmds:
+        out = _run(cmd, value).strip()
+        assert out and value.encode() not in out, out                 # the program escaped it
+        masked = Masker({"v": [value]}).mask(out)
+        assert b"[recall:v]" in masked and no_piece(value.encode(), masked, 4), (cmd, out, masked)
+        assert not re.search(rb"[a-z]-[a-z]", masked.lower()), (cmd, out, masked)
