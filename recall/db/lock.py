@@ -63,11 +63,10 @@ def held(path: Path, what: str, notify=None, wait_s=None, required=False):
 
 def _open(path: Path) -> int:
     """The lock file, 0600, never through a link nor a folder."""
-    from . import explain, refuse_foreign
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    from . import NOFOLLOW, explain, refuse_foreign
     refuse_foreign(path)
     try:
-        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | nofollow, 0o600)
+        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
     except OSError as exc:      # a link or a folder swapped in since
         refuse_foreign(path)
         raise explain(exc, path) or exc from None
