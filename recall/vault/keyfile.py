@@ -67,9 +67,8 @@ def _create_key(path: Path) -> None:
         os.unlink(tmp)
     write_new(tmp, os.urandom(KEY_BYTES))
     try:
-        os.link(tmp, path)       # unlike a rename, fails when a key is there
-    except FileExistsError:
-        pass
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)       # unlike a rename, fails when a key is there
     finally:
         os.unlink(tmp)
 
@@ -110,11 +109,9 @@ def hold_privately() -> None:
     """From now on this process holds secrets: no core file, and (Linux) not dumpable, so no other
     process of this user — a child it runs — can open its /proc memory, environ or descriptors."""
     import sys
-    try:
+    with contextlib.suppress(ImportError, ValueError, OSError):
         import resource
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ImportError, ValueError, OSError):
-        pass
     if sys.platform.startswith("linux"):
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE, 0
