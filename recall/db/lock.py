@@ -23,7 +23,7 @@ def index_lock(db_path, notify=None):
                 "another index run", notify)
 
 
-def vault_lock(home, notify=None, wait_s=None):
+def vault_lock(home, notify=None):
     """One writer of the key, the secrets files and the sealed rows at a
     time; the next says whom it waits for, and gives up after VAULT_WAIT_S.
     Where no lock can be held, nothing is written (fail closed). It sits beside the key: configs that
@@ -32,8 +32,7 @@ def vault_lock(home, notify=None, wait_s=None):
     home = key_folder(home)
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     return held(home / "vault.lock", "another recall writing the vault",
-                notify, VAULT_WAIT_S if wait_s is None else wait_s,
-                required=True)
+                notify, VAULT_WAIT_S, required=True)
 
 
 @contextlib.contextmanager
