@@ -136,11 +136,9 @@ def append_entry(path, text: str) -> None:
 
 def _bytes_of(real: str) -> bytes:
     """The file's bytes; b"" when there is none."""
-    try:
-        with open(real, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return b""
+    with contextlib.suppress(FileNotFoundError):
+        return Path(real).read_bytes()
+    return b""
 
 
 def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> None:
