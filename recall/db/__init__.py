@@ -239,8 +239,9 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         if readonly and not path.exists():
             raise RecallError(f"no index at {path}", "run 'recall index' first")
         if not readonly:       # the folders above made 0700 too (mkdir -p gives them 0755)
-            for folder in reversed([p for p in (path.parent, *path.parent.parents) if not p.exists()]):
+            for folder in reversed([p for p in path.parent.parents if not p.exists()]):
                 folder.mkdir(mode=0o700, exist_ok=True)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
         for side in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):   # SQLite writes them for a reader too
             refuse_foreign(side)
         if not readonly:
