@@ -51,21 +51,16 @@ def write_new(path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_key(path: Path, key: bytes) -> None:
-    """Atomically, through `NAME.new` (a leftover, or a link planted there, is removed first)."""
+def write_key(path: Path, key: bytes, *, over: bool = True) -> None:
+    """Whole or not at all, through `NAME.new` (a leftover, or a link planted there, is removed first);
+    `over=False`: never over a key that is there."""
     tmp = path.with_name(path.name + ".new")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     write_new(tmp, key)
-    os.replace(tmp, path)
-
-
-def _create_key(path: Path) -> None:
-    """A new key at `path`, whole or not at all, and never over a key that is there."""
-    tmp = path.with_name(path.name + ".new")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    write_new(tmp, os.urandom(KEY_BYTES))
+    if over:
+        os.replace(tmp, path)
+        return
     try:
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)       # unlike a rename, fails when a key is there
@@ -91,7 +86,7 @@ def load_key(home: Path, *, create: bool, probe=None, settle: bool = False) -> b
         require_crypto()                   # fail on a missing extra before making a key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_private(path.parent, "folder", "700")     # never write a key into a folder others can read
-        _create_key(path)
+        write_key(path, os.urandom(KEY_BYTES), over=False)
     _check_private(path)
     key = _read_key(path)
     pending = next_path(path)
