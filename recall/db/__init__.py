@@ -153,11 +153,9 @@ def _secure_file(path: Path) -> None:
     checked and chmodded by its path. Never opened here once it exists: closing any descriptor of
     a file drops every POSIX lock this process holds on it, the locks of SQLite's other connections
     (the MCP server's watcher, verify's threads) too, and another writer could then corrupt it."""
-    try:
+    with contextlib.suppress(FileExistsError):
         os.close(os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600))
         return
-    except FileExistsError:
-        pass
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         refuse_foreign(path)

@@ -23,7 +23,7 @@ def index_lock(db_path, notify=None):
                 "another index run", notify)
 
 
-def vault_lock(home, notify=None, wait_s=None):
+def vault_lock(home, notify=None):
     """One writer of the key, the secrets files and the sealed rows at a
     time; the next says whom it waits for, and gives up after VAULT_WAIT_S.
     Where no lock can be held, nothing is written (fail closed). It sits beside the key: configs that
@@ -32,8 +32,7 @@ def vault_lock(home, notify=None, wait_s=None):
     home = key_folder(home)
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     return held(home / "vault.lock", "another recall writing the vault",
-                notify, VAULT_WAIT_S if wait_s is None else wait_s,
-                required=True)
+                notify, VAULT_WAIT_S, required=True)
 
 
 @contextlib.contextmanager
@@ -63,11 +62,10 @@ def held(path: Path, what: str, notify=None, wait_s=None, required=False):
 
 def _open(path: Path) -> int:
     """The lock file, 0600, never through a link nor a folder."""
-    from . import explain, refuse_foreign
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    from . import NOFOLLOW, explain, refuse_foreign
     refuse_foreign(path)
     try:
-        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | nofollow, 0o600)
+        fd = os.open(str(path), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
     except OSError as exc:      # a link or a folder swapped in since
         refuse_foreign(path)
         raise explain(exc, path) or exc from None

@@ -84,7 +84,7 @@ def _cert(key, signer, subject: bytes, issuer: bytes, days: float, extensions: l
 
 
 def _pem(kind: str, der: bytes) -> bytes:
-    body = base64.encodebytes(der).replace(b"\n", b"")
+    body = base64.b64encode(der)
     lines = b"\n".join(body[i:i + 64] for i in range(0, len(body), 64))
     return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (kind.encode(), lines, kind.encode())
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import hmac
 import os
 import socket
 import threading
@@ -114,7 +115,6 @@ class HostBoundProxy:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn) -> None:
-        import hmac
         conn.settimeout(IDLE)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)      # small writes go out at once
         self._track(conn)
@@ -158,7 +158,6 @@ class HostBoundProxy:
 
     def _exchange(self, client, reader, scheme: str, dest) -> None:
         """Requests from one child connection, each to its upstream (kept alive while it can be)."""
-        import hmac
         upstream = None                 # (dest, sock, reader)
         try:
             while (head := reader.until(b"\r\n\r\n")) is not None:

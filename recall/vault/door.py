@@ -175,7 +175,9 @@ def _masker():
             try:
                 from .keyfile import key_path
                 sig = (str(cfg.db_path), count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
-                values = _cached_values(sig) or store.load_values(con, cfg)
+                with _LOCK:
+                    values = next((m.values for (s, _), m in _CACHE.items() if s == sig), None)
+                values = values or store.load_values(con, cfg)
             except (OSError, RecallError) as exc:
                 if strict:
                     raise closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
@@ -199,14 +201,6 @@ def _masker():
         _CACHE.clear()              # one vault at a time: the old masker's values leave memory
         _CACHE[key] = masker
     return masker
-
-
-def _cached_values(sig):
-    with _LOCK:
-        for (s, _), cached in _CACHE.items():
-            if s == sig:
-                return cached.values
-    return None
 
 
 def masker(extra: dict | None = None):

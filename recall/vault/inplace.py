@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 from .. import db
-from ..errors import InputError, MissingExtra, RecallError
+from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
 from .secretfile import check_size, file_stamp, load_secret_files
 
@@ -77,12 +78,8 @@ def key_for(home, entries: list, probe=None) -> bytes:
 
 def _keys(home, key: bytes) -> list:
     """The key, and a rotation's new key when one is pending (files are resealed before it lands)."""
-    pending = keyfile.next_path(keyfile.key_path(home))
-    if pending.is_file():
-        try:
-            return [key, pending.read_bytes()]
-        except OSError:
-            pass
+    with contextlib.suppress(OSError):
+        return [key, keyfile.next_path(keyfile.key_path(home)).read_bytes()]
     return [key]
 
 
@@ -139,11 +136,9 @@ def append_entry(path, text: str) -> None:
 
 def _bytes_of(real: str) -> bytes:
     """The file's bytes; b"" when there is none."""
-    try:
-        with open(real, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return b""
+    with contextlib.suppress(FileNotFoundError):
+        return Path(real).read_bytes()
+    return b""
 
 
 def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> None:
@@ -170,12 +165,12 @@ def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: 
         if file_stamp(real) != stamp or _bytes_of(real) != based_on:   # a save meanwhile is kept
             raise changed
         os.replace(tmp, real)
-    except OSError as exc:
-        _unlink(tmp)
-        raise RecallError(f"cannot write {real}: {exc.strerror}; the file is as it was",
-                          "free some space, or check the folder's permissions") from None
-    except BaseException:
-        _unlink(tmp)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise RecallError(f"cannot write {real}: {exc.strerror}; the file is as it was",
+                              "free some space, or check the folder's permissions") from None
         raise
     finally:
         os.close(fd)
@@ -201,19 +196,11 @@ def _remove_stale_temps(real: str) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _unlink(entry.path)
-        except OSError:          # locked: a write under way
+            os.unlink(entry.path)
+        except OSError:          # locked: a write under way (or gone already)
             pass
         finally:
             os.close(fd)
-
-
-def _unlink(path: str) -> None:
-    """Remove `path`, if it is still there."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -> str:
@@ -222,30 +209,24 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
     with db.vault_lock(cfg.home, notify):
-        return _set_value(cfg, secret_id, field, value)
-
-
-def _set_value(cfg, secret_id: str, field: str | None, value: str) -> str:
-    """set_value's work, the vault lock held."""
-    from ..errors import resolve
-    entries, _ = load_secret_files(cfg.secrets)
-    by_id = {e.id: e for e in entries}
-    e = by_id[resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")]
-    names = [f for f in e.values if f]
-    if field is None and names:
-        raise RecallError(f"secret '{e.id}' has fields ({', '.join(names)}): name one",
-                          f"recall secret set {e.id} {names[0]}")
-    field = field or ""
-    if field not in e.values:
-        raise RecallError(f"secret '{e.id}' has no field '{field}'" if names else
-                          f"secret '{e.id}' has one value, no fields",
-                          f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
-    span = e.spans[field]
-    check_size(value, _what(e, field), e.file, span.row + 1)
-    key = key_for(cfg.home, entries)
-    sealed = seal(key, e.id, field, value)
-    rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
-    return _what(e, field)
+        entries, _ = load_secret_files(cfg.secrets)
+        by_id = {e.id: e for e in entries}
+        e = by_id[resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")]
+        names = [f for f in e.values if f]
+        if field is None and names:
+            raise RecallError(f"secret '{e.id}' has fields ({', '.join(names)}): name one",
+                              f"recall secret set {e.id} {names[0]}")
+        field = field or ""
+        if field not in e.values:
+            raise RecallError(f"secret '{e.id}' has no field '{field}'" if names else
+                              f"secret '{e.id}' has one value, no fields",
+                              f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
+        span = e.spans[field]
+        check_size(value, _what(e, field), e.file, span.row + 1)
+        key = key_for(cfg.home, entries)
+        sealed = seal(key, e.id, field, value)
+        rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
+        return _what(e, field)
 
 
 def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
@@ -266,7 +247,6 @@ def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
 
 def fingerprint(key: bytes) -> str:
     """A short name of a key that tells keys apart and says nothing about them."""
-    import hashlib
     return hashlib.blake2b(key, digest_size=8, person=b"recall-key-id").hexdigest()
 
 

@@ -51,25 +51,19 @@ def write_new(path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_key(path: Path, key: bytes) -> None:
-    """Atomically, through `NAME.new` (a leftover, or a link planted there, is removed first)."""
+def write_key(path: Path, key: bytes, *, over: bool = True) -> None:
+    """Whole or not at all, through `NAME.new` (a leftover, or a link planted there, is removed first);
+    `over=False`: never over a key that is there."""
     tmp = path.with_name(path.name + ".new")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     write_new(tmp, key)
-    os.replace(tmp, path)
-
-
-def _create_key(path: Path) -> None:
-    """A new key at `path`, whole or not at all, and never over a key that is there."""
-    tmp = path.with_name(path.name + ".new")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    write_new(tmp, os.urandom(KEY_BYTES))
+    if over:
+        os.replace(tmp, path)
+        return
     try:
-        os.link(tmp, path)       # unlike a rename, fails when a key is there
-    except FileExistsError:
-        pass
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)       # unlike a rename, fails when a key is there
     finally:
         os.unlink(tmp)
 
@@ -92,7 +86,7 @@ def load_key(home: Path, *, create: bool, probe=None, settle: bool = False) -> b
         require_crypto()                   # fail on a missing extra before making a key
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_private(path.parent, "folder", "700")     # never write a key into a folder others can read
-        _create_key(path)
+        write_key(path, os.urandom(KEY_BYTES), over=False)
     _check_private(path)
     key = _read_key(path)
     pending = next_path(path)
@@ -110,11 +104,9 @@ def hold_privately() -> None:
     """From now on this process holds secrets: no core file, and (Linux) not dumpable, so no other
     process of this user — a child it runs — can open its /proc memory, environ or descriptors."""
     import sys
-    try:
+    with contextlib.suppress(ImportError, ValueError, OSError):
         import resource
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ImportError, ValueError, OSError):
-        pass
     if sys.platform.startswith("linux"):
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE, 0

@@ -14,7 +14,6 @@ from . import audit, keyfile
 from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
-SIMILAR_WITHIN = 0.15     # find: a secret matched by meaning has a cosine within this of the best one's
 REDACTED_META = "index_redacted_for"     # the vault's signature once the index holds none of its values
 _REDACTORS: dict = {}     # {(DB, vault signature, key mtime): the redactor}: one per process
 
@@ -30,20 +29,6 @@ class SyncReport:
     unchanged: int = 0            # ids kept as they were
     sealed: int = 0               # values written over in their files as ENC[...]
     removed_ids: list = field(default_factory=list)     # kept for 'secret restore'
-
-
-def _metadata_texts(con) -> dict:
-    """{secret id: (hash, text)} of what is searchable (and embedded) about each: metadata, never a value."""
-    import hashlib
-    import json
-    out = {}
-    for row in con.execute("SELECT id, meta, tags FROM secrets"):
-        meta = json.loads(row["meta"])
-        parts = [row["id"], *(meta.get(k, "") for k in ("service", "environment", "kind", "username", "url")),
-                 " ".join(json.loads(row["tags"])), meta.get("notes", ""), meta.get("use", "")]
-        text = "\n".join(p for p in parts if p)
-        out[row["id"]] = (hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest(), text)
-    return out
 
 
 def _comparable(meta, tags, env, inject, check, variables, values) -> str:
@@ -78,6 +63,7 @@ def _embedded(con, cfg, report: SyncReport) -> SyncReport:
     """The report, once the metadata texts a sync stored are embedded (outside the vault lock)."""
     if report.total and cfg.embedding.provider != "none":
         try:
+            from .meaning import embed_metadata
             report.embedded = embed_metadata(con, cfg)
         except RecallError as exc:     # the vault is synced; only 'find' by meaning waits
             report.warnings.append(f"secret metadata not embedded: {exc}")
@@ -160,96 +146,40 @@ def _refuse_mass_removal(con, new_ids: set) -> None:
                           "'recall secret sync --prune' if they are meant to go")
 
 
-def embed_metadata(con, cfg) -> int:
-    """Embed each secret's metadata text that has no vector for the configured model (redacted all the same)."""
-    from ..embed import providers as embed
-    from ..embed.vectors import pack
-    fp = embed.fingerprint(cfg.embedding, "document")
-    with db.transaction(con):
-        mid = embed.model_id(con, fp)
-    texts = dict(_metadata_texts(con).values())
-    have = {r[0] for r in con.execute("SELECT hash FROM secret_vectors WHERE model_id=?", (mid,))}
-    todo = [h for h in texts if h not in have]
-    if not todo:
-        return 0
-    redact = redactor(con, cfg)
-    provider = embed.provider_for(cfg, con, load_values)
-    inputs = [redact(texts[h]) for h in todo]
-    vectors, _ = embed.paid_call(con, cfg, provider, "document", inputs,
-                                 lambda: provider.embed(inputs, "document"))
-    with db.transaction(con):
-        con.executemany("INSERT OR REPLACE INTO secret_vectors VALUES (?,?,?)",
-                        [(mid, h, pack(v)) for h, v in zip(todo, vectors)])
-    return len(todo)
-
-
-def _by_meaning(con, cfg, query: str, limit: int) -> list:
-    """Secret ids ranked by cosine similarity of their metadata to the query, those within SIMILAR_WITHIN of
-    the best and at least half of it; [] when unavailable."""
-    if cfg is None or cfg.embedding.provider == "none":
-        return []
-    from ..embed import providers as embed
-    from ..embed.vectors import normalize, unpack
-    from ..notes.search import query_vector
-    try:
-        mid = embed.model_id(con, embed.fingerprint(cfg.embedding, "document"), create=False)
-        if mid is None:
-            return []
-        stored = {r[0]: unpack(r[1]) for r in con.execute(
-            "SELECT hash, vector FROM secret_vectors WHERE model_id=?", (mid,))}
-        if not stored:
-            return []
-        q = normalize(query_vector(con, cfg, query, load_values=load_values))
-    except RecallError:
-        return []
-    scored = sorted(((sum(a * b for a, b in zip(q, normalize(stored[h]))), sid)
-                     for sid, (h, _text) in _metadata_texts(con).items() if h in stored), reverse=True)
-    if not scored:
-        return []
-    best = scored[0][0]
-    floor = max(best - SIMILAR_WITHIN, best / 2)       # a best below 0 is no likeness: nothing passes
-    return [sid for cos, sid in scored[:limit] if cos >= floor]
-
-
 def rotate_key(con, cfg, notify=None) -> int:
     """Re-encrypt every row, and reseal every value in the secrets files, under a new key put in place
-    after; under the vault lock."""
-    with db.vault_lock(cfg.home, notify):
-        return _rotate_key(con, cfg)
-
-
-def _rotate_key(con, cfg) -> int:
-    """rotate-key's work, the vault lock held: the new key written as .next, files, rows, rename."""
+    after; under the vault lock: the new key written as .next, files, rows, rename."""
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
-    old_key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
-    path = keyfile.key_path(cfg.home)
-    pending = keyfile.next_path(path)
-    if pending.exists():        # values in the files may be sealed under it: never written over
-        raise RecallError(f"an earlier key rotation stopped before it finished ({pending} is there); "
-                          "nothing was changed", "run 'recall secret sync' (it reseals what that key "
-                          "sealed and removes it), then rotate again")
-    entries, _ = load_secret_files(cfg.secrets)
-    new_key = os.urandom(keyfile.KEY_BYTES)
-    edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
-    keyfile.write_key(pending, new_key)
-    # the files first: stopped after them, a sync opens them with vault.key.next
-    write_edits(edits)
+    with db.vault_lock(cfg.home, notify):
+        old_key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
+        path = keyfile.key_path(cfg.home)
+        pending = keyfile.next_path(path)
+        if pending.exists():        # values in the files may be sealed under it: never written over
+            raise RecallError(f"an earlier key rotation stopped before it finished ({pending} is there); "
+                              "nothing was changed", "run 'recall secret sync' (it reseals what that key "
+                              "sealed and removes it), then rotate again")
+        entries, _ = load_secret_files(cfg.secrets)
+        new_key = os.urandom(keyfile.KEY_BYTES)
+        edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
+        keyfile.write_key(pending, new_key)
+        # the files first: stopped after them, a sync opens them with vault.key.next
+        write_edits(edits)
 
-    def reencrypt(row) -> tuple:
-        sid, nonce, ciphertext, use = cipher_of(row)
-        return keyfile.encrypt(new_key, sid, keyfile.decrypt(old_key, sid, nonce, ciphertext, use), use)
-    with db.transaction(con):
-        stored = rows(con)
-        for row in stored:
-            con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
-        for row in removed.rows(con):                  # the removed ones stay restorable
-            removed.replace_ciphertext(con, row["id"], *reencrypt(row))
-    # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
-    # vault.key.next opens the rows and uses it; the next writer renames it.
-    os.replace(pending, path)
-    return len(stored)
+        def reencrypt(row) -> tuple:
+            sid, nonce, ciphertext, use = cipher_of(row)
+            return keyfile.encrypt(new_key, sid, keyfile.decrypt(old_key, sid, nonce, ciphertext, use), use)
+        with db.transaction(con):
+            stored = rows(con)
+            for row in stored:
+                con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
+            for row in removed.rows(con):                  # the removed ones stay restorable
+                removed.replace_ciphertext(con, row["id"], *reencrypt(row))
+        # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
+        # vault.key.next opens the rows and uses it; the next writer renames it.
+        os.replace(pending, path)
+        return len(stored)
 
 
 def restore(con, cfg, secret_id: str, notify=None) -> tuple:
@@ -317,12 +247,10 @@ def signature(con) -> tuple:
 
 
 def synced(con) -> dict:
-    """{secret id: (file, synced_at)}."""
     return {r[0]: (r[1], r[2]) for r in con.execute("SELECT id, file, synced_at FROM secrets")}
 
 
 def kinds(con) -> dict:
-    """{secret id: its `kind` ('' when none)}."""
     import json
     return {r[0]: json.loads(r[1]).get("kind") or "" for r in con.execute("SELECT id, meta FROM secrets")}
 
@@ -333,7 +261,6 @@ def rows(con) -> list:
 
 
 def stored_row(con, secret_id: str):
-    """The stored row of exactly this id, or None."""
     return con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
 
 
@@ -370,7 +297,7 @@ def _public(row, status=None) -> dict:
 def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
     """Secrets ranked over metadata only: an exact id first, then BM25 over the metadata, fused
     with similarity of the embedded metadata when a provider is configured (cfg given). Each list keeps
-    only those near its best match (_most_words, SIMILAR_WITHIN): a query for one service lists its
+    only those near its best match (_most_words, meaning.SIMILAR_WITHIN): a query for one service lists its
     secrets, not every secret a common word ('token') or a weak likeness reaches."""
     query = (query or "").strip()
     if not query:          # everything, bounded: the caller says how many there are in all
@@ -386,7 +313,10 @@ def find(con, query: str, *, limit: int = 10, cfg=None) -> list:
             "ORDER BY bm25(secrets_fts, 0, 10.0, 5.0, 2.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0)", (fq,)).fetchall()
         ranked = _most_words(con, query, ranked)[:limit]
     logged = _masked_query(con, cfg, query)
-    meaning = _by_meaning(con, cfg, logged, limit) if logged is not None else []
+    meaning = []
+    if logged is not None and cfg is not None and cfg.embedding.provider != "none":
+        from .meaning import by_meaning
+        meaning = by_meaning(con, cfg, logged, limit)
     if meaning:
         from ..notes.fusion import rrf
         fused = rrf({"keyword": [r["id"] for r in ranked], "vector": meaning})
@@ -411,10 +341,8 @@ def _most_words(con, query: str, ranked: list) -> list:
 def _masked_query(con, cfg, query: str):
     """The query with every vault value masked, as it may be logged or embedded; None when the
     vault holds values that cannot be opened here (a pasted token is never logged as written)."""
-    if not holds_values(con):
-        return query
     if cfg is None:
-        return None
+        return None if holds_values(con) else query
     try:
         return redactor(con, cfg)(query)
     except RecallError:
@@ -518,10 +446,3 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     line = invocation(cfg) + " " + shlex.join(["secret", "exec", secret_id, "--"] + argv)
     audit.log(con, "secret.command", secret_id, argv=line, verdict="given")
     return line
-
-
-def masker_for(all_values: VaultValues):
-    """Every vault value masked; public fields (usernames, logins …) are not."""
-    from .mask import Masker
-    from .redact import secret_parts
-    return Masker(secret_parts(all_values, all_values.public))

@@ -1,6 +1,7 @@
 """The YAML subset recall's files use: containers that know their line numbers, errors at file:line:col."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..errors import InputError, NotFound
@@ -43,13 +44,11 @@ class YList(list):
 
 def line_of(container: object, key_or_index: object, default: int | None = None) -> int | None:
     """The 1-based line of a key in a YMap or an item in a YList; `default` when unknown."""
-    try:
+    with contextlib.suppress(IndexError, TypeError):    # an index out of range, an unhashable key
         if isinstance(container, YMap):
             return container.key_lines.get(key_or_index, default)
         if isinstance(container, YList):
             return container.item_lines[key_or_index]
-    except (IndexError, TypeError):    # an index out of range, an unhashable key
-        pass
     return default
 
 
