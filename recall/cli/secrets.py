@@ -7,10 +7,6 @@ from .. import api
 from .output import _command, config_of, emit, say
 
 
-def _waiting(line: str) -> None:
-    sys.stderr.write(f"recall: {line}\n")
-
-
 def cmd_secret_sync(args) -> int:
     return emit(args, api.secret_sync(config_of(args), prune=args.prune, notify=say))
 
