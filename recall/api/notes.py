@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import RecallError
-from .answer import Answer, answer, opened
+from .answer import Answer, answer, heard, opened
 
 
 def init(config: str | None = None, notes: str | None = None) -> Answer:
@@ -37,10 +37,10 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
                                 f"{data['chunks']} chunks written; {data['seconds']:.2f}s")
         from ..db.repair import index_repairing
         from ..notes.index import run_index
-        from ..vault import door, store
+        from ..vault import store
         cfg.require_sources()
         embed = embed and cfg.embedding.provider != "none"
-        said = None if notify is None else (lambda line: notify(door.scrub(line)))
+        said = heard(notify)
         report = index_repairing(cfg.db_path, lambda con: run_index(
             con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
             redactor=store.redactor, load_values=store.load_values, prune=prune),
@@ -103,22 +103,20 @@ def _not_following(cfg) -> tuple:
 def watch(config: str | None = None, said=lambda ans: None) -> None:
     """`recall index --watch`: each change indexed as it happens; `said(Answer)` hears the start and
     each pass that changed something. Runs until interrupted."""
-    from ..vault import door
     with opened(config, connect=False) as (cfg, _):
         def passed(kind, rep):
             if kind == "index" and (rep.new or rep.changed or rep.removed):
-                said(Answer(rep.__dict__, door.scrub(
-                    f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} removed files; "
-                    f"{rep.chunks} chunks written; {rep.seconds:.2f}s")))
+                said(answer(rep.__dict__, f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} "
+                                          f"removed files; {rep.chunks} chunks written; {rep.seconds:.2f}s"))
             elif kind == "trouble":            # following stopped for now: why; it resumes by itself
-                said(Answer({}, notices=[door.scrub(f"not following the notes right now: {rep}")]))
+                said(answer({}, notices=[f"not following the notes right now: {rep}"]))
             elif kind == "embed" and rep.embedded:
-                said(Answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
+                said(answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
                                           + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else "")))
         w = watcher(cfg, report=passed)
         if w.how == "off":
             raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
-        said(Answer({}, notices=[f"watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops"]))
+        said(answer({}, notices=[f"watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops"]))
         w.run()
 
 
@@ -218,7 +216,6 @@ def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: boo
     from ..notes.evaluate import judged_not_indexed, load_golden
     from ..notes.search import search as run
     cfg = load_config(config)
-    cfg.require_file()
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
     con = db.connect(cfg.db_path, readonly=True, vectors=provider)

@@ -43,7 +43,7 @@ def say(line: str) -> None:
 
 def emit(args, ans) -> int:
     """An Answer as the verb prints it: its JSON with --json, else its notices (stderr) and text;
-    the verb's exit code."""
+    the verb's exit code. `args` None: an exec, whose answer is the child's own output (never JSON)."""
     if getattr(args, "json", False):
         import json
         sys.stdout.write(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n")

@@ -41,7 +41,7 @@ def cmd_secret_exec(args) -> int:
     sys.stdout.flush()
     ans = api.secret_exec(args.id, cmd, config_of(args), stdin=args.stdin, out=sys.stdout.buffer,
                           err=sys.stderr.buffer)
-    return emit(_Text(), ans)
+    return emit(None, ans)
 
 
 def cmd_secret_get(args) -> int:
@@ -54,8 +54,3 @@ def cmd_secret_log(args) -> int:
 
 def cmd_secret_rotate(args) -> int:
     return emit(args, api.secret_rotate_key(config_of(args), notify=say))
-
-
-class _Text:
-    """The child's own output is the answer of an exec: recall adds only its notices (never JSON)."""
-    json = False
