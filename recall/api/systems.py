@@ -64,10 +64,11 @@ def verify(ids=None, config: str | None = None, *, dry_run: bool = False, timeou
         report = run_verify(con, cfg, ids or None, dry_run=dry_run,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         code = 0 if report.dry_run else report.exit_code()
-        kinds = {f"entry:{e.id}": e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
+        listed = inventory.load_inventory(cfg, con)
+        kinds = {f"entry:{e.id}": e.kind or "entry" for e in listed}
         kinds.update({f"secret:{sid}": "secret" + (f" ({k})" if k else "") for sid, k in store.kinds(con).items()})
-        warned = inventory.inline_warnings(inventory.load_inventory(cfg, con))
-        return answer(report.public(), _verify_text(report, code), warned, code=code, kinds=kinds)
+        return answer(report.public(), _verify_text(report, code), inventory.inline_warnings(listed), code=code,
+                      kinds=kinds)
 
 
 def _verify_text(report, code: int) -> str:
