@@ -290,7 +290,7 @@ def describe(con, e: Entry) -> dict:
     d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
-    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e)) if con is not None else "never"
+    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e))
     d["block"] = block_text(e, d["last_verified"])
     return d
 

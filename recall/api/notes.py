@@ -70,20 +70,18 @@ def watcher(cfg=None, report=lambda kind, result: None):
                    load_values=store.load_values, report=report)
 
 
-def follow(config: str | None = None):
+def follow() -> None:
     """Follow the sources for as long as this process serves (recall mcp): the watcher started and kept,
-    so every search answer says when it cannot follow, and why. None when following is off."""
+    so every search answer says when it cannot follow, and why."""
     from ..config import load_config
     try:
-        cfg = load_config(config)
+        cfg = load_config()
     except RecallError:               # the watcher loads it again until it is fixed
         cfg = None
     try:
-        w = watcher(cfg).start()
+        _FOLLOWING.append(watcher(cfg).start())
     except RecallError:               # a bad RECALL_WATCH: serve the index as it is (doctor says why)
-        return None
-    _FOLLOWING.append(w)
-    return w
+        pass
 
 
 def stop_following() -> None:

@@ -98,7 +98,7 @@ def remote_install(host: str, path: str = "~/recall", config: str | None = None,
     """`recall remote install`: the zero-dependency core copied to HOST over ssh."""
     from ..remote import install
     with opened(config, connect=False, need_config=False) as (cfg, _):
-        rep = install(host, path, ssh_config=ssh_config, cfg=cfg)
+        rep = install(cfg, host, path, ssh_config)
         return answer(rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
                       f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
                       f"host: {rep.host}, path: {rep.path}")
