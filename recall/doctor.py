@@ -455,8 +455,8 @@ def _ask(con, read, default=None):
         return default
 
 
-def _one(con, sql: str, params=()):
-    row = _ask(con, lambda con: con.execute(sql, params).fetchone())
+def _one(con, sql: str):
+    row = _ask(con, lambda con: con.execute(sql).fetchone())
     return row[0] if row else None
 
 

@@ -221,8 +221,7 @@ def run_json(cfg, rem, args: list, timeout: float | None = None):
     r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
              timeout=timeout or rem.timeout, label=f"remote '{rem.name}'")
     if r.returncode != 0:
-        msg = _last(r.stderr)
-        raise RecallError(f"remote '{rem.name}': {msg[len('recall: '):] if msg.startswith('recall: ') else msg}")
+        raise RecallError(f"remote '{rem.name}': {_last(r.stderr).removeprefix('recall: ')}")
     try:
         return json.loads(r.stdout.decode("utf-8", "replace"))
     except ValueError:

@@ -317,7 +317,7 @@ def main(argv=None) -> int:
         if said is None:
             raise
         err, text = said
-        say(text[len('recall: '):] if text.startswith('recall: ') else text)
+        say(text.removeprefix("recall: "))
         return err.exit_code
 
 
