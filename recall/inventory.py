@@ -232,7 +232,7 @@ def _one_name_one_entry(entries: list) -> list:
     for e in kept.values():                # ids first: an alias never takes another entry's id
         owners.setdefault(e.id.lower(), e)
     for e in kept.values():
-        for name in (n for n in [e.id, e.name, *e.aliases] if n):
+        for name in e.names():
             owner = owners.setdefault(name.lower(), e)
             if owner is not e and not e.error:
                 e.error = str(InputError(e.file, e.line, f"'{name}' already names entry '{owner.id}' "
