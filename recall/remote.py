@@ -1,6 +1,7 @@
 """Remote notes: install the core on a host over ssh, and search / read / index there."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -281,11 +282,8 @@ def _redacted(cfg, answers: list) -> list:
     from . import db
     from .vault.redact import redact_hits
     from .vault.store import redactor
-    con = db.connect(cfg.db_path)
-    try:
+    with contextlib.closing(db.connect(cfg.db_path)) as con:
         redact = redactor(con, cfg)
-    finally:
-        con.close()
     return [(name, redact_hits(found, redact), problem) for name, found, problem in answers]
 
 

@@ -1,6 +1,8 @@
 """The notes verbs of the library layer: init, index (and watch), search, read, eval."""
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -145,23 +147,20 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
     cfg.require_sources()
     q = parse_query(query)                 # once: the route, both lists, the snippets
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, q, mode))
-    try:
-        with door.bound(cfg, con):
-            result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
-                         hooks=search_hooks(cfg))
-            data = result.public()
-            if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
-                data["stale"], behind_it = _not_following(cfg)
-                data["notices"] += behind_it + missing_sources(cfg.sources)
-            else:
-                data["stale"] = stale = behind(con, cfg)
-                data["notices"] += missing_sources(cfg.sources)
-                if stale:
-                    data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
-                                           "brings the results up to date ('recall index --watch' keeps them so)")
-            return answer(data, _search_text(result), data["notices"])
-    finally:
-        con.close()
+    with contextlib.closing(con), door.bound(cfg, con):
+        result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
+                     hooks=search_hooks(cfg))
+        data = result.public()
+        if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
+            data["stale"], behind_it = _not_following(cfg)
+            data["notices"] += behind_it + missing_sources(cfg.sources)
+        else:
+            data["stale"] = stale = behind(con, cfg)
+            data["notices"] += missing_sources(cfg.sources)
+            if stale:
+                data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
+                                       "brings the results up to date ('recall index --watch' keeps them so)")
+        return answer(data, _search_text(result), data["notices"])
 
 
 def _search_text(result) -> str:
