@@ -298,8 +298,6 @@ def describe(con, e: Entry) -> dict:
 def pin_access(con, cfg, result) -> None:
     """A search's pins (search passes its result to the function the faces give it): the entries
     the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
-    if not cfg.inventory:
-        return
     try:
         entries = load_inventory(cfg, con)
     except RecallError as exc:
