@@ -38,11 +38,11 @@ def access_exec(entry_id: str, command=None, config: str | None = None, *, out=N
     """`recall access exec` / recall_access_exec: prerequisites, the setup steps and `command` (a shell
     line, or argv words; default: the entry's verify) in one bash, linked secrets injected, output
     masked — streamed to `out`/`err`, else captured in the data. The code is the child's."""
+    from .. import inventory
     from ..access import exec_entry
     with opened(config) as (cfg, con):
         if isinstance(command, (list, tuple)) and len(command) == 1:
             command = command[0]          # one word: a shell line ('a | b'); more: quoted words
-        from .. import inventory
         result = exec_entry(con, cfg, entry_id, command or None, out=out, err=err, timeout=timeout)
         named = inventory.get_entry(entries(cfg, con), entry_id)
         notices = inventory.inline_warnings([named])

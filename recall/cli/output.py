@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 # C0 and C1 controls but tab and newline, DEL, and the bidirectional overrides: a note or a file
 # holding them could move the cursor, set the title or write the clipboard (ESC ] 52) if sent as is.
@@ -78,14 +79,12 @@ class Progress:
     files, the embedding) is timed from the previous phase's last step, or from the start."""
 
     def __init__(self):
-        import time
         self.on = sys.stderr.isatty()
         self.last = 0.0
         self.label, self.since = None, time.monotonic()
         self.step = self.since              # when the latest step was reported
 
     def __call__(self, done, total, label):
-        import time
         now = time.monotonic()
         if label != self.label:
             self.label, self.since = label, self.step
