@@ -462,12 +462,14 @@ def _importable(top: str) -> bool:
     return any(p and os.path.realpath(p) == real for p in places)
 
 
-def invocation(cfg) -> str:
+def invocation(cfg=None) -> str:
     """The start of a line that reaches this recall, its vault and config from a shell holding none of this
     process's environment: RECALL_HOME=… when it is set (else XDG_DATA_HOME=… when it moves the state), the
     launcher, --config FILE unless the default (the file names its own state folder)."""
     import shlex
     words = [shlex.quote(w) for w in launcher()]
+    if cfg is None:
+        return " ".join(words)
     home = Path.home()
     if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
         words += ["--config", shlex.quote(str(cfg.path))]
