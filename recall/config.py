@@ -167,8 +167,7 @@ def written_as(value) -> str:
         return f"{str(value).lower()} (a yes/no)"
     if isinstance(value, (int, float)):
         return f"the number {value:g}"
-    return next((words for kind, words in _KINDS.items() if kind in (list, dict) and isinstance(value, kind)),
-                "text")
+    return next((_KINDS[kind] for kind in (list, dict) if isinstance(value, kind)), "text")
 
 
 def _expect(value, kind, path, line, what):

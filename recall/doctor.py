@@ -312,7 +312,7 @@ def _inventory(ctx) -> list:
     if ctx.cfg.inventory and parsed:
         try:
             entries = inventory.load_inventory(ctx.cfg)
-            bad = inventory.broken(entries)
+            bad = [e for e in entries if e.error]
             out += [Check(f"inventory entry {e.id}", False, e.error) for e in bad]
             out.append(Check("inventory references", not bad,
                              f"{len(bad)} of {len(entries)} entries broken (above); the others work" if bad else
@@ -455,8 +455,8 @@ def _ask(con, read, default=None):
         return default
 
 
-def _one(con, sql: str, params=()):
-    row = _ask(con, lambda con: con.execute(sql, params).fetchone())
+def _one(con, sql: str):
+    row = _ask(con, lambda con: con.execute(sql).fetchone())
     return row[0] if row else None
 
 

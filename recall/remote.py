@@ -1,6 +1,7 @@
 """Remote notes: install the core on a host over ssh, and search / read / index there."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from .errors import NotFound, RecallError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTALL_TIMEOUT = 60.0      # seconds for each ssh step of an install
 
 # Runs on the remote box with its python3: unpack the tar from stdin next to the old copy, then swap.
 _UNPACK = r"""
@@ -112,7 +114,7 @@ def ssh_target(cfg, host: str) -> tuple:
     """(destination, ssh options) for HOST. An inventory entry HOST names (`id`, `user@id`, or the host its
     `url: ssh://…` names) goes through its prerequisites first; named by its id, its `url:
     ssh://[user@]host[:port]` says where to connect. Anything else goes to ssh as it is."""
-    if cfg is None or not cfg.inventory:
+    if not cfg.inventory:
         return host, ()
     from urllib.parse import unquote, urlsplit
 
@@ -150,15 +152,14 @@ def _ssh_host(entry):
         return None
 
 
-def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout: float = 60.0,
-            cfg=None) -> InstallReport:
+def install(cfg, host: str, path: str, ssh_config: str) -> InstallReport:
     """Copy the core to HOST:PATH (replacing an older copy) and check `recall.py doctor` there;
     a host that is an inventory entry goes through its prerequisites first and may name its ssh url."""
     dest, options = ssh_target(cfg, host)
-    base = ssh_argv(dest, ssh_config, timeout, options)
+    base = ssh_argv(dest, ssh_config, INSTALL_TIMEOUT, options)
     where = shell_path(path)
     probe = _run(base + [f"python3 -V 2>&1; test -f {where}/recall.py && echo present || echo absent"],
-                 timeout=timeout)
+                 timeout=INSTALL_TIMEOUT)
     if probe.returncode == 255:
         raise RecallError(f"cannot reach {host} over ssh: {_last(probe.stderr)}")
     out = probe.stdout.decode("utf-8", "replace")
@@ -170,12 +171,12 @@ def install(host: str, path: str = "~/recall", *, ssh_config: str = "", timeout:
                           "install a newer python3 first on the PATH of an ssh session")
     updated = out.strip().splitlines()[-1] == "present"
     data, count = _bundle()
-    r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {where}"], data=data, timeout=timeout)
+    r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {where}"], data=data, timeout=INSTALL_TIMEOUT)
     if r.returncode != 0:
         raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
                           "the host needs python3 ≥ 3.9")
     installed = r.stdout.decode().strip().splitlines()[-1]
-    r = _run(base + [f"python3 {shlex.quote(installed)}/recall.py --json doctor"], timeout=timeout)
+    r = _run(base + [f"python3 {shlex.quote(installed)}/recall.py --json doctor"], timeout=INSTALL_TIMEOUT)
     try:
         checks = {c["name"]: c for c in json.loads(r.stdout.decode() or "[]")}
     except ValueError:
@@ -221,8 +222,7 @@ def run_json(cfg, rem, args: list, timeout: float | None = None):
     r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
              timeout=timeout or rem.timeout, label=f"remote '{rem.name}'")
     if r.returncode != 0:
-        msg = _last(r.stderr)
-        raise RecallError(f"remote '{rem.name}': {msg[len('recall: '):] if msg.startswith('recall: ') else msg}")
+        raise RecallError(f"remote '{rem.name}': {_last(r.stderr).removeprefix('recall: ')}")
     try:
         return json.loads(r.stdout.decode("utf-8", "replace"))
     except ValueError:
@@ -282,11 +282,8 @@ def _redacted(cfg, answers: list) -> list:
     from . import db
     from .vault.redact import redact_hits
     from .vault.store import redactor
-    con = db.connect(cfg.db_path)
-    try:
+    with contextlib.closing(db.connect(cfg.db_path)) as con:
         redact = redactor(con, cfg)
-    finally:
-        con.close()
     return [(name, redact_hits(found, redact), problem) for name, found, problem in answers]
 
 

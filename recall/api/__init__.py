@@ -25,7 +25,3 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(_HOME[name], __name__), name)
     globals()[name] = value
     return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))

@@ -39,12 +39,11 @@ def answer(data, shown: str = "", notices=(), code: int = 0, **extra) -> Answer:
 
 
 @contextlib.contextmanager
-def opened(config: str | None = None, *, readonly: bool = False, notes: bool = False,
-           strict: bool = True, connect: bool = True, need_config: bool = True):
-    """(cfg, con) for one call, the door bound to its vault, closed after. `notes`: a config without
-    sources is the error; `strict=False`: a vault that cannot be opened here does not stop the
-    output (doctor must say why); `connect=False`: no DB (con is None). An error raised inside leaves
-    through the door too."""
+def opened(config: str | None = None, *, readonly: bool = False, strict: bool = True, connect: bool = True,
+           need_config: bool = True):
+    """(cfg, con) for one call, the door bound to its vault, closed after. `strict=False`: a vault that
+    cannot be opened here does not stop the output (doctor must say why); `connect=False`: no DB (con
+    is None). An error raised inside leaves through the door too."""
     from .. import db
     from ..config import load_config
     from ..vault import door
@@ -54,8 +53,6 @@ def opened(config: str | None = None, *, readonly: bool = False, notes: bool = F
     cfg = load_config(config)
     if need_config:
         cfg.require_file()
-    if notes:
-        cfg.require_sources()
     con = db.connect(cfg.db_path, readonly=readonly) if connect else None
     try:
         with door.bound(cfg, con, strict=strict):
@@ -93,6 +90,12 @@ def error_text(exc, arguments=()):
         text = text.replace(value, short).replace(repr(value)[1:-1], short)
     text = " ".join(door.scrub(text).split())        # one line, whatever an id or a quoted text held
     return err, text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "…"
+
+
+def heard(notify):
+    """`notify` hearing each line through the door (None: nobody listens)."""
+    from ..vault import door
+    return None if notify is None else (lambda line: notify(door.scrub(line)))
 
 
 def scrub(text: str) -> str:

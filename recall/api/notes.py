@@ -1,8 +1,10 @@
 """The notes verbs of the library layer: init, index (and watch), search, read, eval."""
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import RecallError
-from .answer import Answer, answer, opened
+from .answer import Answer, answer, heard, opened
 
 
 def init(config: str | None = None, notes: str | None = None) -> Answer:
@@ -37,10 +39,10 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
                                 f"{data['chunks']} chunks written; {data['seconds']:.2f}s")
         from ..db.repair import index_repairing
         from ..notes.index import run_index
-        from ..vault import door, store
+        from ..vault import store
         cfg.require_sources()
         embed = embed and cfg.embedding.provider != "none"
-        said = None if notify is None else (lambda line: notify(door.scrub(line)))
+        said = heard(notify)
         report = index_repairing(cfg.db_path, lambda con: run_index(
             con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
             redactor=store.redactor, load_values=store.load_values, prune=prune),
@@ -70,20 +72,18 @@ def watcher(cfg=None, report=lambda kind, result: None):
                    load_values=store.load_values, report=report)
 
 
-def follow(config: str | None = None):
+def follow() -> None:
     """Follow the sources for as long as this process serves (recall mcp): the watcher started and kept,
-    so every search answer says when it cannot follow, and why. None when following is off."""
+    so every search answer says when it cannot follow, and why."""
     from ..config import load_config
     try:
-        cfg = load_config(config)
+        cfg = load_config()
     except RecallError:               # the watcher loads it again until it is fixed
         cfg = None
     try:
-        w = watcher(cfg).start()
+        _FOLLOWING.append(watcher(cfg).start())
     except RecallError:               # a bad RECALL_WATCH: serve the index as it is (doctor says why)
-        return None
-    _FOLLOWING.append(w)
-    return w
+        pass
 
 
 def stop_following() -> None:
@@ -103,22 +103,20 @@ def _not_following(cfg) -> tuple:
 def watch(config: str | None = None, said=lambda ans: None) -> None:
     """`recall index --watch`: each change indexed as it happens; `said(Answer)` hears the start and
     each pass that changed something. Runs until interrupted."""
-    from ..vault import door
     with opened(config, connect=False) as (cfg, _):
         def passed(kind, rep):
             if kind == "index" and (rep.new or rep.changed or rep.removed):
-                said(Answer(rep.__dict__, door.scrub(
-                    f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} removed files; "
-                    f"{rep.chunks} chunks written; {rep.seconds:.2f}s")))
+                said(answer(rep.__dict__, f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} "
+                                          f"removed files; {rep.chunks} chunks written; {rep.seconds:.2f}s"))
             elif kind == "trouble":            # following stopped for now: why; it resumes by itself
-                said(Answer({}, notices=[door.scrub(f"not following the notes right now: {rep}")]))
+                said(answer({}, notices=[f"not following the notes right now: {rep}"]))
             elif kind == "embed" and rep.embedded:
-                said(Answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
+                said(answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
                                           + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else "")))
         w = watcher(cfg, report=passed)
         if w.how == "off":
             raise RecallError("RECALL_WATCH=off: nothing to watch with", "unset RECALL_WATCH (or set it to auto)")
-        said(Answer({}, notices=[f"watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops"]))
+        said(answer({}, notices=[f"watching {len(cfg.sources)} source(s) with {w.how}; Ctrl-C stops"]))
         w.run()
 
 
@@ -149,23 +147,20 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
     cfg.require_sources()
     q = parse_query(query)                 # once: the route, both lists, the snippets
     con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, q, mode))
-    try:
-        with door.bound(cfg, con):
-            result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
-                         hooks=search_hooks(cfg))
-            data = result.public()
-            if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
-                data["stale"], behind_it = _not_following(cfg)
-                data["notices"] += behind_it + missing_sources(cfg.sources)
-            else:
-                data["stale"] = stale = behind(con, cfg)
-                data["notices"] += missing_sources(cfg.sources)
-                if stale:
-                    data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
-                                           "brings the results up to date ('recall index --watch' keeps them so)")
-            return answer(data, _search_text(result), data["notices"])
-    finally:
-        con.close()
+    with contextlib.closing(con), door.bound(cfg, con):
+        result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
+                     hooks=search_hooks(cfg))
+        data = result.public()
+        if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
+            data["stale"], behind_it = _not_following(cfg)
+            data["notices"] += behind_it + missing_sources(cfg.sources)
+        else:
+            data["stale"] = stale = behind(con, cfg)
+            data["notices"] += missing_sources(cfg.sources)
+            if stale:
+                data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
+                                       "brings the results up to date ('recall index --watch' keeps them so)")
+        return answer(data, _search_text(result), data["notices"])
 
 
 def _search_text(result) -> str:
@@ -218,7 +213,6 @@ def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: boo
     from ..notes.evaluate import judged_not_indexed, load_golden
     from ..notes.search import search as run
     cfg = load_config(config)
-    cfg.require_file()
     cfg.require_sources()
     provider = cfg.embedding.provider != "none"
     con = db.connect(cfg.db_path, readonly=True, vectors=provider)

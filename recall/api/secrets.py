@@ -3,13 +3,7 @@ restore, rotate-key. None returns a value."""
 from __future__ import annotations
 
 from ..errors import RecallError
-from .answer import Answer, answer, opened
-
-
-def _said(notify):
-    """`notify` hearing each line through the door (None: nobody listens)."""
-    from ..vault import door
-    return None if notify is None else (lambda line: notify(door.scrub(line)))
+from .answer import Answer, answer, heard, opened
 
 
 def _configured(cfg) -> None:
@@ -23,7 +17,7 @@ def secret_sync(config: str | None = None, *, prune: bool = False, notify=None) 
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
         _configured(cfg)
-        rep = store.sync(con, cfg, prune=prune, notify=_said(notify))
+        rep = store.sync(con, cfg, prune=prune, notify=heard(notify))
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
         lines = [f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
                  + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
@@ -38,7 +32,7 @@ def secret_restore(secret_id: str, config: str | None = None, *, notify=None) ->
     """`recall secret restore`: a secret a sync removed (30 days) written back into its file, sealed."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
-        target, rep = store.restore(con, cfg, secret_id, notify=_said(notify))
+        target, rep = store.restore(con, cfg, secret_id, notify=heard(notify))
         return answer({"restored": secret_id, "file": target, **rep.__dict__},
                       f"restored {secret_id} into {target} (its values sealed); synced {rep.total} secrets")
 
@@ -51,9 +45,9 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
     with opened(config, strict=False) as (cfg, con):
         what = f"{secret_id}.{field}" if field else secret_id
         value = read_value(f"New value for {what} (not shown; Enter ends it): ")
-        where = set_value(cfg, secret_id, field, value, notify=_said(notify))
+        where = set_value(cfg, secret_id, field, value, notify=heard(notify))
         del value
-        rep = store.sync(con, cfg, notify=_said(notify))
+        rep = store.sync(con, cfg, notify=heard(notify))
         return answer({"set": where, **rep.__dict__},
                       f"sealed a new value for {where} in its file; synced {rep.total} secrets")
 
@@ -168,5 +162,5 @@ def secret_rotate_key(config: str | None = None, *, notify=None) -> Answer:
     """`recall secret rotate-key`: every row and every sealed value re-encrypted under a new key."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
-        n = store.rotate_key(con, cfg, notify=_said(notify))
+        n = store.rotate_key(con, cfg, notify=heard(notify))
         return answer({"reencrypted": n}, f"re-encrypted {n} secrets under a new key")

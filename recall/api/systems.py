@@ -38,11 +38,11 @@ def access_exec(entry_id: str, command=None, config: str | None = None, *, out=N
     """`recall access exec` / recall_access_exec: prerequisites, the setup steps and `command` (a shell
     line, or argv words; default: the entry's verify) in one bash, linked secrets injected, output
     masked — streamed to `out`/`err`, else captured in the data. The code is the child's."""
+    from .. import inventory
     from ..access import exec_entry
     with opened(config) as (cfg, con):
         if isinstance(command, (list, tuple)) and len(command) == 1:
             command = command[0]          # one word: a shell line ('a | b'); more: quoted words
-        from .. import inventory
         result = exec_entry(con, cfg, entry_id, command or None, out=out, err=err, timeout=timeout)
         named = inventory.get_entry(entries(cfg, con), entry_id)
         notices = inventory.inline_warnings([named])
@@ -64,10 +64,11 @@ def verify(ids=None, config: str | None = None, *, dry_run: bool = False, timeou
         report = run_verify(con, cfg, ids or None, dry_run=dry_run,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         code = 0 if report.dry_run else report.exit_code()
-        kinds = {f"entry:{e.id}": e.kind or "entry" for e in inventory.load_inventory(cfg, con)}
+        listed = inventory.load_inventory(cfg, con)
+        kinds = {f"entry:{e.id}": e.kind or "entry" for e in listed}
         kinds.update({f"secret:{sid}": "secret" + (f" ({k})" if k else "") for sid, k in store.kinds(con).items()})
-        warned = inventory.inline_warnings(inventory.load_inventory(cfg, con))
-        return answer(report.public(), _verify_text(report, code), warned, code=code, kinds=kinds)
+        return answer(report.public(), _verify_text(report, code), inventory.inline_warnings(listed), code=code,
+                      kinds=kinds)
 
 
 def _verify_text(report, code: int) -> str:
@@ -97,7 +98,7 @@ def remote_install(host: str, path: str = "~/recall", config: str | None = None,
     """`recall remote install`: the zero-dependency core copied to HOST over ssh."""
     from ..remote import install
     with opened(config, connect=False, need_config=False) as (cfg, _):
-        rep = install(host, path, ssh_config=ssh_config, cfg=cfg)
+        rep = install(cfg, host, path, ssh_config)
         return answer(rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
                       f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
                       f"host: {rep.host}, path: {rep.path}")

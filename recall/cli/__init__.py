@@ -29,12 +29,11 @@ class _Parser(argparse.ArgumentParser):
         import re
         typed = re.match(r"argument ([^:]+): invalid choice: '([^']*)'", message)
         if typed:                             # a verb or a mode typed wrong: the closest, in one line
-            from ..errors import closest
+            from ..errors import did_you_mean
             where, word = typed.groups()
             known = next((list(a.choices) for a in self._actions if a.choices and
                           (a.metavar == where or where in a.option_strings)), [])
-            close = closest(word, {c: c for c in known})
-            said = f"did you mean '{close[0]}'?" if close else f"'{self.prog} --help' lists them"
+            said = did_you_mean(word, known, f"'{self.prog} --help' lists them")
             what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
             sys.stderr.write(f"recall: {what} '{word}' — {said}\n")
             sys.exit(EX_USAGE)
@@ -318,7 +317,7 @@ def main(argv=None) -> int:
         if said is None:
             raise
         err, text = said
-        say(text[len('recall: '):] if text.startswith('recall: ') else text)
+        say(text.removeprefix("recall: "))
         return err.exit_code
 
 

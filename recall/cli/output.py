@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 # C0 and C1 controls but tab and newline, DEL, and the bidirectional overrides: a note or a file
 # holding them could move the cursor, set the title or write the clipboard (ESC ] 52) if sent as is.
@@ -43,7 +44,7 @@ def say(line: str) -> None:
 
 def emit(args, ans) -> int:
     """An Answer as the verb prints it: its JSON with --json, else its notices (stderr) and text;
-    the verb's exit code."""
+    the verb's exit code. `args` None: an exec, whose answer is the child's own output (never JSON)."""
     if getattr(args, "json", False):
         import json
         sys.stdout.write(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n")
@@ -78,14 +79,12 @@ class Progress:
     files, the embedding) is timed from the previous phase's last step, or from the start."""
 
     def __init__(self):
-        import time
         self.on = sys.stderr.isatty()
         self.last = 0.0
         self.label, self.since = None, time.monotonic()
         self.step = self.since              # when the latest step was reported
 
     def __call__(self, done, total, label):
-        import time
         now = time.monotonic()
         if label != self.label:
             self.label, self.since = label, self.step

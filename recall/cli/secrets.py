@@ -7,10 +7,6 @@ from .. import api
 from .output import _command, config_of, emit, say
 
 
-def _waiting(line: str) -> None:
-    sys.stderr.write(f"recall: {line}\n")
-
-
 def cmd_secret_sync(args) -> int:
     return emit(args, api.secret_sync(config_of(args), prune=args.prune, notify=say))
 
@@ -45,7 +41,7 @@ def cmd_secret_exec(args) -> int:
     sys.stdout.flush()
     ans = api.secret_exec(args.id, cmd, config_of(args), stdin=args.stdin, out=sys.stdout.buffer,
                           err=sys.stderr.buffer)
-    return emit(_Text(), ans)
+    return emit(None, ans)
 
 
 def cmd_secret_get(args) -> int:
@@ -58,8 +54,3 @@ def cmd_secret_log(args) -> int:
 
 def cmd_secret_rotate(args) -> int:
     return emit(args, api.secret_rotate_key(config_of(args), notify=say))
-
-
-class _Text:
-    """The child's own output is the answer of an exec: recall adds only its notices (never JSON)."""
-    json = False

@@ -5,7 +5,6 @@ import sys
 
 from .. import api
 from .output import _command, config_of, emit
-from .secrets import _Text
 
 
 def cmd_access_find(args) -> int:
@@ -20,7 +19,7 @@ def cmd_access_exec(args) -> int:
     cmd = _command(args)
     sys.stdout.flush()
     ans = api.access_exec(args.id, cmd, config_of(args), out=sys.stdout.buffer, err=sys.stderr.buffer)
-    return emit(_Text(), ans)
+    return emit(None, ans)
 
 
 def cmd_verify(args) -> int:
