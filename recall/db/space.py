@@ -6,6 +6,7 @@ from . import get_meta, is_sqlite_error, set_meta, transaction
 
 FTS_GROWTH = 1.25       # FTS5 rows past this many times those after the last merge: merge again
 FREE_SHARE = 0.25       # free pages past this share of the file: VACUUM gives them back
+TIDY_WAIT_MS = 250      # how long a tidying step waits for a reader's snapshot before it skips
 
 
 def _fts_rows(con) -> int:
@@ -18,8 +19,11 @@ def reclaim(con) -> dict:
     quarter since the last merge, its segments are merged into one and VACUUM rewrites the file
     compact (a cost that follows the growth, not each run); so it does when a quarter of the
     pages are free (a big deletion, a migration). The WAL is cut to nothing. A busy or full
-    DB skips a step, which the next run does. {step: done}."""
+    DB skips a step, which the next run does: tidying waits a moment for a reader, never the
+    whole busy timeout a write waits. {step: done}."""
     done = {"merged": False, "vacuumed": False}
+    wait = con.execute("PRAGMA busy_timeout").fetchone()[0]
+    con.execute(f"PRAGMA busy_timeout={min(wait, TIDY_WAIT_MS)}")
     try:
         if _fts_rows(con) > FTS_GROWTH * int(get_meta(con, "fts_rows_merged", 0)) + 16:
             with transaction(con):
@@ -34,4 +38,6 @@ def reclaim(con) -> dict:
     except Exception as exc:     # locked by a reader's snapshot, or no room to rewrite: not now
         if not is_sqlite_error(exc):
             raise
+    finally:
+        con.execute(f"PRAGMA busy_timeout={wait}")
     return done
