@@ -1,20 +1,14 @@
 """The shipped golden/ set on the core alone (no provider): the ranking a user gets out of the box."""
 import json
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.vector_cache import cached_vectors
 
 GOLDEN = REPO / "golden"
-# The local model's vectors of the dev sets' chunks, by the chunk text's hash: kept outside the
-# repository between runs (read now, before each test gets a HOME of its own), so a run embeds only
-# the texts it has not met before. RECALL_TEST_CACHE=DIR moves it; an empty value turns it off.
-VECTOR_CACHE = os.environ.get("RECALL_TEST_CACHE",
-                              str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recall-tests"))
-
 
 @pytest.fixture(scope="module")
 def golden_home(tmp_path_factory):
@@ -141,34 +135,6 @@ def _local_state(name, tmp_path_factory):
     return home
 
 
-def _cached_vectors(con, cfg, save: bool) -> None:
-    """Copy the vectors the cache holds for this model into the index (before it embeds), or the
-    index's into the cache (after). Vectors are content-addressed: a changed chunk is a new hash."""
-    if not VECTOR_CACHE:
-        return
-    from recall import db
-    from recall.embed import providers
-    fp = providers.fingerprint(cfg.embedding, "document")
-    Path(VECTOR_CACHE).mkdir(parents=True, exist_ok=True)
-    cache = sqlite3.connect(Path(VECTOR_CACHE) / "vectors.sqlite", timeout=60)
-    try:
-        with cache:
-            cache.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT, hash TEXT, dim INTEGER, vector BLOB, "
-                          "PRIMARY KEY(model, hash)) WITHOUT ROWID")
-        mid = providers.model_id(con, fp)
-        if save:
-            rows = con.execute("SELECT ?, hash, dim, vector FROM embeddings WHERE model_id=?", (fp.key, mid))
-            with cache:
-                cache.executemany("INSERT OR IGNORE INTO vectors VALUES (?,?,?,?)", rows.fetchall())
-        else:
-            rows = cache.execute("SELECT ?, hash, dim, vector FROM vectors WHERE model=?", (mid, fp.key))
-            with db.transaction(con):
-                con.executemany("INSERT OR IGNORE INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                                rows.fetchall())
-    finally:
-        cache.close()
-
-
 def _figures(con, cfg, queries, mode, scorer) -> dict:
     from recall.notes.evaluate import ranked_files
     by_type: dict = {}
@@ -197,9 +163,9 @@ def promise_figures(tmp_path_factory):
         try:
             cfg = load_config()
             con = db.connect(cfg.db_path, vectors=True)
-            _cached_vectors(con, cfg, save=False)
+            cached_vectors(con, cfg, save=False)
             run_index(con, cfg, redactor=vault.redactor)
-            _cached_vectors(con, cfg, save=True)
+            cached_vectors(con, cfg, save=True)
             memo[name] = {m: _figures(con, cfg, queries, m, scorer) for m in ("keyword", "semantic", "auto")}
             con.close()
         finally:

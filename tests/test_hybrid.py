@@ -21,6 +21,7 @@ from recall.notes.search import VectorList, query_key, search
 from recall.vault import store as vault
 from tests.conftest import REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage
+from tests.vector_cache import cached_vectors
 
 PROBE = """
 import contextlib, io, json, sys
@@ -473,18 +474,21 @@ def golden_local(tmp_path_factory):
     try:
         cfg = load_config()
         con = db.connect(cfg.db_path, vectors=True)
+        cached_vectors(con, cfg, save=False)
         report = run_index(con, cfg, redactor=vault.redactor)
+        cached_vectors(con, cfg, save=True)
+        vectors = con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
         con.close()
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return env, report
+    return env, {"vectors": vectors, "tokens": report.tokens}     # vectors: cached or embedded now
 
 
 @pytest.mark.extras
 def test_hybrid_beats_keyword_on_narrative_and_never_loses_on_identifiers(golden_local, monkeypatch, cli):
-    env, report = golden_local
-    assert report.embedded > 100 and report.tokens == 0
+    env, indexed = golden_local
+    assert indexed["vectors"] > 100 and indexed["tokens"] == 0
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     code, out, err = cli("--json", "eval", REPO / "golden" / "queries.jsonl",
@@ -571,10 +575,16 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "local-state"))
     monkeypatch.setattr(embed.LocalProvider, "parts", lambda self, head, text: [text])
     monkeypatch.setattr(embed, "LOCAL_DOC_FORMAT", embed.DOC_FORMAT)
+    cfg = load_config()
+    con = db.connect(cfg.db_path, vectors=True)
+    cached_vectors(con, cfg, save=False)
+    con.close()
     code, out, err = cli("index")
     assert code == 0, err
+    con = db.connect(cfg.db_path, vectors=True)
+    cached_vectors(con, cfg, save=True)
+    con.close()
     local = _golden_eval_rows(cli)
-    cfg = load_config()
     con = db.connect(cfg.db_path, readonly=True, vectors=True)     # the SQLite module eval uses
     rows = con.execute("SELECT hash, vector FROM embeddings").fetchall()
     texts = _texts(con, [h for h, _ in rows])
