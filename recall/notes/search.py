@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import date as _date
 from pathlib import Path
 
+from .. import db
 from ..errors import RecallError
 from . import fusion
 from .fusion import final_score, recency_factor
@@ -87,9 +88,8 @@ class VectorList:
 
 
 def _load_chunks(con, ids: list) -> dict:
-    from ..db import in_batches
     out = {}
-    for part, marks in in_batches(ids):
+    for part, marks in db.in_batches(ids):
         rows = con.execute(
             "SELECT c.id, c.file_id, c.start_line, c.end_line, c.breadcrumb, c.body, "
             "f.source, f.relpath, f.date FROM chunks c JOIN files f ON f.id = c.file_id "
@@ -147,7 +147,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     started = time.perf_counter()
     notices: list = []
     if route.vectors and vector_search is None:
-        vector_search = vector_searcher(con, cfg, notices, hooks.load_values)
+        vector_search = vector_searcher(con, cfg, hooks.load_values)
     # the lists and the chunks they name are read in one snapshot; the vector list reads on its own
     # connection, so a chunk it names that this snapshot lacks (an index run between) reads again.
     # A rerank writes its paid request to the ledger on this connection: no snapshot then.
@@ -276,17 +276,15 @@ def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
     return box["vec"], kw
 
 
-def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
+def vector_searcher(con, cfg, load_values=None) -> VectorList:
     """The configured model's vector list, on a connection of its own (None for :memory:); the
     query is embedded (or read from the cache) only once vectors are known to exist."""
-    from .. import db
-    from ..embed.vectors import has_vec
     memo: dict = {}
     path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
     side = None
     if path:
         # the same SQLite library as `con`: two libraries on one file in one process break its locks
-        side = db.connect(path, readonly=True, vectors=has_vec(con) or type(con).__module__.startswith("sqlean"))
+        side = db.connect(path, readonly=True, vectors=db.has_vec(con) or type(con).__module__.startswith("sqlean"))
         side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
     con_ = side or con
 
@@ -303,7 +301,7 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
 
     def vector(query: str) -> list:
         if query not in memo:
-            memo[query] = query_vector(con_, cfg, query, notices, load_values)
+            memo[query] = query_vector(con_, cfg, query, load_values)
         return memo[query]
 
     def run(query: str, limit: int) -> list:
@@ -338,10 +336,9 @@ def query_key(query: str) -> str:
     return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
+def query_vector(con, cfg, query: str, load_values=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before, else from the
     provider — then cached."""
-    from .. import db
     from ..embed import providers as embed
     from ..embed.vectors import pack, unpack
     fp = embed.fingerprint(cfg.embedding, "query")
@@ -353,11 +350,6 @@ def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
             return unpack(row[0])
     provider = embed.provider_for(cfg, con, load_values)
     vectors, _ = embed.paid_call(con, cfg, provider, "query", [query], lambda: provider.embed([query], "query"))
-    seconds = getattr(provider, "load_seconds", 0.0)
-    if seconds > 0.5 and notices is not None and not getattr(provider, "load_noticed", False):
-        provider.load_noticed = True
-        notices.append(f"loading the local embedding model took {seconds:.1f}s; a repeated query is "
-                       "answered from the cache, and 'recall mcp' keeps the model loaded")
     try:
         with db.transaction(con):
             mid = embed.model_id(con, fp)
