@@ -4,6 +4,7 @@ from __future__ import annotations
 import array
 import importlib
 import math
+import struct
 import sys
 import threading
 
@@ -14,7 +15,6 @@ VEC_K_MAX = 4096               # the most neighbours one search asks for
 # a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):
 # the chunk hash an embedding row serves, in SQL
 CHUNK_HASH = "(CASE WHEN instr(e.hash, '#') THEN substr(e.hash, 1, instr(e.hash, '#') - 1) ELSE e.hash END)"
-BACKENDS = ("sqlite-vec", "numpy", "python")
 
 
 # -- which backend -----------------------------------------------------------------------------
@@ -58,18 +58,11 @@ def normalize(vec) -> list:
 
 def pack(vec) -> bytes:
     """Unit-length float32, little-endian: a query's or a secret's vector, kept exact."""
-    arr = array.array("f", normalize(vec))
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tobytes()
+    return struct.pack(f"<{len(vec)}f", *normalize(vec))
 
 
 def unpack(blob: bytes) -> list:
-    arr = array.array("f")
-    arr.frombytes(blob)
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tolist()
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
 
 
 def quantize(vec) -> bytes:
@@ -123,8 +116,6 @@ class VectorStore:
         self.con, self.model_id, self.dim = con, model_id, dimension
         self.auto = backend is None
         self.backend = backend or available_backend(con)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown vector backend {self.backend!r}")
         self.gen_key = f"vectors_gen:{model_id}"
 
     # writing ------------------------------------------------------------------------------------

@@ -75,10 +75,11 @@ class GitDates:
         return self.dates
 
 
-def head_text(relpath: str, title: str, breadcrumb: str, bodies) -> str:
-    """What a file's own vector embeds: its title (else its first heading) and its opening text."""
-    parts = [title or embedded_breadcrumb(relpath, breadcrumb).split(" › ")[0]]
-    for body in bodies:
+def head_text(relpath: str, title: str, rows: list) -> str:
+    """What a file's own vector embeds (`rows`: its chunks' [(breadcrumb, body)]): its title (else
+    its first heading) and its opening text."""
+    parts = [title or embedded_breadcrumb(relpath, rows[0][0] if rows else "").split(" › ")[0]]
+    for _, body in rows:
         if sum(map(len, parts)) >= HEAD_CHARS:
             break
         parts.append(body)
@@ -92,18 +93,12 @@ def _stored(con, file_id: int) -> tuple:
     return rel, title or "", [tuple(r) for r in rows]
 
 
-def stored_head(con, file_id: int) -> str:
-    """A file's head_text from its indexed rows."""
-    rel, title, rows = _stored(con, file_id)
-    return head_text(rel, title, rows[0][0] if rows else "", (body for _, body in rows))
-
-
 def head_key(rel: str, title: str, rows: list) -> str | None:
     """The key of a file's own vector (`rows`: its chunks' [(breadcrumb, body)]): a short note's
     head is its one chunk's text, whose vector serves; else the head's own hash (embedded whole)."""
     if not rows:
         return None
-    text = head_text(rel, title, rows[0][0], (body for _, body in rows))
+    text = head_text(rel, title, rows)
     crumb = embedded_breadcrumb(rel, rows[0][0])
     if text == (f"{crumb}\n\n{rows[0][1]}" if crumb else rows[0][1]):
         return chunk_hash(rel, *rows[0])
@@ -398,7 +393,7 @@ def _texts(con, hashes: list) -> dict:
             out.setdefault(h, (head, document_text(head, body)))
         for h, file_id in con.execute(f"SELECT head_hash, id FROM files WHERE head_hash IN ({marks})", part):
             if h not in out:
-                out[h] = (None, stored_head(con, file_id))
+                out[h] = (None, head_text(*_stored(con, file_id)))
     return out
 
 
@@ -466,7 +461,7 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
     heads = con.execute("SELECT head_hash, MIN(id) FROM files f WHERE head_hash IS NOT NULL AND NOT EXISTS "
                         "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=f.head_hash) AND NOT EXISTS "
                         "(SELECT 1 FROM chunks c WHERE c.hash=f.head_hash) GROUP BY head_hash", (mid,)).fetchall()
-    pending += [(h, len(stored_head(con, file_id))) for h, file_id in heads]
+    pending += [(h, len(head_text(*_stored(con, file_id)))) for h, file_id in heads]
     report.pending = len(pending)
     if not pending:
         return report

@@ -79,18 +79,13 @@ def snippet_spans(text: str, query, width: int = 220):
     return prefix + window + ("…" if start + width < len(flat) else ""), spans
 
 
-def mark(text: str, spans: list, left: str = "**", right: str = "**") -> str:
-    """`text` with each span wrapped in markers (the terminal view of highlights)."""
+def mark(text: str, spans: list) -> str:
+    """`text` with each span marked **like this** (the terminal view of highlights)."""
     out, at = [], 0
     for s, e in spans:
-        out += [text[at:s], left, text[s:e], right]
+        out += [text[at:s], "**", text[s:e], "**"]
         at = e
     return "".join(out) + text[at:]
-
-
-def snippet(text: str, query, width: int = 220) -> str:
-    """A window of `text` around the first query term, terms marked **like this**."""
-    return mark(*snippet_spans(text, query, width))
 
 
 def _count(qt: QueryTerms, text: str) -> int:
