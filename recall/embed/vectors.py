@@ -235,15 +235,11 @@ class VectorStore:
         """[(chunk id, similarity)] for KNN hits, best first: one embedding may serve several
         chunks with the same text, a long chunk has a vector per window (its best one counts);
         embeddings with no chunk left are skipped."""
-        if not hits:
-            return []
         sims = dict(hits)
         best: dict = {}
-        ids = [h[0] for h in hits]
-        for part, marks in in_batches(ids):
-            rows = self.con.execute(
-                f"SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = {CHUNK_HASH} "
-                f"WHERE e.id IN ({marks})", part).fetchall()
-            for eid, cid in rows:
+        for part, marks in in_batches(sims):
+            for eid, cid in self.con.execute(
+                    f"SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = {CHUNK_HASH} "
+                    f"WHERE e.id IN ({marks})", part):
                 best[cid] = max(best.get(cid, -2.0), sims[eid])
         return sorted(best.items(), key=lambda x: (-x[1], x[0]))

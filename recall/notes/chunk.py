@@ -77,10 +77,8 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
     """Markdown → heading sections: tiny ones merged, huge ones split, fences kept whole."""
     _check_max(max_chars)
     lines, meta, body, headings, fences = _parse(text)
-    if "date" not in meta:
-        found = _date_line(lines, body)
-        if found:
-            meta["date"] = found
+    if "date" not in meta and (found := _date_line(lines, body)):
+        meta["date"] = found
     sections = _sections(lines, body, headings, meta.get("title", ""))
     size = _sizer(lines)
     chunks = []
@@ -122,9 +120,7 @@ def _check_max(max_chars: int) -> None:
 
 def _split_lines(text: str) -> list:
     """Lines without their endings; \\r\\n and \\n both end a line, other characters do not."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":  # a final newline ends the last line; it does not start a new one
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
@@ -290,8 +286,7 @@ def _scan(lines: list, start: int) -> tuple:
             para = None
         elif ("<%" in line or "{" in line) and not _TEMPLATE_TAG.sub("", line).strip():
             para = None  # a line of template tags only (`<% end %>`) is no paragraph text
-        elif _ATX.match(line):
-            match = _ATX.match(line)
+        elif match := _ATX.match(line):
             name = _ATX_CLOSE.sub("", (match.group(2) or "").strip()).strip()
             name = " ".join(_TEMPLATE_TAG.sub(" ", name).split())   # `# <%= page.title %>`: the title
             headings.append((i, len(match.group(1)), name, 1))

@@ -266,10 +266,8 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         full = full or db.get_meta(con, "chunk_format") != CHUNK_FORMAT
         if only is None:
             names = [s.name for s in cfg.sources]
-            gone = con.execute(f"SELECT id FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
-                               names).fetchall()
-            con.executemany("DELETE FROM files WHERE id=?", [(row[0],) for row in gone])
-            report.removed += len(gone)
+            report.removed += con.execute(f"DELETE FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
+                                          names).rowcount
         for source, files, unlisted in plan:
             existing = {r["relpath"]: r for r in con.execute(
                 "SELECT id, relpath, rawpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}

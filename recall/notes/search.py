@@ -200,13 +200,12 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
         kw = keyword_ranked(con, q, pool) if route.kind == "hybrid" else []
     rows = _load_chunks(con, list(dict.fromkeys([c for c, _, _ in kw] + [c for c, _ in vec])))
     file_of = {cid: r["file_id"] for cid, r in rows.items()}
-    exhausted = len(kw) < pool and (not route.vectors or len(vec) < pool)
+    exhausted = len(kw) < pool and len(vec) < pool
     ids = [c for c, _ in vec]
-    if not route.vectors:
-        return Candidates(route, fusion.keyword_first(kw, [], file_of), rows, ids, exhausted, True)
     first = _keyword_first(con, q, kw) if route.kind == "hybrid" else ""
-    if first:
-        return Candidates(Route("hybrid", first), fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
+    if first or not route.vectors:
+        route = Route("hybrid", first) if first else route
+        return Candidates(route, fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
     heads = vector_search.heads(q.text, sorted(set(file_of.values()))) if vector_search.heads else {}
     return Candidates(route, fusion.fuse(kw, vec, file_of, heads), rows, ids, exhausted, False)
 
@@ -372,7 +371,7 @@ def rerank_hits(con, cfg, q: Query, hits: list, explain: bool, load_values=None)
     order, _ = embed.paid_call(con, cfg, provider, "rerank", [q.text] * len(docs) + docs,
                                lambda: provider.rerank(q.text, docs, len(docs)), model=provider.rerank_model)
     scores = dict(order)
-    exact = holders(con, q, [h.chunk_id for h in hits])
+    exact = holders(con, q)
     for i, h in enumerate(hits):
         h.score = scores.get(i, 0.0)
         if explain:

@@ -119,17 +119,15 @@ def point_at_section(hit, body: str, qt: QueryTerms) -> str:
     except OSError:
         return body
     lines = text.split("\n")
-    if "\n".join(lines[hit.line - 1:hit.end_line]).replace("\r", "") != body.replace("\r", ""):
+    held = lines[hit.line - 1:hit.end_line]
+    if "\n".join(held).replace("\r", "") != body.replace("\r", ""):
         return body                         # changed on disk since it was indexed
     sections = sections_in(text, hit.line, hit.end_line)
     if len(sections) < 2:
         return body
-    held = lines[hit.line - 1:hit.end_line]
-    best, best_n = sections[0], 0           # the most distinct terms; the first on a tie
-    for sec in sections:
-        n = _count(qt, "\n".join(held[sec[0] - hit.line:sec[1] - hit.line + 1]) + " " + sec[2])
-        if n > best_n:
-            best, best_n = sec, n
+    # the most distinct terms; the first on a tie
+    best = max(sections, key=lambda sec: _count(qt, "\n".join(held[sec[0] - hit.line:sec[1] - hit.line + 1])
+                                                + " " + sec[2]))
     start, end = max(best[0], hit.line), min(best[1], hit.end_line)
     hit.line, hit.end_line, hit.breadcrumb = start, end, best[2]
     return "\n".join(lines[start - 1:end])
