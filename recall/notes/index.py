@@ -1,6 +1,7 @@
 """Sources → files → chunks → FTS (and identifier) rows, incrementally; vectors via embed."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -48,31 +49,24 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates) -> str:
     return git_dates().get(relpath) or mtime
 
 
-class GitDates:
-    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source, run when a file
-    first needs it (a clone's files all carry the day it was made); {} without git or a repository."""
-
-    def __init__(self, root):
-        self.root, self.dates = str(root), None
-
-    def __call__(self) -> dict:
-        if self.dates is None:
-            self.dates = {}
-            import subprocess
-            try:
-                # core.quotePath: a name that is not ASCII as it is, not in quoted octal
-                argv = ["git", "-C", self.root, "-c", "core.quotePath=false", "log", "--relative",
-                        "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
-                out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
-            except (OSError, subprocess.SubprocessError):
-                return self.dates
-            date = None
-            for line in out.splitlines():
-                if line.startswith("\0"):
-                    date = line[1:].strip()
-                elif line.strip() and date:
-                    self.dates.setdefault(line.strip(), date)      # newest first
-        return self.dates
+def commit_dates(root) -> dict:
+    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source (a clone's files all
+    carry the day it was made); {} without git or a repository."""
+    import subprocess
+    try:
+        # core.quotePath: a name that is not ASCII as it is, not in quoted octal
+        argv = ["git", "-C", str(root), "-c", "core.quotePath=false", "log", "--relative",
+                "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
+        out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    dates, date = {}, None
+    for line in out.splitlines():
+        if line.startswith("\0"):
+            date = line[1:].strip()
+        elif line.strip() and date:
+            dates.setdefault(line.strip(), date)      # newest first
+    return dates
 
 
 def head_text(relpath: str, title: str, rows: list) -> str:
@@ -272,7 +266,7 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
             existing = {r["relpath"]: r for r in con.execute(
                 "SELECT id, relpath, rawpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
             seen = set()
-            git_dates = GitDates(source.path)
+            git_dates = functools.cache(functools.partial(commit_dates, source.path))    # when a file first needs them
             for rel, full_path in files:
                 name, done = shown(rel), done + 1
                 if name in seen:           # two names that differ only in bytes that are not UTF-8
