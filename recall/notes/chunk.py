@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -128,9 +129,7 @@ def _split_lines(text: str) -> list:
 
 def _sizer(lines: list):
     """size(first, last) = len of lines[first..last] joined with "\\n", in O(1) via prefix sums."""
-    ends = [0]
-    for line in lines:
-        ends.append(ends[-1] + len(line) + 1)
+    ends = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))
     return lambda first, last: ends[last + 1] - ends[first] - 1
 
 
