@@ -192,12 +192,12 @@ def _meta(fields: dict) -> dict:
     return meta
 
 
-def _date_line(lines: list, body: int, within: int = 40) -> str:
-    """The date of a `Date:` line among the first lines of the body, or of a table's `Date` row
+def _date_line(lines: list, body: int) -> str:
+    """The date of a `Date:` line among the first 40 lines of the body, or of a table's `Date` row
     or column (`| Date | 2025-06-02 |`, a `Date` header over its first rows), as YYYY-MM-DD, else ""."""
     date_line = re.compile(_DATE_LINE).match
     column = None               # the index of a table header's Date cell, until the table ends
-    for line in lines[body:body + within]:
+    for line in lines[body:body + 40]:
         line = line.strip()
         if line.startswith("|"):
             cells = [c.strip(" *_`") for c in line.strip("|").split("|")]

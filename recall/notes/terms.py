@@ -96,9 +96,9 @@ def fts_phrases(query: str) -> list:
     return [f'"{p}"' for p in phrases(query_tokens(query))]
 
 
-def fts_query(query: str, op: str = "OR") -> str:
-    """A safe FTS5 query joining the query's phrases with `op`."""
-    return f" {op} ".join(fts_phrases(query))
+def fts_query(query: str) -> str:
+    """A safe FTS5 query: the OR of the query's phrases."""
+    return " OR ".join(fts_phrases(query))
 
 
 def stem(word: str) -> str:

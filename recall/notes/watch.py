@@ -172,10 +172,10 @@ class Watcher:
             self.thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
         self.stop_event.set()
         if self.thread is not None:
-            self.thread.join(timeout)
+            self.thread.join(5.0)
 
     def _guarded(self) -> None:
         try:
