@@ -82,17 +82,13 @@ def cosines(query, blobs: list) -> list:
     q = normalize(query)
     if "numpy" not in sys.modules:
         return [sum(a * b for a, b in zip(q, dequantize(blob))) for blob in blobs]
-    return (_unit_rows(b"".join(blobs), len(q)) @ _np().asarray(q, dtype="f4")).tolist()
-
-
-def _np():
-    import numpy
-    return numpy
+    import numpy as np
+    return (_unit_rows(b"".join(blobs), len(q)) @ np.asarray(q, dtype="f4")).tolist()
 
 
 def _unit_rows(raw: bytes, dim: int):
     """int8 rows as a float32 matrix, each row at unit length."""
-    np = _np()
+    import numpy as np
     mat = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim).astype(np.float32)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
@@ -195,7 +191,7 @@ class VectorStore:
         return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
 
     def _matrix(self):
-        np = _np()
+        import numpy as np
         gen = db.get_meta(self.con, self.gen_key, "0")
         top = self.con.execute("SELECT max(id) FROM embeddings WHERE model_id=?", (self.model_id,)).fetchone()[0]
         key = (self._path(), self.model_id, f"{gen}:{top}")
@@ -214,7 +210,7 @@ class VectorStore:
         return ids, mat
 
     def _knn_numpy(self, query, k: int) -> list:
-        np = _np()
+        import numpy as np
         ids, mat = self._matrix()
         if not len(ids):
             return []
