@@ -115,19 +115,17 @@ class VectorStore:
         self.gen_key = f"vectors_gen:{model_id}"
 
     # writing ------------------------------------------------------------------------------------
-    def put_many(self, rows) -> int:
+    def put_many(self, rows) -> None:
         """rows: [(hash, vector)]; replaces existing vectors for those hashes. Caller holds a transaction."""
-        n = 0
+        rows = list(rows)
         for digest, vec in rows:
             if len(vec) != self.dim:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
                              (self.model_id, digest, self.dim, quantize(vec)))
-            n += 1
-        if n:
+        if rows:
             self._bump()
-        return n
 
     def delete_orphans(self) -> int:
         """Drop vectors (of every model) whose chunk text or file head no longer exists anywhere, and the vec0

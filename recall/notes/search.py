@@ -292,8 +292,7 @@ def vector_searcher(con, cfg, load_values=None) -> VectorList:
         from ..embed import providers as embed
         fp = embed.fingerprint(cfg.embedding, "document")
         mid = embed.model_id(con_, fp, create=False)
-        row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
-            if mid is not None else None
+        row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone()
         if row is None:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
         return mid, row[0]
