@@ -82,10 +82,9 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
         meta["date"] = found
     sections = _sections(lines, body, headings, meta.get("title", ""))
     size = _sizer(lines)
-    chunks = []
-    for group in _merge_tiny(sections, size, max_chars, min_chars):
-        for first, last, piece in _split(lines, group.first, group.last, fences, size, max_chars):
-            chunks.append(Chunk(group.breadcrumb, first + 1, last + 1, piece))
+    chunks = [Chunk(group.breadcrumb, first + 1, last + 1, piece)
+              for group in _merge_tiny(sections, size, max_chars, min_chars)
+              for first, last, piece in _split(lines, group.first, group.last, fences, size, max_chars)]
     return Document(meta, chunks)
 
 

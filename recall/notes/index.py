@@ -210,9 +210,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             files = list(walk_source(source, skip_paths=skip, unreadable=unreadable,
                                      state=state))      # every path checked first
             why = "holds no file now (an emptied folder, or a disk not mounted)"
-        for rel_dir, what in unreadable:
-            where = shown(os.path.join(str(source.path), rel_dir))
-            report.skipped.append((where, f"unreadable folder: {what}"))
+        report.skipped += [(shown(os.path.join(str(source.path), rel_dir)), f"unreadable folder: {what}")
+                           for rel_dir, what in unreadable]
         keep = held and not files and not unreadable and not prune
         if keep:
             report.warnings.append((str(source.path), f"source '{source.name}' {why}: kept the {held} "
