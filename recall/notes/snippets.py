@@ -1,6 +1,7 @@
 """What in a hit's text is a query term: highlight spans, the snippet window, the section it points at."""
 from __future__ import annotations
 
+import functools
 import re
 
 from . import terms
@@ -21,15 +22,10 @@ class QueryTerms:
     def __init__(self, q: Query):
         self.exact = set(q.identifiers)
         self.stems = {terms.stem(w) for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())}
-        self._seen: dict = {}        # token → term or None: a note repeats its words
-
-    def match(self, token: str):
-        """The query term `token` stands for, or None."""
-        if token not in self._seen:
-            self._seen[token] = self._match(token)
-        return self._seen[token]
+        self.match = functools.cache(self._match)        # a note repeats its words
 
     def _match(self, token: str):
+        """The query term `token` stands for, or None."""
         low = token.lower()
         if low in self.exact:
             return low
