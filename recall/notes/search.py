@@ -1,6 +1,7 @@
 """Query → route → keyword (+ vector) lists → fusion → recency → per-file cap → hits → rerank → pins."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from datetime import date as _date
@@ -278,7 +279,6 @@ def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
 def vector_searcher(con, cfg, load_values=None) -> VectorList:
     """The configured model's vector list, on a connection of its own (None for :memory:); the
     query is embedded (or read from the cache) only once vectors are known to exist."""
-    memo: dict = {}
     path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
     side = None
     if path:
@@ -297,10 +297,9 @@ def vector_searcher(con, cfg, load_values=None) -> VectorList:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
         return mid, row[0]
 
+    @functools.cache
     def vector(query: str) -> list:
-        if query not in memo:
-            memo[query] = query_vector(con_, cfg, query, load_values)
-        return memo[query]
+        return query_vector(con_, cfg, query, load_values)
 
     def run(query: str, limit: int) -> list:
         from ..embed.vectors import VEC_K_MAX, VectorStore
