@@ -62,8 +62,8 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
 
 
 def test_snippet_marks_whole_terms_only():
-    from recall.notes.snippets import snippet
-    out = snippet("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963")
+    from recall.notes.snippets import mark, snippet_spans
+    out = mark(*snippet_spans("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963"))
     assert "**INC-10963**" in out and "**inc** **10963**" in out
     assert "Incident " in out and "incidents" in out and "**Inc**" not in out
 
@@ -244,8 +244,8 @@ def test_a_pasted_message_ranks_the_note_holding_it_word_for_word_first(tmp_path
 
 
 def test_a_highlight_never_splits_an_identifier_and_markdown_markers_are_gone():
-    from recall.notes.snippets import snippet, snippet_spans
-    out = snippet("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert")
+    from recall.notes.snippets import mark, snippet_spans
+    out = mark(*snippet_spans("See INC-8214 (the **cert** outage) and inc 8214 on jump01.example.com", "INC jump01 cert"))
     assert "**INC**-8214" not in out and "INC-8214" in out and "**inc**" in out
     assert "**jump01.example.com**" in out and "**cert**" in out
     text, spans = snippet_spans("## How we fixed it\n\nWe **fixed** it by rotating certificates",

@@ -113,8 +113,5 @@ def ledgered(con, cfg, provider, kind: str, estimate: int, items: int, call, *, 
 
 def paid_call(con, cfg, provider, kind: str, texts: list, call, model=None):
     """Reserve, call, settle — for the one-off paid requests of a search (query, rerank)."""
-    if not provider.paid:
-        return call()
-    result, _ = ledgered(con, cfg, provider, kind, sum(estimate_tokens(t) for t in texts), len(texts),
-                         lambda _claimed: call(), model=model)
-    return result
+    return ledgered(con, cfg, provider, kind, sum(estimate_tokens(t) for t in texts), len(texts),
+                    lambda _claimed: call(), model=model)[0]

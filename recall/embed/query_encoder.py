@@ -183,7 +183,8 @@ class BertEncoder:
                 heads = scores @ v                      # the softmax's division after, on fewer numbers
                 heads /= scores.sum(-1, keepdims=True)
                 ctx[s:e] = heads.transpose(1, 0, 2).reshape(e - s, d)
-            y = self._dense(ctx, p + "attention.output.dense")
+            y = ctx @ w[p + "attention.output.dense.weight"].T
+            y += w[p + "attention.output.dense.bias"]
             y += x
             x = self._ln(y, p + "attention.output.LayerNorm")
             y = self._feed_forward(x, p)
@@ -223,11 +224,6 @@ class BertEncoder:
         x *= self.w[name + ".weight"]
         x += self.w[name + ".bias"]
         return x
-
-    def _dense(self, x, name):
-        y = x @ self.w[name + ".weight"].T
-        y += self.w[name + ".bias"]
-        return y
 
 
 _BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

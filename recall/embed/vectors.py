@@ -4,6 +4,7 @@ from __future__ import annotations
 import array
 import importlib
 import math
+import struct
 import sys
 import threading
 
@@ -14,7 +15,6 @@ VEC_K_MAX = 4096               # the most neighbours one search asks for
 # a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):
 # the chunk hash an embedding row serves, in SQL
 CHUNK_HASH = "(CASE WHEN instr(e.hash, '#') THEN substr(e.hash, 1, instr(e.hash, '#') - 1) ELSE e.hash END)"
-BACKENDS = ("sqlite-vec", "numpy", "python")
 
 
 # -- which backend -----------------------------------------------------------------------------
@@ -58,18 +58,11 @@ def normalize(vec) -> list:
 
 def pack(vec) -> bytes:
     """Unit-length float32, little-endian: a query's or a secret's vector, kept exact."""
-    arr = array.array("f", normalize(vec))
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tobytes()
+    return struct.pack(f"<{len(vec)}f", *normalize(vec))
 
 
 def unpack(blob: bytes) -> list:
-    arr = array.array("f")
-    arr.frombytes(blob)
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tolist()
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
 
 
 def quantize(vec) -> bytes:
@@ -89,17 +82,13 @@ def cosines(query, blobs: list) -> list:
     q = normalize(query)
     if "numpy" not in sys.modules:
         return [sum(a * b for a, b in zip(q, dequantize(blob))) for blob in blobs]
-    return (_unit_rows(b"".join(blobs), len(q)) @ _np().asarray(q, dtype="f4")).tolist()
-
-
-def _np():
-    import numpy
-    return numpy
+    import numpy as np
+    return (_unit_rows(b"".join(blobs), len(q)) @ np.asarray(q, dtype="f4")).tolist()
 
 
 def _unit_rows(raw: bytes, dim: int):
     """int8 rows as a float32 matrix, each row at unit length."""
-    np = _np()
+    import numpy as np
     mat = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim).astype(np.float32)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
@@ -123,24 +112,20 @@ class VectorStore:
         self.con, self.model_id, self.dim = con, model_id, dimension
         self.auto = backend is None
         self.backend = backend or available_backend(con)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown vector backend {self.backend!r}")
         self.gen_key = f"vectors_gen:{model_id}"
 
     # writing ------------------------------------------------------------------------------------
-    def put_many(self, rows) -> int:
+    def put_many(self, rows) -> None:
         """rows: [(hash, vector)]; replaces existing vectors for those hashes. Caller holds a transaction."""
-        n = 0
+        rows = list(rows)
         for digest, vec in rows:
             if len(vec) != self.dim:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
                              (self.model_id, digest, self.dim, quantize(vec)))
-            n += 1
-        if n:
+        if rows:
             self._bump()
-        return n
 
     def delete_orphans(self) -> int:
         """Drop vectors (of every model) whose chunk text or file head no longer exists anywhere, and the vec0
@@ -204,7 +189,7 @@ class VectorStore:
         return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
 
     def _matrix(self):
-        np = _np()
+        import numpy as np
         gen = db.get_meta(self.con, self.gen_key, "0")
         top = self.con.execute("SELECT max(id) FROM embeddings WHERE model_id=?", (self.model_id,)).fetchone()[0]
         key = (self._path(), self.model_id, f"{gen}:{top}")
@@ -223,7 +208,7 @@ class VectorStore:
         return ids, mat
 
     def _knn_numpy(self, query, k: int) -> list:
-        np = _np()
+        import numpy as np
         ids, mat = self._matrix()
         if not len(ids):
             return []
@@ -244,15 +229,11 @@ class VectorStore:
         """[(chunk id, similarity)] for KNN hits, best first: one embedding may serve several
         chunks with the same text, a long chunk has a vector per window (its best one counts);
         embeddings with no chunk left are skipped."""
-        if not hits:
-            return []
         sims = dict(hits)
         best: dict = {}
-        ids = [h[0] for h in hits]
-        for part, marks in in_batches(ids):
-            rows = self.con.execute(
-                f"SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = {CHUNK_HASH} "
-                f"WHERE e.id IN ({marks})", part).fetchall()
-            for eid, cid in rows:
+        for part, marks in in_batches(sims):
+            for eid, cid in self.con.execute(
+                    f"SELECT e.id, c.id FROM embeddings e JOIN chunks c ON c.hash = {CHUNK_HASH} "
+                    f"WHERE e.id IN ({marks})", part):
                 best[cid] = max(best.get(cid, -2.0), sims[eid])
         return sorted(best.items(), key=lambda x: (-x[1], x[0]))

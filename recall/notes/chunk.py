@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -77,16 +78,13 @@ def chunk_markdown(text: str, *, max_chars: int = 2000, min_chars: int = 200) ->
     """Markdown → heading sections: tiny ones merged, huge ones split, fences kept whole."""
     _check_max(max_chars)
     lines, meta, body, headings, fences = _parse(text)
-    if "date" not in meta:
-        found = _date_line(lines, body)
-        if found:
-            meta["date"] = found
+    if "date" not in meta and (found := _date_line(lines, body)):
+        meta["date"] = found
     sections = _sections(lines, body, headings, meta.get("title", ""))
     size = _sizer(lines)
-    chunks = []
-    for group in _merge_tiny(sections, size, max_chars, min_chars):
-        for first, last, piece in _split(lines, group.first, group.last, fences, size, max_chars):
-            chunks.append(Chunk(group.breadcrumb, first + 1, last + 1, piece))
+    chunks = [Chunk(group.breadcrumb, first + 1, last + 1, piece)
+              for group in _merge_tiny(sections, size, max_chars, min_chars)
+              for first, last, piece in _split(lines, group.first, group.last, fences, size, max_chars)]
     return Document(meta, chunks)
 
 
@@ -122,9 +120,7 @@ def _check_max(max_chars: int) -> None:
 
 def _split_lines(text: str) -> list:
     """Lines without their endings; \\r\\n and \\n both end a line, other characters do not."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":  # a final newline ends the last line; it does not start a new one
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
@@ -132,9 +128,7 @@ def _split_lines(text: str) -> list:
 
 def _sizer(lines: list):
     """size(first, last) = len of lines[first..last] joined with "\\n", in O(1) via prefix sums."""
-    ends = [0]
-    for line in lines:
-        ends.append(ends[-1] + len(line) + 1)
+    ends = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))
     return lambda first, last: ends[last + 1] - ends[first] - 1
 
 
@@ -197,12 +191,12 @@ def _meta(fields: dict) -> dict:
     return meta
 
 
-def _date_line(lines: list, body: int, within: int = 40) -> str:
-    """The date of a `Date:` line among the first lines of the body, or of a table's `Date` row
+def _date_line(lines: list, body: int) -> str:
+    """The date of a `Date:` line among the first 40 lines of the body, or of a table's `Date` row
     or column (`| Date | 2025-06-02 |`, a `Date` header over its first rows), as YYYY-MM-DD, else ""."""
     date_line = re.compile(_DATE_LINE).match
     column = None               # the index of a table header's Date cell, until the table ends
-    for line in lines[body:body + within]:
+    for line in lines[body:body + 40]:
         line = line.strip()
         if line.startswith("|"):
             cells = [c.strip(" *_`") for c in line.strip("|").split("|")]
@@ -290,8 +284,7 @@ def _scan(lines: list, start: int) -> tuple:
             para = None
         elif ("<%" in line or "{" in line) and not _TEMPLATE_TAG.sub("", line).strip():
             para = None  # a line of template tags only (`<% end %>`) is no paragraph text
-        elif _ATX.match(line):
-            match = _ATX.match(line)
+        elif match := _ATX.match(line):
             name = _ATX_CLOSE.sub("", (match.group(2) or "").strip()).strip()
             name = " ".join(_TEMPLATE_TAG.sub(" ", name).split())   # `# <%= page.title %>`: the title
             headings.append((i, len(match.group(1)), name, 1))

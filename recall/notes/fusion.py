@@ -42,16 +42,14 @@ def recency_factor(date: str, today: _date | None = None) -> float:
     return RECENCY_FLOOR + (1 - RECENCY_FLOOR) * 0.5 ** (age / RECENCY_HALF_LIFE_DAYS)
 
 
-def rrf(lists: dict, k: int = RRF_K, weights: dict | None = None) -> dict:
-    """Reciprocal rank fusion: {name: [id, …]} → {id: (score, {name: rank})};
-    `weights` ({name: w}, default 1) scale each list's contribution."""
+def rrf(lists: dict) -> dict:
+    """Reciprocal rank fusion: {name: [id, …]} → {id: (score, {name: rank})}."""
     fused: dict = {}
     for name, ids in lists.items():
-        w = (weights or {}).get(name, 1.0)
         for rank, cid in enumerate(ids, start=1):
             score, ranks = fused.get(cid, (0.0, {}))
             ranks[name] = rank
-            fused[cid] = (score + w / (k + rank), ranks)
+            fused[cid] = (score + 1.0 / (RRF_K + rank), ranks)
     return fused
 
 
@@ -69,28 +67,28 @@ def _scale(values: dict, within: set) -> dict:
     return {i: min(1.0, max(0.0, (v - lo) / (hi - lo))) if hi > lo else 1.0 for i, v in values.items()}
 
 
-def _per_file(pairs: list, file_of: dict, depth: int):
+def _per_file(pairs: list, file_of: dict):
     """({file: [(chunk_id, score)] as listed}, {file: its rank among the list's files}, the files
-    whose best chunk is within the list's first `depth`)."""
+    whose best chunk is within the list's first DEPTH)."""
     found: dict = {}
     within = set()
     for rank, (cid, score) in enumerate(pairs, start=1):
         f = file_of.get(cid)
         if f is not None:
-            if f not in found and rank <= depth:
+            if f not in found and rank <= DEPTH:
                 within.add(f)
             found.setdefault(f, []).append((cid, score))
     return found, {f: i for i, f in enumerate(found, start=1)}, within
 
 
-def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None, depth: int = DEPTH) -> list:
+def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None) -> list:
     """Keyword [(cid, bm25, info)] and vector [(cid, similarity)] lists → [Ranked], best first: each
     list's best chunk per file (a file's vector score mixed with its own vector's, `heads`
-    {file: similarity}), each scaled over the files of the list's first `depth` chunks, weighted and
+    {file: similarity}), each scaled over the files of the list's first DEPTH chunks, weighted and
     summed; a file holding one of the query's identifiers gains IDENT_LIFT."""
     heads = heads or {}
-    kw_at, kw_rank, kw_in = _per_file([(c, max(s, 0.0)) for c, s, _ in kw], file_of, depth)
-    vec_at, vec_rank, vec_in = _per_file(vec, file_of, depth)
+    kw_at, kw_rank, kw_in = _per_file([(c, max(s, 0.0)) for c, s, _ in kw], file_of)
+    vec_at, vec_rank, vec_in = _per_file(vec, file_of)
     held = {file_of[c] for c, _, info in kw if info["exact_identifiers"] and c in file_of}
     bm25 = {f: max(s for _, s in found) for f, found in kw_at.items()}
     best = {f: max(s for _, s in found) for f, found in vec_at.items()}
@@ -99,7 +97,7 @@ def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None, depth: i
             for f in set(best) | (set(bm25) & set(heads))}
     v = _scale(near, vec_in | ((set(near) - set(best)) & kw_in))
     b = _scale(bm25, kw_in)
-    section = _section_scores(kw, vec, depth)
+    section = _section_scores(kw, vec)
     wv, wk = FUSION_WEIGHTS["vector"], FUSION_WEIGHTS["keyword"]
     out = []
     for f in set(v) | set(b):
@@ -118,10 +116,10 @@ def fuse(kw: list, vec: list, file_of: dict, heads: dict | None = None, depth: i
     return out
 
 
-def _section_scores(kw: list, vec: list, depth: int) -> dict:
-    """{chunk_id: its lists' scores, each scaled over its list's first `depth`, weighted as files are}."""
-    sv = _scale(dict(vec), {c for c, _ in vec[:depth]})
-    sb = _scale({c: max(s, 0.0) for c, s, _ in kw}, {c for c, _, _ in kw[:depth]})
+def _section_scores(kw: list, vec: list) -> dict:
+    """{chunk_id: its lists' scores, each scaled over its list's first DEPTH, weighted as files are}."""
+    sv = _scale(dict(vec), {c for c, _ in vec[:DEPTH]})
+    sb = _scale({c: max(s, 0.0) for c, s, _ in kw}, {c for c, _, _ in kw[:DEPTH]})
     wv, wk = FUSION_WEIGHTS["vector"], FUSION_WEIGHTS["keyword"]
     return {c: wv * sv.get(c, 0.0) + wk * sb.get(c, 0.0) for c in set(sv) | set(sb)}
 
@@ -134,7 +132,7 @@ def keyword_first(kw: list, vec: list, file_of: dict) -> list:
     for cid, score, info in kw:
         if cid in file_of:
             found.setdefault(file_of[cid], []).append((info["exact_identifiers"], max(score, 0.0), cid))
-    vec_at, vec_rank, _ = _per_file(vec, file_of, len(vec))
+    vec_at, vec_rank, _ = _per_file(vec, file_of)
     out = []
     for f, chunks in found.items():
         chunks.sort(key=lambda x: (-x[0], -x[1], x[2]))

@@ -1,6 +1,7 @@
 """Sources → files → chunks → FTS (and identifier) rows, incrementally; vectors via embed."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -48,37 +49,31 @@ def date_for(relpath: str, meta: dict, mtime_ns: int, git_dates) -> str:
     return git_dates().get(relpath) or mtime
 
 
-class GitDates:
-    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source, run when a file
-    first needs it (a clone's files all carry the day it was made); {} without git or a repository."""
-
-    def __init__(self, root):
-        self.root, self.dates = str(root), None
-
-    def __call__(self) -> dict:
-        if self.dates is None:
-            self.dates = {}
-            import subprocess
-            try:
-                # core.quotePath: a name that is not ASCII as it is, not in quoted octal
-                argv = ["git", "-C", self.root, "-c", "core.quotePath=false", "log", "--relative",
-                        "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
-                out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
-            except (OSError, subprocess.SubprocessError):
-                return self.dates
-            date = None
-            for line in out.splitlines():
-                if line.startswith("\0"):
-                    date = line[1:].strip()
-                elif line.strip() and date:
-                    self.dates.setdefault(line.strip(), date)      # newest first
-        return self.dates
+def commit_dates(root) -> dict:
+    """{relpath: YYYY-MM-DD of its last commit} by one `git log` over the source (a clone's files all
+    carry the day it was made); {} without git or a repository."""
+    import subprocess
+    try:
+        # core.quotePath: a name that is not ASCII as it is, not in quoted octal
+        argv = ["git", "-C", str(root), "-c", "core.quotePath=false", "log", "--relative",
+                "--format=%x00%cs", "--name-only", "--no-renames", "--", "."]
+        out = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    dates, date = {}, None
+    for line in out.splitlines():
+        if line.startswith("\0"):
+            date = line[1:].strip()
+        elif line.strip() and date:
+            dates.setdefault(line.strip(), date)      # newest first
+    return dates
 
 
-def head_text(relpath: str, title: str, breadcrumb: str, bodies) -> str:
-    """What a file's own vector embeds: its title (else its first heading) and its opening text."""
-    parts = [title or embedded_breadcrumb(relpath, breadcrumb).split(" › ")[0]]
-    for body in bodies:
+def head_text(relpath: str, title: str, rows: list) -> str:
+    """What a file's own vector embeds (`rows`: its chunks' [(breadcrumb, body)]): its title (else
+    its first heading) and its opening text."""
+    parts = [title or embedded_breadcrumb(relpath, rows[0][0] if rows else "").split(" › ")[0]]
+    for _, body in rows:
         if sum(map(len, parts)) >= HEAD_CHARS:
             break
         parts.append(body)
@@ -92,18 +87,12 @@ def _stored(con, file_id: int) -> tuple:
     return rel, title or "", [tuple(r) for r in rows]
 
 
-def stored_head(con, file_id: int) -> str:
-    """A file's head_text from its indexed rows."""
-    rel, title, rows = _stored(con, file_id)
-    return head_text(rel, title, rows[0][0] if rows else "", (body for _, body in rows))
-
-
 def head_key(rel: str, title: str, rows: list) -> str | None:
     """The key of a file's own vector (`rows`: its chunks' [(breadcrumb, body)]): a short note's
     head is its one chunk's text, whose vector serves; else the head's own hash (embedded whole)."""
     if not rows:
         return None
-    text = head_text(rel, title, rows[0][0], (body for _, body in rows))
+    text = head_text(rel, title, rows)
     crumb = embedded_breadcrumb(rel, rows[0][0])
     if text == (f"{crumb}\n\n{rows[0][1]}" if crumb else rows[0][1]):
         return chunk_hash(rel, *rows[0])
@@ -221,9 +210,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             files = list(walk_source(source, skip_paths=skip, unreadable=unreadable,
                                      state=state))      # every path checked first
             why = "holds no file now (an emptied folder, or a disk not mounted)"
-        for rel_dir, what in unreadable:
-            where = shown(os.path.join(str(source.path), rel_dir))
-            report.skipped.append((where, f"unreadable folder: {what}"))
+        report.skipped += [(shown(os.path.join(str(source.path), rel_dir)), f"unreadable folder: {what}")
+                           for rel_dir, what in unreadable]
         keep = held and not files and not unreadable and not prune
         if keep:
             report.warnings.append((str(source.path), f"source '{source.name}' {why}: kept the {held} "
@@ -271,15 +259,13 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         full = full or db.get_meta(con, "chunk_format") != CHUNK_FORMAT
         if only is None:
             names = [s.name for s in cfg.sources]
-            gone = con.execute(f"SELECT id FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
-                               names).fetchall()
-            con.executemany("DELETE FROM files WHERE id=?", [(row[0],) for row in gone])
-            report.removed += len(gone)
+            report.removed += con.execute(f"DELETE FROM files WHERE source NOT IN ({','.join('?' * len(names))})",
+                                          names).rowcount
         for source, files, unlisted in plan:
             existing = {r["relpath"]: r for r in con.execute(
                 "SELECT id, relpath, rawpath, size, mtime_ns, hash FROM files WHERE source=?", (source.name,))}
             seen = set()
-            git_dates = GitDates(source.path)
+            git_dates = functools.cache(functools.partial(commit_dates, source.path))    # when a file first needs them
             for rel, full_path in files:
                 name, done = shown(rel), done + 1
                 if name in seen:           # two names that differ only in bytes that are not UTF-8
@@ -398,7 +384,7 @@ def _texts(con, hashes: list) -> dict:
             out.setdefault(h, (head, document_text(head, body)))
         for h, file_id in con.execute(f"SELECT head_hash, id FROM files WHERE head_hash IN ({marks})", part):
             if h not in out:
-                out[h] = (None, stored_head(con, file_id))
+                out[h] = (None, head_text(*_stored(con, file_id)))
     return out
 
 
@@ -466,7 +452,7 @@ def embed_pending(con, cfg, *, redactor, provider=None, notify=None, progress=No
     heads = con.execute("SELECT head_hash, MIN(id) FROM files f WHERE head_hash IS NOT NULL AND NOT EXISTS "
                         "(SELECT 1 FROM embeddings e WHERE e.model_id=? AND e.hash=f.head_hash) AND NOT EXISTS "
                         "(SELECT 1 FROM chunks c WHERE c.hash=f.head_hash) GROUP BY head_hash", (mid,)).fetchall()
-    pending += [(h, len(stored_head(con, file_id))) for h, file_id in heads]
+    pending += [(h, len(head_text(*_stored(con, file_id)))) for h, file_id in heads]
     report.pending = len(pending)
     if not pending:
         return report

@@ -68,16 +68,12 @@ def _spelled(con, token: str) -> list:
     return [t for (t,) in con.execute("SELECT DISTINCT term FROM idents WHERE key=?", (k,))] if len(k) >= 3 else []
 
 
-def holders(con, q: Query, chunk_ids=None) -> dict:
+def holders(con, q: Query) -> dict:
     """{chunk_id: how many of the query's identifiers it holds exactly (spellings of one count
-    once)}, among `chunk_ids` if given."""
-    ids = None if chunk_ids is None else list(chunk_ids)
-    if ids == []:
-        return {}
-    among = "" if ids is None else f" AND chunk_id IN ({','.join('?' * len(ids))})"
+    once)}."""
     held: dict = {}
     for term in q.identifiers:
-        for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?" + among, [term] + (ids or [])):
+        for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,)):
             held.setdefault(cid, set()).add(terms.key(term))
     return {cid: len(keys) for cid, keys in held.items()}
 

@@ -1,11 +1,13 @@
 """Query → route → keyword (+ vector) lists → fusion → recency → per-file cap → hits → rerank → pins."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from datetime import date as _date
 from pathlib import Path
 
+from .. import db
 from ..errors import RecallError
 from . import fusion
 from .fusion import final_score, recency_factor
@@ -87,9 +89,8 @@ class VectorList:
 
 
 def _load_chunks(con, ids: list) -> dict:
-    from ..db import in_batches
     out = {}
-    for part, marks in in_batches(ids):
+    for part, marks in db.in_batches(ids):
         rows = con.execute(
             "SELECT c.id, c.file_id, c.start_line, c.end_line, c.breadcrumb, c.body, "
             "f.source, f.relpath, f.date FROM chunks c JOIN files f ON f.id = c.file_id "
@@ -147,7 +148,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     started = time.perf_counter()
     notices: list = []
     if route.vectors and vector_search is None:
-        vector_search = vector_searcher(con, cfg, notices, hooks.load_values)
+        vector_search = vector_searcher(con, cfg, hooks.load_values)
     # the lists and the chunks they name are read in one snapshot; the vector list reads on its own
     # connection, so a chunk it names that this snapshot lacks (an index run between) reads again.
     # A rerank writes its paid request to the ledger on this connection: no snapshot then.
@@ -200,13 +201,12 @@ def candidates(con, q: Query, route: Route, pool: int, vector_search: VectorList
         kw = keyword_ranked(con, q, pool) if route.kind == "hybrid" else []
     rows = _load_chunks(con, list(dict.fromkeys([c for c, _, _ in kw] + [c for c, _ in vec])))
     file_of = {cid: r["file_id"] for cid, r in rows.items()}
-    exhausted = len(kw) < pool and (not route.vectors or len(vec) < pool)
+    exhausted = len(kw) < pool and len(vec) < pool
     ids = [c for c, _ in vec]
-    if not route.vectors:
-        return Candidates(route, fusion.keyword_first(kw, [], file_of), rows, ids, exhausted, True)
     first = _keyword_first(con, q, kw) if route.kind == "hybrid" else ""
-    if first:
-        return Candidates(Route("hybrid", first), fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
+    if first or not route.vectors:
+        route = Route("hybrid", first) if first else route
+        return Candidates(route, fusion.keyword_first(kw, vec, file_of), rows, ids, exhausted, True)
     heads = vector_search.heads(q.text, sorted(set(file_of.values()))) if vector_search.heads else {}
     return Candidates(route, fusion.fuse(kw, vec, file_of, heads), rows, ids, exhausted, False)
 
@@ -276,17 +276,14 @@ def _side_by_side(con, q: Query, pool: int, vector_search: VectorList):
     return box["vec"], kw
 
 
-def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
+def vector_searcher(con, cfg, load_values=None) -> VectorList:
     """The configured model's vector list, on a connection of its own (None for :memory:); the
     query is embedded (or read from the cache) only once vectors are known to exist."""
-    from .. import db
-    from ..embed.vectors import has_vec
-    memo: dict = {}
     path = next((r[2] for r in con.execute("PRAGMA database_list") if r[1] == "main"), "")
     side = None
     if path:
         # the same SQLite library as `con`: two libraries on one file in one process break its locks
-        side = db.connect(path, readonly=True, vectors=has_vec(con) or type(con).__module__.startswith("sqlean"))
+        side = db.connect(path, readonly=True, vectors=db.has_vec(con) or type(con).__module__.startswith("sqlean"))
         side.execute("PRAGMA mmap_size=1073741824")      # sqlite-vec scans every vector: map, don't copy
     con_ = side or con
 
@@ -295,16 +292,14 @@ def vector_searcher(con, cfg, notices=None, load_values=None) -> VectorList:
         from ..embed import providers as embed
         fp = embed.fingerprint(cfg.embedding, "document")
         mid = embed.model_id(con_, fp, create=False)
-        row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone() \
-            if mid is not None else None
+        row = con_.execute("SELECT dim FROM embeddings WHERE model_id=? LIMIT 1", (mid,)).fetchone()
         if row is None:
             raise RecallError(f"no vectors for {fp.provider}/{fp.model} yet", "run 'recall index' to embed the notes")
         return mid, row[0]
 
+    @functools.cache
     def vector(query: str) -> list:
-        if query not in memo:
-            memo[query] = query_vector(con_, cfg, query, notices, load_values)
-        return memo[query]
+        return query_vector(con_, cfg, query, load_values)
 
     def run(query: str, limit: int) -> list:
         from ..embed.vectors import VEC_K_MAX, VectorStore
@@ -338,10 +333,9 @@ def query_key(query: str) -> str:
     return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
+def query_vector(con, cfg, query: str, load_values=None) -> list:
     """The query's vector: from the DB cache when this model embedded it before, else from the
     provider — then cached."""
-    from .. import db
     from ..embed import providers as embed
     from ..embed.vectors import pack, unpack
     fp = embed.fingerprint(cfg.embedding, "query")
@@ -353,11 +347,6 @@ def query_vector(con, cfg, query: str, notices=None, load_values=None) -> list:
             return unpack(row[0])
     provider = embed.provider_for(cfg, con, load_values)
     vectors, _ = embed.paid_call(con, cfg, provider, "query", [query], lambda: provider.embed([query], "query"))
-    seconds = getattr(provider, "load_seconds", 0.0)
-    if seconds > 0.5 and notices is not None and not getattr(provider, "load_noticed", False):
-        provider.load_noticed = True
-        notices.append(f"loading the local embedding model took {seconds:.1f}s; a repeated query is "
-                       "answered from the cache, and 'recall mcp' keeps the model loaded")
     try:
         with db.transaction(con):
             mid = embed.model_id(con, fp)
@@ -380,7 +369,7 @@ def rerank_hits(con, cfg, q: Query, hits: list, explain: bool, load_values=None)
     order, _ = embed.paid_call(con, cfg, provider, "rerank", [q.text] * len(docs) + docs,
                                lambda: provider.rerank(q.text, docs, len(docs)), model=provider.rerank_model)
     scores = dict(order)
-    exact = holders(con, q, [h.chunk_id for h in hits])
+    exact = holders(con, q)
     for i, h in enumerate(hits):
         h.score = scores.get(i, 0.0)
         if explain:

@@ -1,6 +1,7 @@
 """What in a hit's text is a query term: highlight spans, the snippet window, the section it points at."""
 from __future__ import annotations
 
+import functools
 import re
 
 from . import terms
@@ -21,15 +22,10 @@ class QueryTerms:
     def __init__(self, q: Query):
         self.exact = set(q.identifiers)
         self.stems = {terms.stem(w) for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())}
-        self._seen: dict = {}        # token → term or None: a note repeats its words
-
-    def match(self, token: str):
-        """The query term `token` stands for, or None."""
-        if token not in self._seen:
-            self._seen[token] = self._match(token)
-        return self._seen[token]
+        self.match = functools.cache(self._match)        # a note repeats its words
 
     def _match(self, token: str):
+        """The query term `token` stands for, or None."""
         low = token.lower()
         if low in self.exact:
             return low
@@ -79,18 +75,13 @@ def snippet_spans(text: str, query, width: int = 220):
     return prefix + window + ("…" if start + width < len(flat) else ""), spans
 
 
-def mark(text: str, spans: list, left: str = "**", right: str = "**") -> str:
-    """`text` with each span wrapped in markers (the terminal view of highlights)."""
+def mark(text: str, spans: list) -> str:
+    """`text` with each span marked **like this** (the terminal view of highlights)."""
     out, at = [], 0
     for s, e in spans:
-        out += [text[at:s], left, text[s:e], right]
+        out += [text[at:s], "**", text[s:e], "**"]
         at = e
     return "".join(out) + text[at:]
-
-
-def snippet(text: str, query, width: int = 220) -> str:
-    """A window of `text` around the first query term, terms marked **like this**."""
-    return mark(*snippet_spans(text, query, width))
 
 
 def _count(qt: QueryTerms, text: str) -> int:
@@ -124,17 +115,15 @@ def point_at_section(hit, body: str, qt: QueryTerms) -> str:
     except OSError:
         return body
     lines = text.split("\n")
-    if "\n".join(lines[hit.line - 1:hit.end_line]).replace("\r", "") != body.replace("\r", ""):
+    held = lines[hit.line - 1:hit.end_line]
+    if "\n".join(held).replace("\r", "") != body.replace("\r", ""):
         return body                         # changed on disk since it was indexed
     sections = sections_in(text, hit.line, hit.end_line)
     if len(sections) < 2:
         return body
-    held = lines[hit.line - 1:hit.end_line]
-    best, best_n = sections[0], 0           # the most distinct terms; the first on a tie
-    for sec in sections:
-        n = _count(qt, "\n".join(held[sec[0] - hit.line:sec[1] - hit.line + 1]) + " " + sec[2])
-        if n > best_n:
-            best, best_n = sec, n
+    # the most distinct terms; the first on a tie
+    best = max(sections, key=lambda sec: _count(qt, "\n".join(held[sec[0] - hit.line:sec[1] - hit.line + 1])
+                                                + " " + sec[2]))
     start, end = max(best[0], hit.line), min(best[1], hit.end_line)
     hit.line, hit.end_line, hit.breadcrumb = start, end, best[2]
     return "\n".join(lines[start - 1:end])

@@ -53,8 +53,7 @@ def identifiers(text: str, whole: set | None = None) -> dict:
     collects the terms met as whole tokens. A word in camel case (maxSurge, TargetDown) counts
     here too, so it is found however it is typed."""
     counts: dict = {}
-    for match in _TOKEN.finditer(text):
-        token = match.group(0)
+    for token in _TOKEN.findall(text):
         if len(token) < 3 or not (is_identifier(token) or _camel_parts(token) >= 2):
             continue
         token = token.lower()
@@ -97,9 +96,9 @@ def fts_phrases(query: str) -> list:
     return [f'"{p}"' for p in phrases(query_tokens(query))]
 
 
-def fts_query(query: str, op: str = "OR") -> str:
-    """A safe FTS5 query joining the query's phrases with `op`."""
-    return f" {op} ".join(fts_phrases(query))
+def fts_query(query: str) -> str:
+    """A safe FTS5 query: the OR of the query's phrases."""
+    return " OR ".join(fts_phrases(query))
 
 
 def stem(word: str) -> str:

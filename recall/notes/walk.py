@@ -148,11 +148,7 @@ def file_ids(paths) -> set:
 
 def shown(path: str) -> str:
     """A path as text: bytes of a name that is not UTF-8 (kept by os as surrogates) become U+FFFD."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def raw_name(rel: str):

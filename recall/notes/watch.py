@@ -87,15 +87,14 @@ class _Events:
     def __init__(self, roots: list, ignore: set):
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
-        self.changed, self.ignore = threading.Event(), ignore
-        outer = self
+        self.changed = changed = threading.Event()
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):
                 paths = {getattr(event, "src_path", ""), getattr(event, "dest_path", "")} - {""}
                 if event.event_type not in ("opened", "closed_no_write") and not all(
-                        p in outer.ignore or os.path.dirname(p) in outer.ignore for p in paths):
-                    outer.changed.set()
+                        p in ignore or os.path.dirname(p) in ignore for p in paths):
+                    changed.set()
         self.observer = Observer()
         for root in roots:
             if os.path.isdir(root):
@@ -173,10 +172,10 @@ class Watcher:
             self.thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
         self.stop_event.set()
         if self.thread is not None:
-            self.thread.join(timeout)
+            self.thread.join(5.0)
 
     def _guarded(self) -> None:
         try:
