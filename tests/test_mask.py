@@ -396,7 +396,7 @@ def _reference_runs(masker: Masker, flat: bytes) -> list:
             j += 1
         inside = keys[start:end - 7]
         secret = [k for k in inside if k in table.owners and k not in table.public]
-        strict = any(k not in table.loose for k in secret)
+        strict = any(k in table.strict for k in secret)
         if secret and (strict or any(all(k in table.owners for k in inside[i:i + 9]) for i in range(len(inside) - 8))):
             runs.append((start, end))                 # a loose form needs 16 characters: 9 windows in a row
     runs += [(i, i + len(form)) for form, _owner, _word in table.short for i in _find_all(flat, form)]

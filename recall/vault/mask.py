@@ -152,7 +152,7 @@ class _Table:
 
     def __init__(self, masker: Masker, forms: dict):
         owned: dict[int, set] = {}
-        strict, loose, words, forced, grams = set(), set(), set(), set(), set()
+        strict, words, forced, grams = set(), set(), set(), set()
         public = set(_REPEATS)
         for flat in masker._public:
             public.update(*_windows(flat))
@@ -164,24 +164,21 @@ class _Table:
             windows = set()
             windows.update(*_windows(flat))
             owned.setdefault(owner, set()).update(windows)
-            (loose if is_loose else strict).update(windows)
+            if not is_loose:           # a window no strict form has needs 16
+                strict |= windows
             if word:
                 words |= windows
             if windows <= public:      # a value of boilerplate alone still masks
                 forced |= windows
             grams.update(*probe.grams(flat, 3 if is_loose else 1))
-        self.owners: dict[int, tuple] = {}
-        seen: set = set()
-        shared: set = set()
-        for windows in owned.values():
-            shared |= windows & seen
-            seen |= windows
-        by_length = sorted(owned, key=lambda o: (masker._lengths.get(o, 0), o))
-        for owner, windows in owned.items():
-            self.owners.update(dict.fromkeys(windows - shared, (owner,)))
-        for w in shared:
-            self.owners[w] = tuple(o for o in by_length if w in owned[o])
-        self.public, self.loose = public - forced, loose - strict
+        self.owners: dict[int, tuple] = {}   # a window of several: the shorter value's first
+        for owner in sorted(owned, key=lambda o: (masker._lengths.get(o, 0), o)):
+            windows = owned.pop(owner)
+            shared = [w for w in windows if w in self.owners]
+            for w in shared:
+                self.owners[w] += (owner,)
+            self.owners.update(dict.fromkeys(windows.difference(shared), (owner,)))
+        self.public, self.strict = public - forced, strict
         self.words, self.probe = words, probe.Probe(grams)
 
     def whole(self, flat: bytes) -> list:
@@ -218,11 +215,11 @@ class _Table:
         # character of the run was seen, if there is one.
         secret = [k for k in seen if k not in self.public]
         head = [_key(flat, j) for j in range(start, min(start + 9, end + 1))]
-        if (secret and all(k in self.loose for k in secret)   # 16 of a loose
+        if (secret and self.strict.isdisjoint(secret)         # 16 of a loose
                 and not _chained(head, owners, 9)):           # form: 9 windows
             keys = [_key(flat, j) for j in range(start, end + 1)]  # all decide
             secret = [k for k in keys if k in owners and k not in self.public]
-            if (all(k in self.loose for k in secret)
+            if (self.strict.isdisjoint(secret)
                     and not _chained(keys, owners, LOOSE_PIECE - 7)):
                 secret = []
         if not secret:
