@@ -10,6 +10,7 @@ __all__ = ["Probe", "grams"]
 
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 NUMPY_AFTER = 8 << 20  # bytes probed before numpy's import (0.1 s) pays
+_NUMPY_READ = 1 << 16  # ... or one read this long, numpy loaded (its bitmap costs ~1 ms)
 _MIX = 0x9E3779B97F4A7C15  # odd: a gram times it, its top bits a hash
 _GRAM = (1 << 40) - 1
 
@@ -51,7 +52,8 @@ class Probe:
         8 or more covers [p, p + 5) for the first multiple of 4 from its
         start."""
         self.probed += len(flat)
-        if self._numpy is None and (self.probed > NUMPY_AFTER or "numpy" in sys.modules):
+        if self._numpy is None and (self.probed > NUMPY_AFTER or (   # loaded already: a
+                "numpy" in sys.modules and len(flat) >= _NUMPY_READ)):   # big read pays its bitmap
             self._numpy = _numpy_probe(self.keys)
         if self._numpy:
             return self._numpy_hits(flat, *self._numpy)
