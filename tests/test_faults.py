@@ -15,7 +15,6 @@ from recall.notes.index import run_index
 from recall.vault import store as vault
 from tests.conftest import CANARY, NOTES, REPO, free_port, give_to_nobody, run_recall, write_tree
 from tests.test_index import _as_nobody
-from tests.world import build
 
 LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
 
@@ -91,16 +90,6 @@ def _secrets(n, prefix="svc"):
     return "".join(f"- id: {prefix}-{i}\n  service: s{i}\n  value: '{prefix}-{i}-{CANARY}'\n" for i in range(n))
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
-    """build(tmp_path, notes=NOTES, ...) whose config is the one recall reads (RECALL_CONFIG)."""
-    def make(**files):
-        w = build(tmp_path, notes=NOTES, **files)
-        monkeypatch.setenv("RECALL_CONFIG", str(w.config))
-        return w
-    return make
-
-
 def _vault_ids(con):
     return sorted(r[0] for r in con.execute("SELECT id FROM secrets"))
 
@@ -143,8 +132,8 @@ def test_an_emptied_or_cut_short_secrets_file_does_not_empty_the_vault(config, t
 @pytest.mark.parametrize("broken", ["secrets", "inventory"])
 @pytest.mark.parametrize("text", ["42\n", "id: x\nvalue: y\n", "just a sentence\n"])
 def test_a_secrets_or_inventory_file_that_is_not_a_list_is_a_file_1_error_in_every_verb(
-        world, cli, broken, text):
-    w = world(secrets=_secrets(1), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
+        make_world, cli, broken, text):
+    w = make_world(secrets=_secrets(1), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
     files = {"secrets": w.secrets, "inventory": w.inventory}
     files[broken].write_text(text)                      # by hand: the one malformed file of this world
     verbs = [("access", "find", "bastion"), ("access", "show", "bastion"), ("verify", "--dry-run"),
@@ -396,9 +385,9 @@ def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
         "and rebuilds it, keeping the vault key")
 
 
-def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(world):
+def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(make_world):
     pytest.importorskip("cryptography")
-    world(secrets=_secrets(2))
+    make_world(secrets=_secrets(2))
     assert run_recall("index").returncode == 0 and run_recall("secret", "sync").returncode == 0
     cfg = load_config()
     key = (cfg.home / "vault.key").read_bytes()
@@ -432,9 +421,9 @@ def test_another_programs_database_is_not_written_into(config):
     assert "token ledger could not be read" not in r.stderr and "secret sync" not in r.stderr
 
 
-def _world(world, tmp_path):
+def _world(make_world, tmp_path):
     """Notes indexed, two secrets synced, one inventory entry, a golden file: every verb has work."""
-    world(secrets=_secrets(2), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
+    make_world(secrets=_secrets(2), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
     golden = tmp_path / "golden.jsonl"
     golden.write_text('{"query": "jump01", "type": "identifier", "relevant": ["runbooks/jump-hosts.md"]}\n')
     assert run_recall("index").returncode == 0
@@ -454,10 +443,10 @@ EVERY_VERB = [
 
 
 @pytest.mark.parametrize("damage", ["header", "pages", "late pages"])
-def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(world, tmp_path, cli, monkeypatch,
+def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(make_world, tmp_path, cli, monkeypatch,
                                                                        damage):
     pytest.importorskip("cryptography")
-    golden = _world(world, tmp_path)
+    golden = _world(make_world, tmp_path)
     path = load_config().db_path
     _damage(path, {"header": [0], "pages": range(2, 60, 2), "late pages": range(-12, 0)}[damage])
     failed = 0
@@ -519,14 +508,14 @@ def test_a_home_that_is_a_file_is_one_line(config, tmp_path, monkeypatch):
                                    "RECALL_HOME (or 'home:' in the config) must name a folder")
 
 
-def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(world, cli):
+def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(make_world, cli):
     """The id came back whole in the error (100,105 characters against the 16,000 bound)."""
     pytest.importorskip("mcp")
     import anyio
     from mcp import Client
 
     from recall import mcp_server
-    world(inventory="- id: jump01\n  kind: host\n")
+    make_world(inventory="- id: jump01\n  kind: host\n")
     long_id = "a" * 30 + "x" * 99_970
 
     async def ask():
@@ -614,13 +603,13 @@ def test_a_migration_record_behind_its_tables_is_one_line_and_index_full_rebuild
     assert "jump-hosts.md" in run_recall("search", "jump01").stdout
 
 
-def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(world):
-    world()
+def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(make_world):
+    make_world()
     assert run_recall("index").returncode == 0
     verbs = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"]]
     try:
         import cryptography  # noqa: F401
-        world(secrets=_secrets(1))
+        make_world(secrets=_secrets(1))
         assert run_recall("secret", "sync").returncode == 0
         verbs.append(["secret", "exec", "svc-0", "--", "echo", "a child's output"])   # copied by the runner
     except ImportError:
