@@ -184,11 +184,11 @@ def config(tmp_path, notes, monkeypatch):
 
 
 @pytest.fixture
-def make_world(tmp_path, monkeypatch):
-    """make_world(secrets=..., inventory=..., ...): tests.world.build(tmp_path, notes=NOTES, ...), its
-    config the one recall reads (RECALL_CONFIG)."""
+def make_world(tmp_path, notes, monkeypatch):
+    """make_world(secrets=..., inventory=..., ...): tests.world.build(tmp_path, ...) over the `notes`
+    fixture's tree, its config the one recall reads (RECALL_CONFIG)."""
     def make(**given):
-        w = build(tmp_path, **{"notes": NOTES, **given})
+        w = build(tmp_path, **{"notes": notes, **given})
         monkeypatch.setenv("RECALL_CONFIG", str(w.config))
         return w
     return make
