@@ -96,7 +96,7 @@ def _vault_ids(con):
 
 def test_an_emptied_or_cut_short_secrets_file_does_not_empty_the_vault(config, tmp_path, cli):
     pytest.importorskip("cryptography")
-    main, extra = tmp_path / "secrets.yaml", tmp_path / "more.yaml"
+    main, extra = tmp_path / "secrets.yaml", tmp_path / "more.yaml"     # by hand: two secrets files (build makes one)
     main.write_text(_secrets(6))
     extra.write_text(_secrets(2, "ci"))
     for f in (main, extra):
@@ -624,17 +624,15 @@ def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(make_world):
 
 
 @pytest.mark.parametrize("typed", ["me@analytics-box", "db01.example.com"])
-def test_remote_install_behind_a_down_prerequisite_exits_69_however_the_host_is_named(tmp_path, config,
+def test_remote_install_behind_a_down_prerequisite_exits_69_however_the_host_is_named(tmp_path, make_world,
                                                                                       typed):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
     (bin_dir / "ssh").chmod(0o755)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
-                   "  hint: connect the VPN client and retry\n"
-                   "- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://db01.example.com\n")
-    config(f"inventory: [{inv}]\n")
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+                         "  hint: connect the VPN client and retry\n"
+                         "- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://db01.example.com\n")
     r = run_recall("remote", "install", typed, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 69, r.stderr
     assert r.stderr.strip() == "recall: prerequisite 'vpn' is down: connect the VPN client and retry"
