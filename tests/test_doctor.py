@@ -128,7 +128,7 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, notes):
 
 
 def test_secrets_never_synced_and_an_id_in_two_files(tmp_path, config):
-    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"           # by hand: two secrets files (build makes one)
     first.write_text(SECRETS)
     second.write_text("- id: other\n  value: v1\n- id: jira-api-token\n  value: v2\n")
     for path in (first, second):
