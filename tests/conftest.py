@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from recall.cli import main  # noqa: E402
-from tests.world import build, write_tree  # noqa: E402,F401  (the one tree writer; tests import it from here too)
+from tests.world import build, write_tree  # noqa: E402,F401  (the one world builder and tree writer; tests import them from here too)
 
 # Property tests: a quick run by default, the full one in CI (CI=true) or with HYPOTHESIS_PROFILE=full.
 try:

@@ -1,5 +1,6 @@
 """The one builder of what a test's recall reads: a notes tree, a secrets file (0600), an inventory and
-a config naming them, all under the test's own folder."""
+a config naming them, all under the test's own folder (conftest's `make_world` builds one over the
+`notes` fixture and makes its config recall's)."""
 from __future__ import annotations
 
 import textwrap
