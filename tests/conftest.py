@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from recall.cli import main  # noqa: E402
-from tests.world import write_tree  # noqa: E402,F401  (the one tree writer; tests import it from here too)
+from tests.world import build, write_tree  # noqa: E402,F401  (the one world builder and tree writer; tests import them from here too)
 
 # Property tests: a quick run by default, the full one in CI (CI=true) or with HYPOTHESIS_PROFILE=full.
 try:
@@ -181,6 +181,17 @@ def config(tmp_path, notes, monkeypatch):
     monkeypatch.setenv("RECALL_CONFIG", str(path))
     write.path = path
     return write
+
+
+@pytest.fixture
+def make_world(tmp_path, notes, monkeypatch):
+    """make_world(secrets=..., inventory=..., ...): tests.world.build(tmp_path, ...) over the `notes`
+    fixture's tree, its config the one recall reads (RECALL_CONFIG)."""
+    def make(**given):
+        w = build(tmp_path, **{"notes": notes, **given})
+        monkeypatch.setenv("RECALL_CONFIG", str(w.config))
+        return w
+    return make
 
 
 @pytest.fixture

@@ -29,30 +29,22 @@ HARMLESS = {"KUBECONFIG_DIR": "/tmp/kube/ops", "CACHE_HOME": "~/cache", "PASSENG
             "TIMEOUT_SECONDS": "30.5", "MODE": "ro", "SEARCH_PATH": "/usr/local/bin:/opt/tools"}
 
 
-def _entry(tmp_path, config, steps, secrets_text=None, **fields):
-    path = tmp_path / "inv.yaml"
+def _entry(make_world, steps, secrets_text=None, **fields):
     lines = ["- id: box", f"  kind: {fields.pop('kind', 'host')}", "  access:"] + [f"    - {s}" for s in steps]
     lines += [f"  {k}: {v}" for k, v in fields.items()]
-    extra = f"inventory: [{path}]\n"
-    if secrets_text:
-        secrets = tmp_path / "secrets.yaml"
-        secrets.write_text(secrets_text)
-        secrets.chmod(0o600)
-        extra += f"secrets: [{secrets}]\n"
-    path.write_text("\n".join(lines) + "\n")
-    config(extra)
+    world = make_world(inventory="\n".join(lines) + "\n", secrets=secrets_text or None)
     inventory.forget_checks()
-    return path
+    return world.inventory
 
 
-def test_what_setup_sets_is_masked_unless_its_name_or_value_is_plainly_harmless(tmp_path, config):
+def test_what_setup_sets_is_masked_unless_its_name_or_value_is_plainly_harmless(tmp_path, make_world):
     import hashlib  # values sharing no 8 characters: the masker masks any such run
     values = {name: "v4l" + hashlib.sha256(name.encode()).hexdigest()[:17] for name in SENSITIVE + CLEAR}
     values["DATABASE_URL"] = "postgres://app:pg-pa55w0rd-x1@db.internal:5432/app"
     script = tmp_path / "setup.sh"
     script.write_text("".join(f"export {k}='{v}'\n" for k, v in {**values, **HARMLESS}.items())
                       + 'export PATH="$PATH:/opt/visible-tools"\nNOT_EXPORTED=pl4in-shell-v4riable\n')
-    _entry(tmp_path, config, [f"source {script}"])
+    _entry(make_world, [f"source {script}"])
     r = run_recall("access", "exec", "box", "--", "env; echo plain=$NOT_EXPORTED")
     assert r.returncode == 0, r.stderr
     env = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
@@ -66,14 +58,14 @@ def test_what_setup_sets_is_masked_unless_its_name_or_value_is_plainly_harmless(
     assert env["plain"] == "[recall:box:NOT_EXPORTED]"        # the same shell: plain variables too
 
 
-def test_a_failing_setup_step_is_masked_with_what_it_had_set(tmp_path, config):
+def test_a_failing_setup_step_is_masked_with_what_it_had_set(tmp_path, make_world):
     """The setup's own error output quotes the token it exported just before failing."""
     from tests.conftest import CANARY
     script = tmp_path / "login.sh"
     script.write_text(f"export DEPLOY_SESSION={CANARY}\necho \"login as $DEPLOY_SESSION refused\" >&2\n"
                       "false\necho never\n")
     marker = tmp_path / "ran"
-    _entry(tmp_path, config, [f"source {script}"])
+    _entry(make_world, [f"source {script}"])
     r = run_recall("access", "exec", "box", "--", f"touch {marker}")
     assert r.returncode == 1
     assert r.stderr == ("recall: the setup steps of 'box' failed: login as [recall:box:DEPLOY_SESSION] "
@@ -83,11 +75,11 @@ def test_a_failing_setup_step_is_masked_with_what_it_had_set(tmp_path, config):
     assert CANARY not in log.stdout and json.loads(log.stdout)[-1]["verdict"] == "setup failed"
 
 
-def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, config):
+def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, make_world):
     script = tmp_path / "env.sh"
     script.write_text("export REGION=eu-west-1\nSERVICE_NAME=web\n"
                       "greet() { echo \"hello from $SERVICE_NAME\"; }\n")
-    _entry(tmp_path, config, [f"source {script}"])
+    _entry(make_world, [f"source {script}"])
     out = tmp_path / "out.txt"
     line = (f"greet | tr a-z A-Z && echo region=$REGION > {out}; echo $((6 * 7)); "
             "false || echo fallback; exit 7")
@@ -100,13 +92,13 @@ def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, 
     assert r.stdout == "a | b $REGION\n"
 
 
-def test_kubectl_without_context_gets_the_entrys_context(tmp_path, config, monkeypatch):
+def test_kubectl_without_context_gets_the_entrys_context(tmp_path, make_world, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "kubectl").write_text('#!/bin/sh\necho "kubectl $*"\n')
     (bindir / "kubectl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    _entry(tmp_path, config, ["kubectl config use-context ops-prod"], kind="cluster",
+    _entry(make_world, ["kubectl config use-context ops-prod"], kind="cluster",
            verify="kubectl --context ops-prod get nodes")
     r = run_recall("access", "exec", "box", "--", "kubectl get pods -n web | tr a-z A-Z")
     assert (r.returncode, r.stdout) == (0, "KUBECTL --CONTEXT OPS-PROD GET PODS -N WEB\n"), r.stderr
@@ -127,12 +119,12 @@ def _cmdlines() -> dict:
     return found
 
 
-def test_inline_export_never_reaches_a_command_line(tmp_path, config):
+def test_inline_export_never_reaches_a_command_line(tmp_path, make_world):
     token = "inl1ne-t0ken-5d9f2a77"
     ready, done = tmp_path / "ready", tmp_path / "done"
     slow = tmp_path / "slow.sh"
     slow.write_text(f"touch {ready}\nfor i in $(seq 100); do [ -e {done} ] && break; sleep 0.05; done\n")
-    _entry(tmp_path, config, [f"export X_TOKEN={token}", f"source {slow}"])
+    _entry(make_world, [f"export X_TOKEN={token}", f"source {slow}"])
     proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--",
                              "sh", "-c", "echo got:$X_TOKEN"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -152,11 +144,11 @@ def test_inline_export_never_reaches_a_command_line(tmp_path, config):
     assert out == "got:[recall:box:X_TOKEN]\n"
 
 
-def test_bash_env_file_is_not_run_by_the_setup_shell(tmp_path, config):
+def test_bash_env_file_is_not_run_by_the_setup_shell(tmp_path, make_world):
     marker = tmp_path / "rc-ran"
     rc = tmp_path / "rc.sh"
     rc.write_text(f"touch {marker}\n")
-    _entry(tmp_path, config, ["export A_SETTING=1"])
+    _entry(make_world, ["export A_SETTING=1"])
     r = run_recall("access", "exec", "box", "--", "sh", "-c", "echo $A_SETTING $BASH_ENV",
                    env={"BASH_ENV": str(rc), "ENV": str(rc)})
     assert r.returncode == 0, r.stderr
@@ -182,9 +174,9 @@ PASSWORD_READER = textwrap.dedent("""
 
 
 @pytest.fixture
-def sudo_box(tmp_path, config):
+def sudo_box(tmp_path, make_world):
     pytest.importorskip("cryptography")
-    _entry(tmp_path, config, ["export BOX_USER=ops"], SUDO_SECRETS, secrets="[box-sudo]")
+    _entry(make_world, ["export BOX_USER=ops"], SUDO_SECRETS, secrets="[box-sudo]")
     from recall.vault import store as vault
     cfg = load_config()
     con = db.connect(cfg.db_path)
@@ -210,7 +202,7 @@ def test_a_stdin_secret_and_the_callers_own_stdin_are_refused_before_anything_ru
     assert not marker.exists()
 
 
-def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, config, monkeypatch):
+def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, make_world, monkeypatch):
     """Steps that would rewrite ~/.kube/config or the cloud CLI's default for every other shell
     never run, and neither does the command (it would reach the default account); the user reads
     which step, on stderr. Stand-in tools record any call."""
@@ -226,7 +218,7 @@ def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, co
                  "gcloud container clusters get-credentials prod", "gcloud config set project p",
                  "kubectx prod"]
     for step in switching:
-        path = _entry(tmp_path, config, ["export REGION=eu-west-1", step])
+        path = _entry(make_world, ["export REGION=eu-west-1", step])
         r = run_recall("access", "exec", "box", "--", "sh", "-c", f"echo ran >> {calls}")
         assert (r.returncode, r.stdout) == (1, ""), r.stderr
         assert r.stderr.startswith(f"recall: setup step not allowed (setup.global-state): '{step}': "), r.stderr
@@ -234,7 +226,7 @@ def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, co
         assert not calls.exists()
 
 
-def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_says(tmp_path, config):
+def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_says(tmp_path, make_world):
     """Exec fails closed (issue 33 point 3): a sourced script that group can write (what umask 002
     makes), one that is missing, a step with &&, | or ;, a step the guard refuses: `access exec`
     runs nothing, CLI and MCP, exits 1 with the reason `verify` gives for the entry."""
@@ -252,10 +244,9 @@ def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_s
     steps = {"loose": [f"source {loose}"], "missing": [f"source {tmp_path}/typo.sh"],
              "and": [f"source {own} && true"], "pipe": [f"source {own} | cat"], "semicolon": [f"source {own}; true"],
              "subst": [f"export X=$(touch {ran}/subst)"], "second": [f"source {own}", "DB_HOST=db1"]}
-    inv = tmp_path / "inv.yaml"
-    inv.write_text("".join(f"- id: {name}\n  access: {json.dumps(s)}\n  verify: 'true'\n" for name, s in steps.items())
-                   + f"- id: fine\n  access: [source {own}]\n  verify: 'true'\n")
-    config(f"inventory: [{inv}]\n")
+    inv = make_world(inventory="".join(f"- id: {name}\n  access: {json.dumps(s)}\n  verify: 'true'\n"
+                                       for name, s in steps.items())
+                     + f"- id: fine\n  access: [source {own}]\n  verify: 'true'\n").inventory
     report = {e["id"]: e["commands"][0] for e in json.loads(run_recall("--json", "verify").stdout)["entries"]}
     assert report["fine"]["status"] == "ok"
     for k, name in enumerate(steps):
@@ -286,9 +277,9 @@ PIECES_SECRETS = """\
 
 
 @pytest.mark.parametrize("pause", ["0.6", "2"])
-def test_a_value_printed_in_pieces_with_a_pause_stays_masked(tmp_path, config, pause):
+def test_a_value_printed_in_pieces_with_a_pause_stays_masked(tmp_path, make_world, pause):
     pytest.importorskip("cryptography")
-    _entry(tmp_path, config, ["export DB_PWD=Xk9-setup-Vv7Tq2Lm"], PIECES_SECRETS, secrets="[box-token]")
+    _entry(make_world, ["export DB_PWD=Xk9-setup-Vv7Tq2Lm"], PIECES_SECRETS, secrets="[box-token]")
     from recall.vault import store as vault
     cfg = load_config()
     vault.sync(db.connect(cfg.db_path), cfg)
@@ -323,10 +314,10 @@ DISPLAY_CLEAR = {"AWS_REGION": "eu-west-1", "AWS_PROFILE": "ops-prod", "OPS_PROF
 
 
 @pytest.fixture
-def display_box(tmp_path, config):
+def display_box(tmp_path, make_world):
     steps = [f"export {k}={written}" for k, (written, _v) in DISPLAY_SECRET.items()]
     steps += [f"export {k}={v}" for k, v in DISPLAY_CLEAR.items()]
-    _entry(tmp_path, config, steps, verify="'true'", tags="[display]")
+    _entry(make_world, steps, verify="'true'", tags="[display]")
 
 
 def _assert_shown_as_exec_masks(text: str) -> None:
@@ -382,10 +373,10 @@ def test_mcp_access_show_and_find_print_the_exec_labels(display_box, monkeypatch
         _assert_shown_as_exec_masks(text.replace('\\"', '"'))
 
 
-def test_the_stderr_of_a_setup_step_that_succeeds_is_masked(tmp_path, config):
+def test_the_stderr_of_a_setup_step_that_succeeds_is_masked(tmp_path, make_world):
     script = tmp_path / "setup.sh"
     script.write_text('echo "setup says $DB_PWD" >&2\n')
-    _entry(tmp_path, config, ["export DB_PWD=Xq7-db-pwd-9Lm2", f"source {script}"])
+    _entry(make_world, ["export DB_PWD=Xq7-db-pwd-9Lm2", f"source {script}"])
     r = run_recall("access", "exec", "box", "--", "echo", "ran")
     assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
     assert "setup says [recall:box:DB_PWD]\n" in r.stderr and "Xq7-db-pwd-9Lm2" not in r.stderr, r.stderr

@@ -22,7 +22,8 @@ import anyio  # noqa: E402
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
-from tests.conftest import CANARY, REPO, write_tree  # noqa: E402
+from tests.conftest import CANARY, REPO  # noqa: E402
+from tests.world import build  # noqa: E402
 
 SESSION_TOKEN = f"sess-{CANARY}"          # what the ops cluster's setup script exports
 
@@ -121,7 +122,6 @@ class World:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.vpn_port = s.getsockname()[1]
-        notes = write_tree(root / "notes", NOTES)
         bindir = root / "bin"
         bindir.mkdir()
         (bindir / "kubectl").write_text(KUBECTL)
@@ -130,8 +130,7 @@ class World:
         setup.write_text(f"export OPS_SESSION_TOKEN={SESSION_TOKEN}\nexport AWS_REGION=eu-west-1\n")
         url = f"https://127.0.0.1:{self.jira.server_address[1]}/rest/api/2/myself"
         self.jira_url = url
-        secrets = root / "secrets.yaml"
-        secrets.write_text(f"""\
+        built = build(root, notes=NOTES, secrets=f"""\
 - id: jira-api-token
   service: jira
   environment: prod
@@ -148,10 +147,7 @@ class World:
   kind: token
   notes: service account token for the ops cluster
   value: "kube-{CANARY}"
-""")
-        secrets.chmod(0o600)
-        inventory = root / "inventory.yaml"
-        inventory.write_text(f"""\
+""", inventory=f"""\
 - id: vpn
   kind: vpn
   name: corporate VPN
@@ -179,9 +175,7 @@ class World:
   url: {url}
   verify: 'curl -s --cacert {cert} -H "Authorization: Bearer $JIRA_API_TOKEN" {url}'
 """)
-        self.config = root / "config.yaml"
-        self.config.write_text(f"sources:\n  - name: notes\n    path: {notes}\n"
-                               f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
+        self.config = built.config
         home = root / "home"
         home.mkdir()
         self.env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),

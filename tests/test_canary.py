@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from tests.conftest import CANARY, NOTES, free_port, run_recall, write_tree  # noqa: E402
+from tests.conftest import CANARY, NOTES, free_port, run_recall  # noqa: E402
+from tests.world import build  # noqa: E402
 
 B64 = base64.b64encode(CANARY.encode()).decode()
 FORMS = [CANARY, B64, CANARY[::-1]]
@@ -31,9 +32,9 @@ CHILD = ("import os, sys; v = os.environ['CANARY_TOKEN']; "
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    notes = write_tree(tmp_path / "notes", {**NOTES, "jira/pasted.md": PASTED})
-    secrets = notes / "secrets.yaml"          # inside the notes tree, as people keep it
-    secrets.write_text(f"""\
+    w = build(tmp_path, notes={**NOTES, "jira/pasted.md": PASTED}, include=["*.md", "*.yaml"],
+              secrets_in_notes=True,          # inside the notes tree, as people keep it
+              secrets=f"""\
 - id: canary-token
   service: canary
   kind: token
@@ -49,10 +50,7 @@ def world(tmp_path, monkeypatch):
   kind: password
   inject: stdin
   value: "sudo-{CANARY}"
-""")
-    secrets.chmod(0o600)
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(f"""\
+""", inventory=f"""\
 - id: vpn
   check: tcp 127.0.0.1:{free_port()}
   timeout: 1
@@ -69,11 +67,8 @@ def world(tmp_path, monkeypatch):
   secrets: [canary-token]
   verify: kubectl get nodes
 """)
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"sources:\n  - name: notes\n    path: {notes}\n    include: ['*.md', '*.yaml']\n"
-                   f"secrets: [{secrets}]\ninventory: [{inv}]\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
-    return tmp_path, secrets
+    monkeypatch.setenv("RECALL_CONFIG", str(w.config))
+    return tmp_path, w.secrets
 
 
 # (argv, the exit code it must end with, stdin): a command that fails early must not pass unseen.

@@ -293,12 +293,9 @@ def test_eval_with_no_judged_file_in_the_index_warns_and_exits_1(cli, config, tm
 
 
 @pytest.fixture
-def synced(cli, config, tmp_path):
+def synced(cli, make_world):
     pytest.importorskip("cryptography")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n")
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    secrets = make_world(secrets=f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n").secrets
     code, out, err = cli("secret", "sync")
     assert (code, out) == (0, "synced 1 secrets: 1 added, 0 updated, 0 removed; 1 values sealed in their "
                          "files (ENC[...])\n"), err
@@ -331,7 +328,7 @@ def test_secret_sync_refuses_a_placeholder(cli, synced, value):
     assert code == 1 and "secret 'db.password' still has a placeholder value" in err and "<the password>" not in err
 
 
-def test_no_message_says_recall_twice(cli, synced, config, tmp_path):
+def test_no_message_says_recall_twice(cli, synced, tmp_path):
     cases = [("secret", "get", "jira-api-token"), ("read", "nowhere.md"), ("access", "show", "x"),
              ("index", "--remote", "nobox"), ("eval", tmp_path / "none.jsonl"), ("search", "--mode", "semantic", "x")]
     cli("index")
@@ -474,13 +471,8 @@ WRITING = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbo
 
 
 @pytest.mark.parametrize("verb", WRITING)
-def test_a_full_device_on_stdout_ends_in_one_line_and_exit_1(config, tmp_path, verb):
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("- id: box\n  verify: 'true'\n")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text("")
-    secrets.chmod(0o600)
-    config(f"inventory: [{inventory}]\nsecrets: [{secrets}]\n")
+def test_a_full_device_on_stdout_ends_in_one_line_and_exit_1(make_world, verb):
+    make_world(inventory="- id: box\n  verify: 'true'\n", secrets="")
     assert run_recall("index").returncode == 0
     with open("/dev/full", "w") as full:        # buffered as a user's shell runs it (no PYTHONUNBUFFERED)
         r = subprocess.run([sys.executable, str(REPO / "recall.py"), *verb], stdout=full, stderr=subprocess.PIPE,

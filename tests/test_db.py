@@ -133,7 +133,7 @@ def _indexed_size(cfg) -> int:
                                            if os.path.exists(f"{cfg.db_path}-wal") else 0)
 
 
-def test_twenty_reindexes_with_edits_do_not_grow_the_db(tmp_path, config):
+def test_twenty_reindexes_with_edits_do_not_grow_the_db(tmp_path, make_world):
     """FTS5 keeps a changed row's old postings until its segments merge: over 20 rounds of edits
     that add no word, the DB (and its WAL) stays within 30 % of its first size and keeps coming
     back to it (unmerged, it passed 50 % and kept growing)."""
@@ -141,7 +141,7 @@ def test_twenty_reindexes_with_edits_do_not_grow_the_db(tmp_path, config):
 
     from recall.config import load_config
     files = _notes_tree(tmp_path / "many", 150)
-    config.path.write_text(f"sources:\n  - name: many\n    path: {tmp_path / 'many'}\n")
+    make_world(notes=tmp_path / "many", source="many")
     cfg = load_config()
     first = _indexed_size(cfg)
     rnd = random.Random(3)
@@ -156,12 +156,12 @@ def test_twenty_reindexes_with_edits_do_not_grow_the_db(tmp_path, config):
     assert max(sizes) <= 1.3 * first and min(sizes[10:]) <= 1.05 * first, (first, sizes)
 
 
-def test_the_pages_a_big_deletion_frees_are_given_back(tmp_path, config):
+def test_the_pages_a_big_deletion_frees_are_given_back(tmp_path, make_world):
     """Two thirds of the notes gone: the file shrinks with them (VACUUM once a quarter of its
     pages are free); without, it kept every page."""
     from recall.config import load_config
     files = _notes_tree(tmp_path / "many", 150)
-    config.path.write_text(f"sources:\n  - name: many\n    path: {tmp_path / 'many'}\n")
+    make_world(notes=tmp_path / "many", source="many")
     cfg = load_config()
     full = _indexed_size(cfg)
     for path in files[50:]:

@@ -41,10 +41,10 @@ def _doctor(*args, **kw):
     return r.returncode, _lines(r.stdout), r
 
 
-def _checks(config=None) -> list:
+def _checks(path=None) -> list:
     """The same checks in-process, without the extras' import probes (they are tested once below)."""
     from recall.doctor import run_doctor
-    return run_doctor(str(config.path) if config else None, extras=False)
+    return run_doctor(str(path) if path else None, extras=False)
 
 
 def _by_name(checks) -> dict:
@@ -71,20 +71,15 @@ def shadow(tmp_path):
 
 
 @pytest.fixture
-def setup(tmp_path, config, listener):
+def setup(tmp_path, make_world, listener):
     """Notes, a synced secrets file and an inventory, all named by the config and all in order."""
     pytest.importorskip("cryptography")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(INVENTORY.replace("PORT", str(listener)))
-    config(f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
+    world = make_world(secrets=SECRETS, inventory=INVENTORY.replace("PORT", str(listener)))
     assert run_recall("index").returncode == 0
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
     assert run_recall("secret", "key", "backup", str(tmp_path / "key-copy")).returncode == 0
-    return secrets, inventory
+    return world
 
 
 def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path, shadow):
@@ -102,14 +97,15 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert CANARY not in r.stdout + r.stderr
 
 
-def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
-    secrets, inventory = setup
+def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, notes):
+    secrets, inventory, config = setup.secrets, setup.inventory, setup.config
     secrets.write_text(SECRETS + "- id: new-one\n  value: x\n")      # changed after the sync
     secrets.chmod(0o644)
     inventory.write_text(inventory.read_text().replace("requires: [vpn]", "requires: [vpm]"))
     key = tmp_path / "state" / "vault.key"
     key.chmod(0o644)
-    config(f"  - name: gone\n    path: {tmp_path / 'nowhere'}\nsecrets: [{secrets}]\ninventory: [{inventory}]\n")
+    # by hand: a second source whose folder is gone, in the world's own config
+    config.write_text(config.read_text().replace("secrets: [", f"  - name: gone\n    path: {tmp_path / 'nowhere'}\nsecrets: [", 1))
     checks = _by_name(_checks(config))
     assert checks["source gone"] == (False, f"{tmp_path / 'nowhere'} does not exist: fix its path in the config")
     ok, detail = checks["secrets secrets.yaml"]
@@ -132,13 +128,13 @@ def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, config, notes):
 
 
 def test_secrets_never_synced_and_an_id_in_two_files(tmp_path, config):
-    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"           # by hand: two secrets files (build makes one)
     first.write_text(SECRETS)
     second.write_text("- id: other\n  value: v1\n- id: jira-api-token\n  value: v2\n")
     for path in (first, second):
         path.chmod(0o600)
     config(f"secrets: [{first}, {second}]\n")
-    checks = _by_name(_checks(config))
+    checks = _by_name(_checks(config.path))
     ok, detail = checks["secrets b.yaml"]
     assert not ok and f"duplicate id 'jira-api-token' at {second}:3, first at {first}:1" in detail
     assert "not in the vault yet: other, jira-api-token" in detail
@@ -149,7 +145,7 @@ def test_secrets_never_synced_and_an_id_in_two_files(tmp_path, config):
 
 def test_a_config_with_errors_still_gets_every_other_check(tmp_path, config, notes):
     config("colour: blue\nembedding:\n  provider: magic\nsize: 3\n")
-    checks = _checks(config)
+    checks = _checks(config.path)
     assert [c.name for c in checks[:2]] == ["config", "config"] and not checks[0].ok and not checks[1].ok
     assert "config.yaml:4: unknown field 'colour'" in checks[0].detail
     assert "(also 'size' at line 7)" in checks[0].detail             # every unknown key, in file order
@@ -196,7 +192,7 @@ def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
                f"  - {{name: down, host: testbox, path: {tmp_path / 'box'}, ssh_config: {dead}, timeout: 30}}\n"
                f"  - {{name: empty, host: testbox, path: {tmp_path / 'nobox'}, ssh_config: {server.client_config}}}\n")
         started = time.monotonic()
-        checks = _by_name(_checks(config))
+        checks = _by_name(_checks(config.path))
         assert time.monotonic() - started < 20
         assert checks["remote box"][0] and "recall 0.1.0" in checks["remote box"][1]
         assert checks["remote down"][0] is False and "testbox unreachable over ssh" in checks["remote down"][1]
@@ -207,7 +203,7 @@ def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
 
 
 def test_doctor_never_writes_anything(tmp_path, config):
-    _checks(config)
+    _checks(config.path)
     assert not (tmp_path / "state").exists()
     assert os.listdir(tmp_path / "home") == []
 
@@ -223,8 +219,8 @@ def test_a_missing_extra_is_not_ok_and_not_no(cli, config, monkeypatch):
     assert not any(x.startswith("ok ") and "not installed" in x for x in out.splitlines()), out
 
 
-def test_a_prerequisite_that_is_down_is_said_with_its_hint(setup, tmp_path, config):
-    secrets, inventory = setup
+def test_a_prerequisite_that_is_down_is_said_with_its_hint(setup):
+    inventory, config = setup.inventory, setup.config
     port = free_port()
     inventory.write_text(INVENTORY.replace("PORT", str(port)))
     checks = _by_name(_checks(config))
@@ -232,8 +228,8 @@ def test_a_prerequisite_that_is_down_is_said_with_its_hint(setup, tmp_path, conf
     assert not ok and detail.startswith(f"down: 127.0.0.1:{port}: ") and detail.endswith("— connect the VPN client")
 
 
-def test_a_0644_secrets_file_gets_its_chmod_line_and_nothing_else(setup, config):
-    secrets, _ = setup
+def test_a_0644_secrets_file_gets_its_chmod_line_and_nothing_else(setup):
+    secrets, config = setup.secrets, setup.config
     secrets.chmod(0o644)
     bad = {name: detail for name, (ok, detail) in _by_name(_checks(config)).items() if ok is False}
     assert bad.pop("secrets secrets.yaml").endswith(f"chmod 600 {secrets} (recall reads it only then)")
@@ -244,7 +240,7 @@ def test_a_0644_secrets_file_gets_its_chmod_line_and_nothing_else(setup, config)
 def test_an_empty_config_says_no_sources(tmp_path, monkeypatch):
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    checks = _by_name(_checks(type("C", (), {"path": empty})))
+    checks = _by_name(_checks(empty))
     assert checks["sources"] == (False, "none configured: nothing to index or search — add "
                                         "'sources: [{name: notes, path: ~/notes}]'")
 
@@ -268,7 +264,7 @@ def test_one_line_per_embedding_model(cli, config):
         con.execute(f"INSERT INTO embed_models ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})", values)
     con.commit()
     con.close()
-    checks = _by_name(_checks(config))
+    checks = _by_name(_checks(config.path))
     assert checks["vectors voyage/voyage-4"] == (True, "0 vectors (1024d)")
     assert checks["vectors local/all-MiniLM-L6-v2"] == (True, "0 vectors (384d)")
     assert "vectors" not in checks["index"][1]
@@ -280,14 +276,14 @@ def test_a_source_with_files_the_index_lacks_is_a_no(config, notes):
     from tests.conftest import REPO
     (notes / "big.md").write_text("x" * 2_000_001)             # over max_file_bytes: never indexed
     assert run_recall("index").returncode == 0
-    assert _by_name(_checks(config))["source notes"][0] is True
+    assert _by_name(_checks(config.path))["source notes"][0] is True
     assert run_recall("--config", REPO / "golden" / "recall.yaml", "index").returncode == 0
-    ok, detail = _by_name(_checks(config))["source notes"]
+    ok, detail = _by_name(_checks(config.path))["source notes"]
     assert not ok and ": 5 files, 0 indexed" in detail
     assert detail.endswith("; 4 not in the index (e.g. incidents/2023/INC-10963-db-failover.md, "
                            "meetings/2024-01-15-standup.md, projects/cert-rotation.md): run 'recall index' "
                            "('recall index --watch', or recall mcp, keeps it so)")
     assert run_recall("index").returncode == 0
     (notes / "late.md").write_text("# Late\n")
-    ok, detail = _by_name(_checks(config))["source notes"]
+    ok, detail = _by_name(_checks(config.path))["source notes"]
     assert not ok and "; 1 not in the index (e.g. late.md)" in detail

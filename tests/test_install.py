@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.extras]
 import anyio  # noqa: E402
 
 from tests.conftest import CANARY, REPO  # noqa: E402
+from tests.world import build  # noqa: E402
 
 BARE = {"PATH": "/usr/bin:/bin"}
 CHILD = "printf '%s\\n' \"$JIRA_API_TOKEN\"; exit 3"
@@ -85,15 +86,8 @@ def installed(source, tmp_path_factory):
 def user(tmp_path):
     """A HOME with notes, a secrets file holding CANARY and a config, synced by the user beforehand."""
     home = tmp_path / "userhome"
-    notes = home / "notes"
-    notes.mkdir(parents=True)
-    (notes / "jira.md").write_text("# Jira\n\nThe API token lives in the vault.\n")
-    secrets = home / "private" / "secrets.yaml"
-    secrets.parent.mkdir(mode=0o700)
-    secrets.write_text(f"- id: jira-api-token\n  service: jira\n  kind: token\n  value: \"{CANARY}\"\n")
-    secrets.chmod(0o600)
-    cfg = home / "recall.yaml"
-    cfg.write_text(f"sources:\n  - name: notes\n    path: {notes}\nsecrets: [{secrets}]\n")
+    cfg = build(home, notes={"jira.md": "# Jira\n\nThe API token lives in the vault.\n"},
+                secrets=f"- id: jira-api-token\n  service: jira\n  kind: token\n  value: \"{CANARY}\"\n").config
     env = {**BARE, "HOME": str(home), "RECALL_CONFIG": str(cfg), "RECALL_HOME": str(home / "state")}
     return home, env
 

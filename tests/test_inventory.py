@@ -45,10 +45,8 @@ def inventory_text(vpn_port, script=""):
 
 
 @pytest.fixture
-def inv(tmp_path, config, listener):
-    path = tmp_path / "inventory.yaml"
-    path.write_text(inventory_text(listener))
-    config(f"inventory: [{path}]\n")
+def inv(tmp_path, make_world, listener):
+    path = make_world(inventory=inventory_text(listener)).inventory
     inventory.forget_checks()
     return path
 
@@ -66,14 +64,12 @@ def _load():
     ("- id: a\n  colour: red\n", 2, "unknown field 'colour'"),
     ("- id: a\n  check: rm -rf /tmp/x\n", 2, "not a read-only command"),
 ])
-def test_a_bad_entry_names_file_and_line_when_used(tmp_path, config, text, line, words):
-    path = tmp_path / "inv.yaml"
-    path.write_text(text)
-    config(f"inventory: [{path}]\n")
+def test_a_bad_entry_names_file_and_line_when_used(tmp_path, make_world, text, line, words):
+    make_world(inventory=text)
     _, entries = _load()
     with pytest.raises(RecallError) as err:
         inventory.get_entry(entries, "a")
-    assert f"inv.yaml:{line}" in str(err.value) and words in str(err.value)
+    assert f"inventory.yaml:{line}" in str(err.value) and words in str(err.value)
 
 
 # (a bad entry between good1 and good2, a name that names it, what its own error says); it starts at line 4
@@ -81,27 +77,25 @@ BAD_ENTRIES = [
     ("- kind: host\n  name: no id box\n", "no id box", "an entry needs an 'id'"),
     ("- id: 'has space'\n  aliases: [spacey]\n", "spacey", "an entry needs an 'id'"),
     ("- id: GOOD1\n  kind: host\n", "GOOD1", "'GOOD1' already names entry 'good1' (INV:1), in any case"),
-    ("- just a scalar\n", "inv.yaml:4", "each inventory entry is a mapping starting with '- id: …'"),
-    ("- - a\n  - list\n", "inv.yaml:4", "each inventory entry is a mapping"),
+    ("- just a scalar\n", "inventory.yaml:4", "each inventory entry is a mapping starting with '- id: …'"),
+    ("- - a\n  - list\n", "inventory.yaml:4", "each inventory entry is a mapping"),
     ("- id: twin\n  aliases: [first]\n- id: twin\n  aliases: [second]\n", "second",
      "inventory id 'twin' is also at INV:4"),
     ("- id: clash\n  aliases: [ops, good2]\n", "ops", "'good2' already names entry 'good2' (INV:"),
     ("- id: shadow\n  aliases: [g1]\n", "shadow", "'g1' already names entry 'good1' (INV:1)"),
     ("- id: typo\n  aliases: [ops]\n  verfy: 'true'\n", "ops",            # issue 37 point 5
      "unknown field 'verfy' in an inventory entry — did you mean 'verify'?"),
-    ("- id: 12\n", "inv.yaml:4", "'id' must be a string"),
+    ("- id: 12\n", "inventory.yaml:4", "'id' must be a string"),
 ]
 
 
 @pytest.mark.parametrize("bad,name,says", BAD_ENTRIES, ids=[b.split("\n")[0] for b, _, _ in BAD_ENTRIES])
-def test_a_bad_entry_breaks_only_itself(tmp_path, config, cli, bad, name, says):
+def test_a_bad_entry_breaks_only_itself(tmp_path, make_world, cli, bad, name, says):
     """A missing, malformed or repeated id, a scalar or a list for an entry, an alias that is another
     entry's id: every other entry is found, shown, verified and exec'd; naming the bad one (or one
     of its aliases) gives its own error with file:line (issue 36 point 5)."""
-    path = tmp_path / "inv.yaml"
-    path.write_text("- id: good1\n  aliases: [g1]\n  verify: 'true'\n" + bad
-                    + "- id: good2\n  requires: [good1]\n  verify: 'true'\n")
-    config(f"inventory: [{path}]\n")
+    path = make_world(inventory="- id: good1\n  aliases: [g1]\n  verify: 'true'\n" + bad
+                                + "- id: good2\n  requires: [good1]\n  verify: 'true'\n").inventory
     inventory.forget_checks()
     code, out, err = cli("--json", "access", "find")
     found = {e["id"]: e for e in json.loads(out)}
@@ -122,12 +116,10 @@ def test_a_bad_entry_breaks_only_itself(tmp_path, config, cli, bad, name, says):
     assert code == 1 and out == "" and says.replace("INV", str(path)) in err
 
 
-def test_a_broken_prerequisite_stops_its_dependants_as_a_down_one_does(tmp_path, config, cli):
+def test_a_broken_prerequisite_stops_its_dependants_as_a_down_one_does(tmp_path, make_world, cli):
     """A prerequisite whose entry does not load cannot be checked: its dependants never run (before,
     a broken VPN entry counted as up, having no check left)."""
-    path = tmp_path / "inv.yaml"
-    path.write_text("- id: vpn\n  chekc: tcp 127.0.0.1:1\n- id: box\n  requires: [vpn]\n  verify: 'true'\n")
-    config(f"inventory: [{path}]\n")
+    path = make_world(inventory="- id: vpn\n  chekc: tcp 127.0.0.1:1\n- id: box\n  requires: [vpn]\n  verify: 'true'\n").inventory
     inventory.forget_checks()
     code, out, err = cli("access", "exec", "box", "--", "echo", "reached")
     assert (code, out) == (1, "") and err.startswith(f"recall: prerequisite 'vpn' cannot be checked: {path}:2: "
@@ -159,10 +151,8 @@ def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
     assert "1 of 4 entries broken" in checks["inventory references"].detail
 
 
-def test_an_unknown_field_names_the_closest_known_one(tmp_path, config):
-    path = tmp_path / "inv.yaml"
-    path.write_text("- id: a\n  kind: host\n  requries: [b]\n")
-    config(f"inventory: [{path}]\n")
+def test_an_unknown_field_names_the_closest_known_one(tmp_path, make_world):
+    path = make_world(inventory="- id: a\n  kind: host\n  requries: [b]\n").inventory
     _, entries = _load()
     with pytest.raises(RecallError) as err:
         inventory.get_entry(entries, "a")
@@ -239,7 +229,7 @@ def _down_within(seconds: float, entry_id: str) -> tuple:
     return str(err.value), entries
 
 
-def test_prerequisite_up_then_down_fails_fast_with_the_sentence(inv, tmp_path, config):
+def test_prerequisite_up_then_down_fails_fast_with_the_sentence(inv):
     cfg, entries = _load()
     ops = inventory.get_entry(entries, "ops-cluster")
     inventory.ensure_prerequisites(entries, ops)             # listening: fine
@@ -269,20 +259,16 @@ def silent_port():
     srv.close()
 
 
-def test_silent_prerequisite_fails_within_its_timeout_plus_half_a_second(tmp_path, config, silent_port):
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{silent_port}\n  timeout: 1\n"
-                    f"- id: h\n  requires: [vpn]\n  verify: 'true'\n")
-    config(f"inventory: [{path}]\n")
+def test_silent_prerequisite_fails_within_its_timeout_plus_half_a_second(tmp_path, make_world, silent_port):
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{silent_port}\n  timeout: 1\n"
+                         f"- id: h\n  requires: [vpn]\n  verify: 'true'\n")
     err, _ = _down_within(1.5, "h")
     assert "did not answer within 1s" in err
 
 
-def test_a_tcp_check_without_timeout_gets_three_seconds(tmp_path, config, listener, monkeypatch):
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n- id: h\n  requires: [vpn]\n"
-                    f"- id: cmd\n  check: kubectl get nodes\n")
-    config(f"inventory: [{path}]\n")
+def test_a_tcp_check_without_timeout_gets_three_seconds(tmp_path, make_world, listener, monkeypatch):
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n- id: h\n  requires: [vpn]\n"
+                         f"- id: cmd\n  check: kubectl get nodes\n")
     inventory.forget_checks()
     cfg, entries = _load()
     assert inventory.check_timeout(inventory.get_entry(entries, "vpn")) == 3.0
@@ -317,11 +303,9 @@ def dns_unreachable(monkeypatch):
     release.set()
 
 
-def test_a_hanging_name_resolution_is_bounded_by_the_timeout(tmp_path, config, dns_unreachable):
-    path = tmp_path / "inv.yaml"
-    path.write_text("- id: vpn\n  check: tcp vpn-gw.unreachable.test:443\n  timeout: 0.5\n"
-                    "  hint: connect the VPN client and retry\n- id: h\n  requires: [vpn]\n")
-    config(f"inventory: [{path}]\n")
+def test_a_hanging_name_resolution_is_bounded_by_the_timeout(tmp_path, make_world, dns_unreachable):
+    make_world(inventory="- id: vpn\n  check: tcp vpn-gw.unreachable.test:443\n  timeout: 0.5\n"
+                         "  hint: connect the VPN client and retry\n- id: h\n  requires: [vpn]\n")
     err, entries = _down_within(1.0, "h")
     assert err == "prerequisite 'vpn' is down: connect the VPN client and retry"
     assert inventory.check_one(inventory.get_entry(entries, "vpn")) == (
@@ -345,16 +329,14 @@ def test_cli_exit_69_when_down(inv, tmp_path):
     assert r.stderr == "recall: prerequisite 'vpn' is down: connect the VPN client and retry\n"
 
 
-def test_exec_sets_up_env_masks_exported_tokens_and_never_switches_global_state(tmp_path, config, listener):
+def test_exec_sets_up_env_masks_exported_tokens_and_never_switches_global_state(tmp_path, make_world, listener):
     """The setup's exports reach the command, masked; `kubectl config use-context` never runs: a
     command whose kubectl gets --context in its place runs, any other runs nothing."""
     script = tmp_path / "set_aws_ops_prod.sh"
     token = "FwoGZXIvYXdzEXAMPLEsessiontoken0123456789"
     script.write_text(f"export AWS_PROFILE=ops-prod\nexport AWS_SESSION_TOKEN={token}\necho setting up >&2\n")
     script.chmod(0o600)
-    path = tmp_path / "inventory.yaml"
-    path.write_text(inventory_text(listener, script))
-    config(f"inventory: [{path}]\n")
+    make_world(inventory=inventory_text(listener, script))
     inventory.forget_checks()
     marker = tmp_path / "kubectl-called"
     bin_dir = tmp_path / "bin"          # a stand-in kubectl that records every call
@@ -388,10 +370,8 @@ def test_exec_sets_up_env_masks_exported_tokens_and_never_switches_global_state(
     assert token not in log.stdout
 
 
-def test_exec_without_command_runs_verify(tmp_path, config, listener):
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"- id: h\n  verify: {sys.executable} -c \"print('verified')\"\n")
-    config(f"inventory: [{path}]\n")
+def test_exec_without_command_runs_verify(tmp_path, make_world, listener):
+    make_world(inventory=f"- id: h\n  verify: {sys.executable} -c \"print('verified')\"\n")
     r = run_recall("access", "exec", "h")
     assert r.returncode == 0 and r.stdout == "verified\n"
 
@@ -438,10 +418,9 @@ def test_a_use_context_step_is_stood_for_only_when_every_kubectl_gets_a_context(
     assert setup.judged[0][1].rule == ("setup.context" if stood_for else "setup.global-state")
 
 
-def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config, cli, listener):
+def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, make_world, cli, listener):
     token = "ghp_1nl1neT0kenValue9"
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"""\
+    make_world(inventory=f"""\
 - id: gh-box
   kind: host
   access:
@@ -450,7 +429,6 @@ def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config,
     - export NPM_TOKEN=$(pass show npm)
   verify: gh auth status
 """)
-    config(f"inventory: [{path}]\n")
     code, out, _ = cli("access", "show", "gh-box")
     assert code == 0 and token not in out and "pw with spaces" not in out
     assert "  1. export GITHUB_TOKEN=[recall:gh-box:GITHUB_TOKEN]\n" in out
@@ -469,7 +447,7 @@ def test_sensitive_inline_values_are_hidden_in_show_and_search(tmp_path, config,
 
 
 @pytest.mark.e2e
-def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, config):
+def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, make_world):
     from tests.sshd import SSHD, start_sshd, stop_sshd
     if SSHD is None:
         pytest.skip("openssh-server is not installed (.ci/install installs it)")
@@ -478,15 +456,13 @@ def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, config):
         token = "dpl-7f3a9b2c5d1e0000-secret"
         script = tmp_path / "set_deploy.sh"
         script.write_text(f"export DEPLOY_API_TOKEN={token}\n")
-        path = tmp_path / "inv.yaml"
-        path.write_text(f"""\
+        make_world(inventory=f"""\
 - id: testbox
   kind: host
   access:
     - source {script}
   verify: ssh -F {server.client_config} testbox hostname
 """)
-        config(f"inventory: [{path}]\n")
         r = run_recall("access", "exec", "testbox")
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == socket.gethostname()
@@ -499,16 +475,14 @@ def test_access_exec_over_a_real_sshd_masks_an_exported_token(tmp_path, config):
         stop_sshd(server)
 
 
-def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(tmp_path, config):
+def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(make_world):
     """`export DB_PWD=…` (any value access exec would mask, not only *TOKEN* names) keeps the entry out
     of the DB's inventory cache, so the literal is in no DB byte; a harmless entry is cached."""
     from recall import db
     from recall.config import load_config
     literal = "Pw-9xq7Lm2Zr4"
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"- id: box\n  access:\n    - export DB_PWD={literal}\n    - export AWS_REGION=eu-west-1\n"
-                    "- id: other\n  access:\n    - export AWS_PROFILE=ops\n")
-    config(f"inventory: [{path}]\n")
+    path = make_world(inventory=f"- id: box\n  access:\n    - export DB_PWD={literal}\n    - export AWS_REGION=eu-west-1\n"
+                                "- id: other\n  access:\n    - export AWS_PROFILE=ops\n").inventory
     cfg = load_config()
     con = db.connect(cfg.db_path)
     assert [e.id for e in inventory.load_inventory(cfg, con)] == ["box", "other"]
@@ -521,17 +495,13 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(tm
     assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
 
 
-def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(tmp_path, config, cli):
+def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(make_world, cli):
     """Issue 36 point 5 for the secrets file: a sync that skipped the bad entry would remove its secret
     from the vault, so sync refuses as a whole with file:line, changing nothing; find, show, exec and
     the inventory entries that link stored secrets keep working meanwhile."""
     pytest.importorskip("cryptography")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text('- id: box-token\n  value: "b0x-t0ken-value-4242"\n- id: other-token\n  value: "0ther-t0ken-v4lue"\n')
-    secrets.chmod(0o600)
-    path = tmp_path / "inv.yaml"
-    path.write_text("- id: box\n  secrets: [box-token]\n  verify: 'true'\n")
-    config(f"secrets: [{secrets}]\ninventory: [{path}]\n")
+    secrets = make_world(secrets='- id: box-token\n  value: "b0x-t0ken-value-4242"\n- id: other-token\n  value: "0ther-t0ken-v4lue"\n',
+                         inventory="- id: box\n  secrets: [box-token]\n  verify: 'true'\n").secrets
     assert cli("secret", "sync")[0] == 0
     sealed = secrets.read_text()
     secrets.write_text(sealed + "- just a scalar\n")

@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
-from tests.conftest import CANARY, REPO, run_recall, write_tree  # noqa: E402
+from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
+from tests.world import build, write_tree  # noqa: E402
 
 # A value every escaper changes: quotes, a backslash, $, a backtick, a space, non-ASCII.
 TRICKY = CANARY + "'q\"b\\s$d `t é"
@@ -38,12 +39,10 @@ def state_clean(tmp_path: Path) -> None:
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    notes = write_tree(tmp_path / "notes", {
+    w = build(tmp_path, notes={
         "pasted.md": f"# Pasted\n\nThe token was {CANARY} here.\n\nlog in as admin with the db-admin credential\n",
         "plain.md": "# Plain\n\nNothing secret in here at all.\n",
-    })
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f"""\
+    }, secrets=f"""\
 - id: canary-token
   env: CANARY_TOKEN
   value: "{CANARY}"
@@ -52,17 +51,12 @@ def world(tmp_path, monkeypatch):
   value: {json.dumps(TRICKY)}
 - id: db-admin
   fields: {{username: admin, password: "pw-{CANARY}"}}
-""")
-    secrets.chmod(0o600)
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("- id: box\n  kind: host\n  secrets: [canary-token]\n")
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"sources:\n  - name: notes\n    path: {notes}\nsecrets: [{secrets}]\ninventory: [{inv}]\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
+""", inventory="- id: box\n  kind: host\n  secrets: [canary-token]\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(w.config))
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
     assert run_recall("index").returncode == 0
-    return {"tmp": tmp_path, "notes": notes, "secrets": secrets, "config": cfg, "inventory": inv}
+    return w
 
 
 def ok(r, *, code=0):
@@ -96,14 +90,14 @@ def test_exit_code_passes_through_exec(world):
 # -- 3. access exec: a failing setup script --------------------------------------------------------
 
 def test_a_failing_setup_step_never_shows_what_it_exported(world):
-    script = world["tmp"] / "setup.sh"
+    script = world.root / "setup.sh"
     script.write_text(f"export DATABASE_URL='postgres://app:{CANARY}@db.example.com/app'\n"
                       f"echo \"connecting with $DATABASE_URL\" >&2\nfalse\n")
-    world["inventory"].write_text(f"- id: box\n  kind: host\n  access:\n    - source {script}\n"
+    world.inventory.write_text(f"- id: box\n  kind: host\n  access:\n    - source {script}\n"
                                   "  verify: 'true'\n")
     r = ok(run_recall("access", "exec", "box", "--", "true"), code=1)
     assert "setup steps of 'box' failed: connecting with [recall:box:DATABASE_URL]" in r.stderr
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 # -- 4. a broken secrets file ----------------------------------------------------------------------
@@ -116,22 +110,22 @@ def test_a_failing_setup_step_never_shows_what_it_exported(world):
     f"- id: canary-token\n  value: ok-value-1\n{{{CANARY} x: 1}}\n",
 ])
 def test_a_broken_secrets_file_is_never_quoted(world, broken):
-    world["secrets"].write_text(broken)
-    world["secrets"].chmod(0o600)
+    world.secrets.write_text(broken)
+    world.secrets.chmod(0o600)
     r = ok(run_recall("secret", "sync"), code=1)
     assert "secrets.yaml:" in r.stderr                  # positive control: the place is named
     for args in (["access", "show", "box"], ["verify", "--dry-run"], ["search", "token"],
                  ["access", "exec", "box", "--", "true"]):
         r = run_recall(*args)
         ok(r, code=r.returncode)
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_a_loose_secrets_file_is_refused_with_the_chmod(world):
-    world["secrets"].chmod(0o644)
+    world.secrets.chmod(0o644)
     r = ok(run_recall("secret", "sync"), code=1)
-    assert r.stderr.strip() == (f"recall: {world['secrets']} is readable by group or others (0o644) — "
-                                f"chmod 600 {world['secrets']}")
+    assert r.stderr.strip() == (f"recall: {world.secrets} is readable by group or others (0o644) — "
+                                f"chmod 600 {world.secrets}")
 
 
 # -- 5. fail closed: no crypto package, no key ---------------------------------------------------------
@@ -148,12 +142,12 @@ def test_a_core_only_interpreter_refuses_to_show_unchecked_text(world, args):
     r = ok(_core_only(*args), code=1)
     assert len(r.stderr.strip().splitlines()) == 1 and "pip install 'recall[crypto]'" in r.stderr
     assert r.stdout == ""
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 @pytest.mark.parametrize("args", [["read", "pasted.md"], ["search", "token"], ["index", "--full"]])
 def test_a_missing_key_refuses_to_show_unchecked_text(world, args):
-    (Path(os.environ["RECALL_HOME"]) / "vault.key").rename(world["tmp"] / "key.bak")
+    (Path(os.environ["RECALL_HOME"]) / "vault.key").rename(world.root / "key.bak")
     r = ok(run_recall(*args), code=1)
     assert len(r.stderr.strip().splitlines()) == 1 and "vault key" in r.stderr and r.stdout == ""
 
@@ -163,20 +157,21 @@ def test_read_and_search_redact_with_the_vault_open(world):
     assert MARK in r.stdout                             # positive control
     assert "log in as admin with the db-admin credential" in r.stdout     # 8: usernames stay readable
     assert "pasted.md" in ok(run_recall("search", "token", "was", "here")).stdout
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 # -- 6. secrets files reached by a symlink or a hard link; read serves indexed files only ----------
 
 def test_linked_secrets_files_are_never_indexed_nor_read(world):
-    notes = world["notes"]
+    notes = world.notes
     secrets = notes / "secrets.yaml"
-    world["secrets"].rename(secrets)                      # the secrets file inside a symlinked source
+    world.secrets.rename(secrets)                      # the secrets file inside a symlinked source
     (notes / "linked.yaml").symlink_to(secrets)
-    link_src = world["tmp"] / "notes-link"
+    link_src = world.root / "notes-link"
     link_src.symlink_to(notes)
-    world["config"].write_text(f"sources:\n  - name: notes\n    path: {link_src}\n    include: ['*.md', '*.yaml']\n"
-                               f"secrets: [{secrets}]\ninventory: [{world['inventory']}]\n")
+    # by hand: this world's source is the symlink, and its secrets file sits inside it
+    world.config.write_text(f"sources:\n  - name: notes\n    path: {link_src}\n    include: ['*.md', '*.yaml']\n"
+                            f"secrets: [{secrets}]\ninventory: [{world.inventory}]\n")
     (notes / ".env").write_text(f"CANARY_TOKEN={CANARY}\n")
     ok(run_recall("secret", "sync"))
     os.link(secrets, notes / "hard.yaml")              # after: sync refuses a file with another name
@@ -189,7 +184,7 @@ def test_linked_secrets_files_are_never_indexed_nor_read(world):
     assert "not an indexed note" in ok(run_recall("read", str(notes / ".env")), code=1).stderr
     assert "no indexed note" in ok(run_recall("read", "hard.yaml"), code=1).stderr
     assert "pasted.md" in ok(run_recall("search", "token", "was", "here")).stdout
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 # -- 7. nothing stores a value ---------------------------------------------------------------------
@@ -198,23 +193,23 @@ def test_a_find_query_holding_the_value_is_masked_in_the_log(world):
     ok(run_recall("secret", "find", f"token {CANARY}"))
     log = ok(run_recall("--json", "secret", "log")).stdout
     assert MARK in log                                  # positive control: the query was logged, masked
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_inline_inventory_tokens_are_not_kept_in_the_db(world):
-    world["inventory"].write_text(f"- id: box\n  kind: host\n  access:\n    - export GITHUB_TOKEN={CANARY}\n"
+    world.inventory.write_text(f"- id: box\n  kind: host\n  access:\n    - export GITHUB_TOKEN={CANARY}\n"
                                   "  verify: 'true'\n")
     r = ok(run_recall("access", "show", "box"))
     assert "GITHUB_TOKEN=[recall:box:GITHUB_TOKEN]" in r.stdout
     ok(run_recall("search", "box"))
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_inline_tokens_in_proof_commands_are_not_stored(world):
     """A literal token (one the vault does not know) in an inventory verify command or step:
     verify and access exec store the command (access log, verify results) with it hidden."""
     inline = "inl1ne-Q7w3-Vb9k-Rt5z"
-    world["inventory"].write_text(
+    world.inventory.write_text(
         "- id: box\n  kind: host\n"
         f"  access:\n    - export DEPLOY_TOKEN={inline}\n"
         f"  verify: \"curl -s -H 'Authorization: Bearer {inline}' http://127.0.0.1:9/ "
@@ -228,14 +223,14 @@ def test_inline_tokens_in_proof_commands_are_not_stored(world):
     for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
         if path.is_file():
             assert inline.encode() not in path.read_bytes(), path
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_a_literal_in_a_command_is_stored_hidden_by_the_names_the_displays_hide(world):
     """`MYSQL_PWD=…`, `GITHUB_PAT=…`: names the displays hide (setupvars.sensitive_name); the access
     log stores the agent's command with those literals hidden too, and a harmless one as written."""
     pwd, pat = "Zq8-pwd-inline-7Hk", "Zq8-pat-inline-3Lm"
-    world["inventory"].write_text("- id: box\n  kind: host\n  verify: 'true'\n")
+    world.inventory.write_text("- id: box\n  kind: host\n  verify: 'true'\n")
     command = f"MYSQL_PWD={pwd} GITHUB_PAT='{pat}' REGION=eu-west-1 true"
     ok(run_recall("access", "exec", "box", "--", command))
     log = ok(run_recall("--json", "secret", "log")).stdout
@@ -244,11 +239,11 @@ def test_a_literal_in_a_command_is_stored_hidden_by_the_names_the_displays_hide(
         if path.is_file():
             data = path.read_bytes()
             assert pwd.encode() not in data and pat.encode() not in data, path
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_usernames_stay_readable_in_exec_and_access_exec(world):
-    world["inventory"].write_text("- id: db\n  kind: database\n  secrets: [db-admin]\n  verify: 'true'\n")
+    world.inventory.write_text("- id: db\n  kind: database\n  secrets: [db-admin]\n  verify: 'true'\n")
     show = 'echo "$DB_ADMIN_USERNAME" "$DB_ADMIN_PASSWORD"'
     r = ok(run_recall("secret", "exec", "db-admin", "--", "sh", "-c", show))
     assert r.stdout == "admin [recall:db-admin]\n"
@@ -277,7 +272,7 @@ def test_mcp_responses_carry_no_value(world, monkeypatch):
                        ("recall_access_exec", {"id": "box", "command": "printenv CANARY_TOKEN"})):
         text, _ = call(name, **args)
         clean(name, text)
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 # -- a remote over the test sshd: its hits and reads are redacted on this side too --------------------
@@ -296,8 +291,8 @@ def test_remote_hits_and_reads_are_redacted_locally(world, tmp_path):
         r = run_recall("remote", "install", "testbox", "--path", str(remote_root / "recall"),
                        "--ssh-config", str(server.client_config))
         assert r.returncode == 0, r.stderr
-        text = world["config"].read_text()
-        world["config"].write_text(text + f"remotes:\n  - name: box\n    host: testbox\n"
+        text = world.config.read_text()
+        world.config.write_text(text + f"remotes:\n  - name: box\n    host: testbox\n"
                                    f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
                                    f"    ssh_config: {server.client_config}\n    timeout: 20\n")
         assert run_recall("index", "--remote", "box").returncode == 0
@@ -307,7 +302,7 @@ def test_remote_hits_and_reads_are_redacted_locally(world, tmp_path):
         assert MARK in r.stdout
     finally:
         stop_sshd(server)
-    state_clean(world["tmp"])
+    state_clean(world.root)
 
 
 def test_db_and_wal_hold_no_piece_after_all_of_it(world):
@@ -320,4 +315,4 @@ def test_db_and_wal_hold_no_piece_after_all_of_it(world):
     terms = {t for (t,) in con.execute("SELECT term FROM temp.v")}
     con.close()
     assert not {p.lower() for p in CANARY.split("-") if len(p) > 3} & terms
-    state_clean(world["tmp"])
+    state_clean(world.root)

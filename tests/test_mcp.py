@@ -26,7 +26,8 @@ from recall.notes.index import run_index  # noqa: E402
 from recall.notes.search import search  # noqa: E402
 from recall.vault import audit
 from recall.vault import store as vault
-from tests.conftest import CANARY, REPO, free_port, write_tree  # noqa: E402
+from tests.conftest import CANARY, NOTES, REPO, free_port, write_tree  # noqa: E402
+from tests.world import build  # noqa: E402
 
 TOOLS = {"recall_search", "recall_read", "recall_secret_find", "recall_secret_show", "recall_secret_command",
          "recall_access_find", "recall_access_show", "recall_access_exec", "recall_verify"}
@@ -111,15 +112,12 @@ def echo_server(tmp_path):
 
 
 @pytest.fixture
-def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
+def world(tmp_path, listener, echo_server, monkeypatch):
     """Notes (one with a pasted token), a secrets file holding CANARY, an inventory, all indexed."""
-    write_tree(notes, {"jira/pasted-token.md": f"# Jira access\n\nThe old Jira token was {CANARY} — rotated.\n"})
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(secrets_text(*echo_server))
-    secrets.chmod(0o600)
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(inventory_text(listener))
-    config(f"secrets: [{secrets}]\ninventory: [{inv}]\n")
+    pasted = f"# Jira access\n\nThe old Jira token was {CANARY} — rotated.\n"
+    w = build(tmp_path, notes={**NOTES, "jira/pasted-token.md": pasted},
+              secrets=secrets_text(*echo_server), inventory=inventory_text(listener))
+    monkeypatch.setenv("RECALL_CONFIG", str(w.config))
     cfg = load_config()
     con = db.connect(cfg.db_path)
     run_index(con, cfg, redactor=vault.redactor)
@@ -130,7 +128,7 @@ def world(tmp_path, notes, config, listener, echo_server, monkeypatch):
                                         if not os.path.exists(os.path.join(d, "recall"))))
     monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
     mcp_server._OUTPUTS.clear()
-    return {"cfg": cfg, "con": con, "inventory": inv, "tmp": tmp_path, "jira_port": echo_server[0],
+    return {"cfg": cfg, "con": con, "inventory": w.inventory, "notes": w.notes, "tmp": tmp_path, "jira_port": echo_server[0],
             "jira_ca": echo_server[1]}
 
 
@@ -403,8 +401,8 @@ def test_offset_without_an_earlier_output_says_how_to_start(world):
     assert err and "no earlier recall_access_exec output" in text and "offset=0" in text
 
 
-def test_long_note_reads_page_by_page(world, notes):
-    write_tree(notes, {"big.md": "# Big\n\n" + "".join(f"row {i} " + "z" * 80 + "\n" for i in range(600))})
+def test_long_note_reads_page_by_page(world):
+    write_tree(world["notes"], {"big.md": "# Big\n\n" + "".join(f"row {i} " + "z" * 80 + "\n" for i in range(600))})
     run_index(world["con"], world["cfg"], redactor=vault.redactor)
     text, err = call("recall_read", path="big.md")
     assert not err and len(text) <= mcp_server.MAX_CHARS

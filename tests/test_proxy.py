@@ -18,6 +18,7 @@ pytestmark = pytest.mark.extras
 
 from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
 from tests.standin_https import BOMB, StandIn, big_body  # noqa: E402
+from tests.world import build  # noqa: E402
 
 FORMS = [CANARY, CANARY[::-1], base64.b64encode(CANARY.encode()).decode(),
          base64.b32encode(CANARY.encode()).decode()]
@@ -29,9 +30,8 @@ def api(tmp_path):
         yield server
 
 
-def write_world(tmp_path, monkeypatch, api, extra: str = "", inventory: str = "") -> Path:
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f"""\
+def write_world(tmp_path, monkeypatch, api, extra: str = "", inventory: str | None = None) -> Path:
+    w = build(tmp_path, secrets=f"""\
 - id: jira-api-token
   service: jira
   inject: proxy
@@ -39,17 +39,9 @@ def write_world(tmp_path, monkeypatch, api, extra: str = "", inventory: str = ""
   ca: {api.ca}
   env: JIRA_API_TOKEN
   value: "{CANARY}"
-{extra}""")
-    secrets.chmod(0o600)
-    cfg = tmp_path / "config.yaml"
-    text = f"secrets: [{secrets}]\n"
-    if inventory:
-        inv = tmp_path / "inventory.yaml"
-        inv.write_text(inventory)
-        text += f"inventory: [{inv}]\n"
-    cfg.write_text(text)
-    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
-    return secrets
+{extra}""", inventory=inventory)
+    monkeypatch.setenv("RECALL_CONFIG", str(w.config))
+    return w.secrets
 
 
 @pytest.fixture
@@ -280,13 +272,10 @@ def test_secret_show_says_where_the_value_goes(world, api):
     ("  inject: proxy\n  url: https://h.example/\n  ca: nope.pem\n  value: x1\n", "ca: no readable file"),
 ])
 def test_the_schema_refuses_with_file_and_line(tmp_path, monkeypatch, text, message):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text("- id: t\n" + text)
-    secrets.chmod(0o600)
-    (tmp_path / "config.yaml").write_text(f"secrets: [{secrets}]\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "config.yaml"))
+    w = build(tmp_path, secrets="- id: t\n" + text)
+    monkeypatch.setenv("RECALL_CONFIG", str(w.config))
     r = run_recall("secret", "sync")
-    assert r.returncode == 1 and message in r.stderr and f"{secrets}:" in r.stderr, r.stderr
+    assert r.returncode == 1 and message in r.stderr and f"{w.secrets}:" in r.stderr, r.stderr
 
 
 def test_a_changed_binding_in_the_db_refuses_to_decrypt(world, tmp_path, api):

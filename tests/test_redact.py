@@ -42,12 +42,10 @@ def built(monkeypatch):
     return made
 
 
-def _vault(tmp_path, config, values: dict):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text("".join(f"- id: {sid}\n  value: |\n    {v.rstrip().replace(chr(10), chr(10) + '    ')}\n"
-                               for sid, v in values.items()))
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
+def _vault(make_world, values: dict):
+    text = "".join(f"- id: {sid}\n  value: |\n    {v.rstrip().replace(chr(10), chr(10) + '    ')}\n"
+                   for sid, v in values.items())
+    secrets = make_world(secrets=text, config="embedding: {provider: none}\n").secrets
     cfg = load_config()
     con = db.connect(cfg.db_path)
     vault.sync(con, cfg)
@@ -58,8 +56,8 @@ def _index(con, cfg):
     return run_index(con, cfg, redactor=vault.redactor)
 
 
-def test_the_masker_is_built_once_per_process_and_only_when_a_text_needs_it(tmp_path, config, notes, built):
-    cfg, con, _ = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
+def test_the_masker_is_built_once_per_process_and_only_when_a_text_needs_it(make_world, notes, built):
+    cfg, con, _ = _vault(make_world, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
     built.clear()
     _index(con, cfg)                                        # four new notes
     assert len(built) == 1
@@ -72,8 +70,8 @@ def test_the_masker_is_built_once_per_process_and_only_when_a_text_needs_it(tmp_
     assert _index(con, cfg).unchanged == 7 and len(built) == 1    # … with nothing changed builds none
 
 
-def test_a_sync_redacts_the_index_with_the_values_it_changed_only(tmp_path, config, notes, built):
-    cfg, con, secrets = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
+def test_a_sync_redacts_the_index_with_the_values_it_changed_only(make_world, notes, built):
+    cfg, con, secrets = _vault(make_world, {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}"})
     (notes / "pasted.md").write_text(f"# Pasted\n\nnew-{CANARY} was the new password\n")
     _index(con, cfg)
     built.clear()
@@ -87,16 +85,13 @@ def test_a_sync_redacts_the_index_with_the_values_it_changed_only(tmp_path, conf
         "SELECT body FROM chunks WHERE path='pasted.md'").fetchone()[0]
 
 
-def test_a_sync_stopped_before_its_redaction_redacts_every_value_next_time(tmp_path, config, notes, monkeypatch):
+def test_a_sync_stopped_before_its_redaction_redacts_every_value_next_time(make_world, notes, monkeypatch):
     (notes / "pasted.md").write_text(f"# Pasted\n\ntok-{CANARY} pasted here\n")
-    config("embedding: {provider: none}\n")
+    make_world(config="embedding: {provider: none}\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
     _index(con, cfg)                                        # indexed before the vault knew the value
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f"- id: api-token\n  value: tok-{CANARY}\n")
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
+    make_world(secrets=f"- id: api-token\n  value: tok-{CANARY}\n", config="embedding: {provider: none}\n")
     cfg = load_config()
 
     def stopped(con, entries):
@@ -122,9 +117,9 @@ def test_one_masker_a_redactor_built_on_its_first_text_finds_any_piece(built):
     assert len(built) == 1 and sorted(built[0][0]) == ["pem", "small", "token"] and built[0][1]
 
 
-def test_a_long_value_pasted_into_a_note_leaves_no_line_in_the_index(tmp_path, config, notes):
+def test_a_long_value_pasted_into_a_note_leaves_no_line_in_the_index(make_world, notes):
     pem = _pem(12_000)
-    cfg, con, _ = _vault(tmp_path, config, {"tls-key": pem})
+    cfg, con, _ = _vault(make_world, {"tls-key": pem})
     lines = pem.splitlines()
     pieces = ["\n".join(lines[i:i + 20]) for i in range(0, len(lines), 20)]     # chunks shorter than it
     (notes / "pasted.md").write_text("# Pasted\n\n" + "\n\n".join(pieces) + "\n")
@@ -136,12 +131,9 @@ def test_a_long_value_pasted_into_a_note_leaves_no_line_in_the_index(tmp_path, c
     assert not [line for line in pem.splitlines()[1:-2] if line in bodies]
 
 
-def test_a_value_over_16_kib_is_refused_at_sync_naming_the_limit(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
+def test_a_value_over_16_kib_is_refused_at_sync_naming_the_limit(make_world):
     text = f"- id: small\n  value: pw-{CANARY}\n- id: huge\n  value: {_token(20_000)}\n"
-    secrets.write_text(text)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    secrets = make_world(secrets=text).secrets
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert (f"{secrets}:4: secret 'huge' is 20,000 bytes; recall masks values of at most 16 KiB "
@@ -154,22 +146,22 @@ def test_a_value_over_16_kib_is_refused_at_sync_naming_the_limit(tmp_path, confi
     assert _token(17_000)[:6] not in r.stderr
 
 
-def test_a_sealed_value_over_the_limit_is_refused_once_opened(tmp_path, config):
+def test_a_sealed_value_over_the_limit_is_refused_once_opened(make_world):
     """A value an older recall sealed: sync opens it, then refuses it."""
     from recall.vault import inplace
-    cfg, con, secrets = _vault(tmp_path, config, {"small": f"pw-{CANARY}"})
+    cfg, con, secrets = _vault(make_world, {"small": f"pw-{CANARY}"})
     key = inplace.key_for(cfg.home, [])
     secrets.write_text(secrets.read_text() + f"- id: huge\n  value: {inplace.seal(key, 'huge', '', _token(20_000))}\n")
     with pytest.raises(RecallError, match=r"secrets.yaml:4: secret 'huge' is 20,000 bytes"):
         vault.sync(con, cfg)
 
 
-def test_a_watcher_builds_the_maskers_before_the_first_save(tmp_path, config, notes, built, monkeypatch):
+def test_a_watcher_builds_the_maskers_before_the_first_save(make_world, notes, built, monkeypatch):
     """A long-lived process follows the notes: the first save should not wait for the build."""
     import time
 
     from recall.notes import watch
-    cfg, con, _ = _vault(tmp_path, config, {"api-token": f"tok-{CANARY}"})
+    cfg, con, _ = _vault(make_world, {"api-token": f"tok-{CANARY}"})
     _index(con, cfg)
     vault._REDACTORS.clear()                                # a new process, nothing changed since
     built.clear()

@@ -122,13 +122,12 @@ def test_a_remote_that_is_down_costs_its_timeout_and_one_line(tmp_path, config, 
 
 
 @pytest.mark.e2e
-def test_remote_behind_a_prerequisite_is_checked_first(tmp_path, config, box):
+def test_remote_behind_a_prerequisite_is_checked_first(make_world, box):
     server, remote_root = box
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n  hint: connect the VPN client and retry\n"
-                   f"- id: testbox\n  kind: host\n  requires: [vpn]\n")
-    config(f"inventory: [{inv}]\nremotes:\n  - name: box\n    host: testbox\n    path: {remote_root / 'recall'}\n"
-           f"    ssh_config: {server.client_config}\n")
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n  hint: connect the VPN client and retry\n"
+                         f"- id: testbox\n  kind: host\n  requires: [vpn]\n",
+               config=f"remotes:\n  - name: box\n    host: testbox\n    path: {remote_root / 'recall'}\n"
+                      f"    ssh_config: {server.client_config}\n")
     assert run_recall("index").returncode == 0
     r = run_recall("search", "INC-10963")
     assert r.returncode == 0 and "prerequisite 'vpn' is down: connect the VPN client and retry" in r.stderr
@@ -202,21 +201,20 @@ def test_install_at_the_default_path_then_again_updates(tmp_path, config, box, i
 
 
 @pytest.mark.e2e
-def test_install_by_inventory_id_connects_to_its_ssh_url(tmp_path, config, box, listener):
+def test_install_by_inventory_id_connects_to_its_ssh_url(tmp_path, make_world, box, listener):
     server, remote_root = box
     user = pwd.getpwuid(os.getuid()).pw_name
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n"
-                   f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n"
-                   f"  url: ssh://{user}@127.0.0.1:{server.port}\n")
+    inv = (f"- id: vpn\n  check: tcp 127.0.0.1:{listener}\n"
+           f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n"
+           f"  url: ssh://{user}@127.0.0.1:{server.port}\n")
     ssh_config = _url_only_ssh_config(tmp_path, server)
-    config(f"inventory: [{inv}]\n")
+    make_world(inventory=inv)
     r = _install(server, remote_root / "recall", host="analytics-box", ssh_config=ssh_config)
     assert r.stdout.startswith(f"installed recall on analytics-box at {remote_root / 'recall'}:")
     assert (remote_root / "recall" / "recall.py").exists()
-    config(f"inventory: [{inv}]\nremotes:\n  - name: box\n    host: analytics-box\n"
-           f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
-           f"    ssh_config: {ssh_config}\n")
+    make_world(inventory=inv, config=f"remotes:\n  - name: box\n    host: analytics-box\n"
+                                     f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
+                                     f"    ssh_config: {ssh_config}\n")
     assert run_recall("index", "--remote", "box").returncode == 0
     assert run_recall("index").returncode == 0
     r = run_recall("search", "INC-20001")
@@ -224,16 +222,14 @@ def test_install_by_inventory_id_connects_to_its_ssh_url(tmp_path, config, box, 
 
 
 @pytest.mark.e2e
-def test_install_behind_a_vpn_that_is_down_never_runs_ssh(tmp_path, config):
+def test_install_behind_a_vpn_that_is_down_never_runs_ssh(tmp_path, make_world):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\nexit 255\n")
     (bin_dir / "ssh").chmod(0o755)
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
-                   f"  hint: connect the VPN client and retry\n"
-                   f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://127.0.0.1:{free_port()}\n")
-    config(f"inventory: [{inv}]\n")
+    make_world(inventory=f"- id: vpn\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
+                         f"  hint: connect the VPN client and retry\n"
+                         f"- id: analytics-box\n  kind: host\n  requires: [vpn]\n  url: ssh://127.0.0.1:{free_port()}\n")
     r = run_recall("remote", "install", "analytics-box", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 69
     assert r.stderr.strip() == "recall: prerequisite 'vpn' is down: connect the VPN client and retry"
@@ -241,10 +237,8 @@ def test_install_behind_a_vpn_that_is_down_never_runs_ssh(tmp_path, config):
 
 
 @pytest.mark.parametrize("url", ["ssh://127.0.0.1:notaport", "ssh://:22", "ssh://127.0.0.1:99999"])
-def test_an_ssh_url_ssh_cannot_use_is_named_at_its_line(tmp_path, config, url):
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(f"- id: other\n  kind: host\n- id: analytics-box\n  kind: host\n  url: {url}\n")
-    config(f"inventory: [{inv}]\n")
+def test_an_ssh_url_ssh_cannot_use_is_named_at_its_line(make_world, url):
+    inv = make_world(inventory=f"- id: other\n  kind: host\n- id: analytics-box\n  kind: host\n  url: {url}\n").inventory
     r = run_recall("remote", "install", "analytics-box")
     assert r.returncode == 1
     assert r.stderr.startswith(f"recall: {inv}:3: inventory entry 'analytics-box' has url"), r.stderr

@@ -18,11 +18,8 @@ ENTRIES[7] = (f"- id: s7\n  kind: password\n  check: 'true'\n"
 
 
 @pytest.fixture
-def cut(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text("".join(ENTRIES))
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+def cut(make_world):
+    secrets = make_world(secrets="".join(ENTRIES)).secrets
     assert run_recall("secret", "sync").returncode == 0
     text = secrets.read_text()
     secrets.write_text(text[:text.index("- id: s6")])          # cut at an entry boundary: 6 of 10 left

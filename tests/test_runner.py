@@ -331,15 +331,12 @@ VAULT = f"""\
 
 
 @pytest.fixture
-def split_vault(tmp_path, config):
+def split_vault(make_world):
     pytest.importorskip("cryptography")
     from recall import db
     from recall.config import load_config
     from recall.vault import store as vault
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(VAULT)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    make_world(secrets=VAULT)
     cfg = load_config()
     vault.sync(db.connect(cfg.db_path), cfg)
     return cfg

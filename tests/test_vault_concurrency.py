@@ -19,6 +19,7 @@ from recall.vault import store as vault  # noqa: E402
 from recall.vault.inplace import open_entries  # noqa: E402
 from recall.vault.secretfile import load_secret_files  # noqa: E402
 from tests.conftest import CANARY  # noqa: E402
+from tests.world import build  # noqa: E402
 
 PAIRS = 20
 VALUES = {"api-token": f"tok-{CANARY}", "db-pass": f"pw-{CANARY}",
@@ -31,19 +32,12 @@ def _secrets_text(values: dict) -> str:
 
 
 def _world(base, values=VALUES):
-    """A config with one secrets file of plain values, and its state
-    folder: (config path, env for recall)."""
-    base.mkdir()
-    (base / "notes").mkdir()
-    secrets = base / "secrets.yaml"
-    secrets.write_text(_secrets_text(values))
-    secrets.chmod(0o600)
-    config = base / "config.yaml"
-    config.write_text(f"sources:\n  - name: notes\n    path: {base / 'notes'}\n"
-                      f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
+    """A world with one secrets file of plain values, and its state
+    folder: (the world, env for recall)."""
+    w = build(base, secrets=_secrets_text(values), config="embedding: {provider: none}\n")
     db.connect(base / "state/recall.db").close()     # the DB's own first-open race is test_db's
-    return config, {"RECALL_CONFIG": str(config),
-                    "RECALL_HOME": str(base / "state")}
+    return w, {"RECALL_CONFIG": str(w.config),
+               "RECALL_HOME": str(base / "state")}
 
 
 def _sync(env: dict) -> None:
@@ -161,9 +155,9 @@ def test_a_set_beside_a_sync_keeps_the_new_value(tmp_path):
 
 
 def test_a_restore_beside_a_sync_writes_the_secret_back_once(tmp_path):
-    _, env = _world(tmp_path / "w")
+    w, env = _world(tmp_path / "w")
     _sync(env)
-    secrets = tmp_path / "w/secrets.yaml"
+    secrets = w.secrets
     for n in range(PAIRS):
         sealed = secrets.read_text()
         secrets.write_text(sealed[:sealed.rindex("\n", 0, sealed.index("ssh-key")) + 1])   # ssh-key removed

@@ -31,18 +31,10 @@ def standins(tmp_path, monkeypatch):
     return calls
 
 
-def write_inventory(tmp_path, config, text, secrets=""):
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(text)
-    extra = f"inventory: [{inv}]\n"
-    if secrets:
-        sp = tmp_path / "secrets.yaml"
-        sp.write_text(secrets)
-        sp.chmod(0o600)
-        extra += f"secrets: [{sp}]\n"
-    config(extra)
+def write_inventory(make_world, text, secrets=""):
+    world = make_world(inventory=text, secrets=secrets or None)
     inventory.forget_checks()
-    return inv
+    return world
 
 
 SWEEP = """\
@@ -77,8 +69,8 @@ SECRETS = f"""\
 """
 
 
-def test_dry_run_prints_every_verdict_and_runs_nothing(tmp_path, config, standins, cli):
-    write_inventory(tmp_path, config, SWEEP.format(vpn=free_port()), SECRETS)
+def test_dry_run_prints_every_verdict_and_runs_nothing(tmp_path, make_world, standins, cli):
+    write_inventory(make_world, SWEEP.format(vpn=free_port()), SECRETS)
     pytest.importorskip("cryptography")
     cli("secret", "sync")
     code, out, _ = cli("verify", "--dry-run")
@@ -97,8 +89,8 @@ def test_dry_run_prints_every_verdict_and_runs_nothing(tmp_path, config, standin
     assert not standins.exists()
 
 
-def test_down_prerequisite_skips_dependants_naming_it(tmp_path, config, standins):
-    write_inventory(tmp_path, config, SWEEP.format(vpn=free_port()))
+def test_down_prerequisite_skips_dependants_naming_it(tmp_path, make_world, standins):
+    write_inventory(make_world, SWEEP.format(vpn=free_port()))
     cfg = load_config()
     report = run_verify(db.connect(cfg.db_path), cfg, ["vpn", "ops-cluster", "writer"])
     by = {p.id: p for p in report.probes}
@@ -109,12 +101,12 @@ def test_down_prerequisite_skips_dependants_naming_it(tmp_path, config, standins
     assert not standins.exists()      # neither the skipped nor the denied command ran
 
 
-def test_results_are_stored_and_shown_a_skip_or_an_older_entrys_as_history(tmp_path, config, standins, cli):
+def test_results_are_stored_and_shown_a_skip_or_an_older_entrys_as_history(tmp_path, make_world, standins, cli):
     """A prerequisite skip says nothing of the entry itself, and a result from before the entry
     changed is not its state now: both read as history, their age and 'then' (issue 37 point 6)."""
     with socket.socket() as vpn:
         vpn.bind(("127.0.0.1", 0))
-        inv = write_inventory(tmp_path, config, SWEEP.format(vpn=vpn.getsockname()[1]))
+        inv = write_inventory(make_world, SWEEP.format(vpn=vpn.getsockname()[1])).inventory
         cli("verify", "vpn", "ops-cluster")
         code, out, _ = cli("access", "show", "ops-cluster")
         assert "  last verified: skipped just now then: prerequisite 'vpn' is down: connect the VPN" in out, out
@@ -214,7 +206,7 @@ def moto():
 
 
 @pytest.mark.e2e
-def test_aws_against_moto(tmp_path, config, moto, monkeypatch):
+def test_aws_against_moto(tmp_path, make_world, moto, monkeypatch):
     creds = tmp_path / "aws"
     creds.mkdir()
     (creds / "config").write_text("[profile ops]\nregion = us-east-1\n[profile nocreds]\nregion = us-east-1\n"
@@ -231,7 +223,7 @@ def test_aws_against_moto(tmp_path, config, moto, monkeypatch):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
                 "AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)
-    write_inventory(tmp_path, config, f"""\
+    write_inventory(make_world, f"""\
 - id: ok
   access: [source {script}]
   verify: aws sts get-caller-identity --profile ops
@@ -258,7 +250,7 @@ def test_aws_against_moto(tmp_path, config, moto, monkeypatch):
 
 
 @pytest.mark.e2e
-def test_kubectl_against_a_tls_api_server(tmp_path, config):
+def test_kubectl_against_a_tls_api_server(tmp_path, make_world):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed")
     from tests.fake_kube import FakeKube, kubeconfig
@@ -273,7 +265,7 @@ def test_kubectl_against_a_tls_api_server(tmp_path, config):
         entries = "".join(f"- id: {n}{suffix}\n  access: [source {script}]\n  verify: {tool} --context {n} "
                           f"--request-timeout 5s get nodes\n"
                           for n in names for suffix, tool in (("", "kubectl"), ("-path", kubectl)))
-        write_inventory(tmp_path, config, entries)
+        write_inventory(make_world, entries)
         cfg = load_config()
         by = {p.id: p for p in run_verify(db.connect(cfg.db_path), cfg).probes}
         assert by["good"].status == "ok", by["good"].detail
@@ -293,7 +285,7 @@ def _isolated_root_home_works() -> bool:
 
 
 @pytest.mark.e2e
-def test_ssh_against_a_real_sshd(tmp_path, config):
+def test_ssh_against_a_real_sshd(tmp_path, make_world):
     """ssh reads ~/.ssh from the password database, not $HOME; the run gets a private overlay on
     that home (a mount namespace) holding known_hosts, so the machine's real home is untouched."""
     from tests.sshd import SSHD, start_sshd, stop_sshd
@@ -304,7 +296,7 @@ def test_ssh_against_a_real_sshd(tmp_path, config):
         wrong = tmp_path / "wrong"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
         closed = free_port()
-        write_inventory(tmp_path, config, f"""\
+        write_inventory(make_world, f"""\
 - id: good
   verify: ssh -p {server.port} -i {server.key} 127.0.0.1 hostname
 - id: wrongkey
@@ -431,12 +423,12 @@ def sweep(*ids, timeout=None):
 
 
 @pytest.mark.e2e
-def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, https_server):
+def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, make_world, https_server):
     """A real curl against a local HTTPS server: the header arrives; 401 → stale; argv never holds it."""
     pytest.importorskip("cryptography")
     url, ca = f"{https_server.base}/me", https_server.cert
     check = f"curl -s --cacert {ca} -o /dev/null -w \\\"%{{http_code}}\\\" -H \\\"Authorization: Bearer $TOK\\\" {url}"
-    write_inventory(tmp_path, config, "", secrets=f"""\
+    write_inventory(make_world, "", secrets=f"""\
 - id: good
   url: {url}
   env: TOK
@@ -458,7 +450,6 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, h
   check: "curl -sSH \\"Authorization: Bearer $TOK\\" --cacert {ca} {url}"
   value: "{CANARY}"
 """)
-    (tmp_path / "inventory.yaml").write_text("")
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
     r = run_recall("--json", "verify")
@@ -472,7 +463,7 @@ def test_curl_secret_check_sends_the_value_on_stdin_not_argv(tmp_path, config, h
     assert CANARY not in r.stdout + r.stderr
 
 
-def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkeypatch):
+def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, make_world, monkeypatch):
     """az keeps one global 'current subscription': its proofs never overlap; kubectl's may."""
     bindir, log = tmp_path / "bin", tmp_path / "spans"
     bindir.mkdir()
@@ -484,7 +475,7 @@ def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkey
     entries = "".join(f"- id: sub{i}\n  verify: az account show --subscription s{i}\n" for i in range(2))
     entries += f"- id: sub2\n  verify: {bindir / 'az'} account show --subscription s2\n"   # still az
     entries += "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n" for i in range(3))
-    write_inventory(tmp_path, config, entries)
+    write_inventory(make_world, entries)
     cfg = load_config()
     report = run_verify(db.connect(cfg.db_path), cfg)
     assert {p.status for p in report.probes} == {"ok"}
@@ -501,10 +492,10 @@ def test_az_proofs_run_one_at_a_time_others_in_parallel(tmp_path, config, monkey
 # -- what a user sees: full paths, -w, exit codes, hangs, the pool, secret show ----------------------
 
 @pytest.mark.e2e
-def test_a_tool_given_by_full_path_is_that_tool(tmp_path, config, http_server):
+def test_a_tool_given_by_full_path_is_that_tool(tmp_path, make_world, http_server):
     """`/usr/bin/curl` is curl: recall adds -f -S and reads the 401 exactly as for the bare name."""
     base, _ = http_server
-    write_inventory(tmp_path, config, f"""\
+    write_inventory(make_world, f"""\
 - id: bare
   verify: curl -s {base}/me
 - id: path
@@ -517,10 +508,10 @@ def test_a_tool_given_by_full_path_is_that_tool(tmp_path, config, http_server):
 
 
 @pytest.mark.e2e
-def test_curl_write_out_never_hides_an_http_error(tmp_path, config, http_server):
+def test_curl_write_out_never_hides_an_http_error(tmp_path, make_world, http_server):
     """-w '%{http_code}' with or without the body: a 401 is stale, a 404 an error, a 200 ok."""
     base, _ = http_server
-    write_inventory(tmp_path, config, f"""\
+    write_inventory(make_world, f"""\
 - id: code-alone
   verify: curl -s -o /dev/null -w '%{{http_code}}' {base}/me
 - id: body-and-code
@@ -541,7 +532,7 @@ def test_curl_write_out_never_hides_an_http_error(tmp_path, config, http_server)
     assert by["gone"]["status"] == "error" and "HTTP 404" in by["gone"]["detail"], by["gone"]
 
 
-def test_exit_codes_decide_before_messages(tmp_path, config, monkeypatch):
+def test_exit_codes_decide_before_messages(tmp_path, make_world, monkeypatch):
     """aws CLI v2 exits 253 for configuration or credentials (the aws here is v1, so a stand-in
     speaks v2); ssh exits 255 for its own failures, any other code is the remote command's."""
     bindir = tmp_path / "bin"
@@ -559,7 +550,7 @@ def test_exit_codes_decide_before_messages(tmp_path, config, monkeypatch):
     for tool in ("aws", "ssh"):
         (bindir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    write_inventory(tmp_path, config, "".join(
+    write_inventory(make_world, "".join(
         f"- id: {p}\n  verify: aws sts get-caller-identity --profile {p}\n" for p in ("v2absent", "v2new", "throttled"))
         + "".join(f"- id: {h}\n  verify: ssh {h} hostname\n" for h in ("remote-fails", "refused", "odd")))
     by = sweep()
@@ -580,7 +571,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_hanging_proof_is_unreachable_and_leaves_no_process(tmp_path, config, monkeypatch):
+def test_a_hanging_proof_is_unreachable_and_leaves_no_process(tmp_path, make_world, monkeypatch):
     """A proof that never answers: `--timeout 2` ends it and everything it started, even what ignores SIGTERM."""
     import time
     bindir, pids = tmp_path / "bin", tmp_path / "pids"
@@ -589,7 +580,7 @@ def test_a_hanging_proof_is_unreachable_and_leaves_no_process(tmp_path, config, 
                                     f"echo $! >> {pids}\nwait\n")
     (bindir / "kubectl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    write_inventory(tmp_path, config, "- id: hangs\n  verify: kubectl --context c get nodes\n")
+    write_inventory(make_world, "- id: hangs\n  verify: kubectl --context c get nodes\n")
     started = time.monotonic()
     by = sweep(timeout=2)
     assert time.monotonic() - started < 15
@@ -599,14 +590,14 @@ def test_a_hanging_proof_is_unreachable_and_leaves_no_process(tmp_path, config, 
     assert not [p for p in started_pids if _alive(p)]
 
 
-def test_a_sweep_starts_every_proof_at_once_up_to_the_pool_size(tmp_path, config, monkeypatch):
+def test_a_sweep_starts_every_proof_at_once_up_to_the_pool_size(tmp_path, make_world, monkeypatch):
     """24 two-second proofs run in one wave: each had started before the first one ended."""
     bindir, log = tmp_path / "bin", tmp_path / "spans"
     bindir.mkdir()
     (bindir / "kubectl").write_text(f"#!/bin/sh\nstart=$(date +%s.%N)\nsleep 2\necho $start $(date +%s.%N) >> {log}\n")
     (bindir / "kubectl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    write_inventory(tmp_path, config, "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n"
+    write_inventory(make_world, "".join(f"- id: k{i}\n  verify: kubectl --context c{i} get nodes\n"
                                               for i in range(24)))
     cfg = load_config()
     report = run_verify(db.connect(cfg.db_path), cfg)
@@ -617,19 +608,18 @@ def test_a_sweep_starts_every_proof_at_once_up_to_the_pool_size(tmp_path, config
 
 
 @pytest.mark.e2e
-def test_secret_show_says_when_it_was_last_verified(tmp_path, config, https_server):
+def test_secret_show_says_when_it_was_last_verified(tmp_path, make_world, https_server):
     """After a sweep, `recall secret show` says how the last check went and when."""
     pytest.importorskip("cryptography")
     base = https_server.base
     check = f"curl -s --cacert {https_server.cert} -o /dev/null -H \\\"Authorization: Bearer $TOK\\\" {base}/me"
-    write_inventory(tmp_path, config, "", secrets="".join(f"""\
+    write_inventory(make_world, "", secrets="".join(f"""\
 - id: {name}
   url: {base}/me
   env: TOK
   check: "{check}"
   value: "{value}"
 """ for name, value in (("good", CANARY), ("revoked", "revoked-" + CANARY))))
-    (tmp_path / "inventory.yaml").write_text("")
     assert run_recall("secret", "sync").returncode == 0
     assert "  last verified: never" in run_recall("secret", "show", "revoked").stdout.splitlines()
     sweep()
@@ -640,8 +630,8 @@ def test_secret_show_says_when_it_was_last_verified(tmp_path, config, https_serv
 
 # -- issue 14: ordinary proofs, honest results, setup steps judged -----------------------------------
 
-def test_a_folded_verify_over_several_lines_is_one_command(tmp_path, config, standins, cli):
-    write_inventory(tmp_path, config, """\
+def test_a_folded_verify_over_several_lines_is_one_command(tmp_path, make_world, standins, cli):
+    write_inventory(make_world, """\
 - id: jump01
   verify: >
     ssh -o BatchMode=yes -o ConnectTimeout=5
@@ -662,7 +652,7 @@ def _stand_in(bindir: Path, tool: str, script: str) -> None:
     (bindir / tool).chmod(0o755)
 
 
-def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(tmp_path, config, monkeypatch, cli):
+def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(tmp_path, make_world, monkeypatch, cli):
     bindir = tmp_path / "bin"
     _stand_in(bindir, "kubectl", 'case "$2" in bad) echo "error: You must be logged in to the server (Unauthorized)" >&2; exit 1;; esac\n')
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
@@ -671,12 +661,12 @@ def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(
     stale = "- id: stale\n  verify: kubectl --context bad get nodes\n"
     down = f"- id: down\n  check: tcp 127.0.0.1:{free_port()}\n  timeout: 1\n"
 
-    write_inventory(tmp_path, config, ok)
+    write_inventory(make_world, ok)
     code, out, _ = cli("verify")
     assert code == 0
     assert out.splitlines()[-1] == "summary: 2 ok, 0 stale, 0 unreachable, 0 missing, 0 error, 0 skipped"
 
-    write_inventory(tmp_path, config, ok + denied)
+    write_inventory(make_world, ok + denied)
     code, out, _ = cli("verify")
     assert code == 0                                       # skipped alone is not a failure, but it is said
     assert out.splitlines()[-1].startswith("summary: 2 ok, 0 stale, 0 unreachable, 0 missing, 0 error, 1 skipped")
@@ -685,7 +675,7 @@ def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(
     assert code == 0 and "0 ok" in out and "1 skipped" in out
 
     for extra, counted in ((stale, "1 stale"), (down, "1 unreachable")):
-        write_inventory(tmp_path, config, ok + denied + extra)
+        write_inventory(make_world, ok + denied + extra)
         code, out, _ = cli("verify")
         assert code == 1, out
         assert counted in out.splitlines()[-1] and "2 ok" in out.splitlines()[-1]
@@ -696,9 +686,9 @@ def test_exit_code_is_1_when_anything_failed_and_the_summary_counts_each_status(
     assert code == 0 and "summary" not in out
 
 
-def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeypatch, cli):
+def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, make_world, monkeypatch, cli):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    write_inventory(tmp_path, config, "- id: sub\n  verify: az account show\n")
+    write_inventory(make_world, "- id: sub\n  verify: az account show\n")
     code, out, _ = cli("--json", "verify")
     got = json.loads(out)["entries"][0]["commands"][0]
     assert code == 1 and (got["status"], got["detail"]) == ("missing", "az is not installed here (not on PATH)")
@@ -723,19 +713,19 @@ def test_a_missing_tool_is_missing_and_fails_the_sweep(tmp_path, config, monkeyp
      "field 'dir' (variable GIT_DIR): 'GIT_DIR' changes"),
     ("- id: db\n  env: LD\n  fields:\n    preload: /tmp/evil.so\n", 4, "'LD_PRELOAD' changes"),
 ])
-def test_sync_refuses_unsafe_variable_names_at_file_line(tmp_path, config, body, line, says):
+def test_sync_refuses_unsafe_variable_names_at_file_line(tmp_path, make_world, body, line, says):
     pytest.importorskip("cryptography")
-    write_inventory(tmp_path, config, "", secrets=body)
+    secrets = write_inventory(make_world, "", secrets=body).secrets
     r = run_recall("secret", "sync")
     assert r.returncode == 1, r.stdout
-    where = f"{tmp_path / 'secrets.yaml'}:{line}: "
+    where = f"{secrets}:{line}: "
     assert r.stderr.startswith(f"recall: {where}") and says in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
 
 
-def test_ordinary_variable_names_still_sync(tmp_path, config):
+def test_ordinary_variable_names_still_sync(tmp_path, make_world):
     pytest.importorskip("cryptography")
-    write_inventory(tmp_path, config, "", secrets="- id: github-token\n  value: x\n- id: db\n  env: PG\n"
+    write_inventory(make_world, "", secrets="- id: github-token\n  value: x\n- id: db\n  env: PG\n"
                     "  fields:\n    user: u\n    password: p\n- id: k\n  env: _OPS_PATH_HINT\n  value: y\n")
     r = run_recall("secret", "sync")
     assert r.returncode == 0, r.stderr
@@ -750,7 +740,7 @@ def _by(report_json: str) -> dict:
 
 
 @pytest.mark.e2e
-def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
+def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, make_world):
     """Three recording servers: the secret's own (https), another (https, other port), a plain http
     one. Every proof that would carry the credential elsewhere is denied by name, and those two
     servers never see a single request; the own server sees only the allowed ones."""
@@ -762,7 +752,7 @@ def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
 
         def curl(url, var="OWN", cacert=ca):
             return f"'curl -s --cacert {cacert} -H \"Authorization: Bearer ${var}\" {url}'"
-        write_inventory(tmp_path, config, f"""\
+        write_inventory(make_world, f"""\
 - id: entry-ok
   secrets: [own]
   url: {own.base}/
@@ -840,7 +830,7 @@ def test_a_credential_reaches_only_its_own_host_over_https(tmp_path, config):
 
 
 @pytest.mark.e2e
-def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_path, config):
+def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_path, make_world):
     """A setup step that exports a PATH with a fake curl first: verify still runs the real curl
     (by its absolute path from recall's own PATH). Steps that could run hidden code skip the
     entry and never run; the dry run lists every step with its verdict."""
@@ -881,7 +871,7 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
             "loose-path": [f"export PATH={tmp_path}/loosebin:/usr/bin:/bin"],
             "second-step": [f"source {sourced}", f"export Y=$(touch {ran}/second)"],
         }
-        write_inventory(tmp_path, config, "".join(
+        write_inventory(make_world, "".join(
             f"- id: {name}\n  access: {json.dumps(s)}\n  verify: {proof}\n" for name, s in steps.items())
             + f"- id: fail-with-body\n  verify: curl -s --fail-with-body --cacert {server.cert} {server.base}/gone\n")
         dry = _by(run_recall("--json", "verify", "--dry-run").stdout)
@@ -910,7 +900,7 @@ def test_setup_steps_are_judged_and_a_fake_curl_on_their_path_never_runs(tmp_pat
 
 
 @pytest.mark.e2e
-def test_a_value_cannot_inject_curl_configuration(tmp_path, config):
+def test_a_value_cannot_inject_curl_configuration(tmp_path, make_world):
     """A value holding '\\noutput = FILE' (or CR, or NUL) is refused before curl starts: no file is
     written, no request is sent; a value with quotes and backslashes arrives intact."""
     pytest.importorskip("cryptography")
@@ -920,7 +910,7 @@ def test_a_value_cannot_inject_curl_configuration(tmp_path, config):
         check = f"'curl -s --cacert {server.cert} -H \"Authorization: Bearer $V\" {server.base}/echo'"
         rows = {"newline": f"{CANARY}\\noutput = {dropped}", "cr": f"{CANARY}\\routput = {dropped}",
                 "nul": f"{CANARY}\\0x", "quoted": 'a\\"b\\\\c\\\\\\"d ' + CANARY}
-        write_inventory(tmp_path, config, "", secrets="".join(
+        write_inventory(make_world, "", secrets="".join(
             f"- id: {name}\n  env: V\n  url: {server.base}/\n  check: {check}\n  value: \"{value}\"\n"
             for name, value in rows.items()))
         r = run_recall("secret", "sync")
@@ -938,8 +928,8 @@ def test_a_value_cannot_inject_curl_configuration(tmp_path, config):
         server.stop()
 
 
-def test_ssh_jumps_only_through_an_inventory_host(tmp_path, config, cli):
-    write_inventory(tmp_path, config, """\
+def test_ssh_jumps_only_through_an_inventory_host(tmp_path, make_world, cli):
+    write_inventory(make_world, """\
 - id: bastion
   url: ssh://bastion.example.com
   check: tcp bastion.example.com:22
@@ -955,7 +945,7 @@ def test_ssh_jumps_only_through_an_inventory_host(tmp_path, config, cli):
     assert (rules["db01"], rules["db02"], rules["db03"]) == ("ssh.probe", "ssh.probe", "ssh.jump")
 
 
-def test_sudo_proofs_get_the_password_on_stdin(tmp_path, config, monkeypatch):
+def test_sudo_proofs_get_the_password_on_stdin(tmp_path, make_world, monkeypatch):
     """sudo -v and sudo -n true from a secret with inject: stdin: recall adds -S and writes the
     password to sudo's stdin, never argv."""
     pytest.importorskip("cryptography")
@@ -963,7 +953,7 @@ def test_sudo_proofs_get_the_password_on_stdin(tmp_path, config, monkeypatch):
     seen.mkdir()
     _stand_in(bindir, "sudo", f'echo "$@" >> {seen}/argv\ncat >> {seen}/stdin\n')
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    write_inventory(tmp_path, config, "", secrets="".join(
+    write_inventory(make_world, "", secrets="".join(
         f"- id: {name}\n  inject: stdin\n  check: {check}\n  value: \"{CANARY}\"\n"
         for name, check in (("validate", "sudo -v"), ("cached", "sudo -n true"))))
     assert run_recall("secret", "sync").returncode == 0
@@ -977,7 +967,7 @@ def test_sudo_proofs_get_the_password_on_stdin(tmp_path, config, monkeypatch):
 
 @pytest.mark.parametrize("char,rule", [("\x0b", "control-char"), ("\x0c", "control-char"),
                                        ("\u00a0", "unicode-space"), ("\u3000", "unicode-space")])
-def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp_path, config, char, rule):
+def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp_path, make_world, char, rule):
     """The four proofs a str.strip() used to clean before the guard saw them: each is denied with its
     rule through the real CLI, a prerequisite so checked is never connected to, its dependant skipped."""
     pytest.importorskip("cryptography")
@@ -991,7 +981,7 @@ def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp
     listener.settimeout(0.2)
     port = listener.getsockname()[1]
     try:
-        write_inventory(tmp_path, config, f"""\
+        write_inventory(make_world, f"""\
 - id: vpn
   check: tcp 127.0.0.1:{port}{char}
 - id: cluster
@@ -1031,7 +1021,7 @@ def test_a_trailing_vt_ff_nbsp_or_ideographic_space_is_denied_in_every_proof(tmp
 
 # -- issue 23 point 13: the rules nothing tested -------------------------------------------------
 
-def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variable(tmp_path, config, standins):
+def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variable(tmp_path, make_world, standins):
     """Through the real CLI: a secret's variable in a URL, a plain argument, a header's name or -w is
     denied (verify.variable: it would reach argv); in a -H header's value it is allowed (sent on stdin)."""
     pytest.importorskip("cryptography")
@@ -1044,7 +1034,7 @@ def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variabl
               "in-write-out": curl.format('-w \\"$TOK\\"'),
               "in-user-agent": curl.format('-A \\"$TOK\\"'),
               "kubectl-argument": "kubectl --context $TOK get nodes"}
-    write_inventory(tmp_path, config, "", secrets="".join(f"""\
+    write_inventory(make_world, "", secrets="".join(f"""\
 - id: {name}
   url: https://jira.example.com
   env: TOK
@@ -1064,10 +1054,10 @@ def test_a_secrets_variable_outside_a_curl_header_value_is_denied_verify_variabl
     assert CANARY not in r.stdout + r.stderr
 
 
-def test_ssh_for_an_entry_with_a_linked_secret_reaches_only_that_secrets_host(tmp_path, config, standins):
+def test_ssh_for_an_entry_with_a_linked_secret_reaches_only_that_secrets_host(tmp_path, make_world, standins):
     """Through the real CLI: ssh.host and ssh.http decide an entry's ssh proof when it links a secret."""
     pytest.importorskip("cryptography")
-    write_inventory(tmp_path, config, """\
+    write_inventory(make_world, """\
 - id: own-host
   secrets: [db-key]
   verify: ssh -o BatchMode=yes db01.example.com true
@@ -1129,7 +1119,7 @@ def _v6_server():
 
 @pytest.mark.e2e
 def test_a_port_forward_proof_to_loopback_runs_and_a_credential_goes_only_to_its_own_loopback_url(
-        tmp_path, config):
+        tmp_path, make_world):
     """The `kubectl port-forward` + curl pattern through the real CLI: a proof to 127.0.0.1,
     localhost or [::1] that sends no credential runs for an entry that links one; a secret whose own
     url: is http://127.0.0.1:PORT is checked over plain http there; a credential aimed at loopback
@@ -1145,7 +1135,7 @@ def test_a_port_forward_proof_to_loopback_runs_and_a_credential_goes_only_to_its
         (home / "proxy.sh").chmod(0o600)
         v6_url = f"http://[::1]:{v6[1]}/open" if v6 else "http://[::1]:9/open"
         code = "-o /dev/null -w '%{http_code}'"
-        write_inventory(tmp_path, config, f"""\
+        write_inventory(make_world, f"""\
 - id: cluster
   secrets: [kube-token]
   verify: curl -sf {code} http://127.0.0.1:{local.port}/open
@@ -1197,7 +1187,7 @@ def test_a_port_forward_proof_to_loopback_runs_and_a_credential_goes_only_to_its
 
 
 @pytest.mark.e2e
-def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, config, https_server):
+def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, make_world, https_server):
     """`--cacert ~/certs/ca.pem`, as a user writes it in a shell: allowed, and recall expands the tilde
     itself (curl does not, and no shell runs) — for a secret's check and an entry's proof alike."""
     pytest.importorskip("cryptography")
@@ -1205,7 +1195,7 @@ def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, config, ht
     certs.mkdir()
     shutil.copy(https_server.cert, certs / "ca.pem")
     base = https_server.base
-    write_inventory(tmp_path, config, f"""\
+    write_inventory(make_world, f"""\
 - id: api
   verify: curl -sf --cacert ~/certs/ca.pem {base}/open
 - id: not-a-cacert
@@ -1227,10 +1217,10 @@ def test_cacert_under_the_home_folder_is_expanded_by_recall(tmp_path, config, ht
         sorted(q["path"] for q in https_server.requests) == ["/me", "/open"]
 
 
-def test_an_alias_with_a_space_names_one_entry_in_the_cli_and_in_recall_verify(tmp_path, config):
+def test_an_alias_with_a_space_names_one_entry_in_the_cli_and_in_recall_verify(tmp_path, make_world):
     """`platform cluster` is one alias (as recall_access_show takes it), in any case; commas separate
     several names, and plain words still name one entry each (`vpn jump`)."""
-    write_inventory(tmp_path, config, """\
+    write_inventory(make_world, """\
 - id: ops-cluster
   aliases: [platform cluster]
   verify: 'true'
@@ -1253,11 +1243,11 @@ def test_an_alias_with_a_space_names_one_entry_in_the_cli_and_in_recall_verify(t
     assert "did you mean: platform cluster (ops-cluster)?" in r.stderr
 
 
-def test_every_denial_in_a_dry_run_names_the_allowed_form(tmp_path, config, cli):
+def test_every_denial_in_a_dry_run_names_the_allowed_form(tmp_path, make_world, cli):
     """The guard's, the setup steps' and verify's own denials (no-proof, verify.entry-url,
     verify.variable) all end in '— allowed: …' in `verify --dry-run`."""
     pytest.importorskip("cryptography")
-    write_inventory(tmp_path, config, """\
+    write_inventory(make_world, """\
 - id: nothing
   kind: host
 - id: writer

@@ -36,16 +36,10 @@ def run_recall(cli):
 
 
 @pytest.fixture
-def state_in_notes(tmp_path, notes, monkeypatch, run_recall):
+def state_in_notes(notes, make_world, monkeypatch, run_recall):
     """RECALL_HOME inside the notes, every file included, a vault synced."""
     monkeypatch.setenv("RECALL_HOME", str(notes / "state"))
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f'- id: tok\n  value: "{CANARY}"\n')
-    secrets.chmod(0o600)
-    config = tmp_path / "config.yaml"
-    config.write_text(f"sources:\n  - name: notes\n    path: {notes}\n    include: ['*']\n"
-                      f"secrets: [{secrets}]\nembedding: {{provider: none}}\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(config))
+    make_world(secrets=f'- id: tok\n  value: "{CANARY}"\n', include=["*"], config="embedding: {provider: none}\n")
     assert run_recall("secret", "sync").returncode == 0
     return notes
 
@@ -85,16 +79,11 @@ def test_read_refuses_a_state_file_an_older_index_holds(state_in_notes, run_reca
     assert "state/vault.key" not in _indexed(cfg)       # the next run drops it
 
 
-def test_a_key_file_put_inside_a_source_is_never_indexed(tmp_path, notes, monkeypatch, config, run_recall):
+def test_a_key_file_put_inside_a_source_is_never_indexed(notes, monkeypatch, make_world, run_recall):
     """RECALL_KEY_FILE names a file under the notes, by any name."""
     monkeypatch.setenv("RECALL_KEY_FILE", str(notes / "keys" / "my-recall.bin"))
     (notes / "keys").mkdir(mode=0o700)
-    secrets = tmp_path / "secrets.yaml"
-    secrets.write_text(f'- id: tok\n  value: "{CANARY}"\n')
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
-    (config.path).write_text(config.path.read_text().replace(f"path: {notes}\n",
-                                                             f"path: {notes}\n    include: ['*']\n"))
+    make_world(secrets=f'- id: tok\n  value: "{CANARY}"\n', include=["*"])
     assert run_recall("secret", "sync").returncode == 0
     assert run_recall("index").returncode == 0
     assert "keys/my-recall.bin" not in _indexed(load_config())

@@ -279,15 +279,13 @@ def test_the_watcher_and_a_manual_index_at_once_never_corrupt_or_bill_twice(fake
     assert len(sent) == len(set(sent)), "a text was embedded (and billed) twice"
 
 
-def test_a_secrets_file_inside_the_notes_stays_out_while_watched(config, notes, monkeypatch):
+def test_a_secrets_file_inside_the_notes_stays_out_while_watched(make_world, notes, monkeypatch):
     """A secrets file kept in the notes tree (as older READMEs said) is edited while the watcher runs:
     its value is never indexed — no chunk holds it and no search finds it."""
     from recall.vault import store as vault
     from tests.conftest import CANARY
-    secrets = notes / "secrets.yaml"
-    secrets.write_text("- id: jira-api-token\n  service: jira\n  value: placeholder-value-1\n")
-    secrets.chmod(0o600)
-    config(f"secrets: [{secrets}]\n")
+    secrets = make_world(secrets="- id: jira-api-token\n  service: jira\n  value: placeholder-value-1\n",
+                         secrets_in_notes=True).secrets
     assert run_recall("index").returncode == 0
     monkeypatch.setenv("RECALL_WATCH", "poll")
     cfg = load_config()

@@ -1,5 +1,6 @@
 """The one builder of what a test's recall reads: a notes tree, a secrets file (0600), an inventory and
-a config naming them, all under the test's own folder."""
+a config naming them, all under the test's own folder (conftest's `make_world` builds one over the
+`notes` fixture and makes its config recall's)."""
 from __future__ import annotations
 
 import textwrap
@@ -28,19 +29,23 @@ def write_tree(root: Path, files: dict) -> Path:
 
 
 def build(root: Path, *, notes: dict | Path | None = None, secrets: str | None = None,
-          inventory: str | None = None, config: str = "", source: str = "notes") -> World:
+          inventory: str | None = None, config: str = "", source: str = "notes",
+          include: list | None = None, secrets_in_notes: bool = False) -> World:
     """A world under `root`: `notes` ({path: text}, or an existing folder), `secrets` and `inventory`
-    (YAML text, dedented; the secrets file 0600 in a folder outside the notes), `config` (more
-    config lines). Returns where each one is."""
+    (YAML text, dedented; the secrets file 0600 in a folder outside the notes, or with
+    `secrets_in_notes` inside the notes tree, as people keep it), `config` (more config lines),
+    `include` (the source's include globs). Returns where each one is."""
     root.mkdir(parents=True, exist_ok=True)
     notes_dir = notes if isinstance(notes, Path) else write_tree(root / "notes", notes or {})
     notes_dir.mkdir(parents=True, exist_ok=True)
     etc = root / "etc"
     etc.mkdir(mode=0o700, exist_ok=True)
     lines = [f"sources:\n  - name: {source}\n    path: {notes_dir}\n"]
+    if include is not None:
+        lines.append(f"    include: {include!r}\n")
     world = World(root=root, notes=notes_dir, config=etc / "config.yaml")
     if secrets is not None:
-        world.secrets = etc / "secrets.yaml"
+        world.secrets = (notes_dir if secrets_in_notes else etc) / "secrets.yaml"
         world.secrets.write_text(textwrap.dedent(secrets), encoding="utf-8")
         world.secrets.chmod(0o600)
         lines.append(f"secrets: [{world.secrets}]\n")
