@@ -789,3 +789,15 @@ def test_a_form_only_its_row_writes_is_masked(row):
         masked = Masker({"v": [value]}).mask(out)
         assert b"[recall:v]" in masked and no_piece(value.encode(), masked, 4), (cmd, out, masked)
         assert not re.search(rb"[a-z]-[a-z]", masked.lower()), (cmd, out, masked)
+
+
+def test_a_character_of_a_key_beside_other_armor_is_no_piece():
+    """A certificate whose last base64 character is the key's (one in 40) prints `M\\n-----END
+    CERTIFICATE-----`: one character of the key beside public armor is no piece; five are."""
+    body = PEM_BODY.replace("\n", "")
+    masker = Masker({"tls-key": [PEM]})
+    for tail in (body[-2:], body[-4:]):
+        text = f"MIIBfTCCASOgAwIBAgIU{tail}\n-----END CERTIFICATE-----\n".encode()
+        assert masker.mask(text) == text, tail
+    text = f"junk {body[-6:]}\n-----END CERTIFICATE-----\n".encode()
+    assert b"[recall:tls-key]" in masker.mask(text)

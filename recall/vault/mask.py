@@ -4,6 +4,7 @@ pauses and line breaks."""
 from __future__ import annotations
 
 import _thread
+import re
 import sys
 from bisect import bisect_right
 from itertools import accumulate
@@ -22,6 +23,7 @@ _BREAKS = b"\r\n"  # no characters of a run: wrapped base64 is one run
 _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
 _SMALL = 128       # a buffer this short: the forms sharing a window only
+_ARMOR = re.compile(rb"-----(?:begin|end) [a-z0-9 ]+-----")   # as _flat leaves it
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
 
@@ -89,6 +91,9 @@ class Masker:
             loose = 4 * len(form) >= 5 * len(raw)
             old = self._forms.get(flat, (owner, True, False))
             self._forms[flat] = (old[0], old[1] and loose, old[2] or row == "raw")
+            # a window across a PEM armor line holding 4 or fewer characters of the
+            # body is no piece: the last character before "-----END" is one in 40
+            self._public |= {flat[max(0, m.start() - 4):m.end() + 4] for m in _ARMOR.finditer(flat)}
         if len(raw) >= MIN_SECRET_LEN:
             shortest = self._lengths.get(owner, len(raw))
             self._lengths[owner] = min(len(raw), shortest)
@@ -212,8 +217,12 @@ class _Table:
         start = self._reach(flat, around[0], -1, seen)
         end = self._reach(flat, around[-1], 1, seen)
         # Stepping 8 at a time lands in any 8 windows in a row: a secret
-        # character of the run was seen, if there is one.
+        # character of the run was seen, if there is one, but for one next
+        # to PEM armor (public there): then every window decides.
         secret = [k for k in seen if k not in self.public]
+        if not secret:
+            secret = [k for k in (_key(flat, j) for j in range(start, end + 1))
+                      if k in owners and k not in self.public]
         head = [_key(flat, j) for j in range(start, min(start + 9, end + 1))]
         if (secret and self.strict.isdisjoint(secret)         # 16 of a loose
                 and not _chained(head, owners, 9)):           # form: 9 windows
