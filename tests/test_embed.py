@@ -517,3 +517,13 @@ def test_one_provider_per_config_per_process(voyage, fake):
     """The MCP server keeps a loaded model (or an open SDK client) across tool calls."""
     cfg = load_config()
     assert embed.provider_for(cfg) is embed.provider_for(load_config())
+
+
+def test_a_reloaded_config_that_changes_only_the_rerank_model_reranks_with_it(voyage, fake, cli):
+    """The MCP server reloads the config per call: a new rerank_model alone must reach Voyage."""
+    assert cli("index")[0] == 0
+    assert cli("search", "--rerank", "database failover")[0] == 0
+    voyage("  rerank_model: rerank-2\n")
+    assert cli("search", "--rerank", "database failover")[0] == 0
+    models = [r[2]["model"] for r in fake.requests if r[0] == "/v1/rerank"]
+    assert models == ["rerank-2.5-lite", "rerank-2"]

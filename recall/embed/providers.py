@@ -5,7 +5,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from ..errors import RecallError
 
@@ -275,13 +275,18 @@ class VoyageProvider:
 _PROVIDERS: dict = {}      # one per config per process: the MCP server keeps a loaded model alive
 
 
+def _cache_key(kind: str, emb) -> tuple:
+    """Every embedding setting and what the environment adds: a reloaded config that changes any
+    one of them (the rerank model too) gets a new provider."""
+    return (kind, astuple(emb), voyage_base_url(emb), os.environ.get("VOYAGE_API_KEY", ""))
+
+
 def provider_for(cfg, con=None, load_values=None):
     """The configured provider, one per config per process (`con` and `load_values`: for a Voyage
     key kept in the vault)."""
     emb = cfg.embedding
     fingerprint(emb, "document")            # says so when no provider is configured
-    key = (emb.provider, emb.model, emb.dimension, emb.batch_size, voyage_base_url(emb),
-           os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret)
+    key = _cache_key("embed", emb)
     if key not in _PROVIDERS:
         _PROVIDERS[key] = (VoyageProvider(emb, voyage_key(cfg, con, load_values)) if emb.provider == "voyage"
                            else LocalProvider(emb))
@@ -293,8 +298,7 @@ def reranker_for(cfg, con=None, load_values=None):
     emb = cfg.embedding
     if emb.provider == "voyage":
         return provider_for(cfg, con, load_values)
-    key = ("rerank", voyage_base_url(emb), os.environ.get("VOYAGE_API_KEY", ""), emb.api_key_secret,
-           emb.rerank_model)
+    key = _cache_key("rerank", emb)
     if key not in _PROVIDERS:
         _PROVIDERS[key] = VoyageProvider(emb, voyage_key(cfg, con, load_values))
     return _PROVIDERS[key]
