@@ -275,6 +275,16 @@ def test_a_hub_name_uses_the_copy_an_earlier_run_fetched_without_asking_the_hub(
     assert "7 embedded" in "\n".join(printed)
 
 
+@pytest.mark.parametrize("threads", [0, 1, 2])
+def test_no_documents_embed_to_no_vectors_on_any_number_of_cores(tiny, monkeypatch, threads):
+    """An empty batch is an empty answer, also where one core means one thread (no pool of 0)."""
+    from recall.embed import query_encoder
+    monkeypatch.setattr(query_encoder, "cpu_count", lambda: 1)
+    assert query_encoder.encoder_for(str(tiny)).encode_many([], threads=threads) == []
+    provider = embed.LocalProvider(Embedding(provider="local", model=str(tiny)))
+    assert provider.embed([], "document") == ([], 0)
+
+
 # -- long chunks: windows for a local model ---------------------------------------------------------
 
 @pytest.mark.extras

@@ -135,6 +135,8 @@ class BertEncoder:
     def encode_many(self, texts: list, threads: int = 0) -> list:
         """[vector] for `texts`, longest first in batches of BATCH, one batch per thread, each thread's
         BLAS on one core."""
+        if not texts:                     # no batches: no pool (ThreadPoolExecutor(0) raises)
+            return []
         from concurrent.futures import ThreadPoolExecutor
         ids = [e.ids for e in self.tok.encode_batch(list(texts))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
