@@ -254,6 +254,33 @@ def test_stdin_injection_like_sudo_S(vault_cfg):
     assert res.code == 1
 
 
+STDIN_SECRETS = f"""\
+- id: sudo-pass
+  inject: stdin
+  value: "sudo-{CANARY}"
+- id: db-login
+  inject: stdin
+  fields: {{username: admin-user, password: "pw-{CANARY}"}}
+"""
+SET_AND_READ = ("import json, os, sys; print(json.dumps(sorted(k for k in os.environ if k.startswith(sys.argv[1]))));"
+                " print(len(sys.stdin.readline().rstrip(chr(10))))")
+
+
+@pytest.mark.parametrize("sid, prefix, variables, on_stdin", [
+    ("sudo-pass", "SUDO_PASS", [], "sudo-" + CANARY),
+    ("db-login", "DB_LOGIN_", ["DB_LOGIN_USERNAME"], "pw-" + CANARY)])
+def test_show_names_the_variables_exec_sets_for_a_stdin_secret(make_world, sid, prefix, variables, on_stdin):
+    """One rule: the field written to stdin is the variable `secret show` leaves out and exec never sets."""
+    make_world(secrets=STDIN_SECRETS)
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    vault.sync(con, cfg)
+    assert vault.show(con, sid)["variables"] == variables
+    res = secret_exec(con, cfg, sid, [sys.executable, "-c", SET_AND_READ, prefix])
+    set_vars, length = res.stdout.decode().splitlines()
+    assert (res.code, json.loads(set_vars), int(length)) == (0, variables, len(on_stdin))
+
+
 LINE_LENGTH = "import sys; line = sys.stdin.readline(); print(len(line.rstrip(chr(10))), line.endswith(chr(10)))"
 
 

@@ -324,13 +324,11 @@ def injection(row, values: dict, stdin_flag: bool):
     if row["inject"] == "proxy":       # fail closed: only hostbound.Session injects these (placeholders)
         raise RecallError(f"secret '{row['id']}' is host-bound (inject: proxy) and cannot be injected here",
                           f"use 'recall secret exec {row['id']} -- CMD' or 'recall access exec'")
-    variables = json.loads(row["variables"])
-    env = {var: values[field] for var, field in variables.items()}
+    variables, data = json.loads(row["variables"]), None
     if stdin_flag or row["inject"] == "stdin":
-        if "" in values:
-            return {}, (values[""] + "\n").encode()
-        if "password" in values:
-            return {k: v for k, v in env.items() if variables[k] != "password"}, (values["password"] + "\n").encode()
-        raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
-                          "stdin injection writes one value; use env injection")
-    return env, None
+        field, variables = vault.on_stdin(variables)
+        if field is None:
+            raise RecallError(f"secret '{row['id']}' has several fields and none is 'password'",
+                              "stdin injection writes one value; use env injection")
+        data = (values[field] + "\n").encode()
+    return {var: values[f] for var, f in variables.items()}, data

@@ -274,13 +274,21 @@ def row_named(con, secret_id: str):
     return row
 
 
+def on_stdin(variables: dict) -> tuple:
+    """(the field written to stdin, the variables still set) when a secret goes to stdin: its single
+    value, else its 'password' field, whose variable is then never set; the field is None when it has
+    neither. The one rule for `secret show` and `secret exec`."""
+    fields = set(variables.values())
+    field = "" if "" in fields else "password" if "password" in fields else None
+    return field, {v: f for v, f in variables.items() if f != field}
+
+
 def _public(row, status=None) -> dict:
     import json
     meta = json.loads(row["meta"])
     variables = json.loads(row["variables"])
-    if row["inject"] == "stdin":        # the value goes to stdin: its variable is never set
-        stdin_field = "" if "" in variables.values() else "password"
-        variables = {v: f for v, f in variables.items() if f != stdin_field}
+    if row["inject"] == "stdin":
+        variables = on_stdin(variables)[1]
     out = {"id": row["id"], **meta, "tags": json.loads(row["tags"]),
            "variables": sorted(variables), "inject": row["inject"],
            "check": row["check_cmd"], "file": f"{row['file']}:{row['line']}"}
