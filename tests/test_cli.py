@@ -292,6 +292,21 @@ def test_eval_with_no_judged_file_in_the_index_warns_and_exits_1(cli, config, tm
     assert code == 0 and "warning: 1 of 2 judged files are not in the index (e.g. elsewhere/disk.md)" in err
 
 
+def test_eval_prints_a_judged_query_holding_a_vault_value_through_the_door(cli, make_world, tmp_path):
+    """eval opens config and DB as every verb does (api.opened): a missed query it lists is masked."""
+    pytest.importorskip("cryptography")
+    make_world(secrets=f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n")
+    assert cli("secret", "sync")[0] == 0 and cli("index")[0] == 0
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(json.dumps({"query": f"why {CANARY}",
+                                  "relevant": ["incidents/2023/INC-10963-db-failover.md"]}) + "\n")
+    r = run_recall("eval", "--verbose", golden)       # a process of its own: no masker built before
+    code, out, err = r.returncode, r.stdout, r.stderr
+    leaked = CANARY in out + err
+    assert code == 0 and not leaked
+    assert "missed (auto, all): why [recall:jira-api-token]" in out
+
+
 @pytest.fixture
 def synced(cli, make_world):
     pytest.importorskip("cryptography")

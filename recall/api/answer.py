@@ -40,10 +40,11 @@ def answer(data, shown: str = "", notices=(), code: int = 0, **extra) -> Answer:
 
 @contextlib.contextmanager
 def opened(config: str | None = None, *, readonly: bool = False, strict: bool = True, connect: bool = True,
-           need_config: bool = True):
+           need_config: bool = True, need_sources: bool = False, vectors=False):
     """(cfg, con) for one call, the door bound to its vault, closed after. `strict=False`: a vault that
     cannot be opened here does not stop the output (doctor must say why); `connect=False`: no DB (con
-    is None). An error raised inside leaves through the door too."""
+    is None); `vectors`: the DB opened to search vectors (a bool, or what the config decides:
+    vectors(cfg)). An error raised inside leaves through the door too."""
     from .. import db
     from ..config import load_config
     from ..vault import door
@@ -51,9 +52,13 @@ def opened(config: str | None = None, *, readonly: bool = False, strict: bool = 
     if checks is not None:  # prerequisites are checked once per call (the MCP server lives for many)
         checks.forget_checks()
     cfg = load_config(config)
-    if need_config:
+    if need_sources:
+        cfg.require_sources()
+    elif need_config:
         cfg.require_file()
-    con = db.connect(cfg.db_path, readonly=readonly) if connect else None
+    if callable(vectors):
+        vectors = vectors(cfg)
+    con = db.connect(cfg.db_path, readonly=readonly, vectors=vectors) if connect else None
     try:
         with door.bound(cfg, con, strict=strict):
             try:

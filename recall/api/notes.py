@@ -207,40 +207,38 @@ def read(target: str, config: str | None = None, *, max_chars: int = 8000, offse
 
 def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: bool = False) -> Answer:
     """`recall eval`: recall@5, MRR@10 and nDCG@10 per query type and mode over judged queries."""
-    from .. import db
-    from ..config import load_config
     from ..notes.evaluate import evaluate as score
     from ..notes.evaluate import judged_not_indexed, load_golden
     from ..notes.search import search as run
-    cfg = load_config(config)
-    cfg.require_sources()
-    provider = cfg.embedding.provider != "none"
-    con = db.connect(cfg.db_path, readonly=True, vectors=provider)
-    items = load_golden(golden)
-    missing, judged = judged_not_indexed(con, items)
-    if missing and len(missing) == judged:
-        raise RecallError(f"none of the {judged} files judged in {golden} is in the index of {cfg.path}",
-                          "index the notes it was judged on and name their config; for the sample set: "
-                          "recall --config golden/recall.yaml index, then eval with the same --config")
-    notices = [f"warning: {len(missing)} of {judged} judged files are not in the index (e.g. {missing[0]}); "
-               "queries that need them score lower"] if missing else []
-    hooks = search_hooks(cfg, local=True)          # the vault only: no pins, no remotes
 
-    def run_query(q, mode, n):
-        plain = mode.replace("+rerank", "")
-        return [h.relpath for h in run(con, cfg, q, n=n, mode=plain, rerank=plain != mode, remotes=False,
-                                       hooks=hooks).hits]
+    def provider(cfg) -> bool:
+        return cfg.embedding.provider != "none"
+    with opened(config, readonly=True, need_sources=True, vectors=provider) as (cfg, con):
+        items = load_golden(golden)
+        missing, judged = judged_not_indexed(con, items)
+        if missing and len(missing) == judged:
+            raise RecallError(f"none of the {judged} files judged in {golden} is in the index of {cfg.path}",
+                              "index the notes it was judged on and name their config; for the sample set: "
+                              "recall --config golden/recall.yaml index, then eval with the same --config")
+        notices = [f"warning: {len(missing)} of {judged} judged files are not in the index (e.g. {missing[0]}); "
+                   "queries that need them score lower"] if missing else []
+        hooks = search_hooks(cfg, local=True)          # the vault only: no pins, no remotes
 
-    modes = modes or (["keyword", "semantic", "hybrid"] if provider else ["auto"])
-    rows = [r for mode in modes for r in score(items, run_query, mode)]
-    cells = {(r.qtype, r.mode): r for r in rows}
-    width = max(9, *(len(m) for m in modes))
-    lines = [f"{'type':<11} {'queries':>7} {'metric':<9} " + " ".join(f"{m:>{width}}" for m in modes)]
-    for qtype in dict.fromkeys(r.qtype for r in rows):
-        count = cells[(qtype, modes[0])].queries
-        for metric, attr in (("recall@5", "recall5"), ("MRR@10", "mrr10"), ("nDCG@10", "ndcg10")):
-            lines.append(f"{qtype:<11} {count:>7} {metric:<9} "
-                         + " ".join(f"{getattr(cells[(qtype, m)], attr):>{width}.3f}" for m in modes))
-    if verbose:
-        lines += [f"missed ({r.mode}, {r.qtype}): " + "; ".join(r.misses) for r in rows if r.misses]
-    return answer([r.__dict__ for r in rows], "\n".join(lines), notices)
+        def run_query(q, mode, n):
+            plain = mode.replace("+rerank", "")
+            return [h.relpath for h in run(con, cfg, q, n=n, mode=plain, rerank=plain != mode, remotes=False,
+                                           hooks=hooks).hits]
+
+        modes = modes or (["keyword", "semantic", "hybrid"] if provider(cfg) else ["auto"])
+        rows = [r for mode in modes for r in score(items, run_query, mode)]
+        cells = {(r.qtype, r.mode): r for r in rows}
+        width = max(9, *(len(m) for m in modes))
+        lines = [f"{'type':<11} {'queries':>7} {'metric':<9} " + " ".join(f"{m:>{width}}" for m in modes)]
+        for qtype in dict.fromkeys(r.qtype for r in rows):
+            count = cells[(qtype, modes[0])].queries
+            for metric, attr in (("recall@5", "recall5"), ("MRR@10", "mrr10"), ("nDCG@10", "ndcg10")):
+                lines.append(f"{qtype:<11} {count:>7} {metric:<9} "
+                             + " ".join(f"{getattr(cells[(qtype, m)], attr):>{width}.3f}" for m in modes))
+        if verbose:
+            lines += [f"missed ({r.mode}, {r.qtype}): " + "; ".join(r.misses) for r in rows if r.misses]
+        return answer([r.__dict__ for r in rows], "\n".join(lines), notices)
