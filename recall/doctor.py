@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -345,25 +344,11 @@ def _prerequisites(cfg) -> list:
 
 
 def _prerequisite(e) -> Check:
-    up, detail = _probe(e)
+    """The entry's check, as access and verify run it, within doctor's budget."""
+    from . import inventory
+    up, detail = inventory.probe(e, min(inventory.check_timeout(e), PREREQUISITE_BUDGET))
     hint = f" — {e.hint}" if e.hint else ""
     return Check(f"prerequisite {e.id}", up, detail if up else f"down: {detail}{hint}")
-
-
-def _probe(e) -> tuple:
-    """(up, detail) of the entry's check, within the budget."""
-    from . import inventory
-    timeout = min(inventory.check_timeout(e), PREREQUISITE_BUDGET)
-    if inventory.is_tcp_check(e.check):
-        return inventory.tcp_check(e.check, timeout)
-    import shlex
-    try:
-        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-        return proc.returncode == 0, f"'{e.check}' exit {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        return False, f"'{e.check}' did not finish within {PREREQUISITE_BUDGET:g}s"
-    except OSError as exc:
-        return False, f"'{e.check}': {exc.strerror or exc}"
 
 
 def _remote_check(cfg, rem) -> Check:

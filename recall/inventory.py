@@ -398,27 +398,28 @@ def check_timeout(e: Entry) -> float:
     return e.timeout or (DEFAULT_TCP_TIMEOUT if is_tcp_check(e.check) else DEFAULT_COMMAND_TIMEOUT)
 
 
+def probe(e: Entry, timeout: float) -> tuple:
+    """(up, detail) of one run of a prerequisite's check within `timeout` seconds: `tcp HOST:PORT`
+    connects, else the command runs (no stdin). The one probe: access, verify and doctor word it alike."""
+    if is_tcp_check(e.check):
+        return tcp_check(e.check, timeout)
+    import shlex
+    import subprocess
+    try:
+        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"'{e.check}' did not finish within {timeout:g}s"
+    except OSError as exc:
+        return False, f"'{e.check}' could not run: {exc.strerror or exc}"
+    return proc.returncode == 0, f"'{e.check}' exit {proc.returncode}"
+
+
 def check_one(e: Entry) -> tuple:
     """(up, detail) of a prerequisite, checked once per process; a broken entry is never up."""
-    if e.id in _CHECKED:
-        return _CHECKED[e.id]
-    if e.error:
-        result = (False, e.error)
-    elif not e.check:
-        result = (True, "no check")
-    elif is_tcp_check(e.check):
-        result = tcp_check(e.check, check_timeout(e))
-    else:
-        import shlex
-        import subprocess
-        try:
-            proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=check_timeout(e))
-            result = (proc.returncode == 0, f"exit {proc.returncode}")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            result = (False, str(exc))
-    _CHECKED[e.id] = result
-    return result
+    if e.id not in _CHECKED:
+        _CHECKED[e.id] = ((False, e.error) if e.error else (True, "no check") if not e.check
+                          else probe(e, check_timeout(e)))
+    return _CHECKED[e.id]
 
 
 def prerequisites(entries: list, e: Entry) -> list:

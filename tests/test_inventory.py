@@ -280,6 +280,29 @@ def test_a_tcp_check_without_timeout_gets_three_seconds(tmp_path, make_world, li
     assert used == [3.0]
 
 
+@pytest.mark.parametrize("kubectl, timeout, said", [
+    ("exit 3", 5, "'kubectl get nodes' exit 3"),
+    (None, 5, "'kubectl get nodes' could not run: No such file or directory"),
+    ("exec /bin/sleep 5", 0.5, "'kubectl get nodes' did not finish within 0.5s")])
+def test_a_command_check_is_one_probe_said_alike_by_access_and_doctor(tmp_path, make_world, cli, monkeypatch,
+                                                                      kubectl, timeout, said):
+    """access exec and doctor run a prerequisite's command the same way and say its failure in the same
+    words: what ran and what came of it, for an agent to pass on."""
+    from recall.doctor import run_doctor
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if kubectl:
+        (bindir / "kubectl").write_text(f"#!/bin/sh\n{kubectl}\n")
+        (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))          # this kubectl, or none
+    make_world(inventory=f"- id: vpn\n  check: kubectl get nodes\n  timeout: {timeout}\n"
+                         "- id: h\n  requires: [vpn]\n")
+    code, out, err = cli("access", "exec", "h", "--", "true")
+    assert (code, out, err) == (69, "", f"recall: prerequisite 'vpn' is down: {said}\n")
+    doctor = {c.name: (c.ok, c.detail) for c in run_doctor(extras=False)}
+    assert doctor["prerequisite vpn"] == (False, f"down: {said}")
+
+
 def test_a_host_name_is_resolved_and_connected(tmp_path, config, listener):
     up, detail = inventory.tcp_check(f"tcp localhost:{listener}", 2)
     assert up, detail
