@@ -169,21 +169,6 @@ def notes(tmp_path) -> Path:
 
 
 @pytest.fixture
-def config(tmp_path, notes, monkeypatch):
-    """A config naming the notes tree; returns a writer for extra config text."""
-    path = tmp_path / "config.yaml"
-
-    def write(extra: str = "") -> Path:
-        path.write_text(f"sources:\n  - name: notes\n    path: {notes}\n" + extra)
-        return path
-
-    write()
-    monkeypatch.setenv("RECALL_CONFIG", str(path))
-    write.path = path
-    return write
-
-
-@pytest.fixture
 def make_world(tmp_path, notes, monkeypatch):
     """make_world(secrets=..., inventory=..., ...): tests.world.build(tmp_path, ...) over the `notes`
     fixture's tree, its config the one recall reads (RECALL_CONFIG)."""
@@ -192,6 +177,17 @@ def make_world(tmp_path, notes, monkeypatch):
         monkeypatch.setenv("RECALL_CONFIG", str(w.config))
         return w
     return make
+
+
+@pytest.fixture
+def config(make_world):
+    """The notes world alone (make_world); returns a writer of it again with extra config text and any
+    other tests.world.build argument (sources={name: folder} adds sources). `.path`: the config file."""
+    def write(extra: str = "", **world) -> Path:
+        return make_world(config=extra, **world).config
+
+    write.path = write()
+    return write
 
 
 @pytest.fixture

@@ -97,15 +97,14 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert CANARY not in r.stdout + r.stderr
 
 
-def test_each_problem_is_a_no_with_its_fix(setup, tmp_path, notes):
+def test_each_problem_is_a_no_with_its_fix(setup, make_world, tmp_path, notes):
     secrets, inventory, config = setup.secrets, setup.inventory, setup.config
     secrets.write_text(SECRETS + "- id: new-one\n  value: x\n")      # changed after the sync
     secrets.chmod(0o644)
     inventory.write_text(inventory.read_text().replace("requires: [vpn]", "requires: [vpm]"))
     key = tmp_path / "state" / "vault.key"
     key.chmod(0o644)
-    # by hand: a second source whose folder is gone, in the world's own config
-    config.write_text(config.read_text().replace("secrets: [", f"  - name: gone\n    path: {tmp_path / 'nowhere'}\nsecrets: [", 1))
+    make_world(secrets=secrets, inventory=inventory, sources={"gone": tmp_path / "nowhere"})   # this world, and a source gone
     checks = _by_name(_checks(config))
     assert checks["source gone"] == (False, f"{tmp_path / 'nowhere'} does not exist: fix its path in the config")
     ok, detail = checks["secrets secrets.yaml"]

@@ -13,8 +13,9 @@ from recall import db
 from recall.config import load_config
 from recall.notes.index import run_index
 from recall.vault import store as vault
-from tests.conftest import CANARY, NOTES, REPO, free_port, give_to_nobody, run_recall, write_tree
+from tests.conftest import CANARY, NOTES, REPO, free_port, give_to_nobody, run_recall
 from tests.test_index import _as_nobody
+from tests.world import build
 
 LATIN1 = os.fsencode("latin1-") + b"\xe9.md"          # 'latin1-é.md' written by an old latin-1 system
 
@@ -58,9 +59,9 @@ def test_an_unreadable_folder_is_reported_once_and_its_notes_are_kept(monkeypatc
     base = Path(tempfile.mkdtemp(prefix="recall-unreadable-"))       # a tree 'nobody' can reach
     try:
         os.chmod(base, 0o755)
-        notes = write_tree(base / "notes", NOTES)
-        (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
-        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        world = build(base, notes=NOTES)
+        notes = world.notes
+        monkeypatch.setenv("RECALL_CONFIG", str(world.config))
         monkeypatch.setenv("RECALL_HOME", str(base / "state"))
         cfg = load_config()
         run_index(db.connect(cfg.db_path), cfg, redactor=vault.redactor)
@@ -275,21 +276,20 @@ def test_a_full_tmpfs_is_one_line(config, notes, tmp_path, monkeypatch):
 
 
 def _owned_tree():
-    """notes + config in a folder another user can reach (tmp_path is root's alone); returns it."""
+    """The notes world in a folder another user can reach (tmp_path is root's alone)."""
     base = Path(tempfile.mkdtemp(prefix="recall-faults-"))
     os.chmod(base, 0o755)
-    notes = write_tree(base / "notes", NOTES)
-    (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
-    return base
+    return build(base, notes=NOTES)
 
 
 def test_a_read_only_db_and_an_unreadable_home_are_one_line(monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("needs root to run recall as another user")
-    base = _owned_tree()
+    world = _owned_tree()
+    base = world.root
     try:
         state = base / "state"
-        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        monkeypatch.setenv("RECALL_CONFIG", str(world.config))
         monkeypatch.setenv("RECALL_HOME", str(state))
         assert run_recall("index").returncode == 0
         give_to_nobody(base)
@@ -570,8 +570,7 @@ def test_a_source_nested_1200_folders_deep_is_indexed_and_searched(tmp_path, mon
             os.chdir("d")
         Path("bottom.md").write_text("# Bottom\n\nthe quokka sleeps at the very bottom\n")
         os.chdir(here)
-        (tmp_path / "deep.yaml").write_text(f"sources:\n  - name: deep\n    path: {deep}\n")
-        monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "deep.yaml"))
+        monkeypatch.setenv("RECALL_CONFIG", str(build(tmp_path, notes=deep, source="deep").config))
         r = run_recall("index", "--no-embed")
         assert r.returncode == 0 and r.stdout.startswith("indexed: 1 new"), r.stderr[-500:]
         r = run_recall("search", "quokka")
@@ -693,9 +692,7 @@ def test_doctor_on_a_source_nested_1200_folders_deep_says_its_count_no_traceback
         os.chdir("d")
     Path("bottom.md").write_text("# Bottom\n\nthe deepest note\n")
     os.chdir(tmp_path)
-    cfg = tmp_path / "deep.yaml"
-    cfg.write_text(f"sources:\n  - name: deep\n    path: {deep}\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(cfg))
+    monkeypatch.setenv("RECALL_CONFIG", str(build(tmp_path, notes=deep, source="deep").config))
     try:
         index = run_recall("index", "--no-embed")
         r = run_recall("doctor")

@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.vector_cache import cached_vectors
+from tests.world import build
 
 GOLDEN = REPO / "golden"
 
@@ -76,10 +77,11 @@ def _scorer():
     return mod
 
 
-def _config_text(name, provider):
+def _config(root, name, provider) -> Path:
+    """A world under `root` over the set's notes (tests.world.build); returns its config."""
     notes = GOLDEN / "notes" if name == "golden" else DEVSETS[name] / "corpus"
-    source = "golden" if name == "golden" else "devset"
-    return f"sources:\n  - name: {source}\n    path: {notes}\n" + (f"embedding:\n  provider: {provider}\n" if provider else "")
+    return build(root, notes=notes, source="golden" if name == "golden" else "devset",
+                 config=f"embedding:\n  provider: {provider}\n" if provider else "").config
 
 
 def _ranked(con, cfg, mode):
@@ -98,8 +100,7 @@ def test_eval_scores_the_files_the_dev_sets_scorer_scores(name, tmp_path, monkey
     from recall.config import load_config
     from recall.notes.evaluate import DEPTH, ranked_files
     queries, scorer = _queries(name), _scorer()
-    (tmp_path / "c.yaml").write_text(_config_text(name, None))
-    monkeypatch.setenv("RECALL_CONFIG", str(tmp_path / "c.yaml"))
+    monkeypatch.setenv("RECALL_CONFIG", str(_config(tmp_path, name, None)))
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
     assert cli("index")[0] == 0
     code, out, err = cli("--json", "eval", _folder(name) / "queries.jsonl", "--mode", "keyword")
@@ -131,7 +132,6 @@ def _local_state(name, tmp_path_factory):
     keep = os.environ.get("RECALL_DEVSET_HOMES")
     home = (Path(keep) / name) if keep else tmp_path_factory.mktemp(f"{name}-local")
     home.mkdir(parents=True, exist_ok=True)
-    (home / "devset.yaml").write_text(_config_text(name, "local"))
     return home
 
 
@@ -159,7 +159,8 @@ def promise_figures(tmp_path_factory):
         queries, scorer = _queries(name), _scorer()
         home = _local_state(name, tmp_path_factory)
         saved = {k: os.environ.get(k) for k in ("RECALL_CONFIG", "RECALL_HOME", "HF_HUB_OFFLINE")}
-        os.environ.update(RECALL_CONFIG=str(home / "devset.yaml"), RECALL_HOME=str(home), HF_HUB_OFFLINE="1")
+        config = _config(tmp_path_factory.mktemp(f"{name}-world"), name, "local")
+        os.environ.update(RECALL_CONFIG=str(config), RECALL_HOME=str(home), HF_HUB_OFFLINE="1")
         try:
             cfg = load_config()
             con = db.connect(cfg.db_path, vectors=True)

@@ -351,8 +351,7 @@ def _golden_eval_rows(cli, *extra):
 
 
 def _golden_config(tmp_path, monkeypatch, embedding: str):
-    path = tmp_path / "golden.yaml"
-    path.write_text(f"sources:\n  - name: golden\n    path: {REPO / 'golden' / 'notes'}\nembedding:\n{embedding}")
+    path = build(tmp_path, notes=REPO / "golden" / "notes", source="golden", config="embedding:\n" + embedding).config
     monkeypatch.setenv("RECALL_CONFIG", str(path))
 
 

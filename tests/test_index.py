@@ -15,6 +15,7 @@ from recall.notes.index import run_index
 from recall.notes.walk import glob_to_regex
 from recall.vault import store as vault
 from tests.conftest import NOTES, give_to_nobody, write_tree
+from tests.world import build
 
 
 def _index(**kw):
@@ -121,9 +122,9 @@ def test_unreadable_file_is_reported_and_kept(tmp_path, monkeypatch):
     base = Path(tempfile.mkdtemp(prefix="recall-unreadable-"))       # a tree 'nobody' can reach
     try:
         os.chmod(base, 0o755)
-        notes = write_tree(base / "notes", NOTES)
-        (base / "config.yaml").write_text(f"sources:\n  - name: notes\n    path: {notes}\n")
-        monkeypatch.setenv("RECALL_CONFIG", str(base / "config.yaml"))
+        world = build(base, notes=NOTES)
+        notes = world.notes
+        monkeypatch.setenv("RECALL_CONFIG", str(world.config))
         monkeypatch.setenv("RECALL_HOME", str(base / "state"))
         _index()[1].close()       # closed now, not by a later GC while the owners change (it drops the WAL)
         p = notes / "runbooks/jump-hosts.md"
@@ -167,7 +168,7 @@ def test_progress_bar_on_a_terminal_only(config, tmp_path):
 def test_missing_source_path_is_an_error_and_changes_nothing(config, tmp_path):
     cfg, con, _ = _index()
     before = _relpaths(con)
-    config(f"  - name: gone\n    path: {tmp_path / 'nope'}\n")
+    config(sources={"gone": tmp_path / "nope"})
     with pytest.raises(RecallError) as err:
         _index()
     assert "nope" in str(err.value) and "config.yaml:4" in str(err.value)
@@ -195,26 +196,21 @@ def test_a_missing_or_empty_source_keeps_its_notes_until_prune(config, tmp_path,
     assert "INC-10963-db-failover.md" not in run_recall("search", "INC-10963").stdout
 
 
-def test_include_exclude_globs(tmp_path, notes, monkeypatch):
+def test_include_exclude_globs(make_world, notes):
     (notes / "code").mkdir()
     (notes / "code" / "deploy.sh").write_text("echo deploy\n")
     (notes / "drafts").mkdir()
     (notes / "drafts" / "wip.md").write_text("# wip\n")
-    cfgp = tmp_path / "c.yaml"
-    cfgp.write_text(f"sources:\n  - name: n\n    path: {notes}\n    include: ['*.md', 'code/**']\n"
-                    f"    exclude: [drafts/]\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(cfgp))
+    make_world(source="n", include=["*.md", "code/**"], exclude=["drafts/"])
     _, con, _ = _index()
     rels = _relpaths(con)
     assert "code/deploy.sh" in rels and "drafts/wip.md" not in rels
     assert "incidents/2023/INC-10963-db-failover.md" in rels
 
 
-def test_secrets_file_inside_notes_is_never_indexed(tmp_path, notes, monkeypatch):
+def test_secrets_file_inside_notes_is_never_indexed(make_world, notes):
     (notes / "secrets.md").write_text("# secrets\nvalue: hunter2hunter2\n")
-    cfgp = tmp_path / "c.yaml"
-    cfgp.write_text(f"sources: [{{name: n, path: {notes}}}]\nsecrets: [{notes / 'secrets.md'}]\n")
-    monkeypatch.setenv("RECALL_CONFIG", str(cfgp))
+    make_world(source="n", secrets=notes / "secrets.md")
     _, con, _ = _index()
     assert "secrets.md" not in _relpaths(con)
 
@@ -256,7 +252,7 @@ def test_incident_template_dates_are_the_hits_date_and_rank_it(config, notes):
 
 def test_missing_sources_names_each_folder_not_there(config, notes, tmp_path):
     from recall.notes.walk import missing_sources
-    config(f"  - name: usb\n    path: {tmp_path / 'usb'}\n")
+    config(sources={"usb": tmp_path / "usb"})
     assert missing_sources(load_config().sources) == [
         f"source 'usb': {tmp_path / 'usb'} is not there (missing, or a disk not mounted): "
         "its notes are searched as last indexed"]
@@ -290,7 +286,7 @@ def test_a_note_is_dated_by_its_own_date_its_name_its_last_commit_then_its_mtime
     clone = tmp_path / "clone"
     _git(tmp_path, "clone", "-q", str(repo), str(clone))          # every file's mtime: today
     (clone / "notes" / "new.md").write_text("# New\n\nnot committed\n")
-    config(f"  - name: clone\n    path: {clone}\n")
+    config(sources={"clone": clone})
     cfg, con, _ = _index()
     dates = dict(con.execute("SELECT relpath, date FROM files WHERE source = 'clone'").fetchall())
     today = datetime.now(timezone.utc).date().isoformat()       # an mtime is dated in UTC

@@ -14,7 +14,7 @@ pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
 from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
-from tests.world import build, write_tree  # noqa: E402
+from tests.world import build  # noqa: E402
 
 # A value every escaper changes: quotes, a backslash, $, a backtick, a space, non-ASCII.
 TRICKY = CANARY + "'q\"b\\s$d `t é"
@@ -169,9 +169,8 @@ def test_linked_secrets_files_are_never_indexed_nor_read(world):
     (notes / "linked.yaml").symlink_to(secrets)
     link_src = world.root / "notes-link"
     link_src.symlink_to(notes)
-    # by hand: this world's source is the symlink, and its secrets file sits inside it
-    world.config.write_text(f"sources:\n  - name: notes\n    path: {link_src}\n    include: ['*.md', '*.yaml']\n"
-                            f"secrets: [{secrets}]\ninventory: [{world.inventory}]\n")
+    # this world again, its source the symlink and its secrets file inside it
+    build(world.root, notes=link_src, include=["*.md", "*.yaml"], secrets=secrets, inventory=world.inventory)
     (notes / ".env").write_text(f"CANARY_TOKEN={CANARY}\n")
     ok(run_recall("secret", "sync"))
     os.link(secrets, notes / "hard.yaml")              # after: sync refuses a file with another name
@@ -285,15 +284,14 @@ def test_remote_hits_and_reads_are_redacted_locally(world, tmp_path):
     server = start_sshd(tmp_path / "sshd")
     try:
         remote_root = tmp_path / "remote"
-        write_tree(remote_root, {"boxnotes/leak.md": f"# Box token\n\nThe box token is {CANARY} today.\n"})
-        (remote_root / "config.yaml").write_text(
-            f"home: {remote_root / 'state'}\nsources:\n  - name: box\n    path: {remote_root / 'boxnotes'}\n")
+        box = build(remote_root, notes={"leak.md": f"# Box token\n\nThe box token is {CANARY} today.\n"}, source="box",
+                    config=f"home: {remote_root / 'state'}\n")
         r = run_recall("remote", "install", "testbox", "--path", str(remote_root / "recall"),
                        "--ssh-config", str(server.client_config))
         assert r.returncode == 0, r.stderr
         text = world.config.read_text()
         world.config.write_text(text + f"remotes:\n  - name: box\n    host: testbox\n"
-                                   f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
+                                   f"    path: {remote_root / 'recall'}\n    config: {box.config}\n"
                                    f"    ssh_config: {server.client_config}\n    timeout: 20\n")
         assert run_recall("index", "--remote", "box").returncode == 0
         r = ok(run_recall("--json", "search", "box", "token", "today"))

@@ -357,7 +357,7 @@ def test_a_fact_deep_in_a_long_section_is_found_by_meaning(config, notes, cli):
 
 
 @pytest.mark.extras
-def test_the_local_provider_indexes_and_searches_golden_with_torch_unimportable(config, tmp_path):
+def test_the_local_provider_indexes_and_searches_golden_with_torch_unimportable(make_world, tmp_path):
     """An install of recall[local] has no torch: `recall index` over golden/'s projects and howtos
     and a semantic search in processes where torch cannot be imported, no network asked."""
     import shutil
@@ -365,8 +365,7 @@ def test_the_local_provider_indexes_and_searches_golden_with_torch_unimportable(
     notes = tmp_path / "golden-part"
     for part in ("projects", "howto"):
         shutil.copytree(REPO / "golden" / "notes" / part, notes / part)
-    config.path.write_text(f"sources:\n  - name: golden\n    path: {notes}\n"
-                           "embedding:\n  provider: local\n")
+    make_world(notes=notes, source="golden", config="embedding:\n  provider: local\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_HOME")}
 
     def run(*argv):

@@ -10,6 +10,7 @@ import pytest
 from recall.notes.search import Hit, SearchResult
 from recall.remote import federate
 from tests.conftest import free_port, run_recall, write_tree
+from tests.world import build, config_path
 
 REMOTE_NOTES = {
     "boxnotes/kafka-rebalance.md": """\
@@ -62,15 +63,14 @@ def box(tmp_path):
     server = start_sshd(tmp_path / "sshd")
     remote_root = tmp_path / "remote"
     write_tree(remote_root, REMOTE_NOTES)
-    (remote_root / "config.yaml").write_text(
-        f"home: {remote_root / 'state'}\nsources:\n  - name: box\n    path: {remote_root / 'boxnotes'}\n")
+    build(remote_root, notes=remote_root / "boxnotes", source="box", config=f"home: {remote_root / 'state'}\n")
     yield server, remote_root
     stop_sshd(server)
 
 
 def _local_config(tmp_path, config, server, remote_root, *, host="testbox", timeout=20):
     config(f"remotes:\n  - name: box\n    host: {host}\n    path: {remote_root / 'recall'}\n"
-           f"    config: {remote_root / 'config.yaml'}\n    ssh_config: {server.client_config}\n"
+           f"    config: {config_path(remote_root)}\n    ssh_config: {server.client_config}\n"
            f"    timeout: {timeout}\n")
 
 
@@ -190,7 +190,7 @@ def test_install_at_the_default_path_then_again_updates(tmp_path, config, box, i
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith(f"{word} recall on testbox at {isolated_home / 'recall'}:")
     assert (isolated_home / "recall" / "recall.py").exists()
-    (isolated_home / "box.yaml").write_text((remote_root / "config.yaml").read_text())
+    (isolated_home / "box.yaml").write_text(config_path(remote_root).read_text())
     config(f"remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n    config: ~/box.yaml\n"
            f"    ssh_config: {server.client_config}\n")
     r = run_recall("index", "--remote", "box")
@@ -213,7 +213,7 @@ def test_install_by_inventory_id_connects_to_its_ssh_url(tmp_path, make_world, b
     assert r.stdout.startswith(f"installed recall on analytics-box at {remote_root / 'recall'}:")
     assert (remote_root / "recall" / "recall.py").exists()
     make_world(inventory=inv, config=f"remotes:\n  - name: box\n    host: analytics-box\n"
-                                     f"    path: {remote_root / 'recall'}\n    config: {remote_root / 'config.yaml'}\n"
+                                     f"    path: {remote_root / 'recall'}\n    config: {config_path(remote_root)}\n"
                                      f"    ssh_config: {ssh_config}\n")
     assert run_recall("index", "--remote", "box").returncode == 0
     assert run_recall("index").returncode == 0

@@ -412,7 +412,7 @@ def test_a_config_error_is_said_then_the_fixed_config_is_followed(config, notes,
     """Started with a broken config (as `recall mcp` may be), fixed while it runs; then a second source
     added to it is followed too."""
     monkeypatch.setenv("RECALL_WATCH", "poll")
-    config.path.write_text(f"sources:\n  - name: notes\n    paht: {notes}\n")
+    config.path.write_text(config.path.read_text().replace("    path:", "    paht:"))     # one typo
     w = _following(None, first_pass=False)
     try:
         why = _eventually(w.trouble)
@@ -422,7 +422,7 @@ def test_a_config_error_is_said_then_the_fixed_config_is_followed(config, notes,
         more = notes.parent / "more"
         more.mkdir()
         (more / "other.md").write_text("# Other\n\nINC-65656 in a source added later.\n")
-        config(f"  - name: more\n    path: {more}\n")
+        config(sources={"more": more})
         added = _eventually(lambda: _found("INC-65656"))
     finally:
         w.stop()
@@ -465,7 +465,7 @@ def test_a_full_disk_is_said_then_followed_again_once_freed(config, notes, tmp_p
 
 
 def test_recall_mcp_started_with_a_config_error_follows_the_notes_once_it_is_fixed(config, notes):
-    config.path.write_text(f"sources:\n  - name: notes\n    paht: {notes}\n")
+    config.path.write_text(config.path.read_text().replace("    path:", "    paht:"))     # one typo
 
     async def script(search, until):
         broken = await search("INC-66666")                 # the config's error, as the agent reads it

@@ -28,30 +28,45 @@ def write_tree(root: Path, files: dict) -> Path:
     return root
 
 
-def build(root: Path, *, notes: dict | Path | None = None, secrets: str | None = None,
-          inventory: str | None = None, config: str = "", source: str = "notes",
-          include: list | None = None, secrets_in_notes: bool = False) -> World:
+def config_path(root: Path) -> Path:
+    """Where build(root, …) writes the world's config."""
+    return root / "etc" / "config.yaml"
+
+
+def build(root: Path, *, notes: dict | Path | None = None, secrets: str | Path | None = None,
+          inventory: str | Path | None = None, config: str = "", source: str = "notes",
+          include: list | None = None, exclude: list | None = None, sources: dict | None = None,
+          secrets_in_notes: bool = False) -> World:
     """A world under `root`: `notes` ({path: text}, or an existing folder), `secrets` and `inventory`
-    (YAML text, dedented; the secrets file 0600 in a folder outside the notes, or with
-    `secrets_in_notes` inside the notes tree, as people keep it), `config` (more config lines),
-    `include` (the source's include globs). Returns where each one is."""
+    (YAML text, dedented, or an existing file named as it is; the secrets file written 0600 in a folder
+    outside the notes, or with `secrets_in_notes` inside the notes tree, as people keep it), `config`
+    (more config lines), `include` / `exclude` (the source's globs), `sources` ({name: folder}: more
+    sources after it). Returns where each one is."""
     root.mkdir(parents=True, exist_ok=True)
     notes_dir = notes if isinstance(notes, Path) else write_tree(root / "notes", notes or {})
     notes_dir.mkdir(parents=True, exist_ok=True)
     etc = root / "etc"
     etc.mkdir(mode=0o700, exist_ok=True)
     lines = [f"sources:\n  - name: {source}\n    path: {notes_dir}\n"]
-    if include is not None:
-        lines.append(f"    include: {include!r}\n")
-    world = World(root=root, notes=notes_dir, config=etc / "config.yaml")
+    lines += [f"    {key}: {globs!r}\n" for key, globs in (("include", include), ("exclude", exclude))
+              if globs is not None]
+    lines += [f"  - name: {name}\n    path: {path}\n" for name, path in (sources or {}).items()]
+    world = World(root=root, notes=notes_dir, config=config_path(root))
     if secrets is not None:
-        world.secrets = (notes_dir if secrets_in_notes else etc) / "secrets.yaml"
-        world.secrets.write_text(textwrap.dedent(secrets), encoding="utf-8")
-        world.secrets.chmod(0o600)
+        world.secrets = _file(secrets, (notes_dir if secrets_in_notes else etc) / "secrets.yaml", 0o600)
         lines.append(f"secrets: [{world.secrets}]\n")
     if inventory is not None:
-        world.inventory = etc / "inventory.yaml"
-        world.inventory.write_text(textwrap.dedent(inventory), encoding="utf-8")
+        world.inventory = _file(inventory, etc / "inventory.yaml")
         lines.append(f"inventory: [{world.inventory}]\n")
     world.config.write_text("".join(lines) + textwrap.dedent(config), encoding="utf-8")
     return world
+
+
+def _file(given: str | Path, path: Path, mode: int | None = None) -> Path:
+    """An existing file as it is (its mode too), or the text (dedented) written at `path`."""
+    if isinstance(given, Path):
+        return given
+    path.write_text(textwrap.dedent(given), encoding="utf-8")
+    if mode is not None:
+        path.chmod(mode)
+    return path
