@@ -205,13 +205,16 @@ SPELLINGS = ["INC-10963", "inc-10963", "INC 10963", "inc10963", "10963", "jump01
              "HighReplicationLag", "high_replication_lag", "cert-manager", "CERT_MANAGER", "certmanager"]
 
 
-def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, config, monkeypatch):
+def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, config, notes, monkeypatch):
     """A DB an older recall wrote (a row per identifier and chunk) is converted when opened: every
-    spelling finds what a new index finds, and a note deleted afterwards takes its identifiers along."""
+    spelling finds what a new index finds, the next index run gives the old rows' pages back, and a
+    note deleted afterwards takes its identifiers along."""
     from recall.config import load_config
+    from recall.db import space
     from recall.notes.index import run_index
     from recall.notes.search import search
     from recall.vault import store as vault
+    _notes_tree(notes / "many", 150)
     cfg = load_config()
     new = db.connect(cfg.db_path)
     run_index(new, cfg, redactor=vault.redactor)
@@ -220,6 +223,7 @@ def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, 
     old = db.connect(tmp_path / "old.db")
     old.execute("ATTACH ? AS new", (str(cfg.db_path),))
     with db.transaction(old):
+        old.execute("INSERT INTO meta SELECT * FROM new.meta")            # as its last index run left it
         old.execute("INSERT INTO files SELECT * FROM new.files")
         old.execute("INSERT INTO chunks SELECT * FROM new.chunks")
         old.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)", _rows_an_older_index_wrote(old))
@@ -231,6 +235,9 @@ def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, 
     def found(con):
         return {q: search(con, cfg, q, remotes=False).public() for q in SPELLINGS}
     assert found(old) == found(new)
+    assert old.execute("PRAGMA freelist_count").fetchone()[0] > 0      # the old rows' pages
+    assert space.reclaim(old)["vacuumed"]                               # given back as an index run ends
+    assert old.execute("PRAGMA freelist_count").fetchone()[0] == 0
     assert search(old, cfg, "PG_PROD_03", remotes=False).hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
     for con in (old, new):
         with db.transaction(con):

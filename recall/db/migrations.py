@@ -270,5 +270,7 @@ MIGRATIONS: list = [          # never edit a landed one
     WHEN NOT EXISTS (SELECT 1 FROM ident_chunks WHERE ident_id = old.ident_id) BEGIN
         DELETE FROM idents WHERE id = old.ident_id;
     END;
+    -- the old rows' pages are free now: the next index run merges FTS5 and VACUUMs (db.space)
+    DELETE FROM meta WHERE key = 'fts_rows_merged';
     """,
 ]
