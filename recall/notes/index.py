@@ -129,6 +129,7 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
     return len(chunks)
 
 
+# each identifier once (its key filled in once it is met as a whole token), then this chunk among its holders
 _IDENT = ("INSERT INTO idents(term, key) VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET key = excluded.key "
           "WHERE idents.key IS NULL AND excluded.key IS NOT NULL")
 _HELD_BY = "INSERT INTO ident_chunks(ident_id, chunk_id, whole) SELECT id, ?, ? FROM idents WHERE term = ?"
