@@ -186,3 +186,61 @@ def test_one_process_opens_a_db_file_through_one_sqlite_library(tmp_path):
         other.close()
     assert first.execute("SELECT value FROM meta WHERE key = 'written'").fetchone()[0] == "by the watcher"
     assert Path(f"{path}-wal").exists()                            # still the watcher's
+
+
+def _rows_an_older_index_wrote(con) -> list:
+    """The identifier rows an index run wrote before migration 13: one per identifier and chunk,
+    its count, and its key where it is a whole token (notes/index.py as it was)."""
+    from recall.notes import terms
+    rows = []
+    for cid, crumb, body, rel in con.execute("SELECT id, breadcrumb, body, path FROM chunks"):
+        whole: set = set()
+        found = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
+        rows += [(t, cid, n, terms.key(t) if t in whole else None) for t, n in found.items()]
+    return rows
+
+
+SPELLINGS = ["INC-10963", "inc-10963", "INC 10963", "inc10963", "10963", "jump01", "JUMP01", "jump-01",
+             "jump01.example.com", "jump011", "pg-prod-03", "PG_PROD_03", "pg-prod-03.db", "pg-prod-04",
+             "HighReplicationLag", "high_replication_lag", "cert-manager", "CERT_MANAGER", "certmanager"]
+
+
+def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, config, notes, monkeypatch):
+    """A DB an older recall wrote (a row per identifier and chunk) is converted when opened: every
+    spelling finds what a new index finds, the next index run gives the old rows' pages back, and a
+    note deleted afterwards takes its identifiers along."""
+    from recall.config import load_config
+    from recall.db import space
+    from recall.notes.index import run_index
+    from recall.notes.search import search
+    from recall.vault import store as vault
+    _notes_tree(notes / "many", 150)
+    cfg = load_config()
+    new = db.connect(cfg.db_path)
+    run_index(new, cfg, redactor=vault.redactor)
+    every = db.MIGRATIONS
+    monkeypatch.setattr(db, "MIGRATIONS", every[:next(i for i, m in enumerate(every) if "ident_chunks" in str(m))])
+    old = db.connect(tmp_path / "old.db")
+    old.execute("ATTACH ? AS new", (str(cfg.db_path),))
+    with db.transaction(old):
+        old.execute("INSERT INTO meta SELECT * FROM new.meta")            # as its last index run left it
+        old.execute("INSERT INTO files SELECT * FROM new.files")
+        old.execute("INSERT INTO chunks SELECT * FROM new.chunks")
+        old.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)", _rows_an_older_index_wrote(old))
+    old.close()
+    monkeypatch.setattr(db, "MIGRATIONS", every)
+    old = db.connect(tmp_path / "old.db")
+    assert old.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(every)
+
+    def found(con):
+        return {q: search(con, cfg, q, remotes=False).public() for q in SPELLINGS}
+    assert found(old) == found(new)
+    assert old.execute("PRAGMA freelist_count").fetchone()[0] > 0      # the old rows' pages
+    assert space.reclaim(old)["vacuumed"]                               # given back as an index run ends
+    assert old.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert search(old, cfg, "PG_PROD_03", remotes=False).hits[0].relpath == "incidents/2023/INC-10963-db-failover.md"
+    for con in (old, new):
+        with db.transaction(con):
+            con.execute("DELETE FROM files WHERE relpath = 'runbooks/jump-hosts.md'")
+    assert found(old) == found(new)
+    assert not search(old, cfg, "jump01", remotes=False).hits

@@ -12,6 +12,7 @@ from recall import db
 from recall.config import load_config
 from recall.errors import RecallError
 from recall.notes.index import run_index
+from recall.notes.search import search
 from recall.notes.walk import glob_to_regex
 from recall.vault import store as vault
 from tests.conftest import NOTES, give_to_nobody, write_tree
@@ -48,6 +49,65 @@ def test_changed_and_deleted_files(config, notes):
     assert con.execute("SELECT count(*) FROM idents WHERE term='bastion02.example.com'").fetchone()[0] == 1
     # the FTS index follows deletions (external content kept in sync by triggers)
     assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'standup'").fetchone()[0] == 0
+
+
+# an identifier each of the config's notes holds and no other note does
+OWN_IDENTIFIER = {"incidents/2023/INC-10963-db-failover.md": "pg-prod-04", "runbooks/jump-hosts.md": "jump011.example.com",
+                  "projects/cert-rotation.md": "cert-manager", "meetings/2024-01-15-standup.md": "10963"}
+
+
+def _found(con, cfg, query):
+    return [h.relpath for h in search(con, cfg, query, remotes=False).hits]
+
+
+def test_a_chunk_id_taken_again_holds_only_its_own_identifiers(config, notes):
+    """A note rewritten takes its chunks' ids again (the last ones, reused): the new text's
+    identifiers are found there and the old text's nowhere."""
+    cfg, con, _ = _index()
+    last = con.execute("SELECT f.relpath FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY c.id DESC").fetchone()[0]
+    ids = [r[0] for r in con.execute("SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.relpath=?", (last,))]
+    assert _found(con, cfg, OWN_IDENTIFIER[last]) == [last]
+    (notes / last).write_text("# Moved\n\nNow about OPS-4242 only.\n")
+    _, con, rep = _index()
+    assert rep.changed == 1
+    assert con.execute("SELECT min(c.id) FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.relpath=?",
+                       (last,)).fetchone()[0] == ids[0]          # the id is taken again
+    assert _found(con, cfg, OWN_IDENTIFIER[last]) == []
+    assert _found(con, cfg, "OPS-4242") == _found(con, cfg, "ops_4242") == [last]
+    for rel, ident in OWN_IDENTIFIER.items():                        # the other notes keep theirs
+        assert rel == last or _found(con, cfg, ident)[0] == rel
+
+
+def test_a_spelling_goes_with_the_last_note_naming_it_whole(config, notes):
+    """JUMP_01 is a spelling of jump01 while a note names jump01 itself; jump01.example.com alone
+    (jump01 only its dotted prefix) makes it no spelling, as it never was."""
+    write_tree(notes, {"runbooks/bastion.md": "# Bastion\n\nssh to jump01 first, then to the database host.\n"})
+    cfg, con, _ = _index()
+    assert "runbooks/bastion.md" in _found(con, cfg, "JUMP_01")
+    (notes / "runbooks/bastion.md").unlink()
+    _, con, _ = _index()
+    assert _found(con, cfg, "JUMP_01") == []
+    assert _found(con, cfg, "jump01") == ["runbooks/jump-hosts.md"]
+
+
+def test_no_identifier_outlives_the_chunks_holding_it(config, notes):
+    """Notes edited, removed and added back, run after run: the identifiers kept are those the
+    notes hold now, each once (the DB stays in proportion)."""
+    from recall.notes import terms
+    cfg, con, _ = _index()
+    for round_ in range(3):
+        (notes / "runbooks/jump-hosts.md").write_text(f"# Jump hosts\n\nNow bastion{round_:02d}.example.com.\n")
+        (notes / "meetings/2024-01-15-standup.md").unlink()
+        _index()
+        write_tree(notes, {"meetings/2024-01-15-standup.md": NOTES["meetings/2024-01-15-standup.md"]})
+        _, con, _ = _index()
+    held = set()
+    for crumb, body, rel in con.execute("SELECT breadcrumb, body, path FROM chunks"):
+        held |= set(terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1]))
+    kept = [t for (t,) in con.execute("SELECT term FROM idents")]
+    assert sorted(kept) == sorted(held)
+    assert _found(con, cfg, "bastion02.example.com") == ["runbooks/jump-hosts.md"]
+    assert _found(con, cfg, "bastion01.example.com") == []
 
 
 def test_touched_but_same_content_is_not_rechunked(config, notes):

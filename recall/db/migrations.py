@@ -241,4 +241,36 @@ MIGRATIONS: list = [          # never edit a landed one
     ALTER TABLE idents ADD COLUMN key TEXT;
     CREATE INDEX idents_key ON idents(key);
     """,
+    """
+    -- each identifier once (idents) and the chunks holding it (ident_chunks), in place of a row per
+    -- identifier and chunk with both texts, indexed twice, and a count nothing read (issue 36.4).
+    -- idents.key: set once the term is met as a whole token; ident_chunks.whole says where it is
+    -- one (else a host name's dotted prefix). An identifier goes with the last chunk holding it.
+    -- First, so a DB already converted fails here, unchanged:
+    DROP INDEX idents_chunk;
+    DROP INDEX idents_key;
+    DROP TRIGGER chunks_ad;
+    ALTER TABLE idents RENAME TO ident_rows;
+    CREATE TABLE idents(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, key TEXT);
+    INSERT INTO idents(term, key) SELECT term, max(key) FROM ident_rows GROUP BY term ORDER BY term;
+    CREATE TABLE ident_chunks(ident_id INTEGER NOT NULL, chunk_id INTEGER NOT NULL, whole INTEGER NOT NULL,
+                              PRIMARY KEY(ident_id, chunk_id)) WITHOUT ROWID;
+    INSERT INTO ident_chunks(ident_id, chunk_id, whole)
+        SELECT i.id, r.chunk_id, r.key IS NOT NULL FROM ident_rows r JOIN idents i ON i.term = r.term
+        ORDER BY i.id, r.chunk_id;
+    DROP TABLE ident_rows;
+    CREATE INDEX idents_key ON idents(key) WHERE key IS NOT NULL;
+    CREATE INDEX ident_chunks_chunk ON ident_chunks(chunk_id);
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body, path)
+        VALUES ('delete', old.id, old.breadcrumb, old.body, old.path);
+        DELETE FROM ident_chunks WHERE chunk_id = old.id;
+    END;
+    CREATE TRIGGER ident_chunks_ad AFTER DELETE ON ident_chunks
+    WHEN NOT EXISTS (SELECT 1 FROM ident_chunks WHERE ident_id = old.ident_id) BEGIN
+        DELETE FROM idents WHERE id = old.ident_id;
+    END;
+    -- the old rows' pages are free now: the next index run merges FTS5 and VACUUMs (db.space)
+    DELETE FROM meta WHERE key = 'fts_rows_merged';
+    """,
 ]

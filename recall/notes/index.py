@@ -129,6 +129,12 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
     return len(chunks)
 
 
+# each identifier once (its key filled in once it is met as a whole token), then this chunk among its holders
+_IDENT = ("INSERT INTO idents(term, key) VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET key = excluded.key "
+          "WHERE idents.key IS NULL AND excluded.key IS NOT NULL")
+_HELD_BY = "INSERT INTO ident_chunks(ident_id, chunk_id, whole) SELECT id, ?, ? FROM idents WHERE term = ?"
+
+
 def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
     """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
     digest = chunk_hash(rel, crumb, body)
@@ -138,10 +144,10 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
         (chunk_id, file_id, ord_, start, end, crumb, body, digest, rel)).lastrowid
     # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
     whole: set = set()
-    idents = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
+    found = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
     # a host name's dotted prefixes have no key: "ceph" of ceph.conf is a word, not a spelling
-    con.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)",
-                    [(t, chunk_id, n, terms.key(t) if t in whole else None) for t, n in idents.items()])
+    con.executemany(_IDENT, [(t, terms.key(t) if t in whole else None) for t in found])
+    con.executemany(_HELD_BY, [(chunk_id, t in whole, t) for t in found])
 
 
 def redact_indexed(con, redact) -> int:

@@ -18,6 +18,11 @@ WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcr
 BM25 = f"bm25(chunks_fts, {', '.join(map(str, WEIGHTS))})"
 _MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
 _HELD = "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1"
+# the terms of a key met as a whole token (not only a host name's dotted prefix) in a chunk held now
+_SPELLED = ("SELECT i.term FROM idents i WHERE i.key=? AND EXISTS "
+            "(SELECT 1 FROM ident_chunks h WHERE h.ident_id = i.id AND h.whole) ORDER BY i.term")
+_HOLDERS = ("SELECT h.chunk_id FROM idents i JOIN ident_chunks h ON h.ident_id = i.id "
+            "WHERE i.term=? ORDER BY h.chunk_id")
 
 
 def bm25_list(con, q: Query, limit: int) -> dict:
@@ -62,10 +67,10 @@ def _spelled(con, token: str) -> list:
     a word)."""
     term = token.lower().strip("-.")
     if terms.is_identifier(token.strip("-.")) and \
-            con.execute("SELECT 1 FROM idents WHERE term=? LIMIT 1", (term,)).fetchone():
+            con.execute("SELECT 1 FROM idents WHERE term=?", (term,)).fetchone():
         return [term]
     k = terms.key(token)
-    return [t for (t,) in con.execute("SELECT DISTINCT term FROM idents WHERE key=?", (k,))] if len(k) >= 3 else []
+    return [t for (t,) in con.execute(_SPELLED, (k,))] if len(k) >= 3 else []
 
 
 def holders(con, q: Query) -> dict:
@@ -73,7 +78,7 @@ def holders(con, q: Query) -> dict:
     once)}."""
     held: dict = {}
     for term in q.identifiers:
-        for (cid,) in con.execute("SELECT chunk_id FROM idents WHERE term=?", (term,)):
+        for (cid,) in con.execute(_HOLDERS, (term,)):
             held.setdefault(cid, set()).add(terms.key(term))
     return {cid: len(keys) for cid, keys in held.items()}
 
