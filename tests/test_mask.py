@@ -844,3 +844,24 @@ def test_a_notes_maskers_first_answers_mask_what_the_table_of_every_form_masks(m
                 texts.append(b"".join(parts) * rng.choice([1, 1, 40]))
             assert looked.mask_many(texts) == [whole.mask(t) for t in texts], (case, values, texts)
             assert looked._table is None
+
+
+def test_many_texts_are_read_a_megabyte_at_a_time(monkeypatch):
+    """A sync re-reads every indexed chunk: its texts go a group of up to _SHARED_MAX bytes to a look,
+    each text masked as the table of every form masks it."""
+    from recall.vault import mask as module
+    monkeypatch.setattr(module, "_SHARED_MAX", 4096)
+    rng = random.Random(8)
+    secrets = _many_secrets(rng, 6)
+    whole = Masker(secrets, notes=True)
+    whole._table_for(b"x" * 5000)                     # past _SHARED_MAX: the table of every form
+    pieces = [v[0].encode()[i:i + 12] for v in secrets.values() for i in (0, 3)]
+    texts = [b" ".join(rng.choice(pieces + [b"plain words", b"db-admin"]) for _ in range(rng.randrange(1, 60)))
+             for _ in range(40)]
+    groups, size = 1, len(texts[0])
+    for text in texts[1:]:                            # joined by a line break each
+        groups, size = (groups + 1, len(text)) if size + 1 + len(text) > 4096 else (groups, size + 1 + len(text))
+    assert 1 < groups <= module.SHARED_LOOKS
+    looked = Masker(secrets, notes=True)
+    assert looked.mask_many(texts) == [whole.mask(t) for t in texts]
+    assert looked._table is None and looked._looks == groups

@@ -119,13 +119,19 @@ class Masker:
         return self.mask_many([data])[0]
 
     def mask_many(self, datas: list) -> list:
-        """Each of `datas` masked whole (the texts of one answer), all read
-        by one table: one look at the forms for them all."""
-        table = self._table_for(b"\n".join(_flat(d) for d in datas))
-        out = []
-        for data in datas:
-            stream = MaskStream(self, set(), table)
-            out.append(stream.feed(data) + stream.flush())
+        """Each of `datas` masked whole (the texts of one answer): up to
+        1 MB of them read by one table, one look at the forms for them all."""
+        out, group, size = [], [], 0
+        for data in [*datas, None]:
+            if group and (data is None or size + 1 + len(data) > _SHARED_MAX):
+                table = self._table_for(b"\n".join(_flat(d) for d in group))
+                for one in group:
+                    stream = MaskStream(self, set(), table)
+                    out.append(stream.feed(one) + stream.flush())
+                group, size = [], 0
+            if data is not None:          # joined by a line break each
+                size += bool(group) + len(data)
+                group.append(data)
         return out
 
     def stream(self, given=()) -> MaskStream:
