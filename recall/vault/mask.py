@@ -25,7 +25,7 @@ _ORDER = sys.byteorder
 _SMALL = 128       # a buffer this short: the forms sharing a window only
 SHARED_LOOKS = 8   # answers read by the forms they share (a pass over every form each)
                    # before the table of every form (10-100 passes' cost) is built
-_LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are answers too
+_LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are read so too
 _SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own grams would cost more
 _FIND_MAX = 32     # fewer windows than this: each found in the forms beats one probe pass
 _SLICE = 1 << 22   # the forms probed a slice at a time (a multiple of 4: the probe's step)
@@ -120,11 +120,12 @@ class Masker:
 
     def mask_many(self, datas: list) -> list:
         """Each of `datas` masked whole (the texts of one answer): up to
-        1 MB of them read by one table, one look at the forms for them all."""
+        1 MB of them read by one table, one look at the forms for them all
+        (a stream builds the table of every form at once)."""
         out, group, size = [], [], 0
         for data in [*datas, None]:
             if group and (data is None or size + 1 + len(data) > _SHARED_MAX):
-                table = self._table_for(b"\n".join(_flat(d) for d in group))
+                table = self._table_for(b"\n".join(_flat(d) for d in group), answer=True)
                 for one in group:
                     stream = MaskStream(self, set(), table)
                     out.append(stream.feed(one) + stream.flush())
@@ -150,15 +151,15 @@ class Masker:
         table = table or self._table_for(flat)
         return _merged(table.runs(flat) + table.whole(flat))
 
-    def _table_for(self, flat: bytes) -> _Table:
+    def _table_for(self, flat: bytes, answer: bool = False) -> _Table:
         """The table of every form; for a short buffer (`exec ID -- true`:
-        none), or a notes masker's first answers, one of the forms that
-        share a window with `flat`. A vault of 1 MB has millions of windows
+        none) or one of the first answers, one of the forms that share a
+        window with `flat`. A vault of 1 MB has millions of windows
         (seconds, a GB): a child's first output is read so too."""
         if self._table is not None:
             return self._table
         self._ready()
-        looks = self._notes or len(self._corpus_of()[0]) >= _LOOK_FORMS
+        looks = answer or len(self._corpus_of()[0]) >= _LOOK_FORMS
         if len(flat) <= _SMALL or (looks and self._looks < SHARED_LOOKS and len(flat) <= _SHARED_MAX):
             self._looks += len(flat) > _SMALL
             return _Table(self, self._forms_sharing(flat))
