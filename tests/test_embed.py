@@ -156,8 +156,9 @@ def test_backoff_grows_exponentially_with_jitter_between_real_requests():
             gaps = [b - a for a, b in zip(server.arrived, server.arrived[1:])]
             for n, (wait, gap) in enumerate(zip(waits, gaps)):
                 assert base * 2 ** n / 2 <= wait <= base * 2 ** n          # each ceiling doubles
-                assert wait - 0.005 <= gap <= wait + 0.5                   # the server saw the pause
-            assert all(b > a for a, b in zip(waits, waits[1:])) and gaps[-1] > 2 * gaps[0]
+                assert gap >= wait - 0.005                                 # the server saw the pause
+            # a busy machine only lengthens a gap: how much longer is no verdict (timings are benchmarks')
+            assert all(b > a for a, b in zip(waits, waits[1:]))
             runs.append([w / (base * 2 ** n) for n, w in enumerate(waits)])
     assert len({round(r, 6) for r in runs[0] + runs[1]}) > 1            # jittered, not a fixed schedule
     assert runs[0] != runs[1]

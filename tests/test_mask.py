@@ -299,20 +299,30 @@ def test_ten_megabytes_random_binary_with_secrets(count):
     _assert_same(stream_all(masker, chunks), whole)
 
 
-def test_a_short_buffer_and_the_table_agree():
-    """An argv or a prompt is checked against the forms that share a window with it (no table built);
-    a longer buffer builds the table: both mask the same pieces with the same labels."""
+@pytest.mark.parametrize("kind", ["stream", "answer", "notes", "stream of a vault of MBs"])
+def test_a_short_buffer_and_the_table_agree(kind, monkeypatch):
+    """An argv or a prompt is checked against the forms that share a window with it (no table built),
+    and so are the first SHARED_LOOKS answers (a child's output too when the forms run to MBs); then
+    the table of every form is built: all mask the same pieces with the same labels."""
+    from recall.vault import mask as module
+    if kind == "stream of a vault of MBs":
+        monkeypatch.setattr(module, "_LOOK_FORMS", 0)
+    looks = 0 if kind == "stream" else module.SHARED_LOOKS
     rng = random.Random(5)
     secrets = _many_secrets(rng, 30)
     pad = b"." * 5000
     for sid, values in secrets.items():
         value = values[0].encode()
         for piece in (value, value[1:9], value[-8:], base64.b64encode(value)):
-            fresh = Masker(secrets)
+            fresh = Masker(secrets, notes=kind == "notes")
             small = b"<<" + piece + b">>"
             assert fresh.mask(small) == b"<<" + label(sid) + b">>", piece
             assert fresh._table is None                      # `exec ID -- true` never builds it
-            assert fresh.mask(pad + small + pad) == pad + b"<<" + label(sid) + b">>" + pad
+            for _ in range(looks + 1):
+                assert fresh._table is None
+                data = pad + small + pad
+                out = stream_all(fresh, [data]) if kind.startswith("stream") else fresh.mask(data)
+                assert out == pad + b"<<" + label(sid) + b">>" + pad
             assert fresh._table is not None
 
 
@@ -441,7 +451,7 @@ def test_the_probe_finds_what_looking_at_every_window_finds(monkeypatch, probe):
         if case % 3 == 0:
             values[1] = "https://db.example.com/" + values[1] + "/-----"
         masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
-        masker.mask(b"x" * 200)                                  # builds the table
+        masker._table_for(b"x" * (1 << 21))                      # builds the table of every form
         forms = list(masker._forms)
         parts = []
         for _ in range(rng.randrange(1, 8)):
@@ -801,3 +811,59 @@ def test_a_character_of_a_key_beside_other_armor_is_no_piece():
         assert masker.mask(text) == text, tail
     text = f"junk {body[-6:]}\n-----END CERTIFICATE-----\n".encode()
     assert b"[recall:tls-key]" in masker.mask(text)
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_a_notes_maskers_first_answers_mask_what_the_table_of_every_form_masks(monkeypatch, probe):
+    """A notes masker reads its first answers by the forms they share (each found, or one probe pass
+    over the forms), never building the table of every form (a 1 MB vault: seconds and a GB); what
+    it masks, in each text of an answer, is what that table masks. After SHARED_LOOKS answers it
+    builds the table."""
+    from recall.vault import mask as module
+    _use_probe(monkeypatch, probe)
+    rng = random.Random(36)
+    for case in range(40):
+        alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
+        values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, 60))) for _ in range(4)]
+        if case % 5 == 0:
+            values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
+        secrets = {f"v{i}": [v] for i, v in enumerate(values)}
+        whole = Masker(secrets, notes=True)
+        for _ in range(module.SHARED_LOOKS + 1):               # answers past 128 bytes: then the table
+            assert whole._table is None
+            whole.mask(b"y" * 200)
+        assert whole._table is not None
+        looked = Masker(secrets, notes=True)
+        forms = list(whole._forms)
+        for _answer in range(module.SHARED_LOOKS):
+            texts = []
+            for _ in range(rng.randrange(1, 4)):        # a title, a heading, a section: 3 to 3,000 bytes
+                parts = [bytes(rng.choice(b"ab01 -+xz./\n") for _ in range(rng.randrange(0, 30)))]
+                for _ in range(rng.randrange(0, 6)):
+                    form = rng.choice(forms)
+                    start = rng.randrange(len(form))
+                    parts += [form[start:start + rng.randrange(1, 60)], b" " * rng.randrange(0, 3)]
+                texts.append(b"".join(parts) * rng.choice([1, 1, 40]))
+            assert looked.mask_many(texts) == [whole.mask(t) for t in texts], (case, values, texts)
+            assert looked._table is None
+
+
+def test_many_texts_are_read_a_megabyte_at_a_time(monkeypatch):
+    """A sync re-reads every indexed chunk: its texts go a group of up to _SHARED_MAX bytes to a look,
+    each text masked as the table of every form masks it."""
+    from recall.vault import mask as module
+    monkeypatch.setattr(module, "_SHARED_MAX", 4096)
+    rng = random.Random(8)
+    secrets = _many_secrets(rng, 6)
+    whole = Masker(secrets, notes=True)
+    whole._table_for(b"x" * 5000)                     # past _SHARED_MAX: the table of every form
+    pieces = [v[0].encode()[i:i + 12] for v in secrets.values() for i in (0, 3)]
+    texts = [b" ".join(rng.choice(pieces + [b"plain words", b"db-admin"]) for _ in range(rng.randrange(1, 60)))
+             for _ in range(40)]
+    groups, size = 1, len(texts[0])
+    for text in texts[1:]:                            # joined by a line break each
+        groups, size = (groups + 1, len(text)) if size + 1 + len(text) > 4096 else (groups, size + 1 + len(text))
+    assert 1 < groups <= module.SHARED_LOOKS
+    looked = Masker(secrets, notes=True)
+    assert looked.mask_many(texts) == [whole.mask(t) for t in texts]
+    assert looked._table is None and looked._looks == groups

@@ -34,8 +34,8 @@ class Answer:
 def answer(data, shown: str = "", notices=(), code: int = 0, **extra) -> Answer:
     """An Answer of what a verb found, scrubbed by the door (bound to this call's vault by `opened`)."""
     from ..vault import door
-    return Answer(door.scrub_data(data), door.scrub(shown), [door.scrub(n) for n in notices], code,
-                  door.scrub_data(extra))
+    data, shown, notices, extra = door.scrub_data([data, shown, list(notices), extra])   # one look
+    return Answer(data, shown, notices, code, extra)
 
 
 @contextlib.contextmanager

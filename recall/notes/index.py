@@ -112,8 +112,10 @@ def embedded_breadcrumb(relpath: str, breadcrumb: str) -> str:
 
 
 def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, file_id, redact, raw) -> int:
-    title = redact(str(doc.meta.get("title") or ""))
-    chunks = [(ch, redact(ch.breadcrumb), redact(ch.text)) for ch in doc.chunks]
+    # the note's texts redacted at once: one look at the vault's forms for them all
+    title, *texts = redact.many([str(doc.meta.get("title") or "")]
+                                + [t for ch in doc.chunks for t in (ch.breadcrumb, ch.text)])
+    chunks = [(ch, texts[2 * i], texts[2 * i + 1]) for i, ch in enumerate(doc.chunks)]
     head = head_key(rel, title, [(crumb, body) for _, crumb, body in chunks])
     if file_id is None:
         file_id = con.execute(
@@ -153,13 +155,12 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
 def redact_indexed(con, redact) -> int:
     """Rewrite the indexed chunks and titles holding a vault value (or an encoded form of one), so
     that no table keeps it; `redact`: the vault's redactor for the values just stored."""
-    hit = []           # (row, redacted breadcrumb, redacted body): each text redacted once
-    for row in con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id"):
-        crumb, body = redact(row["breadcrumb"]), redact(row["body"])
-        if crumb != row["breadcrumb"] or body != row["body"]:
-            hit.append((row, crumb, body))
-    titles = [(new, i) for i, t in con.execute("SELECT id, title FROM files WHERE title != ''")
-              for new in [redact(t)] if new != t]
+    rows = con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id").fetchall()
+    named = con.execute("SELECT id, title FROM files WHERE title != ''").fetchall()
+    texts = redact.many([t for row in rows for t in (row["breadcrumb"], row["body"])] + [t for _, t in named])
+    hit = [(row, crumb, body) for row, crumb, body in zip(rows, texts[0::2], texts[1::2])
+           if crumb != row["breadcrumb"] or body != row["body"]]     # (row, redacted breadcrumb, body)
+    titles = [(new, i) for (i, t), new in zip(named, texts[2 * len(rows):]) if new != t]
     if not hit and not titles:
         return 0
     with db.transaction(con):
@@ -417,13 +418,14 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     most this batch, and counts it at most as 'unconfirmed'."""
     from ..embed import providers as embed
     texts = _texts(con, batch)
-    inputs = {h: redact(texts[h][1]) for h in batch}
+    crumbed = [h for h in batch if texts[h][0] is not None]
+    redacted = redact.many([texts[h][1] for h in batch] + [texts[h][0] for h in crumbed])
+    inputs, crumbs = dict(zip(batch, redacted)), dict(zip(crumbed, redacted[len(batch):]))
     # a long chunk may be embedded as windows (a local model): its first under its hash, the rest
     # under "hash#n"; windows are cut from the redacted text, so no value reaches the model in pieces.
     # A file's head is embedded whole: the model reads its opening
     split = getattr(provider, "parts", None)
-    parts = {h: split(redact(texts[h][0]), inputs[h]) if split and texts[h][0] is not None else [inputs[h]]
-             for h in batch}
+    parts = {h: split(crumbs[h], inputs[h]) if split and h in crumbs else [inputs[h]] for h in batch}
 
     def write(result, claimed):
         keys = [h if n == 0 else f"{h}#{n}" for h in claimed for n in range(len(parts[h]))]

@@ -109,7 +109,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
                               f"run 'recall read {target}'")
         redact = redactor(con, cfg)       # the remote redacts with its vault; this side with ours
         data = read_remote(cfg, source, f"{path}:{line}" if line else path, max_chars=max_chars, offset=offset)
-        data = {k: redact(v) if isinstance(v, str) else v for k, v in data.items()}
+        texts = [k for k, v in data.items() if isinstance(v, str)]
+        data.update(zip(texts, redact.many([data[k] for k in texts])))
         data["source"] = source
         return ReadResult(**data)
     cfg.require_sources()
@@ -157,9 +158,17 @@ def _numbered(lines: list, first: int, end: int, max_chars: int, redact) -> tupl
     """(numbered text of at most max_chars, last line shown): whole lines while they fit; a first
     line longer than the budget is cut (_cut), so the next --offset always moves on."""
     width = len(str(end))
-    out, used = [], 0
+    out, used, ready = [], 0, []
     for n in range(first, end + 1):
-        text = f"{n:>{width}}│ {redact(lines[n - 1])}\n"
+        if not ready:      # the lines that may fit, redacted at once (a label may be the shorter)
+            block, size = [], 0
+            for line in lines[n - 1:end]:
+                block.append(line)
+                size += len(line) + 1
+                if size > max_chars - used:
+                    break
+            ready = redact.many(block)[::-1]
+        text = f"{n:>{width}}│ {ready.pop()}\n"
         if used + len(text) > max_chars:
             if not out:
                 return _cut(text, n, width, max_chars), n

@@ -225,29 +225,50 @@ def masker(extra: dict | None = None):
 def scrub(text: str) -> str:
     """`text` as it may leave recall: every vault value and learned literal as [recall:ID], every
     credential written inline as [hidden]."""
-    if not text:
-        return text
-    m = _masker()
+    return scrub_many([text])[0] if text else text
+
+
+def scrub_many(texts: list) -> list:
+    """Each of `texts` scrubbed (see `scrub`): the strings of one answer, masked at one look at the
+    vault's forms."""
+    m = _masker() if any(texts) else None
     if m is not None:
-        data = text.encode("utf-8", "surrogatepass")
-        masked = m.mask(data)
-        if masked != data:
-            text = masked.decode("utf-8", "replace")
-    return scrub_inline(text)
+        datas = [t.encode("utf-8", "surrogatepass") for t in texts]
+        texts = [t if out == data else out.decode("utf-8", "replace")
+                 for t, data, out in zip(texts, datas, m.mask_many(datas))]
+    return [scrub_inline(t) for t in texts]
 
 
 def scrub_data(obj):
-    """`obj` (JSON-like: dicts, lists, strings) with every string scrubbed; a hit whose snippet changed
-    loses its highlight offsets (they pointed into the old text)."""
+    """`obj` (JSON-like: dicts, lists, strings) with every string scrubbed, all at once; a hit whose
+    snippet changed loses its highlight offsets (they pointed into the old text)."""
+    strings: list = []
+    _strings(obj, strings)
+    return _rebuilt(obj, iter(scrub_many(strings)))
+
+
+def _strings(obj, found: list) -> None:
     if isinstance(obj, str):
-        return scrub(obj)
+        found.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _strings(v, found)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _strings(v, found)
+
+
+def _rebuilt(obj, clean):
+    """`obj` with its strings taken in turn from `clean` (the order `_strings` found them in)."""
+    if isinstance(obj, str):
+        return next(clean)
     if isinstance(obj, dict):
-        out = {k: scrub_data(v) for k, v in obj.items()}
+        out = {k: _rebuilt(v, clean) for k, v in obj.items()}
         if "highlights" in out and isinstance(obj.get("snippet"), str) and out["snippet"] != obj["snippet"]:
             out["highlights"] = []
         return out
     if isinstance(obj, (list, tuple)):
-        return [scrub_data(v) for v in obj]
+        return [_rebuilt(v, clean) for v in obj]
     return obj
 
 

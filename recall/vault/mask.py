@@ -23,6 +23,12 @@ _BREAKS = b"\r\n"  # no characters of a run: wrapped base64 is one run
 _LOWER = bytes(range(256)).lower()
 _ORDER = sys.byteorder
 _SMALL = 128       # a buffer this short: the forms sharing a window only
+SHARED_LOOKS = 8   # answers read by the forms they share (a pass over every form each)
+                   # before the table of every form (10-100 passes' cost) is built
+_LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are read so too
+_SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own grams would cost more
+_FIND_MAX = 32     # fewer windows than this: each found in the forms beats one probe pass
+_SLICE = 1 << 22   # the forms probed a slice at a time (a multiple of 4: the probe's step)
 _ARMOR = re.compile(rb"-----(?:begin|end) [a-z0-9 ]+-----")   # as _flat leaves it
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
@@ -58,8 +64,8 @@ class Masker:
 
     def __init__(self, secrets: dict[str, list[str]], notes: bool = False):
         """`notes` (note text): a run of the value as written is masked only
-        as a whole token (`admin` in `db-admin` stays), and the table is
-        built now; else on the first scan that needs it."""
+        as a whole token (`admin` in `db-admin` stays), and the forms are
+        worked out now (a watcher's warm-up); else on first use."""
         self._labels = [b"[recall:" + sid.encode("utf-8") + b"]" for sid in secrets]
         self._index = {secret_id: i for i, secret_id in enumerate(secrets)}
         self._forms: dict[bytes, tuple] = {}  # flat -> (owner, loose, word)
@@ -69,9 +75,11 @@ class Masker:
                         for value in values]
         self._any = any(raw for _, raw in self._values)
         self._lock = _thread.allocate_lock()  # one build, whichever thread asks first
-        self._notes = notes
-        self._table = _Table(self, self._ready()) if notes else None
+        self._notes, self._looks = notes, 0
+        self._table: _Table | None = None
         self._corpus: tuple | None = None
+        if notes:
+            self._corpus_of()
 
     def _ready(self) -> dict:
         """The forms, worked out on first use (`exec ID -- true` prints
@@ -108,8 +116,24 @@ class Masker:
 
     def mask(self, data: bytes) -> bytes:
         """`data` masked whole."""
-        stream = self.stream()
-        return stream.feed(data) + stream.flush()
+        return self.mask_many([data])[0]
+
+    def mask_many(self, datas: list) -> list:
+        """Each of `datas` masked whole (the texts of one answer): up to
+        1 MB of them read by one table, one look at the forms for them all
+        (a stream builds the table of every form at once)."""
+        out, group, size = [], [], 0
+        for data in [*datas, None]:
+            if group and (data is None or size + 1 + len(data) > _SHARED_MAX):
+                table = self._table_for(b"\n".join(_flat(d) for d in group), answer=True)
+                for one in group:
+                    stream = MaskStream(self, set(), table)
+                    out.append(stream.feed(one) + stream.flush())
+                group, size = [], 0
+            if data is not None:          # joined by a line break each
+                size += bool(group) + len(data)
+                group.append(data)
+        return out
 
     def stream(self, given=()) -> MaskStream:
         """A masker for one stream fed in pieces; `given`: ids of the
@@ -121,32 +145,62 @@ class Masker:
         """(flat form, owner) of every form of the secrets `wanted`."""
         return [(flat, spec[0]) for flat, spec in self._ready().items() if spec[0] in wanted]
 
-    def _runs(self, flat: bytes) -> list:
+    def _runs(self, flat: bytes, table: _Table | None = None) -> list:
         """(start, end, owners, word) of every run to mask in `flat`, by
-        start, overlaps merged."""
-        table = self._table
-        self._ready()
-        if table is None and len(flat) <= _SMALL:  # `exec ID -- true`: none
-            table = _Table(self, self._forms_sharing(flat))
-        elif table is None:
-            table = self._table = _Table(self, self._forms)
+        start, overlaps merged; `table`: one made for it (else its own)."""
+        table = table or self._table_for(flat)
         return _merged(table.runs(flat) + table.whole(flat))
+
+    def _table_for(self, flat: bytes, answer: bool = False) -> _Table:
+        """The table of every form; for a short buffer (`exec ID -- true`:
+        none) or one of the first answers, one of the forms that share a
+        window with `flat`. A vault of 1 MB has millions of windows
+        (seconds, a GB): a child's first output is read so too."""
+        if self._table is not None:
+            return self._table
+        self._ready()
+        looks = answer or len(self._corpus_of()[0]) >= _LOOK_FORMS
+        if len(flat) <= _SMALL or (looks and self._looks < SHARED_LOOKS and len(flat) <= _SHARED_MAX):
+            self._looks += len(flat) > _SMALL
+            return _Table(self, self._forms_sharing(flat))
+        self._table = _Table(self, self._forms)
+        return self._table
+
+    def _corpus_of(self) -> tuple:
+        """(every flat form, joined by line breaks, which no window holds;
+        where each starts; the forms with their specs)."""
+        if self._corpus is None:
+            forms = list(self._ready().items())
+            starts = list(accumulate((len(f) + 1 for f, _ in forms), initial=0))
+            self._corpus = (b"\n".join(f for f, _ in forms), starts, forms)
+        return self._corpus
 
     def _forms_sharing(self, flat: bytes) -> dict:
         """The forms that hold some 8-byte window of `flat`, and those
         matched whole: a table of these finds in `flat` what the whole
-        table would."""
-        if self._corpus is None:       # no window holds the break between
-            forms = list(self._forms.items())
-            starts = list(accumulate((len(f) + 1 for f, _ in forms), initial=0))
-            self._corpus = (b"\n".join(f for f, _ in forms), starts, forms)
-        corpus, starts, forms = self._corpus
+        table would. A few windows are each found; more make one pass over
+        the forms: `flat`'s 5-byte grams probe them at every 4th offset (an
+        8-byte window holds one such gram), and each hit's windows meet
+        `flat`'s."""
+        corpus, starts, forms = self._corpus_of()
         found = set()
-        for j in range(len(flat) - PIECE + 1):
-            i = corpus.find(flat[j:j + PIECE])
-            while i != -1:
-                found.add(bisect_right(starts, i) - 1)
-                i = corpus.find(flat[j:j + PIECE], i + 1)
+        if len(flat) - PIECE < _FIND_MAX:       # a few windows: each found at C speed
+            for j in range(len(flat) - PIECE + 1):
+                i = corpus.find(flat[j:j + PIECE])
+                while i != -1:
+                    found.add(bisect_right(starts, i) - 1)
+                    i = corpus.find(flat[j:j + PIECE], i + 1)
+        else:
+            windows: set = set()
+            windows.update(*_windows(flat))
+            grams: set = set()
+            grams.update(*probe.grams(flat, 1))
+            grams_in, last = probe.Probe(grams), len(corpus) - 8
+            for s in range(0, len(corpus), _SLICE):   # a slice at a time: a 20 MB corpus's
+                for at in grams_in.hits(corpus[s:s + _SLICE + 4]):   # words stay small
+                    at += s
+                    found.update(bisect_right(starts, j) - 1 for j in range(max(0, at - 3), min(at, last) + 1)
+                                 if _key(corpus, j) in windows)
         return {f: spec for k, (f, spec) in enumerate(forms)
                 if k in found or len(f) < LOOSE_PIECE}
 
@@ -213,9 +267,11 @@ class _Table:
                   if _key(flat, j) in owners]
         if not around:
             return None
-        seen = [_key(flat, j) for j in around]
-        start = self._reach(flat, around[0], -1, seen)
-        end = self._reach(flat, around[-1], 1, seen)
+        # walked from its start whichever hit found it: its owners in the
+        # order they appear, whichever table (every form, or those shared)
+        start = self._reach(flat, around[0], -1, [])
+        seen = [_key(flat, start)]
+        end = self._reach(flat, start, 1, seen)
         # Stepping 8 at a time lands in any 8 windows in a row: a secret
         # character of the run was seen, if there is one, but for one next
         # to PEM armor (public there): then every window decides.
@@ -353,8 +409,8 @@ class MaskStream:
     Masker.mask of the whole stream (but for a run's labels when a pause
     splits it)."""
 
-    def __init__(self, masker: Masker, given):
-        self._masker = masker
+    def __init__(self, masker: Masker, given, table: _Table | None = None):
+        self._masker, self._table = masker, table
         self._wanted, self._given = given, None   # owners the child holds; their forms when asked
         self._held = b""
         self._idle = False       # the held bytes were offered to `release`
@@ -420,7 +476,7 @@ class MaskStream:
         masker, seen = self._masker, self._seen
         new = _flat(buf)
         flat, base = seen + new, len(seen)
-        runs = masker._runs(flat)
+        runs = masker._runs(flat, self._table)
         if tail:
             runs = _merged([*runs, (len(flat) - tail_len, len(flat), tail, False)])
         limit = hold_at = len(flat) - hold

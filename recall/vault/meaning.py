@@ -39,7 +39,7 @@ def embed_metadata(con, cfg) -> int:
         return 0
     redact = redactor(con, cfg)
     provider = embed.provider_for(cfg, con, load_values)
-    inputs = [redact(texts[h]) for h in todo]
+    inputs = redact.many([texts[h] for h in todo])
     vectors, _ = embed.paid_call(con, cfg, provider, "document", inputs,
                                  lambda: provider.embed(inputs, "document"))
     with db.transaction(con):

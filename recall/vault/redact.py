@@ -37,33 +37,51 @@ class VaultValues(dict):
     public: dict = {}
 
 
-def identity(text: str) -> str:
-    return text
-
-
-def text_redactor(values: dict, publics: dict):
-    """The redactor for decrypted `values` ({id: {field: value}}): values of 4-5 characters as whole
+class Redactor:
+    """Note text with every (non-public) vault value as [recall:ID]: values of 4-5 characters as whole
     tokens, any piece of a longer one by the masker, built on the first text (a run that redacts
-    nothing never pays for it)."""
-    from .mask import MIN_SECRET_LEN, Masker
-    parts = secret_parts(values, publics)
-    short = sorted(((str(v), sid) for sid, vals in parts.items() for v in vals
-                    if _SHORT_MIN <= len(str(v)) < MIN_SECRET_LEN), key=lambda p: -len(p[0]))
-    short_res = [(re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])"), f"[recall:{sid}]")
-                 for v, sid in short]
-    masker: list = []
+    nothing never pays for it). `many` redacts the texts of one answer (a note's title, headings and
+    sections; the lines a read shows) with one look at the vault's forms."""
 
-    def redact(text: str) -> str:
-        for pattern, label in short_res:
-            text = pattern.sub(label, text)
-        if not masker:
-            masker.append(Masker(parts, notes=True))
-        data = text.encode("utf-8", "surrogatepass")
-        masked = masker[0].mask(data)
-        return text if masked == data else masked.decode("utf-8", "replace")
-    return redact
+    def __init__(self, parts: dict):
+        self._parts = parts                # {secret id: [values to mask]}; none: the identity
+        shortest = 0
+        if parts:
+            from .forms import MIN_SECRET_LEN as shortest
+        short = sorted(((str(v), sid) for sid, vals in parts.items() for v in vals
+                        if _SHORT_MIN <= len(str(v)) < shortest), key=lambda p: -len(p[0]))
+        self._short = [(re.compile(r"(?<![\w-])" + re.escape(v) + r"(?![\w-])"), f"[recall:{sid}]")
+                       for v, sid in short]
+        self._masker = None
+
+    def __call__(self, text: str) -> str:
+        return self.many([text])[0]
+
+    def many(self, texts: list) -> list:
+        if not self._parts:
+            return list(texts)
+        for pattern, label in self._short:
+            texts = [pattern.sub(label, t) for t in texts]
+        if self._masker is None:
+            from .mask import Masker
+            self._masker = Masker(self._parts, notes=True)
+        datas = [t.encode("utf-8", "surrogatepass") for t in texts]
+        return [t if m == d else m.decode("utf-8", "replace")
+                for t, d, m in zip(texts, datas, self._masker.mask_many(datas))]
 
 
-def redact_hits(hits: list, redact) -> list:
+identity = Redactor({})
+
+
+def text_redactor(values: dict, publics: dict) -> Redactor:
+    """The redactor for decrypted `values` ({id: {field: value}})."""
+    return Redactor(secret_parts(values, publics))
+
+
+def redact_hits(hits: list, redact: Redactor) -> list:
     """Remote search hits (dicts) with every text field redacted on the local side too."""
-    return [{k: redact(v) if isinstance(v, str) else v for k, v in hit.items()} for hit in hits]
+    fields = [(i, k) for i, hit in enumerate(hits) for k, v in hit.items() if isinstance(v, str)]
+    out = [dict(hit) for hit in hits]
+    for (i, k), text in zip(fields, redact.many([hits[i][k] for i, k in fields])):
+        out[i][k] = text
+    return out
