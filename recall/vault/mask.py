@@ -27,8 +27,6 @@ SHARED_LOOKS = 8   # answers read by the forms they share (a pass over every for
                    # before the table of every form (10-100 passes' cost) is built
 _LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are read so too
 _SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own grams would cost more
-_FIND_MAX = 32     # fewer windows than this: each found in the forms beats one probe pass
-_SLICE = 1 << 22   # the forms probed a slice at a time (a multiple of 4: the probe's step)
 _ARMOR = re.compile(rb"-----(?:begin|end) [a-z0-9 ]+-----")   # as _flat leaves it
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
@@ -178,29 +176,9 @@ class Masker:
     def _forms_sharing(self, flat: bytes) -> dict:
         """The forms that hold some 8-byte window of `flat`, and those
         matched whole: a table of these finds in `flat` what the whole
-        table would. A few windows are each found; more make one pass over
-        the forms: `flat`'s 5-byte grams probe them at every 4th offset (an
-        8-byte window holds one such gram), and each hit's windows meet
-        `flat`'s."""
+        table would."""
         corpus, starts, forms = self._corpus_of()
-        found = set()
-        if len(flat) - PIECE < _FIND_MAX:       # a few windows: each found at C speed
-            for j in range(len(flat) - PIECE + 1):
-                i = corpus.find(flat[j:j + PIECE])
-                while i != -1:
-                    found.add(bisect_right(starts, i) - 1)
-                    i = corpus.find(flat[j:j + PIECE], i + 1)
-        else:
-            windows: set = set()
-            windows.update(*_windows(flat))
-            grams: set = set()
-            grams.update(*probe.grams(flat, 1))
-            grams_in, last = probe.Probe(grams), len(corpus) - 8
-            for s in range(0, len(corpus), _SLICE):   # a slice at a time: a 20 MB corpus's
-                for at in grams_in.hits(corpus[s:s + _SLICE + 4]):   # words stay small
-                    at += s
-                    found.update(bisect_right(starts, j) - 1 for j in range(max(0, at - 3), min(at, last) + 1)
-                                 if _key(corpus, j) in windows)
+        found = {bisect_right(starts, i) - 1 for i in probe.shared(corpus, flat)}
         return {f: spec for k, (f, spec) in enumerate(forms)
                 if k in found or len(f) < LOOSE_PIECE}
 

@@ -1,18 +1,21 @@
 """The masker's probe: the offsets of a buffer where a piece of a form may
 start, found by the forms' 5-byte grams. A set looks the grams up at C
 speed; with numpy (the vec extra), once a stream is long enough to pay for
-its import, a bitmap of their hashes lets only a few through to the set."""
+its import, a bitmap of their hashes lets only a few through to the set.
+`shared`: the other way round, where a text's windows sit in the forms."""
 from __future__ import annotations
 
 import sys
 
-__all__ = ["Probe", "grams"]
+__all__ = ["Probe", "grams", "shared"]
 
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 NUMPY_AFTER = 8 << 20  # bytes probed before numpy's import (0.1 s) pays
 _NUMPY_READ = 1 << 16  # ... or one read this long, numpy loaded (its bitmap costs ~1 ms)
 _MIX = 0x9E3779B97F4A7C15  # odd: a gram times it, its top bits a hash
 _GRAM = (1 << 40) - 1
+_FIND_MAX = 32     # fewer windows than this: each found beats one probe pass
+_SLICE = 1 << 22   # a corpus probed a slice at a time (a multiple of 4: the step)
 
 
 def grams(flat: bytes, every: int) -> list:
@@ -25,6 +28,31 @@ def grams(flat: bytes, every: int) -> list:
     if every == 1:
         return views
     return [view[r % 3::3] for r, view in enumerate(views)]  # 3 | r + 8i
+
+
+def shared(corpus: bytes, flat: bytes) -> set:
+    """Offsets in `corpus` (the forms) where an 8-byte window of `flat`
+    starts. A few windows are each found; more make one pass: `flat`'s
+    5-byte grams probe `corpus` at every 4th offset (an 8-byte window
+    holds one), and each hit's windows meet `flat`'s."""
+    found: set = set()
+    if len(flat) - 8 < _FIND_MAX:
+        for j in range(len(flat) - 7):
+            i = corpus.find(flat[j:j + 8])
+            while i != -1:
+                found.add(i)
+                i = corpus.find(flat[j:j + 8], i + 1)
+        return found
+    windows: set = set()
+    windows.update(*(memoryview(flat[r:r + (len(flat) - r) // 8 * 8]).cast("Q") for r in range(8)))
+    keys: set = set()
+    keys.update(*grams(flat, 1))
+    probe, last = Probe(keys), len(corpus) - 8
+    for s in range(0, len(corpus), _SLICE):        # a slice at a time: the
+        for at in probe.hits(corpus[s:s + _SLICE + 4]):   # words stay small
+            found.update(j for j in range(max(0, at + s - 3), min(at + s, last) + 1)
+                         if int.from_bytes(corpus[j:j + 8], sys.byteorder) in windows)
+    return found
 
 
 def _zeroed(data: bytes) -> bytearray:
