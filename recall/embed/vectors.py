@@ -1,4 +1,4 @@
-"""The vector store: int8 rows in `embeddings`, scanned by sqlite-vec when loadable, else numpy, else Python."""
+"""The vector store: float16 rows in `embeddings` (int8 from an older recall beside them), scanned by numpy, else Python; sqlite-vec scans the int8 rows."""
 from __future__ import annotations
 
 import array
@@ -66,30 +66,43 @@ def unpack(blob: bytes) -> list:
 
 
 def quantize(vec) -> bytes:
-    """A chunk's vector as int8, its largest part ±127 (a quarter of float32's bytes; cosine
-    ignores the scale, and the ranking holds: docs/BENCHMARKS.md, the DB's size)."""
+    """A vector as int8, its largest part ±127: how an older recall stored a chunk's vector, and
+    the query sqlite-vec's scan of those rows is given."""
     top = max(map(abs, vec)) or 1.0
     return bytes(round(x * 127 / top) & 0xFF for x in vec)
 
 
-def dequantize(blob: bytes) -> list:
-    """A stored int8 vector at unit length."""
+def half(vec) -> bytes:
+    """A chunk's vector at half precision (float16, little-endian, unit length): half of float32's
+    bytes, the ranking of float32 (docs/BENCHMARKS.md)."""
+    return struct.pack(f"<{len(vec)}e", *normalize(vec))
+
+
+def stored(blob: bytes, dim: int) -> list:
+    """A stored chunk vector at unit length: float16 (2 bytes a dimension) or an older int8 row."""
+    if len(blob) == 2 * dim:
+        return normalize(struct.unpack(f"<{dim}e", blob))
     return normalize(array.array("b", blob))
 
 
 def cosines(query, blobs: list) -> list:
-    """The query's cosine with each stored int8 vector: by numpy when this process has it loaded."""
+    """The query's cosine with each stored chunk vector: by numpy when this process has it loaded."""
     q = normalize(query)
     if "numpy" not in sys.modules:
-        return [sum(a * b for a, b in zip(q, dequantize(blob))) for blob in blobs]
+        return [sum(a * b for a, b in zip(q, stored(blob, len(q)))) for blob in blobs]
     import numpy as np
-    return (_unit_rows(b"".join(blobs), len(q)) @ np.asarray(q, dtype="f4")).tolist()
+    return (_unit_rows(blobs, len(q)) @ np.asarray(q, dtype="f4")).tolist()
 
 
-def _unit_rows(raw: bytes, dim: int):
-    """int8 rows as a float32 matrix, each row at unit length."""
+def _unit_rows(blobs: list, dim: int):
+    """Stored rows (float16 or int8, in any mix) as a float32 matrix in their order, each at unit length."""
     import numpy as np
-    mat = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim).astype(np.float32)
+    halves = np.fromiter((len(b) == 2 * dim for b in blobs), dtype=bool, count=len(blobs))
+    mat = np.empty((len(blobs), dim), dtype=np.float32)
+    for mask, dtype in ((halves, "<f2"), (~halves, np.int8)):
+        if mask.any():
+            raw = b"".join(b for b, m in zip(blobs, mask) if m)
+            mat[mask] = np.frombuffer(raw, dtype=dtype).reshape(-1, dim)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
 
@@ -123,7 +136,7 @@ class VectorStore:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                             (self.model_id, digest, self.dim, quantize(vec)))
+                             (self.model_id, digest, self.dim, half(vec)))
         if rows:
             self._bump()
 
@@ -179,13 +192,21 @@ class VectorStore:
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
 
     def _knn_sqlite_vec(self, query, k: int) -> list:
-        """sqlite-vec's int8 cosine over the rows in place, for the 2k nearest, which are scored
-        again against the query as it is (not rounded to int8): the other backends' order."""
+        """sqlite-vec's int8 cosine over an older recall's int8 rows in place, for their 2k nearest,
+        scored again with every float16 row (sqlite-vec has no float16) against the query as it
+        is: the other backends' order."""
         rows = self.con.execute(
-            "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
+            "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? AND length(vector)=dim "
             "ORDER BY vec_distance_cosine(vec_int8(vector), vec_int8(?)), id LIMIT ?",
             (self.model_id, self.dim, quantize(query), min(2 * k, VEC_K_MAX))).fetchall()
-        scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
+        rows += self.con.execute("SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
+                                 "AND length(vector)=2*dim", (self.model_id, self.dim)).fetchall()
+        if rows and _importable("numpy") is not None:
+            import numpy as np
+            sims = _unit_rows([r[1] for r in rows], self.dim) @ np.asarray(normalize(query), dtype=np.float32)
+            scored = zip((r[0] for r in rows), sims.tolist())
+        else:
+            scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
         return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
 
     def _matrix(self):
@@ -200,7 +221,7 @@ class VectorStore:
         rows = self.con.execute("SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? ORDER BY id",
                                 (self.model_id, self.dim)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        mat = _unit_rows(b"".join(r[1] for r in rows), self.dim)
+        mat = _unit_rows([r[1] for r in rows], self.dim)
         with _LOCK:
             for old in [x for x in _MATRICES if x[:2] == key[:2]]:
                 del _MATRICES[old]
@@ -220,7 +241,7 @@ class VectorStore:
     def _knn_python(self, query, k: int) -> list:
         import heapq
         q = normalize(query)
-        scored = ((rid, sum(a * b for a, b in zip(q, dequantize(blob))))
+        scored = ((rid, sum(a * b for a, b in zip(q, stored(blob, self.dim))))
                   for rid, blob in self.con.execute(
                       "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
         return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
