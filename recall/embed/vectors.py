@@ -1,4 +1,4 @@
-"""The vector store: float16 rows in `embeddings` (int8 from an older recall beside them), scanned by numpy, else Python; sqlite-vec scans the int8 rows."""
+"""The vector store: 16-bit rows in `embeddings` (an int8 high plane, then the low bytes), scanned by sqlite-vec when loadable, else numpy, else Python."""
 from __future__ import annotations
 
 import array
@@ -66,23 +66,28 @@ def unpack(blob: bytes) -> list:
 
 
 def quantize(vec) -> bytes:
-    """A vector as int8, its largest part ±127: how an older recall stored a chunk's vector, and
-    the query sqlite-vec's scan of those rows is given."""
+    """A vector as int8, its largest part ±127: the query sqlite-vec's scan is given."""
     top = max(map(abs, vec)) or 1.0
     return bytes(round(x * 127 / top) & 0xFF for x in vec)
 
 
-def half(vec) -> bytes:
-    """A chunk's vector at half precision (float16, little-endian, unit length): half of float32's
-    bytes, the ranking of float32 (docs/BENCHMARKS.md)."""
-    return struct.pack(f"<{len(vec)}e", *normalize(vec))
+def quantize16(vec) -> bytes:
+    """A chunk's vector as 16-bit integers (its largest part ±32639) in two planes: the high
+    bytes, an int8 vector sqlite-vec scans in place, then the low bytes, each signed (part =
+    256·high + low). Twice int8's bytes, float32's ranking (docs/BENCHMARKS.md); an older
+    recall's int8 row is a high plane alone, read as it is."""
+    top = max(map(abs, vec)) or 1.0
+    parts = [round(x * 32639 / top) for x in vec]
+    highs = [(x + 128) >> 8 for x in parts]               # rounded: the int8 vector of the part
+    return bytes(h & 0xFF for h in highs) + bytes((x - 256 * h) & 0xFF for x, h in zip(parts, highs))
 
 
 def stored(blob: bytes, dim: int) -> list:
-    """A stored chunk vector at unit length: float16 (2 bytes a dimension) or an older int8 row."""
-    if len(blob) == 2 * dim:
-        return normalize(struct.unpack(f"<{dim}e", blob))
-    return normalize(array.array("b", blob))
+    """A stored chunk vector (two planes, or an older int8 row) at unit length."""
+    high = array.array("b", blob[:dim])
+    if len(blob) == dim:
+        return normalize(high)
+    return normalize([256 * h + low for h, low in zip(high, array.array("b", blob[dim:]))])
 
 
 def cosines(query, blobs: list) -> list:
@@ -95,14 +100,19 @@ def cosines(query, blobs: list) -> list:
 
 
 def _unit_rows(blobs: list, dim: int):
-    """Stored rows (float16 or int8, in any mix) as a float32 matrix in their order, each at unit length."""
+    """Stored rows (two planes or int8, in any mix) as a float32 matrix in their order, each at unit length."""
     import numpy as np
-    halves = np.fromiter((len(b) == 2 * dim for b in blobs), dtype=bool, count=len(blobs))
-    mat = np.empty((len(blobs), dim), dtype=np.float32)
-    for mask, dtype in ((halves, "<f2"), (~halves, np.int8)):
-        if mask.any():
-            raw = b"".join(b for b, m in zip(blobs, mask) if m)
-            mat[mask] = np.frombuffer(raw, dtype=dtype).reshape(-1, dim)
+    whole = np.fromiter((len(b) == 2 * dim for b in blobs), dtype=bool, count=len(blobs))
+    if whole.all():
+        planes = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(-1, 2, dim)
+        mat = planes[:, 0].astype(np.float32) * 256 + planes[:, 1]
+    else:
+        mat = np.empty((len(blobs), dim), dtype=np.float32)
+        if whole.any():
+            mat[whole] = _unit_rows([b for b, w in zip(blobs, whole) if w], dim)
+        if not whole.all():
+            raw = b"".join(b for b, w in zip(blobs, whole) if not w)
+            mat[~whole] = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
 
@@ -136,7 +146,7 @@ class VectorStore:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                             (self.model_id, digest, self.dim, half(vec)))
+                             (self.model_id, digest, self.dim, quantize16(vec)))
         if rows:
             self._bump()
 
@@ -192,21 +202,14 @@ class VectorStore:
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
 
     def _knn_sqlite_vec(self, query, k: int) -> list:
-        """sqlite-vec's int8 cosine over an older recall's int8 rows in place, for their 2k nearest,
-        scored again with every float16 row (sqlite-vec has no float16) against the query as it
-        is: the other backends' order."""
+        """sqlite-vec's int8 cosine over the rows' high planes in place, for the 2k nearest, which
+        are scored again at 16 bits against the query as it is (not rounded to int8): the other
+        backends' order."""
         rows = self.con.execute(
-            "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? AND length(vector)=dim "
-            "ORDER BY vec_distance_cosine(vec_int8(vector), vec_int8(?)), id LIMIT ?",
+            "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
+            "ORDER BY vec_distance_cosine(vec_int8(substr(vector, 1, dim)), vec_int8(?)), id LIMIT ?",
             (self.model_id, self.dim, quantize(query), min(2 * k, VEC_K_MAX))).fetchall()
-        rows += self.con.execute("SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
-                                 "AND length(vector)=2*dim", (self.model_id, self.dim)).fetchall()
-        if rows and _importable("numpy") is not None:
-            import numpy as np
-            sims = _unit_rows([r[1] for r in rows], self.dim) @ np.asarray(normalize(query), dtype=np.float32)
-            scored = zip((r[0] for r in rows), sims.tolist())
-        else:
-            scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
+        scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
         return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
 
     def _matrix(self):
