@@ -1,4 +1,4 @@
-"""The vector store: 16-bit rows in `embeddings` (an int8 high plane, then the low bytes), scanned by sqlite-vec when loadable, else numpy, else Python."""
+"""The vector store: 12-bit rows in `embeddings` (int8 high bytes first), scanned by sqlite-vec when loadable, else numpy, else Python."""
 from __future__ import annotations
 
 import array
@@ -40,7 +40,7 @@ def describe_backend() -> str:
     if con is not None and load_vec(con):
         version = con.execute("SELECT vec_version()").fetchone()[0]
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
-                "int8 cosine scan")
+                "int8 cosine scan of the high planes")
     hint = "pip install 'recall[vec]' for sqlite-vec"
     from ..extras import installed
     if installed("numpy"):     # found, not imported (doctor's 1 s); its import is probed apart
@@ -71,15 +71,16 @@ def quantize(vec) -> bytes:
     return bytes(round(x * 127 / top) & 0xFF for x in vec)
 
 
-def quantize16(vec) -> bytes:
-    """A chunk's vector as 16-bit integers (its largest part ±32639) in two planes: the high
-    bytes, an int8 vector sqlite-vec scans in place, then the low bytes, each signed (part =
-    256·high + low). Twice int8's bytes, float32's ranking (docs/BENCHMARKS.md); an older
-    recall's int8 row is a high plane alone, read as it is."""
+def quantize12(vec) -> bytes:
+    """A chunk's vector at 12 bits a dimension (its largest part ±2039) in two planes: the high
+    bytes, an int8 vector sqlite-vec scans in place, then each part's low 4 bits, two to a byte
+    (part = 16·high + low). 1.5 bytes a dimension, float32's ranking (docs/BENCHMARKS.md); an
+    older recall's int8 row is a high plane alone, read as it is."""
     top = max(map(abs, vec)) or 1.0
-    parts = [round(x * 32639 / top) for x in vec]
-    highs = [(x + 128) >> 8 for x in parts]               # rounded: the int8 vector of the part
-    return bytes(h & 0xFF for h in highs) + bytes((x - 256 * h) & 0xFF for x, h in zip(parts, highs))
+    parts = [round(x * 2039 / top) for x in vec]
+    highs = [(x + 8) >> 4 for x in parts]                 # rounded: the int8 vector of the part
+    lows = [x - 16 * h for x, h in zip(parts, highs)] + [0] * (len(parts) % 2)     # -8 … 7
+    return bytes(h & 0xFF for h in highs) + bytes(a & 15 | (b & 15) << 4 for a, b in zip(lows[::2], lows[1::2]))
 
 
 def stored(blob: bytes, dim: int) -> list:
@@ -87,7 +88,8 @@ def stored(blob: bytes, dim: int) -> list:
     high = array.array("b", blob[:dim])
     if len(blob) == dim:
         return normalize(high)
-    return normalize([256 * h + low for h, low in zip(high, array.array("b", blob[dim:]))])
+    lows = [(n ^ 8) - 8 for byte in blob[dim:] for n in (byte & 15, byte >> 4)]
+    return normalize([16 * h + low for h, low in zip(high, lows)])
 
 
 def cosines(query, blobs: list) -> list:
@@ -102,17 +104,19 @@ def cosines(query, blobs: list) -> list:
 def _unit_rows(blobs: list, dim: int):
     """Stored rows (two planes or int8, in any mix) as a float32 matrix in their order, each at unit length."""
     import numpy as np
-    whole = np.fromiter((len(b) == 2 * dim for b in blobs), dtype=bool, count=len(blobs))
+    width = dim + (dim + 1) // 2
+    whole = np.fromiter((len(b) == width for b in blobs), dtype=bool, count=len(blobs))
     if whole.all():
-        planes = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(-1, 2, dim)
-        mat = planes[:, 0].astype(np.float32) * 256 + planes[:, 1]
+        rows = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, width)
+        low = np.empty((len(blobs), 2 * (width - dim)), dtype=np.float32)
+        low[:, 0::2], low[:, 1::2] = rows[:, dim:] & 15, rows[:, dim:] >> 4
+        mat = rows[:, :dim].view(np.int8).astype(np.float32) * 16 + ((low[:, :dim] + 8) % 16 - 8)
     else:
         mat = np.empty((len(blobs), dim), dtype=np.float32)
         if whole.any():
             mat[whole] = _unit_rows([b for b, w in zip(blobs, whole) if w], dim)
-        if not whole.all():
-            raw = b"".join(b for b, w in zip(blobs, whole) if not w)
-            mat[~whole] = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim)
+        raw = b"".join(b for b, w in zip(blobs, whole) if not w)
+        mat[~whole] = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
 
@@ -126,7 +130,7 @@ WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20
 
 
 class VectorStore:
-    """Vectors of one embedding model, keyed by chunk hash, as int8 BLOBs in `embeddings`, which
+    """Vectors of one embedding model, keyed by chunk hash, as 12-bit BLOBs in `embeddings`, which
     every backend reads where they are: no second copy (a vec0 table scans them no faster). Writes
     go inside the caller's transaction; each bumps the model's generation in `meta`, which tells a
     warm numpy matrix it is stale."""
@@ -146,7 +150,7 @@ class VectorStore:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                             (self.model_id, digest, self.dim, quantize16(vec)))
+                             (self.model_id, digest, self.dim, quantize12(vec)))
         if rows:
             self._bump()
 
@@ -203,7 +207,7 @@ class VectorStore:
 
     def _knn_sqlite_vec(self, query, k: int) -> list:
         """sqlite-vec's int8 cosine over the rows' high planes in place, for the 2k nearest, which
-        are scored again at 16 bits against the query as it is (not rounded to int8): the other
+        are scored again at 12 bits against the query as it is (not rounded to int8): the other
         backends' order."""
         rows = self.con.execute(
             "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
