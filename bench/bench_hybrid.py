@@ -62,14 +62,14 @@ def checkpoint_size(db_path) -> int:
 
 
 def fill_vectors(home, cfg_path, dim):
-    """Synthetic document vectors for every chunk (int8, as the store keeps them), and cached
+    """Synthetic document vectors for every chunk (12 bits in two planes, as the store keeps them), and cached
     vectors for QUERIES, under the fingerprints the config names."""
     import numpy as np
     os.environ.update(RECALL_HOME=str(home), RECALL_CONFIG=str(cfg_path))
     from recall import db
     from recall.config import load_config
     from recall.embed import providers as embed
-    from recall.embed.vectors import VectorStore, quantize
+    from recall.embed.vectors import VectorStore, quantize12
     from recall.notes.search import query_key
     cfg = load_config()
     con = db.connect(cfg.db_path, vectors=True)
@@ -80,7 +80,7 @@ def fill_vectors(home, cfg_path, dim):
         mid = embed.model_id(con, embed.fingerprint(cfg.embedding, "document"))
         qid = embed.model_id(con, embed.fingerprint(cfg.embedding, "query"))
         con.executemany("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                        ((mid, r[0], dim, quantize(mat[i].tolist())) for i, r in enumerate(rows)))
+                        ((mid, r[0], dim, quantize12(mat[i].tolist())) for i, r in enumerate(rows)))
         con.executemany("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
                         ((qid, query_key(q), qmat[i].astype("<f4").tobytes(), time.time()) for i, q in enumerate(QUERIES)))
         VectorStore(con, mid, dim)._bump()
@@ -242,10 +242,11 @@ connections, two threads). p50 / p95 in ms over {len(QUERIES)} queries × 20.
 Target: hybrid p50 ≤ 50 ms at 50k chunks, in-process. sqlite-vec here (loaded through `sqlean`:
 this Python cannot load extensions) is built without SIMD (`vec_debug()` lists no flags), so its scan
 is several times slower than numpy's matrix product over the same vectors. recall therefore scans
-the int8 rows in place with sqlite-vec's cosine for the first search of a process — a one-shot
+the rows' int8 high planes in place with sqlite-vec's cosine (the nearest scored again at 12 bits)
+for the first search of a process — a one-shot
 `recall search` never loads the table — and a process that searches again (the MCP server, `recall
 eval`) keeps a numpy matrix (up to 512 MB) and scans that. Both give the same top-k
-(tests/test_vectors.py). `vectors per 10k chunks` counts the int8 rows in `embeddings` and their keys.
+(tests/test_vectors.py). `vectors per 10k chunks` counts the 12-bit rows in `embeddings` and their keys.
 
 Whole processes, `recall search`, p50 / p95 in ms:
 

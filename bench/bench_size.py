@@ -84,8 +84,8 @@ def main() -> None:
 ## The DB in proportion to the notes (issue 36.4)
 
 {machine()}. `python3 bench/bench_size.py`: the DB file and its WAL after `recall index`, over the bytes
-of the notes it indexed, keyword-only and with the local model (all-MiniLM-L6-v2: one int8 vector of
-384 bytes per text or 128-token window). Targets ≤ 2× keyword-only, ≤ 4× with the local model.
+of the notes it indexed, keyword-only and with the local model (all-MiniLM-L6-v2: one vector of
+576 bytes, 12 bits a dimension, per text or 128-token window). Targets ≤ 2× keyword-only, ≤ 4× with the local model.
 
 | notes | indexed | keyword-only DB | ratio | with the local model | ratio |
 |---|---|---|---|---|---|

@@ -566,7 +566,7 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
     query encoder), so every figure must match the local eval's. Voyage reads a whole chunk, so
     that local index embeds each chunk whole too, not in windows."""
     from recall.embed.query_encoder import encoder_for
-    from recall.embed.vectors import dequantize
+    from recall.embed.vectors import stored
     from recall.notes.index import _texts
     env, _ = golden_local
     for k, v in env.items():
@@ -588,7 +588,7 @@ def test_voyage_eval_equals_the_local_eval_when_the_stand_in_serves_the_same_vec
     rows = con.execute("SELECT hash, vector FROM embeddings").fetchall()
     texts = _texts(con, [h for h, _ in rows])
     con.close()
-    known = {texts[h][1]: dequantize(blob) for h, blob in rows}
+    known = {texts[h][1]: stored(blob, 384) for h, blob in rows}
     light = encoder_for(embed.LocalProvider(cfg.embedding).source)
 
     def same_vectors(batch, dim):

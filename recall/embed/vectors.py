@@ -1,4 +1,4 @@
-"""The vector store: int8 rows in `embeddings`, scanned by sqlite-vec when loadable, else numpy, else Python."""
+"""The vector store: 12-bit rows in `embeddings` (int8 high bytes first), scanned by sqlite-vec when loadable, else numpy, else Python."""
 from __future__ import annotations
 
 import array
@@ -40,7 +40,7 @@ def describe_backend() -> str:
     if con is not None and load_vec(con):
         version = con.execute("SELECT vec_version()").fetchone()[0]
         return (f"sqlite-vec {version} through {mod.__name__} (SQLite {mod.sqlite_version}), "
-                "int8 cosine scan")
+                "int8 cosine scan of the high planes")
     hint = "pip install 'recall[vec]' for sqlite-vec"
     from ..extras import installed
     if installed("numpy"):     # found, not imported (doctor's 1 s); its import is probed apart
@@ -66,30 +66,57 @@ def unpack(blob: bytes) -> list:
 
 
 def quantize(vec) -> bytes:
-    """A chunk's vector as int8, its largest part ±127 (a quarter of float32's bytes; cosine
-    ignores the scale, and the ranking holds: docs/BENCHMARKS.md, the DB's size)."""
+    """A vector as int8, its largest part ±127: the query sqlite-vec's scan is given."""
     top = max(map(abs, vec)) or 1.0
     return bytes(round(x * 127 / top) & 0xFF for x in vec)
 
 
-def dequantize(blob: bytes) -> list:
-    """A stored int8 vector at unit length."""
-    return normalize(array.array("b", blob))
+def quantize12(vec) -> bytes:
+    """A chunk's vector at 12 bits a dimension (its largest part ±2039) in two planes: the high
+    bytes, an int8 vector sqlite-vec scans in place, then each part's low 4 bits, two to a byte
+    (part = 16·high + low). 1.5 bytes a dimension, float32's ranking (docs/BENCHMARKS.md); an
+    older recall's int8 row is a high plane alone, read as it is."""
+    top = max(map(abs, vec)) or 1.0
+    parts = [round(x * 2039 / top) for x in vec]
+    highs = [(x + 8) >> 4 for x in parts]                 # rounded: the int8 vector of the part
+    lows = [x - 16 * h for x, h in zip(parts, highs)] + [0] * (len(parts) % 2)     # -8 … 7
+    return bytes(h & 0xFF for h in highs) + bytes(a & 15 | (b & 15) << 4 for a, b in zip(lows[::2], lows[1::2]))
+
+
+def stored(blob: bytes, dim: int) -> list:
+    """A stored chunk vector (two planes, or an older int8 row) at unit length."""
+    high = array.array("b", blob[:dim])
+    if len(blob) == dim:
+        return normalize(high)
+    lows = [(n ^ 8) - 8 for byte in blob[dim:] for n in (byte & 15, byte >> 4)]
+    return normalize([16 * h + low for h, low in zip(high, lows)])
 
 
 def cosines(query, blobs: list) -> list:
-    """The query's cosine with each stored int8 vector: by numpy when this process has it loaded."""
+    """The query's cosine with each stored chunk vector: by numpy when this process has it loaded."""
     q = normalize(query)
     if "numpy" not in sys.modules:
-        return [sum(a * b for a, b in zip(q, dequantize(blob))) for blob in blobs]
+        return [sum(a * b for a, b in zip(q, stored(blob, len(q)))) for blob in blobs]
     import numpy as np
-    return (_unit_rows(b"".join(blobs), len(q)) @ np.asarray(q, dtype="f4")).tolist()
+    return (_unit_rows(blobs, len(q)) @ np.asarray(q, dtype="f4")).tolist()
 
 
-def _unit_rows(raw: bytes, dim: int):
-    """int8 rows as a float32 matrix, each row at unit length."""
+def _unit_rows(blobs: list, dim: int):
+    """Stored rows (two planes or int8, in any mix) as a float32 matrix in their order, each at unit length."""
     import numpy as np
-    mat = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim).astype(np.float32)
+    width = dim + (dim + 1) // 2
+    whole = np.fromiter((len(b) == width for b in blobs), dtype=bool, count=len(blobs))
+    if whole.all():
+        rows = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(-1, width)
+        low = np.empty((len(blobs), 2 * (width - dim)), dtype=np.float32)
+        low[:, 0::2], low[:, 1::2] = rows[:, dim:] & 15, rows[:, dim:] >> 4
+        mat = rows[:, :dim].view(np.int8).astype(np.float32) * 16 + ((low[:, :dim] + 8) % 16 - 8)
+    else:
+        mat = np.empty((len(blobs), dim), dtype=np.float32)
+        if whole.any():
+            mat[whole] = _unit_rows([b for b, w in zip(blobs, whole) if w], dim)
+        raw = b"".join(b for b, w in zip(blobs, whole) if not w)
+        mat[~whole] = np.frombuffer(raw, dtype=np.int8).reshape(-1, dim)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
 
@@ -103,7 +130,7 @@ WARM_MATRIX_MAX_BYTES = 512 * 2 ** 20
 
 
 class VectorStore:
-    """Vectors of one embedding model, keyed by chunk hash, as int8 BLOBs in `embeddings`, which
+    """Vectors of one embedding model, keyed by chunk hash, as 12-bit BLOBs in `embeddings`, which
     every backend reads where they are: no second copy (a vec0 table scans them no faster). Writes
     go inside the caller's transaction; each bumps the model's generation in `meta`, which tells a
     warm numpy matrix it is stale."""
@@ -123,7 +150,7 @@ class VectorStore:
                 raise ValueError(f"vector of dimension {len(vec)}, expected {self.dim}")
             self.con.execute("DELETE FROM embeddings WHERE model_id=? AND hash=?", (self.model_id, digest))
             self.con.execute("INSERT INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
-                             (self.model_id, digest, self.dim, quantize(vec)))
+                             (self.model_id, digest, self.dim, quantize12(vec)))
         if rows:
             self._bump()
 
@@ -179,11 +206,12 @@ class VectorStore:
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
 
     def _knn_sqlite_vec(self, query, k: int) -> list:
-        """sqlite-vec's int8 cosine over the rows in place, for the 2k nearest, which are scored
-        again against the query as it is (not rounded to int8): the other backends' order."""
+        """sqlite-vec's int8 cosine over the rows' high planes in place, for the 2k nearest, which
+        are scored again at 12 bits against the query as it is (not rounded to int8): the other
+        backends' order."""
         rows = self.con.execute(
             "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? "
-            "ORDER BY vec_distance_cosine(vec_int8(vector), vec_int8(?)), id LIMIT ?",
+            "ORDER BY vec_distance_cosine(vec_int8(substr(vector, 1, dim)), vec_int8(?)), id LIMIT ?",
             (self.model_id, self.dim, quantize(query), min(2 * k, VEC_K_MAX))).fetchall()
         scored = zip((r[0] for r in rows), cosines(query, [r[1] for r in rows])) if rows else ()
         return sorted(scored, key=lambda x: (-x[1], x[0]))[:k]
@@ -200,7 +228,7 @@ class VectorStore:
         rows = self.con.execute("SELECT id, vector FROM embeddings WHERE model_id=? AND dim=? ORDER BY id",
                                 (self.model_id, self.dim)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
-        mat = _unit_rows(b"".join(r[1] for r in rows), self.dim)
+        mat = _unit_rows([r[1] for r in rows], self.dim)
         with _LOCK:
             for old in [x for x in _MATRICES if x[:2] == key[:2]]:
                 del _MATRICES[old]
@@ -220,7 +248,7 @@ class VectorStore:
     def _knn_python(self, query, k: int) -> list:
         import heapq
         q = normalize(query)
-        scored = ((rid, sum(a * b for a, b in zip(q, dequantize(blob))))
+        scored = ((rid, sum(a * b for a, b in zip(q, stored(blob, self.dim))))
                   for rid, blob in self.con.execute(
                       "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
         return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
