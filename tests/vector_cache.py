@@ -9,6 +9,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+ROWS = "12-bit"    # the stored rows' format: rows of another (int8) are not this one's
 VECTOR_CACHE = os.environ.get("RECALL_TEST_CACHE",
                               str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recall-tests"))
 
@@ -21,6 +22,7 @@ def cached_vectors(con, cfg, save: bool) -> None:
     from recall import db
     from recall.embed import providers
     fp = providers.fingerprint(cfg.embedding, "document")
+    model = f"{fp.key} {ROWS}"
     Path(VECTOR_CACHE).mkdir(parents=True, exist_ok=True)
     cache = sqlite3.connect(Path(VECTOR_CACHE) / "vectors.sqlite", timeout=60)
     try:
@@ -29,11 +31,11 @@ def cached_vectors(con, cfg, save: bool) -> None:
                           "PRIMARY KEY(model, hash)) WITHOUT ROWID")
         mid = providers.model_id(con, fp)
         if save:
-            rows = con.execute("SELECT ?, hash, dim, vector FROM embeddings WHERE model_id=?", (fp.key, mid))
+            rows = con.execute("SELECT ?, hash, dim, vector FROM embeddings WHERE model_id=?", (model, mid))
             with cache:
                 cache.executemany("INSERT OR IGNORE INTO vectors VALUES (?,?,?,?)", rows.fetchall())
         else:
-            rows = cache.execute("SELECT ?, hash, dim, vector FROM vectors WHERE model=?", (mid, fp.key))
+            rows = cache.execute("SELECT ?, hash, dim, vector FROM vectors WHERE model=?", (mid, model))
             with db.transaction(con):
                 con.executemany("INSERT OR IGNORE INTO embeddings(model_id, hash, dim, vector) VALUES (?,?,?,?)",
                                 rows.fetchall())
