@@ -7,8 +7,6 @@ import json
 import re
 
 MIN_SECRET_LEN = 6        # a shorter value or form would blank ordinary output
-_PCT_HEX = re.compile(rb"%[0-9A-F]{2}")
-_JSON_U = re.compile(r"\\u([0-9a-f]{4})")
 
 
 def encodings(value: bytes) -> dict[bytes, str]:
@@ -66,15 +64,18 @@ def _base64_forms(v: bytes) -> set[bytes]:
 _UNQUOTED = [re.compile(b"[^A-Za-z0-9_.~" + re.escape(safe) + b"-]") for safe in (b"", b"/", b"!'()*")]
 
 
+_PERCENT = {bytes([b]): b"%%%02X" % b for b in range(256)}
+
+
 def _url_forms(v: bytes) -> set[bytes]:
-    """Percent-encoding as quote / quote_plus / encodeURIComponent would write it, upper and lower hex."""
-    forms = {pattern.sub(lambda m: b"%%%02X" % m.group()[0], v) for pattern in _UNQUOTED}
-    forms |= {f.replace(b"%20", b"+") for f in forms}          # quote_plus: '%' itself is %25
-    return forms | {_PCT_HEX.sub(lambda m: m.group().lower(), f) for f in forms}
+    """Percent-encoding as quote / quote_plus / encodeURIComponent would write it (lower-case hex is
+    the same form to the masker, which folds ASCII case)."""
+    forms = {pattern.sub(lambda m: _PERCENT[m.group()], v) for pattern in _UNQUOTED}
+    return forms | {f.replace(b"%20", b"+") for f in forms}    # quote_plus: '%' itself is %25
 
 
 def _json_forms(v: bytes) -> set[bytes]:
-    """The inside of a JSON string: ASCII-escaped or not, with `\\/`, HTML-safe and upper-hex variants."""
+    """The inside of a JSON string: ASCII-escaped or not, with `\\/` and HTML-safe variants."""
     try:
         text = v.decode("utf-8")
     except UnicodeDecodeError:
@@ -85,8 +86,7 @@ def _json_forms(v: bytes) -> set[bytes]:
         forms |= {body, body.replace("/", "\\/"),
                   body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # Go's
                   .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")}
-    forms |= {_JSON_U.sub(lambda m: "\\u" + m.group(1).upper(), f) for f in forms}
-    return {f.encode("utf-8") for f in forms}
+    return {f.encode("utf-8") for f in forms}     # upper-case \\u hex: the masker folds case
 
 
 _PLAIN = re.compile(rb"[A-Za-z0-9_./:=@+-]*\Z")   # no shell, C, Python or HTML escaper changes these
@@ -134,13 +134,12 @@ _C = _translator({**_CONTROLS, "\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t
 _NON_ASCII = re.compile("[^\x00-\x7f]+")
 
 
-def _escaped(text: str, translate, non_ascii: str = "") -> str:
-    """`text` through `translate` (named characters, other controls as \\ooo), non-ASCII bytes as
-    `non_ascii` % byte."""
+def _escaped(text: str, translate, *non_ascii: str) -> set[str]:
+    """`text` through `translate` (named characters, other controls as \\ooo), as is and with its
+    non-ASCII bytes as each of `non_ascii` % byte (the same text when it has none)."""
     out = translate(text)
-    if non_ascii:
-        out = _NON_ASCII.sub(lambda m: "".join(non_ascii % b for b in m.group().encode("utf-8", "surrogatepass")), out)
-    return out
+    return {out} | {_NON_ASCII.sub(lambda m: "".join(form % b for b in m.group().encode("utf-8", "surrogatepass")), out)
+                    for form in non_ascii if not out.isascii()}
 
 
 def _shell_forms(v: bytes) -> set[bytes]:
@@ -153,9 +152,8 @@ def _shell_forms(v: bytes) -> set[bytes]:
         text.replace("'", "'\\''"),                                       # set
         text.replace("'", "'\"'\"'"),                                     # shlex.quote
         _SQ_SHELL(text),                                                  # printf %q
-        _escaped(text, _ANSI_C), _escaped(text, _ANSI_C, "\\%03o"),     # $'…' (UTF-8, C locale)
     }
-    return _as_bytes(forms)
+    return _as_bytes(forms | _escaped(text, _ANSI_C, "\\%03o"))          # $'…' (UTF-8, C locale)
 
 
 def _python_forms(v: bytes) -> set[bytes]:
@@ -172,7 +170,7 @@ def _c_forms(v: bytes) -> set[bytes]:
     forms = {"\\x" + v.hex(" ").replace(" ", "\\x")}                    # strace -xx: every byte
     text = _text(v)
     if text is not None:
-        forms |= {_escaped(text, _C, non_ascii) for non_ascii in ("", "\\%03o", "\\x%02x")}
+        forms |= _escaped(text, _C, "\\%03o", "\\x%02x")
     return _as_bytes(forms)
 
 
@@ -211,6 +209,8 @@ def _html_forms(v: bytes) -> set[bytes]:
 
 
 _NOT_WORD = re.compile("[^A-Za-z0-9_]")
+_BEFORE_NOT_WORD = re.compile("(?=[^A-Za-z0-9_])")      # a backslash inserted: no call per match (most of a key)
+_BEFORE_NOT_WORD_B = re.compile(b"(?=[^A-Za-z0-9_])")
 WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # Above Latin-1, perl quotemeta quotes Pattern_Syntax, white space and default-ignorable code points.
 _PERL_QUOTED = ((0x200B, 0x200F), (0x2010, 0x2027), (0x202A, 0x203E), (0x2041, 0x2053), (0x2055, 0x206F),
@@ -230,15 +230,15 @@ def _regex_forms(v: bytes) -> set[bytes]:
     characters kept), Python re.escape (3.7+: its special set; 3.3-3.6: all but ASCII word characters)."""
     if re.fullmatch(rb"\w*", v, re.ASCII):
         return set()
-    forms = {re.sub(rb"[^A-Za-z0-9_]", rb"\\\g<0>", v)}
+    forms = {_BEFORE_NOT_WORD_B.sub(rb"\\", v)}
     try:
         text = v.decode("utf-8")
     except UnicodeDecodeError:
         return forms
-    return forms | _as_bytes({
-        _NOT_WORD.sub(lambda m: m.group() if _perl_keeps(m.group()) else "\\" + m.group(), text),
-        re.escape(text),                                  # Python 3.7+
-        _NOT_WORD.sub(lambda m: "\\" + m.group(), text)})      # Python 3.3-3.6
+    every = _BEFORE_NOT_WORD.sub(r"\\", text)          # Python 3.3-3.6; perl's too on ASCII
+    perl = every if text.isascii() else \
+        _NOT_WORD.sub(lambda m: m.group() if _perl_keeps(m.group()) else "\\" + m.group(), text)
+    return forms | _as_bytes({perl, re.escape(text), every})     # re.escape: Python 3.7+
 
 
 # (name, bytes -> set of forms, a program that prints it): tests check each against its real output.
