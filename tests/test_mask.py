@@ -779,6 +779,20 @@ def test_a_translator_writes_what_str_translate_writes():
         assert forms._translator(table)(text) == text.translate(table), (table, text)
 
 
+def test_the_regex_forms_are_what_re_escape_and_a_backslash_before_every_non_word_character_write():
+    """forms' regex row inserts its backslashes by lookahead (no call a match): the same text as
+    Python's re.escape (3.7+) and as the older escape of every non-word character, on random text."""
+    from recall.vault import forms
+    rng = random.Random(9)
+    alphabet = "".join(map(chr, range(200))) + "é€😀"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        assert forms._RE_ESCAPE.sub(r"\\", text) == re.escape(text), text
+        assert forms._BEFORE_NOT_WORD.sub(r"\\", text) == re.sub("[^A-Za-z0-9_]", lambda m: "\\" + m.group(), text)
+        raw = text.encode("utf-8")
+        assert forms._BEFORE_NOT_WORD_B.sub(rb"\\", raw) == re.sub(b"[^A-Za-z0-9_]", lambda m: b"\\" + m.group(), raw)
+
+
 # A value per row whose printed form no other row writes: an escape every few characters breaks
 # every run of 8 of the value as written and of the other rows' forms, so only the row masks it.
 ONLY_ROW = {

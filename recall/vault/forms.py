@@ -211,6 +211,7 @@ def _html_forms(v: bytes) -> set[bytes]:
 _NOT_WORD = re.compile("[^A-Za-z0-9_]")
 _BEFORE_NOT_WORD = re.compile("(?=[^A-Za-z0-9_])")      # a backslash inserted: no call per match (most of a key)
 _BEFORE_NOT_WORD_B = re.compile(b"(?=[^A-Za-z0-9_])")
+_RE_ESCAPE = re.compile("(?=[" + re.escape("()[]{}?*+-|^$\\.&~# \t\n\r\v\f") + "])")   # re.escape, 3.7+
 WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # Above Latin-1, perl quotemeta quotes Pattern_Syntax, white space and default-ignorable code points.
 _PERL_QUOTED = ((0x200B, 0x200F), (0x2010, 0x2027), (0x202A, 0x203E), (0x2041, 0x2053), (0x2055, 0x206F),
@@ -238,7 +239,7 @@ def _regex_forms(v: bytes) -> set[bytes]:
     every = _BEFORE_NOT_WORD.sub(r"\\", text)          # Python 3.3-3.6; perl's too on ASCII
     perl = every if text.isascii() else \
         _NOT_WORD.sub(lambda m: m.group() if _perl_keeps(m.group()) else "\\" + m.group(), text)
-    return forms | _as_bytes({perl, re.escape(text), every})     # re.escape: Python 3.7+
+    return forms | _as_bytes({perl, _RE_ESCAPE.sub(r"\\", text), every})
 
 
 # (name, bytes -> set of forms, a program that prints it): tests check each against its real output.
