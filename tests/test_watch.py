@@ -148,6 +148,32 @@ def test_behind_names_a_source_changed_since_the_last_run(indexed):
     assert walk.behind(con, cfg, budget_s=1.0) == ["notes"]
 
 
+class _Clock:
+    """A stop event that records every pause the poll asks for and waits none of them."""
+
+    def __init__(self):
+        self.pauses = []
+
+    def wait(self, seconds):
+        self.pauses.append(seconds)
+        return False
+
+
+def test_the_poll_acts_on_a_change_at_once_and_waits_only_between_quiet_rounds(tmp_path):
+    """A stat poll that sees a change says so without first sleeping out its period (a save was
+    found 1-2 s late); a round that finds nothing waits the period before the next walk."""
+    (tmp_path / "a.md").write_text("# A\n")
+    clock = _Clock()
+    poll = watch._Poll([str(tmp_path)], set(), clock)
+    assert poll.wait(clock, watch.POLL_S) is False                       # nothing changed: it waits
+    assert clock.pauses and max(clock.pauses) > watch.POLL_S / 2
+    clock.pauses.clear()
+    (tmp_path / "b.md").write_text("# B\n")
+    assert poll.wait(clock, watch.POLL_S) is True
+    assert all(p <= watch.PAUSE_S for p in clock.pauses)                 # no poll period slept
+    assert poll.wait(clock, watch.POLL_S) is False
+
+
 def test_recall_watch_off_or_a_bad_value(monkeypatch):
     monkeypatch.setenv("RECALL_WATCH", "off")
     assert watch.method() == "off"

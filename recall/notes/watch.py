@@ -70,12 +70,13 @@ class _Poll:
         now = self._snapshot(stop)
         if now is None:
             return False
-        changed = now != self.last
-        self.last = now
+        if now != self.last:          # a change is acted on now: the waits are between quiet rounds
+            self.last = now
+            return True
         # a large tree is walked less often: this round's CPU time stays a small share of a core
         work = time.thread_time() - cpu
         stop.wait(max(0.0, max(min(timeout, POLL_S), work / POLL_SHARE) - (time.monotonic() - started)))
-        return changed
+        return False
 
     def close(self) -> None:
         pass
