@@ -67,6 +67,8 @@ def golden_windows(work, cfg_path):
             con.execute("CREATE TEMP TABLE keep(hash TEXT PRIMARY KEY)")
             con.executemany("INSERT INTO keep VALUES (?)", ((h,) for h in keep))
             con.execute("DELETE FROM chunks WHERE hash NOT IN (SELECT hash FROM keep)")
+    with db.transaction(con):     # the chunks alone: no file's own vector (its title and opening) to embed
+        con.execute("UPDATE files SET head_hash = NULL")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     hashes = [r[0] for r in con.execute("SELECT hash FROM chunks GROUP BY hash ORDER BY MIN(id)")]
     by_hash = _texts(con, hashes)
