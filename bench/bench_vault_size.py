@@ -126,7 +126,7 @@ def build_rows() -> list:
         for lines in (True, False):
             secrets = {"v": [value(rnd, size, lines)]}
             t = time.process_time()
-            Masker(secrets).mask(b"x" * 65536)
+            Masker(secrets).stream().feed(b"x" * 65536)     # a child's output: the table of every form
             cells.append(f"{time.process_time() - t:.2f}")
         rows.append(f"| {size // 1024} KiB | {' | '.join(cells)} |")
     return rows
@@ -147,16 +147,18 @@ def main() -> int:
 {machine()}, load average {load:.1f}, {args.label}. `python3 bench/bench_vault_size.py`: 20 notes
 indexed, then one new note: `recall index` (wall s, CPU s, peak RSS MB; target < 1 s, < 150 MB);
 then a watcher (the stat poll, as `recall mcp` runs it) follows the notes and a note is saved, then
-another: seconds until the index holds each (target ≤ 2 s; the poll looks once a second; the
-watcher builds the redactor's maskers after its first pass, not at the first save).
+another: seconds until the index holds each (target ≤ 2 s; the poll looks once a second while
+nothing changes; the watcher works out the redactor's forms after its first pass, not at the first
+save). A note's texts are read by one look at the forms they share (docs/DESIGN.md, "A vault's
+size"), never the table of every form.
 
 | vault | index one note, s | CPU s | peak RSS MB | save → found, s (first / next) |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 
 The size `secret sync` refuses (16 KiB a value) is set by what each child's masker costs to
-build — every `secret exec` / `access exec` builds the forms of every vault value — CPU seconds
-for one value:
+build — every `secret exec` / `access exec` works out the forms of every vault value, and a child's
+output builds the table of all their windows — CPU seconds for one value:
 
 | value | PEM-like (64-character lines) | one-line token |
 |---|---|---|

@@ -27,7 +27,8 @@ SHARED_LOOKS = 8   # answers read by the forms they share (a pass over every for
                    # before the table of every form (10-100 passes' cost) is built
 _LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are read so too
 _SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own grams would cost more
-_ARMOR = re.compile(rb"-----(?:begin|end) [a-z0-9 ]+-----")   # as _flat leaves it
+# PEM armor as _flat leaves it, its spaces as written, percent-encoded (%0A-----END%20…) or escaped
+_ARMOR = re.compile(rb"-----(?:begin|end)(?:(?: |\+|%20|\\ )[a-z0-9]+)+-----")
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 
 
