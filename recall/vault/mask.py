@@ -121,6 +121,8 @@ class Masker:
         """Each of `datas` masked whole (the texts of one answer): up to
         1 MB of them read by one table, one look at the forms for them all
         (a stream builds the table of every form at once)."""
+        if not self._any:
+            return [bytes(d) for d in datas]
         out, group, size = [], [], 0
         for data in [*datas, None]:
             if group and (data is None or size + 1 + len(data) > _SHARED_MAX):
