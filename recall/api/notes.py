@@ -1,8 +1,6 @@
 """The notes verbs of the library layer: init, index (and watch), search, read, eval."""
 from __future__ import annotations
 
-import contextlib
-
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -136,18 +134,13 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
            explain: bool = False, local: bool = False) -> Answer:
     """`recall search` / recall_search: pins, remotes and the notices of sources changed or missing
     since the last index run, wired in here for both faces."""
-    from .. import db
-    from ..config import load_config
     from ..notes.query import parse_query
     from ..notes.search import needs_vectors
     from ..notes.search import search as run
     from ..notes.walk import behind, missing_sources
-    from ..vault import door
-    cfg = load_config(config)
-    cfg.require_sources()
     q = parse_query(query)                 # once: the route, both lists, the snippets
-    con = db.connect(cfg.db_path, readonly=True, vectors=needs_vectors(cfg, q, mode))
-    with contextlib.closing(con), door.bound(cfg, con):
+    with opened(config, readonly=True, need_sources=True,
+                vectors=lambda cfg: needs_vectors(cfg, q, mode)) as (cfg, con):
         result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                      hooks=search_hooks(cfg))
         data = result.public()
