@@ -114,7 +114,7 @@ SECRETS_FORMS = {
 
 
 def test_a_file_that_reads_as_a_secrets_file_is_never_indexed_wherever_it_sits(config, notes, run_recall):
-    config.path.write_text(config.path.read_text() + "    include: ['*']\n")
+    config(include=["*"])
     (notes / "old").mkdir()
     for name, text in SECRETS_FORMS.items():
         (notes / "old" / name).write_text(text)
