@@ -436,6 +436,18 @@ def _use_probe(monkeypatch, probe: str) -> None:
         monkeypatch.setattr(module, "_numpy_probe", lambda keys: ())
 
 
+def _chance_values(rng, case: int, count: int, longest: int) -> list:
+    """Random values over a small alphabet (many chance overlaps, hex and base64 forms): one case in
+    five wrapped in PEM armor, one in three after a URL's public scheme and host."""
+    alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
+    values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, longest))) for _ in range(count)]
+    if case % 5 == 0:
+        values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
+    if case % 3 == 0:
+        values[1] = "https://db.example.com/" + values[1] + "/-----"
+    return values
+
+
 @pytest.mark.parametrize("probe", PROBES)
 def test_the_probe_finds_what_looking_at_every_window_finds(monkeypatch, probe):
     """Random values over a small alphabet (many chance overlaps, public armor, hex and base64 forms)
@@ -444,12 +456,7 @@ def test_the_probe_finds_what_looking_at_every_window_finds(monkeypatch, probe):
     _use_probe(monkeypatch, probe)
     rng = random.Random(33)
     for case in range(300):
-        alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
-        values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, 30))) for _ in range(3)]
-        if case % 5 == 0:
-            values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
-        if case % 3 == 0:
-            values[1] = "https://db.example.com/" + values[1] + "/-----"
+        values = _chance_values(rng, case, 3, 30)
         masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
         masker._table_for(b"x" * (1 << 21))                      # builds the table of every form
         forms = list(masker._forms)
@@ -850,10 +857,7 @@ def test_a_notes_maskers_first_answers_mask_what_the_table_of_every_form_masks(m
     _use_probe(monkeypatch, probe)
     rng = random.Random(36)
     for case in range(40):
-        alphabet = "ab01-+/=xyzAB" if case % 2 else "abcdefgh0123456789"
-        values = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(6, 60))) for _ in range(4)]
-        if case % 5 == 0:
-            values[0] = "-----BEGIN EC PRIVATE KEY-----\n" + values[0] + "\n-----END EC PRIVATE KEY-----\n"
+        values = _chance_values(rng, case, 4, 60)
         secrets = {f"v{i}": [v] for i, v in enumerate(values)}
         whole = Masker(secrets, notes=True)
         for _ in range(module.SHARED_LOOKS + 1):               # answers past 128 bytes: then the table
