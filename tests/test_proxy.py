@@ -529,3 +529,21 @@ def test_a_gzip_bomb_is_inflated_piece_by_piece_not_held_whole(world, api):
     size, peak_kb = map(int, r.stdout.split())
     assert size == BOMB, r.stderr                          # 128 MiB of zeros, from ~130 KB gzipped
     assert peak_kb < 80 * 1024, f"recall held {peak_kb // 1024} MB for a 128 MB body"
+
+
+def test_a_username_of_a_host_bound_secret_is_injected_as_written_like_any_public_field(tmp_path, monkeypatch, api):
+    """One rule for what is public (usernames, logins, emails, fields marked public): the child
+    gets them as written, and only the password becomes a placeholder the proxy fills in."""
+    write_world(tmp_path, monkeypatch, api, extra=f"""\
+- id: jira-basic
+  inject: proxy
+  url: https://127.0.0.1:{api.port}
+  ca: {api.ca}
+  fields: {{username: me@example.com, password: "pw-{CANARY}", region: {{value: eu-west-1, public: true}}}}
+""")
+    assert run_recall("secret", "sync").returncode == 0
+    r = sh(f'echo "$JIRA_BASIC_USERNAME $JIRA_BASIC_REGION"; case "$JIRA_BASIC_PASSWORD" in recall-ph-*) echo ph;; esac; '
+           f'curl -sS -u "$JIRA_BASIC_USERNAME:$JIRA_BASIC_PASSWORD" https://127.0.0.1:{api.port}/echo',
+           secret="jira-basic")
+    assert r.stdout.splitlines()[:2] == ["me@example.com eu-west-1", "ph"], r.stderr
+    assert api.seen[-1]["auth"] == "Basic " + base64.b64encode(f"me@example.com:pw-{CANARY}".encode()).decode()

@@ -20,9 +20,10 @@ _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 
 def placeholders_for(rows) -> dict:
     """{secret id: {field: placeholder}} for the host-bound rows: fresh for every run."""
+    from ..vault.redact import public_fields
     out = {}
     for row in (r for r in rows if r["inject"] == "proxy"):
-        public = set(json.loads(row["meta"]).get("public") or [])
+        public = public_fields(json.loads(row["meta"]))       # usernames too: one rule with the masker's
         out[row["id"]] = {field: f"{PREFIX}{row['id']}{'.' + field if field else ''}-{os.urandom(12).hex()}"
                           for field in json.loads(row["variables"]).values() if field not in public}
     return out
