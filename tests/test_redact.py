@@ -176,3 +176,29 @@ def test_a_watcher_builds_the_maskers_before_the_first_save(make_world, notes, b
     finally:
         w.stop()
     assert len(built) == 1 and list(built[0][0]) == ["api-token"]
+
+
+def test_a_read_works_out_each_values_forms_once_and_a_new_vault_gets_its_own(make_world, notes, monkeypatch):
+    """The redactor (note text) and the door (the answer) mask with the same vault's values: the
+    forms of each value are worked out once a process; values that change are worked out anew."""
+    from recall import api
+    from recall.vault import door, forms
+    values = {f"k{i}": _pem(1700, seed=i) for i in range(4)}
+    cfg, con, _ = _vault(make_world, values)
+    (notes / "pasted.md").write_text(f"# Pasted\n\nthe key {values['k1'][40:100]} in a note\n")
+    _index(con, cfg)
+    worked = []
+    real = forms.encodings
+    monkeypatch.setattr(mask, "encodings", lambda raw: worked.append(raw) or real(raw))
+    vault._REDACTORS.clear()
+    door.forget()
+    mask._BUILT.clear()
+    shown = api.read("pasted.md")
+    assert "[recall:k1]" in shown.shown and values["k1"][40:100] not in shown.shown
+    assert len([w for w in worked if len(w) > 100]) == len(values)    # not twice: redactor and door
+    # other values (the vault changed under a long-lived process): worked out anew, never the old ones
+    old = mask.Masker({"k1": [values["k1"]]})
+    assert old.mask(values["k1"][40:70].encode()) == b"[recall:k1]"
+    fresh = mask.Masker({"k2": [_token(40)]})
+    assert fresh.mask(_token(40).encode()) == b"[recall:k2]"
+    assert fresh.mask(values["k1"][40:70].encode()) == values["k1"][40:70].encode()

@@ -30,6 +30,9 @@ _SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own gr
 # PEM armor as _flat leaves it, its spaces as written, percent-encoded (%0A-----END%20…) or escaped
 _ARMOR = re.compile(rb"-----(?:begin|end)(?:(?: |\+|%20|\\ )[a-z0-9]+)+-----")
 _REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
+# the last worked-out forms, by the values they are of: the redactor's masker and the door's (one
+# vault, one process) share them, and the table of every form; another vault's values replace them
+_BUILT: dict = {}
 
 
 def check_maskable(secret_id: str, value: str) -> None:
@@ -77,6 +80,7 @@ class Masker:
         self._notes, self._looks = notes, 0
         self._table: _Table | None = None
         self._corpus: tuple | None = None
+        self._built: dict = {}        # the forms, corpus and whole table, shared (_BUILT)
         if notes:
             self._corpus_of()
 
@@ -86,9 +90,16 @@ class Masker:
         if self._values is not None:
             with self._lock:
                 if self._values is not None:
-                    for owner, raw in self._values:
-                        self._add(owner, raw)
-                    self._values = None
+                    key = tuple(self._values)
+                    built = _BUILT.get(key)
+                    if built is None:
+                        for owner, raw in self._values:
+                            self._add(owner, raw)
+                        built = {"forms": (self._forms, self._public, self._lengths)}
+                        _BUILT.clear()            # one vault's at a time (dict ops are atomic)
+                        _BUILT[key] = built
+                    self._forms, self._public, self._lengths = built["forms"]
+                    self._built, self._values = built, None
         return self._forms
 
     def _add(self, owner: int, raw: bytes) -> None:
@@ -164,7 +175,7 @@ class Masker:
         if len(flat) <= _SMALL or (looks and self._looks < SHARED_LOOKS and len(flat) <= _SHARED_MAX):
             self._looks += len(flat) > _SMALL
             return _Table(self, self._forms_sharing(flat))
-        self._table = _Table(self, self._forms)
+        self._table = self._built.get("table") or self._built.setdefault("table", _Table(self, self._forms))
         return self._table
 
     def _corpus_of(self) -> tuple:
@@ -172,8 +183,10 @@ class Masker:
         where each starts; the forms with their specs)."""
         if self._corpus is None:
             forms = list(self._ready().items())
-            starts = list(accumulate((len(f) + 1 for f, _ in forms), initial=0))
-            self._corpus = (b"\n".join(f for f, _ in forms), starts, forms)
+            if "corpus" not in self._built:
+                starts = list(accumulate((len(f) + 1 for f, _ in forms), initial=0))
+                self._built["corpus"] = (b"\n".join(f for f, _ in forms), starts, forms)
+            self._corpus = self._built["corpus"]
         return self._corpus
 
     def _forms_sharing(self, flat: bytes) -> dict:
