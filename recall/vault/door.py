@@ -273,7 +273,9 @@ def _rebuilt(obj, clean):
 
 
 def forget() -> None:
-    """Drop what the door learned and built (the tests' fresh process)."""
+    """Drop what the door learned and built, and the vault's forms (the tests' fresh process)."""
+    from . import mask
     with _LOCK:
         _LITERALS.clear()
         _CACHE.clear()
+        mask._BUILT.clear()
