@@ -720,3 +720,16 @@ def test_a_write_error_in_a_face_is_said_as_output(face):
         err = db.explain(exc)
     assert err is not None and str(err).startswith("could not write the output (Input/output error)"), err
     assert err.exit_code == 1
+
+
+def test_a_path_no_file_can_have_is_one_line_naming_it():
+    """A 100 kB --config path and XDG_CONFIG_HOME=/dev/null (`init`) were tracebacks (ENAMETOOLONG,
+    ENOTDIR)."""
+    long = "/tmp/" + "x" * 100_000
+    for args in (["--config", long, "search", "x"], ["--config", long, "init"]):
+        r = run_recall(*args)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr) < 500, r.stderr[-300:]
+        assert r.stderr.startswith("recall: cannot use /tmp/" + "x" * 35) and "File name too long" in r.stderr
+    r = run_recall("init", env={"XDG_CONFIG_HOME": "/dev/null"})
+    _one_line(r, "recall: cannot use /dev/null/recall (Not a directory) — check the path")
+
