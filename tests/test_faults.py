@@ -733,3 +733,18 @@ def test_a_path_no_file_can_have_is_one_line_naming_it():
     r = run_recall("init", env={"XDG_CONFIG_HOME": "/dev/null"})
     _one_line(r, "recall: cannot use /dev/null/recall (Not a directory) — check the path")
 
+
+@pytest.mark.parametrize("named", ["secrets", "inventory"])
+def test_a_secrets_or_inventory_file_that_is_a_fifo_is_one_line_not_a_wait(tmp_path, named):
+    """`secrets: [FIFO]` held search, doctor, access find and verify until killed."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo, 0o600)
+    files = {"secrets": "- id: a-token\n  value: abcdefgh12345678\n", "inventory": "- id: jump01\n  kind: host\n"}
+    world = build(tmp_path / "w", notes={"a.md": "# A\n\nalpha\n"}, **{**files, named: fifo})
+    env = {"RECALL_CONFIG": str(world.config)}
+    r = run_recall("access", "find", env=env, timeout=20)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"recall: {fifo}: not a regular file (a FIFO, a device, a socket), so it was not read" in r.stderr
+    for verb in (["search", "alpha"], ["verify", "--dry-run"], ["doctor"]):
+        r = run_recall(*verb, env=env, timeout=20)
+        assert "Traceback" not in r.stderr and "not a regular file" in r.stdout + r.stderr, (verb, r.stderr)
