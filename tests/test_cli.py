@@ -578,3 +578,33 @@ def test_a_path_that_is_not_utf8_prints_under_a_strict_utf8_stdout(tmp_path):
     r = run_recall("instructions", "--install", target, env={"PYTHONIOENCODING": "utf-8:strict"})
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-300:]
     assert r.stdout.startswith(f"created {tmp_path}/CLAUDE-\\udcff.md with the recall rules"), r.stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_exec_stops_its_child_too(synced, tmp_path, sig):
+    """SIGTERM (or SIGHUP: the terminal closed) ended recall and left the child, in a session of its
+    own, running with the secret in its environment."""
+    import contextlib
+    import signal
+    import time
+    pid_file = tmp_path / "child.pid"
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
+                             "sh", "-c", f'echo $$ > {pid_file}; sleep 60'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    try:
+        assert proc.returncode == 128 + getattr(signal, sig) and err == f"recall: stopped by {sig}\n", err
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)          # the old code's orphan, not left to the next test

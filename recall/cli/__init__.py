@@ -3,6 +3,7 @@ the verbs, by concern, in notes, secrets and systems; what they print through in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from . import notes, secrets, systems
@@ -311,9 +312,10 @@ def main(argv=None) -> int:
     args = build_parser(verb).parse_args(argv)
     try:
         return args.func(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("recall: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:
+        with contextlib.suppress(OSError):      # SIGHUP: the terminal may be gone
+            sys.stderr.write(f"recall: {'stopped by ' + exc.args[0] if isinstance(exc, Stopped) else 'interrupted'}\n")
+        return 128 + exc.args[1] if isinstance(exc, Stopped) else 130
     except BrokenPipeError:        # the reader went away (| head): silently
         return 1
     except Exception as exc:        # ours, or a full disk, a read-only or damaged DB: one line, not a traceback
@@ -325,6 +327,17 @@ def main(argv=None) -> int:
         err, text = said
         say(text.removeprefix("recall: "))
         return err.exit_code
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, or SIGHUP (its terminal closed): unwound as Ctrl-C is, so a child recall started (exec,
+    verify) is stopped with it, not left running in its own session. args: (name, number)."""
+
+
+def _stop(signum, frame):
+    import signal
+    signal.signal(signum, signal.SIG_DFL)     # a second one ends recall at once
+    raise Stopped(signal.Signals(signum).name, signum)
 
 
 def run() -> None:
@@ -339,6 +352,10 @@ def run() -> None:
     # a path's bytes that are not UTF-8 (an argument, a file name) shown as \udcff, as stderr does,
     # not a traceback under a UTF-8 locale's strict stdout
     sys.stdout.reconfigure(errors="backslashreplace")
+    if verb_of(sys.argv[1:]) != "mcp":        # the server's own loop decides how it ends
+        import signal
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _stop)
     code = main()
     try:
         sys.stdout.flush()
