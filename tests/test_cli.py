@@ -608,3 +608,12 @@ def test_a_terminated_exec_stops_its_child_too(synced, tmp_path, sig):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child, signal.SIGKILL)          # the old code's orphan, not left to the next test
+
+
+@pytest.mark.parametrize("typed", [["search", "-n", CANARY, "x"], ["search", "--mode", CANARY, "x"], [CANARY],
+                                   ["verify", "--timeout", CANARY], ["search", "--" + CANARY]])
+def test_a_usage_error_does_not_say_back_a_secret_typed_in_it(synced, typed):
+    """argparse's errors echoed the word typed where a number, a mode or a verb was wanted, past the door."""
+    r = run_recall(*typed)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert CANARY not in r.stderr and CANARY[8:20] not in r.stderr and "[recall:jira-api-token]" in r.stderr, r.stderr

@@ -36,18 +36,30 @@ class _Parser(argparse.ArgumentParser):
                           (a.metavar == where or where in a.option_strings)), [])
             said = did_you_mean(word, known, f"'{self.prog} --help' lists them")
             what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
-            sys.stderr.write(f"recall: {what} '{word}' — {said}\n")
-            sys.exit(EX_USAGE)
+            _usage_error(f"recall: {what} '{word}' — {said}\n")
         if message.startswith("argument ") and ("is outside" in message or "is not a" in message):
-            sys.stderr.write(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
-            sys.exit(EX_USAGE)
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"recall: {message}\n")
+            _usage_error(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
+        text = f"{self.format_usage()}recall: {message}\n"
         dashed = _dashed_words(_Parser.argv, self)
         if dashed and message.startswith(("unrecognized arguments", "the following arguments are required")):
-            sys.stderr.write(f"recall: words that start with '-' go after '--', as in: "
-                             f"{self.prog} -- {dashed[0]}\n")
-        sys.exit(EX_USAGE)
+            text += f"recall: words that start with '-' go after '--', as in: {self.prog} -- {dashed[0]}\n"
+        _usage_error(text)
+
+
+def _usage_error(text: str):
+    """A usage error on stderr, exit 2; what it echoes of the words typed through the door of the
+    config they name (a secret typed as `-n VALUE` is not said back)."""
+    from .. import api
+    argv, config = _Parser.argv, None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--config" and i + 1 < len(argv):
+            config = argv[i + 1]
+        elif arg.startswith("--config="):
+            config = arg.partition("=")[2]
+    sys.stderr.write(api.scrub_typed(text, config))
+    sys.exit(EX_USAGE)
 
 
 def _width() -> int:
