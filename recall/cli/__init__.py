@@ -212,7 +212,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="this machine's notes only, no remotes")
 
     p = verbs.add("read", notes.cmd_read, help="print a note's section with line numbers")
-    p.add_argument("target", metavar="PATH[:LINE]", type=_text)
+    p.add_argument("target", metavar="PATH[:LINE]")
     p.add_argument("--max-chars", type=_whole(100, 10_000_000), default=8000, help="at most this many characters (default 8000)")
     p.add_argument("--offset", type=_whole(0, 100_000_000), default=0, help="lines to skip (from a previous read's hint)")
 
