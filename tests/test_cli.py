@@ -550,3 +550,70 @@ def test_a_read_path_typed_wrong_gets_the_closest_indexed_paths(config):
 def test_an_error_quoting_an_id_with_a_newline_stays_one_line(config):
     r = run_recall("secret", "show", "bad\nid")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+
+
+NOT_UTF8 = os.fsdecode(b"jira-\xff\xfe")       # what Python makes of bytes typed that are not UTF-8
+
+
+def test_words_that_are_not_utf8_are_one_line_and_a_command_gets_its_bytes(synced, tmp_path):
+    """A secret id of bytes that are not UTF-8 was a traceback in every secret verb (SQLite cannot
+    hold the surrogates Python keeps them as), and so was such a word in exec's command."""
+    for verb in (["secret", "show"], ["secret", "command"], ["secret", "find"], ["secret", "log"],
+                 ["secret", "get"], ["secret", "exec", NOT_UTF8, "--", "true"]):
+        args = verb if NOT_UTF8 in verb else [*verb, NOT_UTF8]
+        r = run_recall(*args)
+        assert "Traceback" not in r.stderr and r.returncode in (0, 1), (verb, r.stderr[-300:])
+    r = run_recall("secret", "show", NOT_UTF8)
+    assert r.stderr == "recall: no secret 'jira-\ufffd\ufffd' — see 'recall secret find QUERY'\n", r.stderr
+    out = tmp_path / "got"
+    r = run_recall("secret", "exec", "jira-api-token", "--", "sh", "-c", 'printf %s "$1" > "$2"', "sh", NOT_UTF8, out)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-300:]
+    assert out.read_bytes() == b"jira-\xff\xfe"          # the child got the bytes as typed
+    assert "sh 'jira-\ufffd\ufffd'" in run_recall("secret", "log").stdout
+
+
+def test_a_path_that_is_not_utf8_prints_under_a_strict_utf8_stdout(tmp_path):
+    """A UTF-8 locale's stdout refuses surrogates: `instructions --install` of such a path was a traceback."""
+    target = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"CLAUDE-\xff.md"))
+    r = run_recall("instructions", "--install", target, env={"PYTHONIOENCODING": "utf-8:strict"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-300:]
+    assert r.stdout.startswith(f"created {tmp_path}/CLAUDE-\\udcff.md with the recall rules"), r.stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_exec_stops_its_child_too(synced, tmp_path, sig):
+    """SIGTERM (or SIGHUP: the terminal closed) ended recall and left the child, in a session of its
+    own, running with the secret in its environment."""
+    import contextlib
+    import signal
+    import time
+    pid_file = tmp_path / "child.pid"
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
+                             "sh", "-c", f'echo $$ > {pid_file}; sleep 60'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    try:
+        assert proc.returncode == 128 + getattr(signal, sig) and err == f"recall: stopped by {sig}\n", err
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)          # the old code's orphan, not left to the next test
+
+
+@pytest.mark.parametrize("typed", [["search", "-n", CANARY, "x"], ["search", "--mode", CANARY, "x"], [CANARY],
+                                   ["verify", "--timeout", CANARY], ["search", "--" + CANARY]])
+def test_a_usage_error_does_not_say_back_a_secret_typed_in_it(synced, typed):
+    """argparse's errors echoed the word typed where a number, a mode or a verb was wanted, past the door."""
+    r = run_recall(*typed)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert CANARY not in r.stderr and CANARY[8:20] not in r.stderr and "[recall:jira-api-token]" in r.stderr, r.stderr

@@ -720,3 +720,31 @@ def test_a_write_error_in_a_face_is_said_as_output(face):
         err = db.explain(exc)
     assert err is not None and str(err).startswith("could not write the output (Input/output error)"), err
     assert err.exit_code == 1
+
+
+def test_a_path_no_file_can_have_is_one_line_naming_it():
+    """A 100 kB --config path and XDG_CONFIG_HOME=/dev/null (`init`) were tracebacks (ENAMETOOLONG,
+    ENOTDIR)."""
+    long = "/tmp/" + "x" * 100_000
+    for args in (["--config", long, "search", "x"], ["--config", long, "init"]):
+        r = run_recall(*args)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr) < 500, r.stderr[-300:]
+        assert r.stderr.startswith("recall: cannot use /tmp/" + "x" * 35) and "File name too long" in r.stderr
+    r = run_recall("init", env={"XDG_CONFIG_HOME": "/dev/null"})
+    _one_line(r, "recall: cannot use /dev/null/recall (Not a directory) — check the path")
+
+
+@pytest.mark.parametrize("named", ["secrets", "inventory"])
+def test_a_secrets_or_inventory_file_that_is_a_fifo_is_one_line_not_a_wait(tmp_path, named):
+    """`secrets: [FIFO]` held search, doctor, access find and verify until killed."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo, 0o600)
+    files = {"secrets": "- id: a-token\n  value: abcdefgh12345678\n", "inventory": "- id: jump01\n  kind: host\n"}
+    world = build(tmp_path / "w", notes={"a.md": "# A\n\nalpha\n"}, **{**files, named: fifo})
+    env = {"RECALL_CONFIG": str(world.config)}
+    r = run_recall("access", "find", env=env, timeout=20)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"recall: {fifo}: not a regular file (a FIFO, a device, a socket), so it was not read" in r.stderr
+    for verb in (["search", "alpha"], ["verify", "--dry-run"], ["doctor"]):
+        r = run_recall(*verb, env=env, timeout=20)
+        assert "Traceback" not in r.stderr and "not a regular file" in r.stdout + r.stderr, (verb, r.stderr)

@@ -107,3 +107,18 @@ def scrub(text: str) -> str:
     """A face's last step for text it put together itself: through the door (vault/door.py)."""
     from ..vault import door
     return door.scrub(text)
+
+
+def scrub_typed(text: str, config: str | None = None) -> str:
+    """Words the person typed, echoed by a usage error before any verb ran, through the door of the
+    vault `config` names (a value typed where a number was wanted is masked as anywhere else); with no
+    index or config to open, the inline rules only."""
+    from ..db import explain
+    from ..vault import door
+    try:
+        with opened(config, readonly=True, strict=False, need_config=False):
+            return door.scrub(text)
+    except Exception as exc:        # a storage fault or ours: the rules still apply
+        if explain(exc) is None:
+            raise
+        return door.scrub_inline(text)

@@ -3,6 +3,7 @@ the verbs, by concern, in notes, secrets and systems; what they print through in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from . import notes, secrets, systems
@@ -35,18 +36,30 @@ class _Parser(argparse.ArgumentParser):
                           (a.metavar == where or where in a.option_strings)), [])
             said = did_you_mean(word, known, f"'{self.prog} --help' lists them")
             what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
-            sys.stderr.write(f"recall: {what} '{word}' — {said}\n")
-            sys.exit(EX_USAGE)
+            _usage_error(f"recall: {what} '{word}' — {said}\n")
         if message.startswith("argument ") and ("is outside" in message or "is not a" in message):
-            sys.stderr.write(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
-            sys.exit(EX_USAGE)
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"recall: {message}\n")
+            _usage_error(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
+        text = f"{self.format_usage()}recall: {message}\n"
         dashed = _dashed_words(_Parser.argv, self)
         if dashed and message.startswith(("unrecognized arguments", "the following arguments are required")):
-            sys.stderr.write(f"recall: words that start with '-' go after '--', as in: "
-                             f"{self.prog} -- {dashed[0]}\n")
-        sys.exit(EX_USAGE)
+            text += f"recall: words that start with '-' go after '--', as in: {self.prog} -- {dashed[0]}\n"
+        _usage_error(text)
+
+
+def _usage_error(text: str):
+    """A usage error on stderr, exit 2; what it echoes of the words typed through the door of the
+    config they name (a secret typed as `-n VALUE` is not said back)."""
+    from .. import api
+    argv, config = _Parser.argv, None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--config" and i + 1 < len(argv):
+            config = argv[i + 1]
+        elif arg.startswith("--config="):
+            config = arg.partition("=")[2]
+    sys.stderr.write(api.scrub_typed(text, config))
+    sys.exit(EX_USAGE)
 
 
 def _width() -> int:
@@ -67,6 +80,12 @@ def _dashed_words(argv: list, parser) -> list:
     known = parser._option_string_actions
     words = argv[:argv.index("--")] if "--" in argv else argv
     return [w for w in words if w.startswith("-") and w != "-" and w.split("=")[0] not in known]
+
+
+def _text(word: str) -> str:
+    """A name or query typed on the command line, as text: bytes that are not UTF-8 (kept by Python as
+    surrogates, which no id, note or SQLite text can hold) become U+FFFD, as in a note's name."""
+    return word.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _whole(low: int, high: int):
@@ -185,7 +204,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = verbs.add("search", notes.cmd_search, help="search the notes",
                   formatter_class=argparse.RawDescriptionHelpFormatter, description=SEARCH_HELP)
-    p.add_argument("query", nargs="+", help="words, identifiers, or a question")
+    p.add_argument("query", nargs="+", type=_text, help="words, identifiers, or a question")
     p.add_argument("-n", "--limit", dest="n", type=_whole(1, 1000), default=10, help="number of hits (1–1000, default 10)")
     p.add_argument("--mode", default="auto", choices=_modes(p), help="how to match (default auto; see above)")
     p.add_argument("--rerank", action="store_true", help="rerank the top hits (costs one API call)")
@@ -202,13 +221,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = verbs.add("verify", systems.cmd_verify,
                   help="read-only sweep: which entries and secrets still work, and why not")
-    p.add_argument("ids", nargs="*", metavar="ID", help="only these entries or secrets")
+    p.add_argument("ids", nargs="*", metavar="ID", type=_text, help="only these entries or secrets")
     p.add_argument("--dry-run", action="store_true", help="print each command with the guard's verdict; run nothing")
     p.add_argument("--timeout", type=_seconds(0.1, 3600), default=20.0, help="seconds per proof (0.1–3600, default 20)")
 
     remote = _Verbs(verbs.add("remote", help="recall on a remote box, searched from here"), "remote_verb", common)
     p = remote.add("install", systems.cmd_remote_install, help="copy the zero-dependency core to HOST over ssh")
-    p.add_argument("host", help="an inventory host id, or anything ssh accepts")
+    p.add_argument("host", type=_text, help="an inventory host id, or anything ssh accepts")
     p.add_argument("--path", default="~/recall", help="where on the host (default ~/recall)")
     p.add_argument("--ssh-config", default="", metavar="FILE", help="an ssh -F config file")
 
@@ -235,16 +254,16 @@ def _secret_parsers(parser, common) -> None:
     p.add_argument("--prune", action="store_true",
                    help="allow removing more than half the stored secrets, or all of one file's")
     p = verbs.add("set", secrets.cmd_secret_set, help="seal a typed (or piped) value into its file, and sync")
-    p.add_argument("id")
-    p.add_argument("field", nargs="?", help="which field, for a secret with fields")
+    p.add_argument("id", type=_text)
+    p.add_argument("field", nargs="?", type=_text, help="which field, for a secret with fields")
     key = _Verbs(verbs.add("key", help="the vault key: 'key backup FILE' keeps a copy"), "key_verb", common)
     p = key.add("backup", secrets.cmd_secret_key_backup,
                 help="copy the vault key to FILE (0600), to keep off this machine")
     p.add_argument("file")
     p = verbs.add("find", secrets.cmd_secret_find, help="find secrets by their metadata (none: list all)")
-    p.add_argument("query", nargs="*")
+    p.add_argument("query", nargs="*", type=_text)
     p = verbs.add("show", secrets.cmd_secret_show, help="metadata, use line and variables (never the value)")
-    p.add_argument("id")
+    p.add_argument("id", type=_text)
     _id_then_command(verbs.add("command", secrets.cmd_secret_command,
                                help="print the one line that runs CMD with the secret"))
     p = verbs.add("exec", secrets.cmd_secret_exec, help="run CMD with the secret in its env (or stdin)")
@@ -252,24 +271,24 @@ def _secret_parsers(parser, common) -> None:
     _id_then_command(p)
     p = verbs.add("get", secrets.cmd_secret_get, help="copy the value to the clipboard (cleared after 45 s); "
                   "--print shows it on a real terminal after a typed word")
-    p.add_argument("id")
+    p.add_argument("id", type=_text)
     p.add_argument("--print", action="store_true", dest="show",
                    help="write it on this terminal (never stdout), after you type the word asked for")
     p = verbs.add("log", secrets.cmd_secret_log, help="the access log")
-    p.add_argument("id", nargs="?")
+    p.add_argument("id", nargs="?", type=_text)
     p.add_argument("-n", "--limit", dest="n", type=_whole(1, 100_000), default=50, help="how many rows (default 50)")
     p = verbs.add("restore", secrets.cmd_secret_restore,
                   help="write a secret a sync removed (30 days) back into its file")
-    p.add_argument("id")
+    p.add_argument("id", type=_text)
     verbs.add("rotate-key", secrets.cmd_secret_rotate, help="re-encrypt the vault under a new key")
 
 
 def _access_parsers(parser, common) -> None:
     verbs = _Verbs(parser, "access_verb", common)
     p = verbs.add("find", systems.cmd_access_find, help="find inventory entries (none: list all)")
-    p.add_argument("query", nargs="*")
+    p.add_argument("query", nargs="*", type=_text)
     p = verbs.add("show", systems.cmd_access_show, help="the access block of one entry")
-    p.add_argument("id")
+    p.add_argument("id", type=_text)
     p = verbs.add("exec", systems.cmd_access_exec,
                   help="check prerequisites, set up, inject secrets, run CMD (default: verify), mask")
     _id_then_command(p)
@@ -277,7 +296,7 @@ def _access_parsers(parser, common) -> None:
 
 def _id_then_command(p) -> None:
     """ID, then CMD after `--`; `_command` reads CMD and any of p's options written after the id."""
-    p.add_argument("id")
+    p.add_argument("id", type=_text)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD …")
     p.set_defaults(options=p)
 
@@ -305,9 +324,10 @@ def main(argv=None) -> int:
     args = build_parser(verb).parse_args(argv)
     try:
         return args.func(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("recall: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:
+        with contextlib.suppress(OSError):      # SIGHUP: the terminal may be gone
+            sys.stderr.write(f"recall: {'stopped by ' + exc.args[0] if isinstance(exc, Stopped) else 'interrupted'}\n")
+        return 128 + exc.args[1] if isinstance(exc, Stopped) else 130
     except BrokenPipeError:        # the reader went away (| head): silently
         return 1
     except Exception as exc:        # ours, or a full disk, a read-only or damaged DB: one line, not a traceback
@@ -321,6 +341,17 @@ def main(argv=None) -> int:
         return err.exit_code
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, or SIGHUP (its terminal closed): unwound as Ctrl-C is, so a child recall started (exec,
+    verify) is stopped with it, not left running in its own session. args: (name, number)."""
+
+
+def _stop(signum, frame):
+    import signal
+    signal.signal(signum, signal.SIG_DFL)     # a second one ends recall at once
+    raise Stopped(signal.Signals(signum).name, signum)
+
+
 def run() -> None:
     """main(), then leave without the interpreter's teardown, which costs a `recall search` several ms.
     Everything is committed or flushed by then; an exception still unwinds (and prints) as usual."""
@@ -330,6 +361,13 @@ def run() -> None:
     if sys.stdout is None:                  # started with >&-: say so, as grep does, not a traceback
         sys.stderr.write("recall: standard output is closed; send it to a file or a pipe (recall … > out.txt)\n")
         os._exit(2)
+    # a path's bytes that are not UTF-8 (an argument, a file name) shown as \udcff, as stderr does,
+    # not a traceback under a UTF-8 locale's strict stdout
+    sys.stdout.reconfigure(errors="backslashreplace")
+    if verb_of(sys.argv[1:]) != "mcp":        # the server's own loop decides how it ends
+        import signal
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _stop)
     code = main()
     try:
         sys.stdout.flush()

@@ -46,6 +46,9 @@ def is_sqlite_error(exc) -> bool:
 # -- storage faults in one line each ------------------------------------------------------------
 
 _OS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+# A path the person named that no file can have (too long, through a file, a loop of links, a device
+# gone): said as that path, whoever opened it.
+_PATH_FAULTS = {errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENODEV}
 
 
 def _kind(exc) -> str:
@@ -99,6 +102,9 @@ def explain(exc, path=None):
             return RecallError(f"could not write the output ({exc.strerror})",
                                "send it where there is room (recall … > out.txt, or | less); "
                                "nothing in the index changed")
+        if exc.errno in _PATH_FAULTS and exc.filename is not None:
+            return RecallError(f"cannot use {exc.filename} ({exc.strerror})",
+                               "check the path: a shorter one, through folders that exist")
         if exc.errno not in _OS_FAULTS:
             return None
         home = Path(path or (OPENED[-1] if OPENED else "")).parent

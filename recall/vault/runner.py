@@ -117,10 +117,10 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
             if pre.error is not None:
                 verdict = "setup failed"
                 raise pre.error(_stop(proc, masker, held))
-        shown = masker.mask(shown.encode()).decode("utf-8", "replace")
+        shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         result = _drive(proc, masker, given, child.stdin, out, err, child.timeout, held)
     except RecallError:
-        shown = masker.mask(shown.encode()).decode("utf-8", "replace")
+        shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         audit.log(con, child.verb, child.target, argv=shown, verdict=verdict)
         raise
     finally:

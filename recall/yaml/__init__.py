@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 
 from ..errors import InputError, NotFound
 from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans
@@ -86,8 +87,13 @@ def load(path: object) -> object:
     """Read a UTF-8 file and parse it; a missing file is NotFound, anything else InputError."""
     name = os.fspath(path)
     try:
-        with open(name, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # opened without waiting: a FIFO named as a file would hold every verb until a writer came
+        with open(os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, a device, a socket)"
+                raise InputError(name, None, f"{what}, so it was not read", hint="name the YAML file itself")
+            size = st.st_size
             if size > MAX_BYTES:           # refused before reading: a 64 MB scalar took 800 MB to parse
                 raise InputError(name, None, f"the file is {size / 2**20:.1f} MB; recall reads YAML files "
                                  f"of at most {MAX_BYTES // 2**20} MB",
