@@ -243,9 +243,10 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
             argv = _curl_options(argv, ["-S"] if "--fail-with-body" in argv else ["-f", "-S"])
         if p.variables and any("RECALLVAR" in a for a in argv):
             from .hostbound import placeholders_for
+            from .vault.redact import public_fields
             values = vault.load_values(con, cfg)
             rows = [vault.stored_row(con, sid) for sid in sorted({sid for sid, _ in p.variables.values()})]
-            placeholders = placeholders_for([r for r in rows if r is not None])
+            placeholders = placeholders_for([r for r in rows if r is not None], public_fields)
             if placeholders:     # a host-bound secret's value is swapped in only by recall's proxy, loopback or not:
                 # no `--noproxy HOSTS` (run_form's for a loopback target, or the proof's own)
                 argv = [a for k, a in enumerate(argv) if not (k and "--noproxy" in (a, argv[k - 1]))]

@@ -18,12 +18,12 @@ MAX_LOGGED = 200                # substitution rows per run; the rest are counte
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def placeholders_for(rows) -> dict:
-    """{secret id: {field: placeholder}} for the host-bound rows: fresh for every run."""
-    from ..vault.redact import public_fields
+def placeholders_for(rows, public_fields) -> dict:
+    """{secret id: {field: placeholder}} for the host-bound rows: fresh for every run; `public_fields`:
+    the vault's rule for the fields a child gets as written (usernames too, as the masker has it)."""
     out = {}
     for row in (r for r in rows if r["inject"] == "proxy"):
-        public = public_fields(json.loads(row["meta"]))       # usernames too: one rule with the masker's
+        public = public_fields(json.loads(row["meta"]))
         out[row["id"]] = {field: f"{PREFIX}{row['id']}{'.' + field if field else ''}-{os.urandom(12).hex()}"
                           for field in json.loads(row["variables"]).values() if field not in public}
     return out
@@ -32,16 +32,15 @@ def placeholders_for(rows) -> dict:
 class Session:
     """The proxy and CA of one child run (`rows`: host-bound only); `env` is what the child gets for them."""
 
-    def __init__(self, rows, values: dict, masker, placeholders: dict | None = None):
+    def __init__(self, rows, values: dict, masker, placeholders: dict):
         from .ca import EphemeralCA
         from .proxy import Binding, HostBoundProxy
-        chosen = placeholders if placeholders is not None else placeholders_for(rows)
         bindings, self.env, self.names, trust = [], {}, [], []
         for row in rows:
             bound = json.loads(row["meta"])["proxy"]
             for var, field in json.loads(row["variables"]).items():
                 value = values[row["id"]][field]
-                ph = chosen.get(row["id"], {}).get(field)
+                ph = placeholders.get(row["id"], {}).get(field)
                 self.env[var] = value if ph is None else ph       # a public field (a username): as written
                 if ph is None:
                     continue

@@ -99,8 +99,10 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
     session = None
     try:
         if child.host_bound:
-            from ..hostbound import Session
-            session = Session(child.host_bound, child.values, masker, child.placeholders)
+            from ..hostbound import Session, placeholders_for
+            chosen = child.placeholders
+            session = Session(child.host_bound, child.values, masker,
+                              placeholders_for(child.host_bound, public_fields) if chosen is None else chosen)
         proc, report = _start(child, child.env if session is None else session.child_env(child.env))
         given, held = list(child.given), b""
         if child.prelude is not None:
