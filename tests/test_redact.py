@@ -202,3 +202,32 @@ def test_a_read_works_out_each_values_forms_once_and_a_new_vault_gets_its_own(ma
     fresh = mask.Masker({"k2": [_token(40)]})
     assert fresh.mask(_token(40).encode()) == b"[recall:k2]"
     assert fresh.mask(values["k1"][40:70].encode()) == values["k1"][40:70].encode()
+
+
+def test_a_value_written_into_the_secrets_file_is_masked_before_it_is_synced(make_world, notes):
+    """The README's order: notes indexed first, then a token written into the secrets file and into
+    a note; until `secret sync` runs, search, read and index already say [recall:ID], and exec never
+    gets the unsynced value. A secrets file broken mid-edit fails closed, its text not quoted."""
+    token = f"tok-{CANARY}"
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is {token} for the API.\n")
+    assert run_recall("index").returncode == 0
+    w.secrets.write_text(f"- id: jira-api-token\n  fields: {{username: me@example.com, password: '{token}'}}\n"
+                         "- id: later\n  value: <paste the token>\n")
+    for argv in (("search", "jira token"), ("read", "jira.md"), ("index",), ("search", "--json", "jira")):
+        r = run_recall(*argv)
+        assert r.returncode == 0 and CANARY[:6] not in r.stdout + r.stderr, (argv, r.stdout, r.stderr)
+    assert "[recall:jira-api-token]" in run_recall("read", "jira.md").stdout
+    assert "me@example.com" in w.secrets.read_text()
+    r = run_recall("secret", "exec", "jira-api-token", "--", "true")
+    assert r.returncode == 1 and "not synced yet" in r.stderr and "recall secret sync" in r.stderr   # nothing runs
+    w.secrets.write_text(f"- id: jira-api-token\n  value: '{token}\n")  # an unclosed quote, mid-edit
+    r = run_recall("search", "jira token")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot be checked" in r.stderr
+    assert CANARY[:6] not in r.stdout + r.stderr and f"{w.secrets}:2" in r.stderr
+    w.secrets.write_text(f"- id: jira-api-token\n  value: '{token}'\n")
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "exec", "jira-api-token", "--", "sh", "-c", 'test "$JIRA_API_TOKEN" = "$1"', "sh", token)
+    assert r.returncode == 0, r.stderr
+    r = run_recall("search", "jira token")
+    assert "[recall:jira-api-token]" in r.stdout and CANARY[:6] not in r.stdout + r.stderr

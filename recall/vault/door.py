@@ -169,19 +169,22 @@ def _masker():
             return last
     values, sig = {}, ()
     if con is not None:
-        from . import store
+        from . import pending, store
         count, synced_at = store.signature(con)
-        if count:
-            try:
+        try:
+            unsynced, plain = pending.values(con, cfg)   # written into a secrets file since the last sync
+            sig = (str(cfg.db_path), unsynced)
+            values = plain
+            if count:
                 from .keyfile import key_path
-                sig = (str(cfg.db_path), count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
+                sig += (count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
                 with _LOCK:
                     values = next((m.values for (s, _), m in _CACHE.items() if s == sig), None)
-                values = values or store.load_values(con, cfg)
-            except (OSError, RecallError) as exc:
-                if strict:
-                    raise closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
-                values, sig = {}, ()
+                values = values or store.with_unsynced(store.load_values(con, cfg), plain)
+        except (OSError, RecallError) as exc:
+            if strict:
+                raise closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
+            values, sig = {}, ()
     with _LOCK:
         literals = dict(_LITERALS)
     if not values and not literals:

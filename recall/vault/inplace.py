@@ -16,7 +16,8 @@ from pathlib import Path
 from .. import db
 from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
-from .secretfile import check_size, file_stamp, load_secret_files
+from .pending import file_stamp
+from .secretfile import check_size, load_secret_files
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")

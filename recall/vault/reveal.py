@@ -42,7 +42,7 @@ def _value(con, cfg, secret_id: str) -> str:
 def to_clipboard(con, cfg, secret_id: str, *, stdin_fd: int = 0) -> Copied:
     """Copy the value to the clipboard and start a detached `sh -c 'sleep N; clear'` that exits by
     itself; refused unless a person is at a terminal (stdin) and a clipboard tool is on PATH."""
-    secret_id = row_named(con, secret_id)["id"]
+    secret_id = row_named(con, secret_id, cfg)["id"]
     keyfile.require_crypto()
     hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
     if not os.isatty(stdin_fd):
@@ -76,7 +76,7 @@ def reveal(con, cfg, secret_id: str, *, stdin_fd: int = 0, stdout_fd: int = 1, t
            timeout: float = GET_TIMEOUT) -> None:
     """Show the value on the controlling terminal (never stdout) once a random word is typed there within
     `timeout`; stdin and stdout must be a real terminal, so no pipe or captured stdout ever holds it."""
-    secret_id = row_named(con, secret_id)["id"]          # NotFound before anything else
+    secret_id = row_named(con, secret_id, cfg)["id"]          # NotFound before anything else
     keyfile.require_crypto()
     hint = f"use 'recall secret exec {secret_id} -- CMD' to use it in a command"
     if not (os.isatty(stdin_fd) and os.isatty(stdout_fd)):

@@ -294,7 +294,7 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
     vault value masked in its output."""
     if not argv:
         raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
-    row = vault.row_named(con, secret_id)
+    row = vault.row_named(con, secret_id, cfg)
     secret_id = row["id"]
     values = vault.load_values(con, cfg, need=(secret_id,))
     env, data, host_bound = child_env(), None, []

@@ -10,6 +10,7 @@ from .. import yaml
 from ..errors import InputError, RecallError
 from ..guard.envnames import run_changing
 from ..yaml import check_keys, line_of
+from .pending import file_stamp
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
@@ -123,16 +124,6 @@ def _refuse_values_in_metadata(entries: list) -> None:
                 raise InputError(e.file, e.line, f"'{key}' of secret '{e.id}' holds a credential written "
                                  "inline; nothing was synced", hint="put it in value: (or fields:) and name "
                                  "its variable ($VAR) in the command")
-
-
-def file_stamp(path) -> tuple:
-    """(inode, size, mtime_ns, ctime_ns, links) of a file: a writer compares it to tell the file
-    changed meanwhile (a link made to it too)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return ()
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
 
 
 def _derived(name: str, ids) -> bool:

@@ -74,12 +74,13 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
     """sync's work, the vault lock held: files read, values sealed, rows replaced."""
     import json
 
-    from . import removed
+    from . import pending, removed
     from .inplace import key_for, open_entries, write_edits
     from .secretfile import load_secret_files
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
         _drop_pending(cfg.home)
+        pending.record(con, cfg)
         return SyncReport(warnings=warnings)
     new = {e.id for e in entries}
     if not prune:
@@ -108,6 +109,7 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
                                                                      e.variables, e.values)]
     _redact_index(con, changed if redacted else entries)
     _drop_pending(cfg.home)
+    pending.record(con, cfg)
     same = len(entries) - len(changed)
     return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
                       removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
@@ -179,6 +181,8 @@ def rotate_key(con, cfg, notify=None) -> int:
         # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
         # vault.key.next opens the rows and uses it; the next writer renames it.
         os.replace(pending, path)
+        from . import pending as unsynced
+        unsynced.record(con, cfg)
         return len(stored)
 
 
@@ -264,11 +268,20 @@ def stored_row(con, secret_id: str):
     return con.execute("SELECT * FROM secrets WHERE id=?", (secret_id,)).fetchone()
 
 
-def row_named(con, secret_id: str):
-    """The row an id names, in any case; else NotFound with the closest ids."""
+def row_named(con, secret_id: str, cfg=None):
+    """The row an id names, in any case; else NotFound with the closest ids (or, given `cfg`, the sync
+    to run when the id is written in a secrets file since the last one)."""
     row = stored_row(con, secret_id)
     if row is None:
-        from ..errors import resolve
+        from ..errors import NotFound, resolve
+        from . import pending
+        try:
+            unsynced = cfg is not None and secret_id in pending.values(con, cfg)[1]
+        except RecallError:
+            unsynced = False
+        if unsynced:
+            raise NotFound(f"secret '{secret_id}' is written in a secrets file but not synced yet",
+                           "run 'recall secret sync'")
         ids = {r[0]: r[0] for r in con.execute("SELECT id FROM secrets ORDER BY id")}
         row = stored_row(con, resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'"))
     return row
@@ -392,21 +405,31 @@ def redactor(con, cfg):
     """text -> text with every (non-public) vault value and its encoded forms as [recall:ID] (whole tokens);
     the identity when the vault is empty; VaultClosed when it holds values it cannot open here. One per
     process until the vault or its key changes (an index run, each watch pass, the MCP server)."""
+    from . import pending
     from .redact import identity
+    unsynced, plain = pending.values(con, cfg)       # written into a secrets file since the last sync
     if not holds_values(con):
-        return identity
+        return text_redactor(plain, plain.public) if plain else identity
     try:
-        sig = (str(cfg.db_path), signature(con), keyfile.key_path(cfg.home).stat().st_mtime_ns)
+        sig = (str(cfg.db_path), signature(con), keyfile.key_path(cfg.home).stat().st_mtime_ns, unsynced)
     except OSError:
         sig = None                       # load_values says what is wrong with the key
     if sig is None or sig not in _REDACTORS:
         try:
-            values = load_values(con, cfg)
+            values = with_unsynced(load_values(con, cfg), plain)
         except RecallError as exc:
             raise closed(exc) from None
         _REDACTORS.clear()
         _REDACTORS[sig] = text_redactor(values, values.public)
     return _REDACTORS[sig]
+
+
+def with_unsynced(values: VaultValues, plain: VaultValues) -> VaultValues:
+    """The vault's values, and those written into its files since (to mask, never to inject)."""
+    for label, fields in plain.items():
+        values.setdefault(label, {}).update(fields)
+        values.public.setdefault(label, set())
+    return values
 
 
 def require_open(con, cfg) -> None:
@@ -431,7 +454,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
     under `sh -c` when it names the secret's variables; empty: its `use` line), naming cfg's config."""
     import json
     import shlex
-    row = row_named(con, secret_id)
+    row = row_named(con, secret_id, cfg)
     secret_id = row["id"]
     variables = json.loads(row["variables"])
     if not command:

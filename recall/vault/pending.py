@@ -1,0 +1,90 @@
+"""Values written into a secrets file since the last sync: masked and redacted wherever recall shows,
+indexes or logs text (a value pasted into the file and into a note before `recall secret sync`), never
+injected (a child gets only what sync stored). A file is read only when it is not as sync left it."""
+from __future__ import annotations
+
+import os
+import re
+
+from .. import db
+from ..errors import InputError
+from .redact import PUBLIC_FIELDS, VaultClosed, VaultValues
+
+SYNCED_META = "secrets_files_synced"     # "path\tstamp" a line, as the last sync (or rotation) left them
+_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def file_stamp(path) -> tuple:
+    """(inode, size, mtime_ns, ctime_ns, links) of a file: a writer compares it to tell the file
+    changed meanwhile (a link made to it too)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+
+
+def _line(path, stamp) -> str:
+    return f"{path}\t{stamp}"
+
+
+def record(con, cfg) -> None:
+    """Each secrets file's stamp as a writer of the vault leaves it (its values now sealed and stored)."""
+    with db.transaction(con):
+        db.set_meta(con, SYNCED_META, "\n".join(_line(p, file_stamp(p)) for p in cfg.secrets))
+
+
+def changed(con, cfg) -> list:
+    """(path, stamp) of the secrets files that are there and not as the last sync left them."""
+    if not cfg.secrets:
+        return []
+    synced = set((db.get_meta(con, SYNCED_META) or "").split("\n"))
+    stamps = [(str(p), file_stamp(p)) for p in cfg.secrets]
+    return [(p, s) for p, s in stamps if s and _line(p, s) not in synced]
+
+
+def values(con, cfg) -> tuple:
+    """(signature, {label: {field: value}}) of the plain values in the changed files: every value or
+    field but the public ones and placeholders, whether or not its entry would sync. A file that
+    cannot be read or parsed fails closed: its values cannot be told from the rest of the text."""
+    files = changed(con, cfg)
+    found = VaultValues()
+    found.public = {}
+    for path, _ in files:
+        for label, field, value in _plain(path):
+            found.setdefault(label, {})[f"unsynced {field}"] = value
+            found.public.setdefault(label, set())
+    return tuple(files), found
+
+
+def _plain(path: str) -> list:
+    """(label, field, value) of each plain value in one secrets file."""
+    from .. import yaml
+    from .secretfile import without_text
+    try:
+        entries = yaml.load_entries(path, "secrets")
+    except (InputError, OSError) as exc:     # said without any text of the file: it may hold a value
+        said = without_text(exc).message if isinstance(exc, InputError) else f"{path}: {exc.strerror}"
+        raise VaultClosed(f"{said}; that secrets file changed since the last sync and its values cannot be "
+                          "read, so note text cannot be checked for them and is not shown",
+                          "fix it, then run 'recall secret sync'") from None
+    out = []
+    for item, line in entries:
+        if not isinstance(item, dict):
+            continue
+        sid = item.get("id")
+        label = sid if isinstance(sid, str) and _LABEL.fullmatch(sid) else f"unsynced line {line}"
+        fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
+        for name, value in [("", item.get("value")), *fields.items()]:
+            if isinstance(value, dict) and not value.get("public"):
+                value = value.get("value")
+            if isinstance(value, str) and str(name) not in PUBLIC_FIELDS and _secret_like(value):
+                out.append((label, str(name), value))
+    return out
+
+
+def _secret_like(value: str) -> bool:
+    """Not sealed, and not a placeholder copied from an example (`<paste the token>`, `…`)."""
+    text = value.strip()
+    return bool(text) and not text.startswith("ENC[") and text not in ("…", "...") and \
+        not (text.startswith("<") and text.endswith(">") and "<" not in text[1:-1])
