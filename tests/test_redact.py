@@ -223,7 +223,7 @@ def test_a_value_written_into_the_secrets_file_is_masked_before_it_is_synced(mak
     assert r.returncode == 1 and "not synced yet" in r.stderr and "recall secret sync" in r.stderr   # nothing runs
     w.secrets.write_text(f"- id: jira-api-token\n  value: '{token}\n")  # an unclosed quote, mid-edit
     r = run_recall("search", "jira token")
-    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot be checked" in r.stderr
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and r.stderr.count("cannot be checked") == 1
     assert CANARY[:6] not in r.stdout + r.stderr and f"{w.secrets}:2" in r.stderr
     w.secrets.write_text(f"- id: jira-api-token\n  value: '{token}'\n")
     assert run_recall("secret", "sync").returncode == 0
@@ -231,3 +231,14 @@ def test_a_value_written_into_the_secrets_file_is_masked_before_it_is_synced(mak
     assert r.returncode == 0, r.stderr
     r = run_recall("search", "jira token")
     assert "[recall:jira-api-token]" in r.stdout and CANARY[:6] not in r.stdout + r.stderr
+
+
+def test_a_folder_named_as_the_secrets_file_is_said_to_be_one_and_hides_no_note(make_world, notes, tmp_path):
+    folder = tmp_path / "secrets.d"
+    folder.mkdir()
+    make_world(config=f"secrets: [{folder}]\nembedding: {{provider: none}}\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and "Is a directory" in r.stderr and "chmod" not in r.stderr, r.stderr
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "token")
+    assert r.returncode == 0 and r.stderr.count("recall:") == 0, r.stderr

@@ -159,7 +159,7 @@ def bound(cfg, con, *, strict: bool = True):
 def _masker():
     """The Masker of every vault value (of the bound vault) and every learned literal; None: nothing to
     mask. Unbound (a face's last step), the one this process built last: the same vault's values."""
-    from .redact import closed
+    from .redact import VaultClosed, closed
     cfg, con, strict = getattr(_BOUND, "at", None) or (None, None, False)
     if con is None:
         with _LOCK:
@@ -183,7 +183,8 @@ def _masker():
                 values = values or store.with_unsynced(store.load_values(con, cfg), plain)
         except (OSError, RecallError) as exc:
             if strict:
-                raise closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
+                raise exc if isinstance(exc, VaultClosed) else \
+                    closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
             values, sig = {}, ()
     with _LOCK:
         literals = dict(_LITERALS)

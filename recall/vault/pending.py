@@ -39,7 +39,7 @@ def changed(con, cfg) -> list:
     if not cfg.secrets:
         return []
     synced = set((db.get_meta(con, SYNCED_META) or "").split("\n"))
-    stamps = [(str(p), file_stamp(p)) for p in cfg.secrets]
+    stamps = [(str(p), file_stamp(p)) for p in cfg.secrets if os.path.isfile(p)]   # a folder holds no value
     return [(p, s) for p, s in stamps if s and _line(p, s) not in synced]
 
 

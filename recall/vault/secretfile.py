@@ -66,7 +66,7 @@ def load_secret_files(paths: list) -> tuple:
     entries, warnings, seen = [], [], {}
     for path in paths:
         path = str(path)
-        if os.path.exists(path):
+        if os.path.isfile(path):        # a folder or a FIFO: yaml.load says so
             st = os.stat(path)
             mode = stat.S_IMODE(st.st_mode)
             if mode & 0o077:        # refused, as ssh refuses a loose key
