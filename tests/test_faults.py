@@ -748,3 +748,19 @@ def test_a_secrets_or_inventory_file_that_is_a_fifo_is_one_line_not_a_wait(tmp_p
     for verb in (["search", "alpha"], ["verify", "--dry-run"], ["doctor"]):
         r = run_recall(*verb, env=env, timeout=20)
         assert "Traceback" not in r.stderr and "not a regular file" in r.stdout + r.stderr, (verb, r.stderr)
+
+
+def test_a_vault_key_gone_is_said_as_that_by_every_verb_that_needs_it(make_world):
+    """The key moved away: each verb that must mask or inject says where the key should be, never an
+    errno and its path dump, and nothing runs."""
+    make_world(secrets="- id: tok\n  value: tok-Zq8Lm3Np7Rv2Xw9K\n",
+               inventory="- id: box\n  kind: host\n  secrets: [tok]\n  verify: 'true'\n",
+               config="embedding: {provider: none}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    key = load_config().home / "vault.key"
+    key.rename(key.with_name("moved.key"))
+    for argv in (("verify", "box"), ("access", "show", "box"), ("access", "exec", "box", "--", "true"),
+                 ("secret", "exec", "tok", "--", "true"), ("search", "box")):
+        r = run_recall(*argv)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, (argv, r.stderr)
+        assert f"no vault key at {key}" in r.stderr and "Errno" not in r.stderr, (argv, r.stderr)

@@ -177,6 +177,7 @@ def _masker():
             values = plain
             if count:
                 from .keyfile import key_path
+                store.require_open(con, cfg)             # a key gone or unreadable, said as such
                 sig += (count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
                 with _LOCK:
                     values = next((m.values for (s, _), m in _CACHE.items() if s == sig), None)
