@@ -569,6 +569,118 @@ def test_client_helper_runs_the_stdio_server_too(world):
     assert not r.is_error and json.loads(r.content[0].text)["secrets"][0]["id"] == "db-admin"
 
 
+# -- no child outlives its call -----------------------------------------------------------------------
+
+class RawServer:
+    """`recall mcp` over real stdio, driven by raw JSON-RPC lines (what a client writes), initialized."""
+
+    def __init__(self, tmp_path):
+        params = _stdio_params()
+        self.err_path = tmp_path / "server.err"
+        self.proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(self.err_path, "wb"))
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        assert json.loads(self.proc.stdout.readline())["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message):
+        self.proc.stdin.write((message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self, timeout=30):
+        """The next line the server writes, parsed (None: it wrote nothing within `timeout`)."""
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return json.loads(self.proc.stdout.readline()) if ready else None
+
+    def call(self, rid, name, args):
+        self.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}})
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        return self.err_path.read_text()
+
+
+def _sleeper(tmp_path):
+    """(command, pid file): a child that writes its pid, then sleeps far longer than any test waits."""
+    pid_file = tmp_path / "child.pid"
+    return f"echo $$ > {pid_file}; exec sleep 300", pid_file
+
+
+def _child_pid(pid_file):
+    import time
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            return int(pid_file.read_text())
+        time.sleep(0.1)
+    raise AssertionError("the child never started")
+
+
+def _gone(pid, within=6.0):
+    import time
+
+    from recall.db.pids import alive
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, 9)                       # leave nothing behind, whatever the assertion says
+    return False
+
+
+def test_a_cancelled_exec_kills_its_child_and_the_server_keeps_serving(world, tmp_path):
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        assert _gone(pid)
+        server.call(2, "recall_secret_find", {"query": "jira"})
+        assert json.loads(server.reply()["result"]["content"][0]["text"])["count"] == 1
+    finally:
+        assert "Traceback" not in server.stop()
+    row = [r for r in audit.entries(world["con"]) if r["verb"] == "access.exec"][-1]
+    assert (row["caller"], row["verdict"], row["exit_code"]) == ("mcp", "ran", 143)
+
+
+def test_a_client_that_goes_away_mid_exec_leaves_no_child_and_no_server(world, tmp_path):
+    """The client killed: its pipes close. The server stops the child and exits at once, quietly
+    (nothing it writes after can fail with a traceback)."""
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.proc.stdin.close()
+        server.proc.stdout.close()
+        assert _gone(pid)
+        assert server.proc.wait(10) == 0
+    finally:
+        err = server.stop()
+    assert "Traceback" not in err and CANARY not in err
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_to_the_server_mid_exec_stops_the_child_first(world, tmp_path, signum):
+    import signal
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.proc.send_signal(getattr(signal, signum))
+        assert server.proc.wait(10) == -getattr(signal, signum)    # it ends as the signal would
+        assert _gone(pid, within=0.5)
+    finally:
+        assert "Traceback" not in server.stop()
+
+
 # -- without the extra --------------------------------------------------------------------------------
 
 def test_without_the_extra_recall_mcp_names_the_pip_install():
