@@ -231,6 +231,26 @@ def test_secret_tools_give_metadata_and_the_command_line_never_the_value(world):
     assert ran.stdout == "[recall:jira-api-token]\n", ran.stderr
 
 
+def test_a_command_with_shell_syntax_runs_as_a_shell_line_even_naming_no_variable(world):
+    """A pipe, a redirect or a variable assignment the agent writes is the shell's, not words handed to
+    the first program (`env '|' grep …` was 'env: |: No such file or directory')."""
+    bare = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}
+    out = world["tmp"] / "n.txt"
+    for command, expect in [("env | grep -c ^JIRA_API_TOKEN", "1\n"), (f"printenv > {out}; grep -c TOKEN {out}", "1\n"),
+                            ("GREETING=hi printenv GREETING", "hi\n")]:
+        line, err = call("recall_secret_command", id="jira-api-token", command=command)
+        assert not err, line
+        ran = subprocess.run(["sh", "-c", line], env=bare, capture_output=True, text=True, timeout=60)
+        assert (ran.returncode, ran.stdout) == (0, expect), (command, line, ran.stderr)
+
+
+def test_a_command_no_line_could_carry_is_refused_in_one_sentence(world):
+    text, err = call("recall_secret_command", id="jira-api-token", command="echo " + "x" * 1_000_000)
+    assert err and len(text) < 300 and text.startswith("the command is 1,000,005 characters")
+    text, err = call("recall_secret_command", id="jira-api-token", command="echo a\0b")
+    assert err and "NUL" in text
+
+
 def test_the_cli_gives_the_same_self_contained_line(world):
     from tests.conftest import run_recall
     r = run_recall("secret", "command", "Jira-Api-Token", "--", "printenv JIRA_API_TOKEN")
