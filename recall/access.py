@@ -138,7 +138,7 @@ def _wait_setup(proc, vars_r: int, deadline: float) -> tuple:
             sel.register(fd, selectors.EVENT_READ)
         while _END + b"\0" not in bufs[vars_r]:
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline or runner.stopped():      # hung, or its caller went away
                 late = True
                 break
             if proc.poll() is not None:

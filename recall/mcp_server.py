@@ -4,7 +4,9 @@ every byte has passed the library layer's door."""
 import collections
 import inspect
 import json
+import os
 import re
+import signal
 import threading
 from typing import Literal
 
@@ -17,6 +19,7 @@ READ_CHARS = 12_000         # one recall_read page; its own `offset` continues i
 MAX_LIMIT = 50
 EXEC_TIMEOUT = 300.0        # seconds; then the child's process group is killed (exit 124)
 KEEP_OUTPUTS = 8            # long exec/verify outputs held so `offset` continues without re-running
+STOP_WAIT = 5.0             # seconds a cancelled call is given to stop its child and log it
 
 ARG_DOCS = {
     "query": "What to look for: words, an identifier (INC-10963, a hostname), or a question.",
@@ -301,22 +304,37 @@ TITLES = {"recall_search": "Search my notes", "recall_read": "Read a note sectio
 
 
 def _as_tool(fn):
-    """fn with RecallError → ToolError (so its text reaches the agent) and documented arguments."""
+    """fn with RecallError → ToolError (so its text reaches the agent) and documented arguments, run on a
+    worker thread that a cancelled call (or a client gone away) stops: its child is killed, not left."""
     import functools
     from typing import Annotated
 
+    import anyio
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import Field
 
-    @functools.wraps(fn)
-    def tool(**kwargs):
+    def answer(kwargs, stop, done):
         try:
-            return api.scrub(fn(**kwargs))      # what the tool put together passes the door once more
+            with api.stopping(stop):
+                return api.scrub(fn(**kwargs))      # what the tool put together passes the door once more
         except Exception as exc:      # ours, or a full disk, a damaged DB: its one line, not a logged traceback
             said = api.error_text(exc, [v for v in kwargs.values() if isinstance(v, str)])
             if said is None:
                 raise
             raise ToolError(for_agent(said[1])) from None
+        finally:
+            done.set()
+
+    @functools.wraps(fn)
+    async def tool(**kwargs):
+        stop, done = threading.Event(), threading.Event()
+        try:
+            return await anyio.to_thread.run_sync(answer, kwargs, stop, done, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            stop.set()                # the call's child ends now; wait for its access-log row
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(done.wait, STOP_WAIT, abandon_on_cancel=True)
+            raise
 
     sig = inspect.signature(fn)
     params = [p.replace(annotation=Annotated[p.annotation, Field(
@@ -361,14 +379,37 @@ def build_server():
 
 def serve() -> int:
     """`recall mcp`: serve on stdio until the client closes it, following the sources meanwhile so the
-    next search sees a note saved a moment ago."""
+    next search sees a note saved a moment ago. No child outlives the server: SIGTERM, SIGINT or SIGHUP
+    stop the running ones first, then end it as the signal would."""
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:
         raise MissingExtra("mcp", "the MCP server") from None
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _end_by_signal)
     api.follow()
     try:
         build_server().run("stdio")
+    except Exception as exc:
+        if not _client_gone(exc):
+            raise
     finally:
         api.stop_following()
+        api.stop_runs()
     return 0
+
+
+def _client_gone(exc) -> bool:
+    """Whether `exc` (or every error of an exception group) says the client closed its end of the pipes:
+    a write after it went away, which ends the server quietly."""
+    parts = getattr(exc, "exceptions", None)
+    if parts is not None:
+        return all(_client_gone(e) for e in parts)
+    return isinstance(exc, (BrokenPipeError, ConnectionResetError))
+
+
+def _end_by_signal(signum, frame):
+    """The children first (their groups killed, their rows written), then the default end of `signum`."""
+    api.stop_runs()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

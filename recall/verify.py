@@ -3,6 +3,7 @@ skipped | error; prerequisites once, dependants skipped, every command and setup
 guard first, each credential bound to its secret's own host, each tool run by its absolute path."""
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -318,8 +319,8 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         for p in batch:
             _run_probe(cfg, p, timeout, path)
 
-    with ThreadPoolExecutor(max_workers=_pool_size(jobs)) as pool:
-        list(pool.map(work, jobs))
+    with ThreadPoolExecutor(max_workers=_pool_size(jobs)) as pool:     # each job in the caller's context (a stop)
+        list(pool.map(lambda job, ctx: ctx.run(work, job), jobs, [contextvars.copy_context() for _ in jobs]))
     return Report(False, probes)
 
 

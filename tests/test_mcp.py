@@ -231,6 +231,26 @@ def test_secret_tools_give_metadata_and_the_command_line_never_the_value(world):
     assert ran.stdout == "[recall:jira-api-token]\n", ran.stderr
 
 
+def test_a_command_with_shell_syntax_runs_as_a_shell_line_even_naming_no_variable(world):
+    """A pipe, a redirect or a variable assignment the agent writes is the shell's, not words handed to
+    the first program (`env '|' grep …` was 'env: |: No such file or directory')."""
+    bare = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}
+    out = world["tmp"] / "n.txt"
+    for command, expect in [("env | grep -c ^JIRA_API_TOKEN", "1\n"), (f"printenv > {out}; grep -c TOKEN {out}", "1\n"),
+                            ("GREETING=hi printenv GREETING", "hi\n")]:
+        line, err = call("recall_secret_command", id="jira-api-token", command=command)
+        assert not err, line
+        ran = subprocess.run(["sh", "-c", line], env=bare, capture_output=True, text=True, timeout=60)
+        assert (ran.returncode, ran.stdout) == (0, expect), (command, line, ran.stderr)
+
+
+def test_a_command_no_line_could_carry_is_refused_in_one_sentence(world):
+    text, err = call("recall_secret_command", id="jira-api-token", command="echo " + "x" * 1_000_000)
+    assert err and len(text) < 300 and text.startswith("the command is 1,000,005 characters")
+    text, err = call("recall_secret_command", id="jira-api-token", command="echo a\0b")
+    assert err and "NUL" in text
+
+
 def test_the_cli_gives_the_same_self_contained_line(world):
     from tests.conftest import run_recall
     r = run_recall("secret", "command", "Jira-Api-Token", "--", "printenv JIRA_API_TOKEN")
@@ -567,6 +587,118 @@ def test_client_helper_runs_the_stdio_server_too(world):
             return await client.call_tool("recall_secret_find", {"query": "postgres"})
     r = anyio.run(go)
     assert not r.is_error and json.loads(r.content[0].text)["secrets"][0]["id"] == "db-admin"
+
+
+# -- no child outlives its call -----------------------------------------------------------------------
+
+class RawServer:
+    """`recall mcp` over real stdio, driven by raw JSON-RPC lines (what a client writes), initialized."""
+
+    def __init__(self, tmp_path):
+        params = _stdio_params()
+        self.err_path = tmp_path / "server.err"
+        self.proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(self.err_path, "wb"))
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        assert json.loads(self.proc.stdout.readline())["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message):
+        self.proc.stdin.write((message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self, timeout=30):
+        """The next line the server writes, parsed (None: it wrote nothing within `timeout`)."""
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return json.loads(self.proc.stdout.readline()) if ready else None
+
+    def call(self, rid, name, args):
+        self.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}})
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        return self.err_path.read_text()
+
+
+def _sleeper(tmp_path):
+    """(command, pid file): a child that writes its pid, then sleeps far longer than any test waits."""
+    pid_file = tmp_path / "child.pid"
+    return f"echo $$ > {pid_file}; exec sleep 300", pid_file
+
+
+def _child_pid(pid_file):
+    import time
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            return int(pid_file.read_text())
+        time.sleep(0.1)
+    raise AssertionError("the child never started")
+
+
+def _gone(pid, within=6.0):
+    import time
+
+    from recall.db.pids import alive
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, 9)                       # leave nothing behind, whatever the assertion says
+    return False
+
+
+def test_a_cancelled_exec_kills_its_child_and_the_server_keeps_serving(world, tmp_path):
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        assert _gone(pid)
+        server.call(2, "recall_secret_find", {"query": "jira"})
+        assert json.loads(server.reply()["result"]["content"][0]["text"])["count"] == 1
+    finally:
+        assert "Traceback" not in server.stop()
+    row = [r for r in audit.entries(world["con"]) if r["verb"] == "access.exec"][-1]
+    assert (row["caller"], row["verdict"], row["exit_code"]) == ("mcp", "ran", 143)
+
+
+def test_a_client_that_goes_away_mid_exec_leaves_no_child_and_no_server(world, tmp_path):
+    """The client killed: its pipes close. The server stops the child and exits at once, quietly
+    (nothing it writes after can fail with a traceback)."""
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.proc.stdin.close()
+        server.proc.stdout.close()
+        assert _gone(pid)
+        assert server.proc.wait(10) == 0
+    finally:
+        err = server.stop()
+    assert "Traceback" not in err and CANARY not in err
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_to_the_server_mid_exec_stops_the_child_first(world, tmp_path, signum):
+    import signal
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.proc.send_signal(getattr(signal, signum))
+        assert server.proc.wait(10) == -getattr(signal, signum)    # it ends as the signal would
+        assert _gone(pid, within=0.5)
+    finally:
+        assert "Traceback" not in server.stop()
 
 
 # -- without the extra --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ _NOTES = ("init", "index", "watch", "watcher", "search", "read", "read_header", 
 _SECRETS = ("secret_sync", "secret_set", "secret_key_backup", "secret_find", "secret_show", "secret_command",
             "secret_exec", "secret_get", "secret_log", "secret_restore", "secret_rotate_key")
 _SYSTEMS = ("access_find", "access_show", "access_exec", "verify", "remote_install", "instructions", "doctor",
-            "agent_rules", "as_caller")
+            "agent_rules", "as_caller", "stopping", "stop_runs")
 # where each name lives: a verb imports its own concern only (`secret exec` never loads notes search)
 _HOME = {"MODES": "..notes.query", "Answer": ".answer", "error_text": ".answer", "scrub": ".answer", "scrub_typed": ".answer",
          **dict.fromkeys(_NOTES, ".notes"), **dict.fromkeys(_SECRETS, ".secrets"),

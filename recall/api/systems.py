@@ -160,6 +160,20 @@ def as_caller(name: str) -> None:
         hold_privately()
 
 
+def stopping(event):
+    """A context in which every child a call runs ends once `event` is set (the MCP client cancelled the
+    call, or went away): its process group killed, its access-log row written."""
+    from ..vault.runner import stopping as runs_stopping
+    return runs_stopping(event)
+
+
+def stop_runs() -> bool:
+    """This process is ending: every child still running is stopped and waited for (bounded), so none
+    outlives it. True when none is left."""
+    from ..vault.runner import stop_all
+    return stop_all()
+
+
 def doctor(config: str | None = None, *, thorough: bool = False) -> Answer:
     """`recall doctor`: every check of this machine and of what the config names; code 1 on any NO."""
     from ..doctor import run_doctor

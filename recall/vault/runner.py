@@ -2,6 +2,8 @@
 session, output masked as it streams, timeouts, the audit row (`secret exec`, `access exec`, verify)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import selectors
@@ -27,6 +29,14 @@ _DRAIN_GRACE = 1.0     # after the child exits (or is killed), pipes idle this l
 _DRAIN_MAX = 10.0      # ... and pipes a grandchild keeps writing to are abandoned after this long
 _POLL = 0.1            # select wake-up to notice the child's exit while a grandchild holds the pipes
 RELEASE = 0.5          # a pipe idle this long has its held-back tail masked and released (a prompt shows)
+_STOP_WAIT = 5.0       # how long stop_all waits for the runs it stopped to end (their audit rows written)
+
+# A run ends early when its caller is told to stop (an MCP client cancelled the call: `stopping`) or the
+# whole process is going away (`stop_all`): its child's process group is killed, as on a timeout.
+_STOP = contextvars.ContextVar("recall_stop", default=None)
+_ENDING = threading.Event()
+_RUNS = threading.Condition()
+_LIVE = [0]            # runs in progress (under _RUNS)
 
 
 @dataclass
@@ -94,6 +104,17 @@ class _Sink:
 def run(con, child: Child, out=None, err=None) -> RunResult:
     """Run `child` with its host-bound session open for the run; write its one audit row (`ran`,
     `not run`, or `setup failed`)."""
+    with _RUNS:
+        _LIVE[0] += 1
+    try:
+        return _run(con, child, out, err)
+    finally:
+        with _RUNS:
+            _LIVE[0] -= 1
+            _RUNS.notify_all()
+
+
+def _run(con, child: Child, out, err) -> RunResult:
     masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
     session = None
@@ -138,6 +159,8 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
 def _start(child: Child, env: dict) -> tuple:
     """(process, read end of the report pipe or None): argv as is, or bash reading the script from
     a pipe (never argv: an inline `export X_TOKEN=…` would sit in /proc/PID/cmdline)."""
+    if stopped():
+        raise RecallError("stopped before it ran", "nothing ran")
     if child.script is None:
         if not child.argv:
             raise RecallError("no command given", "put the command after `--`")
@@ -198,10 +221,9 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         timed_out = _pump(proc, sinks, stdin or b"", deadline)
-        try:  # the child may have closed its pipes and still be running
-            code = proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        code = _wait(proc, deadline)      # the child may have closed its pipes and still be running
+        if code is None:
+            timed_out = not stopped()
             _kill_group(proc)
             code = proc.wait()
     finally:
@@ -214,7 +236,7 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
 
 def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | None) -> bool:
     """Feed stdin and drain both pipes until EOF; True if the deadline passed."""
-    timed_out = False
+    timed_out = killed = False
     exited_at = None  # once the child is gone, don't wait forever on a grandchild's pipe
     last_data = 0.0
     offset = 0
@@ -227,15 +249,15 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
             _close(proc.stdin)
         while selector.get_map():
             now = time.monotonic()
-            if deadline is not None and now >= deadline and not timed_out:
-                timed_out = True
+            if not killed and (deadline is not None and now >= deadline or stopped()):
+                killed, timed_out = True, not stopped()
                 _kill_group(proc)
                 now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = last_data = now
             if exited_at is not None and (now - last_data >= _DRAIN_GRACE or now - exited_at >= _DRAIN_MAX):
                 break
-            wait = _POLL if deadline is None or timed_out else max(0.0, min(_POLL, deadline - now))
+            wait = _POLL if deadline is None or killed else max(0.0, min(_POLL, deadline - now))
             for sink in sinks.values():
                 if sink.stream.holding:
                     idle = now - sink.fed_at
@@ -255,6 +277,41 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
         for sink in sinks.values():
             sink.write(sink.stream.flush())
     return timed_out
+
+
+def _wait(proc: subprocess.Popen, deadline: float | None):
+    """The child's exit code, or None once the deadline passed or the run was told to stop."""
+    while True:
+        left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+        if left <= 0 or stopped():
+            return proc.poll()
+        with suppress(subprocess.TimeoutExpired):
+            return proc.wait(left)
+
+
+def stopped() -> bool:
+    """Whether the run in this context was told to stop: its caller's `stopping` event is set, or the
+    process is ending (stop_all)."""
+    event = _STOP.get()
+    return _ENDING.is_set() or (event is not None and event.is_set())
+
+
+@contextlib.contextmanager
+def stopping(event: threading.Event):
+    """Runs started inside (in this thread, or in a context copied from it) end when `event` is set."""
+    token = _STOP.set(event)
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+
+
+def stop_all(wait: float = _STOP_WAIT) -> bool:
+    """The process is ending: every run stops (its child's group killed) and is waited for, up to
+    `wait` seconds, so no child outlives it. True when none is left."""
+    _ENDING.set()
+    with _RUNS:
+        return _RUNS.wait_for(lambda: _LIVE[0] == 0, wait)
 
 
 def _write_some(selector, pipe, data: bytes, offset: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -14,6 +15,9 @@ from . import audit, keyfile
 from .keyfile import bound, cipher_of
 from .redact import VaultValues, closed, public_fields, text_redactor
 
+MAX_COMMAND = 10_000                    # characters of a command a handed-out line carries
+# what a shell reads as syntax and shlex.split as a word: such a command runs under `sh -c`
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`\n*?\[]|(^|\s)[~#]|^\s*[A-Za-z_][A-Za-z0-9_]*=")
 REDACTED_META = "index_redacted_for"     # the vault's signature once the index holds none of its values
 _REDACTORS: dict = {}     # {(DB, vault signature, key mtime): the redactor}: one per process
 
@@ -462,8 +466,13 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
         if not command:
             raise RecallError(f"secret '{secret_id}' has no 'use' line", "give the command after --")
     if isinstance(command, str):
-        if any(f"${v}" in command or f"${{{v}}}" in command for v in variables):
-            argv = ["sh", "-c", command]
+        if len(command) > MAX_COMMAND:          # no shell would take it as one argument, no agent read it back
+            raise RecallError(f"the command is {len(command):,} characters; a handed-out line holds at most "
+                              f"{MAX_COMMAND:,}", "write it to a script file and pass 'sh SCRIPT'")
+        if "\0" in command:
+            raise RecallError("the command holds a NUL character, which no shell can run", "leave it out")
+        if _SHELL_SYNTAX.search(command) or any(f"${v}" in command or f"${{{v}}}" in command for v in variables):
+            argv = ["sh", "-c", command]        # a pipe, a redirect, $X …: what a shell makes of it
         else:
             try:
                 argv = shlex.split(command)
