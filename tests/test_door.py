@@ -284,3 +284,17 @@ def test_display_log_and_store_hide_the_same_spans(tmp_path, line):
         assert shown == line                        # a reference, a harmless value, a bare word: as written
     else:
         assert S not in shown and "[hidden]" in shown, shown
+
+
+@pytest.mark.parametrize("command", ["env | grep -c '^JIRA_API_TOKEN='", "grep -c '^GITHUB_TOKEN=' /etc/hostname",
+                                     'grep -c "^API_KEY=" /etc/hostname', "printf '%s\\n' SESSION_TOKEN=''"])
+def test_a_variable_name_followed_by_quotes_only_is_no_credential_and_the_line_still_runs(command):
+    """`NAME=` then a quote is a pattern or an empty value, not a literal: the door leaves it, so the
+    line `secret command` hands out (shell-quoted, under sh -c) still parses in a plain shell."""
+    import shlex
+    import subprocess
+
+    from recall.vault import door
+    line = shlex.join(["sh", "-c", command])
+    assert door.scrub(line) == line and door.scrub(command) == command
+    assert subprocess.run(["sh", "-n", "-c", door.scrub(line)]).returncode == 0

@@ -34,8 +34,10 @@ def sensitive_name(name: str) -> bool:
 
 
 def _reference(value: str) -> bool:
-    """`$VAR`, `"$VAR"`, `$(cmd)`, or what the door already put there (`[recall:ID]`, `[hidden]`): not a literal."""
-    return (value[0] != "'" and value.strip('"').startswith("$")) or value.startswith(("[recall:", "[hidden]"))
+    """`$VAR`, `"$VAR"`, `$(cmd)`, what the door already put there (`[recall:ID]`, `[hidden]`), or quotes
+    alone (`grep '^TOKEN='`, `TOKEN=''`): not a literal."""
+    return (value[0] != "'" and value.strip('"').startswith("$")) or value.startswith(("[recall:", "[hidden]")) \
+        or not value.strip("'\"")
 
 
 def hide_values(step: str) -> str:
