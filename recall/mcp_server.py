@@ -387,6 +387,7 @@ def serve() -> int:
         raise MissingExtra("mcp", "the MCP server") from None
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _end_by_signal)
+    _answerable_stdin()
     api.follow()
     try:
         build_server().run("stdio")
@@ -413,3 +414,60 @@ def _end_by_signal(signum, frame):
     api.stop_runs()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+# -- every request answered: a line the SDK's schema refuses is dropped by it, unanswered --------------
+
+_LONE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_ID = re.compile(rb'"id"\s*:\s*(-?\d{1,15}(?![.\deE])|"(?:[^"\\]|\\.){0,200}")')
+
+
+def _answerable_stdin() -> None:
+    """fd 0 becomes a pipe a thread fills from the client's stdin, each line as `_readable` makes it, so
+    the SDK (which claims fd 0 next) answers every request it is sent."""
+    import threading
+    wire, (out, into) = os.dup(0), os.pipe()
+    os.dup2(out, 0)
+    os.close(out)
+
+    def pump():
+        with open(wire, "rb") as client, open(into, "wb") as sdk:
+            try:
+                for line in client:
+                    sdk.write(b"".join(one + b"\n" for one in _readable(line.rstrip(b"\r\n"))))
+                    sdk.flush()
+            except OSError:               # the server ended: nothing reads the pipe any more
+                pass
+    threading.Thread(target=pump, name="recall-stdin", daemon=True).start()
+
+
+def _readable(line: bytes) -> list:
+    """The line, or what the SDK answers in its place: a lone surrogate escape as U+FFFD; else, for a line
+    its schema refuses (an id but no method, jsonrpc 1.0, params as a list, nested too deep, a batch,
+    cut short) a request of an unknown method with each id it holds, which gets an error with that id.
+    A line with no id to answer is passed on as it is (the SDK drops it)."""
+    from mcp_types import jsonrpc_message_adapter
+
+    def valid(text):
+        try:
+            jsonrpc_message_adapter.validate_json(text, by_name=False)
+            return True
+        except Exception:          # noqa: BLE001 — a refusal of any kind: answered below
+            return False
+    if not line.strip() or valid(line):
+        return [line]
+    mended = _LONE.sub(rb"\\ufffd", line)
+    if mended != line and valid(mended):
+        return [mended]
+    try:
+        doc = json.loads(line)
+        ids = [d.get("id") for d in (doc if isinstance(doc, list) else [doc]) if isinstance(d, dict)]
+    except (ValueError, RecursionError):
+        found = _ID.search(line)
+        try:
+            ids = [json.loads(found.group(1))] if found else []
+        except ValueError:
+            ids = []
+    answered = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "recall/unreadable-request"}).encode()
+                for i in ids if isinstance(i, (int, str)) and not isinstance(i, bool)]
+    return answered or [line]

@@ -759,3 +759,32 @@ def test_both_faces_say_the_same_for_the_same_failure(world, config, cli):
     code, _, err = cli("read", "nowhere.md")
     text, is_error = call("recall_read", path="nowhere.md")
     assert code == 1 and is_error and err.removeprefix("recall: ").split(" — ")[0] in text
+
+
+# -- a request the library cannot read still gets an answer ----------------------------------------
+
+def test_a_request_that_is_not_valid_json_rpc_is_answered_with_an_error_not_left_waiting(world, tmp_path):
+    """A client that sends what the protocol's schema refuses — an id but no method, jsonrpc 1.0,
+    params as a list, a lone surrogate escape, arguments nested too deep, a batch — gets an error
+    with its id (or, for a lone surrogate, its answer); the server goes on serving."""
+    server = RawServer(tmp_path)
+    try:
+        deep = '{"a":' * 2000 + "1" + "}" * 2000
+        for rid, line in ((11, b'{"id": 11, "foo": 1}'), (12, b'{"jsonrpc": "1.0", "id": 12, "method": "tools/list"}'),
+                          (13, b'{"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": [1, 2]}'),
+                          (14, ('{"jsonrpc": "2.0", "id": 14, "method": "tools/call", "params": {"name": "recall_search", '
+                                f'"arguments": {{"query": {deep}}}}}}}').encode()),
+                          ("b1", b'[{"jsonrpc": "2.0", "id": "b1", "method": "tools/list"}]'),
+                          (15, b'{"jsonrpc": "2.0", "id": 15, "method": "tools/call", "params": {"name": "recall_sea')):
+            server.send(line)
+            got = server.reply(timeout=20)
+            assert got is not None and got["id"] == rid and "error" in got, (line[:80], got)
+        server.send(b'{"jsonrpc": "2.0", "id": 16, "method": "tools/call", "params": {"name": "recall_search", '
+                    b'"arguments": {"query": "\\ud800postgres"}}}')
+        got = server.reply(timeout=20)
+        assert got is not None and got["id"] == 16 and "result" in got, got
+        server.call(17, "recall_search", {"query": "postgres"})
+        assert server.reply(timeout=20)["id"] == 17
+    finally:
+        err = server.stop()
+    assert "Traceback" not in err, err
