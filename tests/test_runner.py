@@ -542,3 +542,23 @@ def test_output_with_no_piece_of_a_value_passes_unchanged(realistic, tmp_path, s
     result = run_masked(["bash", "-c", f"{{ {script}; }} | tee {copy}"], env=env, masker=masker)
     assert result.code == 0 and len(result.stdout) > 50
     assert result.stdout == copy.read_bytes()
+
+
+def test_a_flood_of_captured_output_keeps_its_head_and_tail_masked_and_says_what_it_dropped():
+    """An MCP call's output (captured, not streamed) of 40 MB keeps its first 4 MB and its last 1-2 MB,
+    every byte masked on the way, and says how much between them it did not keep."""
+    from recall.vault.runner import KEEP_HEAD, KEEP_TAIL
+    child = ("import os, sys\n"
+             "sys.stdout.buffer.write(b'first line\\n')\n"
+             "line = ('y' * 99 + '\\n').encode() * 1000\n"
+             "for i in range(400):\n"
+             "    sys.stdout.buffer.write(line)\n"
+             "sys.stdout.buffer.write(b'last: ' + os.environ['T'].encode() + b'\\n')\n")
+    result = run_masked(py(child), env=base_env(T=TOKEN), masker=MASKER, timeout=120)
+    out = result.stdout
+    assert result.code == 0 and out.startswith(b"first line\n") and out.endswith(b"last: [recall:api-token]\n")
+    assert KEEP_HEAD + KEEP_TAIL < len(out) < KEEP_HEAD + 2 * KEEP_TAIL + 100
+    head, said, tail = out.partition(b"\n[recall: ")
+    dropped, _, tail = tail.partition(b" bytes of output not kept here]\n")
+    assert len(head) + int(dropped.replace(b",", b"")) + len(tail) == 11 + 400 * 100_000 + 25
+    assert said and TOKEN.encode() not in out

@@ -23,6 +23,7 @@ from .mask import Masker, check_maskable
 from .redact import public_fields, secret_parts
 
 READ_SIZE = 64 * 1024
+KEEP_HEAD, KEEP_TAIL = 4 << 20, 1 << 20   # captured output (an MCP call's, a proof's): the first, the last
 TIMEOUT_CODE = 124
 _TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL of the process group
 _DRAIN_GRACE = 1.0     # after the child exits (or is killed), pipes idle this long are abandoned
@@ -86,7 +87,7 @@ class _Sink:
     def __init__(self, masker: Masker, target, given):
         self.stream = masker.stream(given)
         self.target = target
-        self.captured = bytearray()
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
         self.fed_at = 0.0
 
     def feed(self, chunk: bytes) -> None:
@@ -94,11 +95,24 @@ class _Sink:
         self.fed_at = time.monotonic()
 
     def write(self, data: bytes) -> None:
-        if self.target is None:
-            self.captured += data
+        if self.target is None:        # captured: the first KEEP_HEAD bytes and the last KEEP_TAIL
+            room = KEEP_HEAD - len(self.head)
+            self.head += data[:room]
+            self.tail += data[room:] if room > 0 else data
+            if len(self.tail) > 2 * KEEP_TAIL:
+                self.dropped += len(self.tail) - KEEP_TAIL
+                del self.tail[:-KEEP_TAIL]
         elif data:
             self.target.write(data)
             self.target.flush()
+
+    @property
+    def captured(self) -> bytes:
+        """What was kept, and how much between the two was not (masked all the same, then dropped)."""
+        if not self.dropped:
+            return bytes(self.head + self.tail)
+        gap = f"\n[recall: {self.dropped:,} bytes of output not kept here]\n".encode()
+        return bytes(self.head + gap + self.tail)
 
 
 def run(con, child: Child, out=None, err=None) -> RunResult:
@@ -231,7 +245,7 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
             _kill_group(proc)
         _close(proc.stdin, proc.stdout, proc.stderr)
     code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
-    return RunResult(code, bytes(sinks[proc.stdout].captured), bytes(sinks[proc.stderr].captured), timed_out)
+    return RunResult(code, sinks[proc.stdout].captured, sinks[proc.stderr].captured, timed_out)
 
 
 def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | None) -> bool:
