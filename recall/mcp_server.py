@@ -137,6 +137,8 @@ _FOR_AGENT = [
      r"ask the user to run 'recall \1\2'"),
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
     (re.compile(r"— add '"), "— ask the user to add '"),
+    (re.compile(r"an --offset below"), "an offset below"),   # the CLI's flags, as this face's arguments
+    (re.compile(r"--(offset|mode) "), r"\1="),
 ]
 
 

@@ -788,3 +788,10 @@ def test_a_request_that_is_not_valid_json_rpc_is_answered_with_an_error_not_left
     finally:
         err = server.stop()
     assert "Traceback" not in err, err
+
+
+def test_an_error_about_offset_or_mode_names_the_tools_arguments_not_the_clis_flags(world):
+    text, is_error = call("recall_read", path="runbooks/jump-hosts.md", offset=10**6)
+    assert is_error and "offset=1000000 is past its end" in text and "--" not in text, text
+    text, is_error = call("recall_search", query="failover", mode="semantic")
+    assert is_error and "mode=semantic needs an embedding provider" in text and "--mode" not in text, text
