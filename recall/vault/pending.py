@@ -7,7 +7,7 @@ import os
 import re
 
 from .. import db
-from ..errors import InputError
+from ..errors import InputError, RecallError
 from .redact import PUBLIC_FIELDS, VaultClosed, VaultValues
 
 SYNCED_META = "secrets_files_synced"     # "path\tstamp" a line, as the last sync (or rotation) left them
@@ -58,16 +58,21 @@ def values(con, cfg) -> tuple:
 
 
 def _plain(path: str) -> list:
-    """(label, field, value) of each plain value in one secrets file."""
+    """(label, field, value) of each plain value in one secrets file: its entries, or the one mapping a
+    file holds when its `- ` was forgotten (a file of another shape holds no value: sync says what is
+    wrong with it). A file that does not parse fails closed."""
     from .. import yaml
     from .secretfile import without_text
     try:
-        entries = yaml.load_entries(path, "secrets")
-    except (InputError, OSError) as exc:     # said without any text of the file: it may hold a value
-        said = without_text(exc).message if isinstance(exc, InputError) else f"{path}: {exc.strerror}"
+        doc = yaml.load(path)
+    except (RecallError, OSError) as exc:     # said without any text of the file: it may hold a value
+        said = without_text(exc).message if isinstance(exc, InputError) else \
+            exc.message if isinstance(exc, RecallError) else f"{path}: {exc.strerror}"
         raise VaultClosed(f"{said}; that secrets file changed since the last sync and its values cannot be "
                           "read, so note text cannot be checked for them and is not shown",
                           "fix it, then run 'recall secret sync'") from None
+    entries = [(item, yaml.line_of(doc, i)) for i, item in enumerate(doc)] if isinstance(doc, list) else \
+        [(doc, getattr(doc, "line", 1))] if isinstance(doc, dict) else []
     out = []
     for item, line in entries:
         if not isinstance(item, dict):
