@@ -256,3 +256,23 @@ def test_an_unsynced_secrets_file_missing_its_dash_still_masks_its_value(make_wo
     assert r.returncode == 0 and "[recall:jira-api-token]" in r.stdout and CANARY[:6] not in r.stdout + r.stderr
     r = run_recall("secret", "sync")
     assert r.returncode == 1 and f"{w.secrets}:1:" in r.stderr and CANARY[:6] not in r.stderr
+
+
+def test_an_unsynced_secrets_file_is_read_once_while_it_stays_as_it_is(make_world, notes, monkeypatch):
+    """A watcher's passes and each answer's door ask for the unsynced values again and again: the file
+    is parsed once per change, not once per ask."""
+    from recall import api
+    from recall.vault import door, pending
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is tok-{CANARY} here.\n")
+    assert run_recall("index").returncode == 0
+    w.secrets.write_text(f"- id: jira-api-token\n  value: tok-{CANARY}\n")
+    door.forget()
+    parsed = []
+    real = pending._plain
+    monkeypatch.setattr(pending, "_plain", lambda path: parsed.append(path) or real(path))
+    for _ in range(3):
+        assert CANARY[:6] not in api.search("jira token").shown
+    assert len(parsed) == 1
+    w.secrets.write_text(f"- id: jira-api-token\n  value: tok-{CANARY}\n- id: other\n  value: other-{CANARY}\n")
+    assert CANARY[:6] not in api.read("jira.md").shown and len(parsed) == 2

@@ -280,9 +280,11 @@ def _rebuilt(obj, clean):
 
 
 def forget() -> None:
-    """Drop what the door learned and built, and the vault's forms (the tests' fresh process)."""
-    from . import mask
+    """Drop what the door learned and built, the vault's forms and the unsynced values read (the tests'
+    fresh process)."""
+    from . import mask, pending
     with _LOCK:
         _LITERALS.clear()
         _CACHE.clear()
         mask._BUILT.clear()
+        pending._LAST.clear()

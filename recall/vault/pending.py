@@ -12,6 +12,7 @@ from .redact import PUBLIC_FIELDS, VaultClosed, VaultValues
 
 SYNCED_META = "secrets_files_synced"     # "path\tstamp" a line, as the last sync (or rotation) left them
 _LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_LAST: list = []                         # [files and their stamps, what they held]: this process's last read
 
 
 def file_stamp(path) -> tuple:
@@ -47,14 +48,17 @@ def values(con, cfg) -> tuple:
     """(signature, {label: {field: value}}) of the plain values in the changed files: every value or
     field but the public ones and placeholders, whether or not its entry would sync. A file that
     cannot be read or parsed fails closed: its values cannot be told from the rest of the text."""
-    files = changed(con, cfg)
+    files = tuple(changed(con, cfg))
+    if _LAST and _LAST[0] == files:       # a watcher's next pass, the door after the redactor: read once
+        return files, _LAST[1]
     found = VaultValues()
     found.public = {}
     for path, _ in files:
         for label, field, value in _plain(path):
             found.setdefault(label, {})[f"unsynced {field}"] = value
             found.public.setdefault(label, set())
-    return tuple(files), found
+    _LAST[:] = [files, found]
+    return files, found
 
 
 def _plain(path: str) -> list:
