@@ -764,3 +764,22 @@ def test_a_vault_key_gone_is_said_as_that_by_every_verb_that_needs_it(make_world
         r = run_recall(*argv)
         assert r.returncode == 1 and r.stderr.count("\n") == 1, (argv, r.stderr)
         assert f"no vault key at {key}" in r.stderr and "Errno" not in r.stderr, (argv, r.stderr)
+
+
+def test_a_note_replaced_by_a_fifo_since_indexing_is_refused_not_waited_on(tmp_path, monkeypatch):
+    """read and search (a hit pointed at its section re-reads the file) opened the note as it is now:
+    a FIFO held them until killed; the next index run left it indexed."""
+    multi = "# Top\n\nintro words\n\n## Alpha\n\nzebra zebra giraffe\n\n## Beta\n\nzebra giraffe okapi okapi\n"
+    world = build(tmp_path, notes={"multi.md": multi}, config="embedding: {provider: none}\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(world.config))
+    assert run_recall("index").returncode == 0
+    assert "multi.md:9" in run_recall("search", "okapi giraffe").stdout      # pointed at Beta: re-read
+    (world.notes / "multi.md").unlink()
+    os.mkfifo(world.notes / "multi.md")
+    r = run_recall("search", "okapi giraffe", timeout=20)
+    assert r.returncode == 0 and "multi.md:1" in r.stdout, r.stdout + r.stderr     # the chunk as stored
+    r = run_recall("read", "multi.md", timeout=20)
+    _one_line(r, f"recall: cannot read {world.notes / 'multi.md'}: not a regular file")
+    r = run_recall("index", timeout=20)
+    assert r.returncode == 0 and "1 removed" in r.stdout, r.stdout
+    assert "no notes match" in run_recall("search", "okapi", timeout=20).stdout

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from .. import db
 from ..errors import RecallError
 from . import terms
-from .walk import is_secrets_text, raw_name, shown, state_paths, walk_source
+from .walk import is_secrets_text, raw_name, read_note_file, shown, state_paths, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
@@ -176,15 +176,11 @@ def redact_indexed(con, redact) -> int:
     return len(hit) + len(titles)
 
 
-def _read(full: str, st, limit: int):
+def _read(full: str, limit: int):
     """(bytes, None), or (None, reason) when the file is not indexable."""
-    if st.st_size > limit:
-        return None, f"larger than {limit:,} bytes ({st.st_size:,})"
-    try:
-        with open(full, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
+    data, why = read_note_file(full, limit)
+    if data is None:
+        return None, why
     if b"\0" in data[:8192]:
         return None, "binary"
     if is_secrets_text(data):
@@ -313,12 +309,15 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, r
         return
     if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
         report.skipped.append((path_text, "not a regular file"))
+        if old is not None:                 # a note replaced by one is no note now
+            con.execute("DELETE FROM files WHERE id=?", (old["id"],))
+            report.removed += 1
         return
     if old is not None and not full and old["rawpath"] == raw and old["size"] == st.st_size \
             and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1
         return
-    data, why = _read(full_path, st, cfg.max_file_bytes)
+    data, why = _read(full_path, cfg.max_file_bytes)
     if data is None:
         report.skipped.append((path_text, why))
         if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had
