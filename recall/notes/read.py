@@ -129,7 +129,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
                        "recall reads only the notes it indexes; run 'recall index' if it is new")
     data, why = read_note_file(real, cfg.max_file_bytes)
     if data is None:
-        raise RecallError(f"cannot read {real}: {why}", "run 'recall index' if it changed since")
+        raise RecallError(f"cannot read {real}: {why.removeprefix('unreadable: ')}",
+                          "run 'recall index' if it changed since")
     if is_secrets_text(data):            # indexed before it became one, or before recall knew
         raise RecallError(f"{rel} reads as a recall secrets file", "use 'recall secret find' instead")
     text = data.decode("utf-8", errors="replace")
