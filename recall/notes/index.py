@@ -189,10 +189,13 @@ def _read(full: str, limit: int):
 
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
-              embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False) -> IndexReport:
+              embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False,
+              catch_up=None) -> IndexReport:
     """Bring the index up to date with the sources, then embed the texts without a vector (`embed`).
     `redactor` (the vault's) is required so that no caller indexes unchecked text; `load_values`
-    finds a Voyage key in the vault. A source missing or empty (a disk not mounted) is kept unless `prune`."""
+    finds a Voyage key in the vault; `catch_up(con, cfg)` (the vault's) redacts, the index lock held,
+    what was indexed before a value it now knows was written. A source missing or empty (a disk not
+    mounted) is kept unless `prune`."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -225,6 +228,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     total = sum(len(files) for _, files, _ in plan)
     redact = redactor(con, cfg)         # fail closed: a vault that cannot be opened stops the run before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
+        if catch_up is not None:
+            catch_up(con, cfg)
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
         if report.chunks >= OPTIMIZE_AFTER:
             # many rows deleted and written leave FTS5's segments in pieces, each read by every query
