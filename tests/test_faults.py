@@ -783,3 +783,26 @@ def test_a_note_replaced_by_a_fifo_since_indexing_is_refused_not_waited_on(tmp_p
     r = run_recall("index", timeout=20)
     assert r.returncode == 0 and "1 removed" in r.stdout, r.stdout
     assert "no notes match" in run_recall("search", "okapi", timeout=20).stdout
+
+
+def test_a_search_does_not_wait_out_another_writer_for_its_caches(make_world):
+    """The inventory's cache (the first search after the inventory changed) waited the whole 30 s busy
+    timeout while another process held a write (an index run, sqlite3 'BEGIN EXCLUSIVE')."""
+    import sqlite3
+    import time
+    make_world(inventory="- id: jump01\n  kind: host\n", config="embedding: {provider: none}\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    holder = sqlite3.connect(str(cfg.db_path), isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("INSERT INTO meta VALUES ('held', 'x') ON CONFLICT(key) DO UPDATE SET value='y'")
+        started = time.monotonic()
+        r = run_recall("--json", "search", "jump01", timeout=60)
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["access"], r.stdout          # the entry pinned all the same
+    assert took < 10, took
