@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from .. import db
 from ..errors import RecallError
 from . import terms
-from .walk import is_secrets_text, raw_name, read_note_file, shown, state_paths, walk_source
+from .walk import is_secrets_text, own_files, raw_name, read_note_file, shown, state_paths, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
@@ -176,6 +176,11 @@ def redact_indexed(con, redact) -> int:
     return len(hit) + len(titles)
 
 
+def indexable(full: str, limit: int) -> bool:
+    """Whether an index run would index this file now (doctor's count of what the index lacks)."""
+    return _read(full, limit)[0] is not None
+
+
 def _read(full: str, limit: int):
     """(bytes, None), or (None, reason) when the file is not indexable."""
     data, why = read_note_file(full, limit)
@@ -203,7 +208,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     if only is not None and not sources:
         raise RecallError(f"no source named '{only}'",
                           "sources: " + ", ".join(s.name for s in cfg.sources))
-    skip = {str(p.resolve()) for p in list(cfg.secrets) + list(cfg.inventory)}
+    skip = own_files(cfg)
     state = state_paths(cfg)            # recall never reads itself back
     plan = []
     for source in sources:

@@ -47,6 +47,12 @@ def is_state(path, state: tuple) -> bool:
             or any(real == f or real.startswith(f + os.sep) for f in folders))
 
 
+def own_files(cfg) -> set:
+    """The files the config names that are never notes, however a source reaches them: the secrets
+    and inventory files (walk_source's `skip_paths`)."""
+    return {str(Path(p).resolve()) for p in list(cfg.secrets) + list(cfg.inventory)}
+
+
 def state_inside(root, state: tuple) -> list:
     """The relpaths ('state/') of recall's state folders inside `root`; ['']: `root` is inside one."""
     real, out = os.path.realpath(root), []
