@@ -780,6 +780,13 @@ def test_a_note_replaced_by_a_fifo_since_indexing_is_refused_not_waited_on(tmp_p
     assert r.returncode == 0 and "multi.md:1" in r.stdout, r.stdout + r.stderr     # the chunk as stored
     r = run_recall("read", "multi.md", timeout=20)
     _one_line(r, f"recall: cannot read {world.notes / 'multi.md'}: not a regular file")
+    (world.notes / "multi.md").unlink()
+    (world.notes / "multi.md").mkdir()                   # a folder now: its descriptor opened, no page
+    for argv in (("read", "multi.md"), ("search", "okapi giraffe")):
+        r = run_recall(*argv, timeout=20)
+        assert "Traceback" not in r.stderr and r.returncode == (argv[0] == "read"), r.stderr
+    (world.notes / "multi.md").rmdir()
+    os.mkfifo(world.notes / "multi.md")
     r = run_recall("index", timeout=20)
     assert r.returncode == 0 and "1 removed" in r.stdout, r.stdout
     assert "no notes match" in run_recall("search", "okapi", timeout=20).stdout

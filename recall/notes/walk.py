@@ -77,16 +77,18 @@ def read_note_file(path, limit: int) -> tuple:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         return None, f"unreadable: {exc.strerror or exc}"
-    with open(fd, "rb") as fh:
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None, "not a regular file"
-            if st.st_size > limit:
-                return None, f"larger than {limit:,} bytes ({st.st_size:,})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):          # a folder too: open() of its descriptor raises
+            return None, "not a regular file"
+        if st.st_size > limit:
+            return None, f"larger than {limit:,} bytes ({st.st_size:,})"
+        with open(fd, "rb", closefd=False) as fh:
             data = fh.read(limit + 1)
-        except OSError as exc:
-            return None, f"unreadable: {exc.strerror or exc}"
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
     if len(data) > limit:                   # grown while it was read
         return None, f"larger than {limit:,} bytes"
     return data, None
