@@ -161,7 +161,7 @@ def _sources(ctx) -> list:
         if not src.path.is_dir():
             out.append(Check(f"source {src.name}", False, f"{src.path} does not exist: fix its path in the config"))
             continue
-        on_disk = _files(src)
+        on_disk = _files(src, ctx.cfg)
         held = _ask(ctx.con, lambda con: {r[0] for r in con.execute(
             "SELECT relpath FROM files WHERE source=?", (src.name,))})
         if held is None:
@@ -180,15 +180,10 @@ def _sources(ctx) -> list:
 
 
 def _lacking(on_disk: dict, held: set, max_bytes: int) -> list:
-    """The relpaths on disk the index lacks, but those it skips by size (it says so when it runs)."""
-    out = []
-    for rel in sorted(set(on_disk) - held):
-        try:
-            if os.path.getsize(on_disk[rel]) <= max_bytes:
-                out.append(rel)
-        except OSError:                 # gone since the walk
-            pass
-    return out
+    """The relpaths on disk the index lacks and an index run would index: not those it skips (too
+    large, binary, a secrets file's text, no regular file, unreadable: it says so when it runs)."""
+    from .notes.index import indexable
+    return [rel for rel in sorted(set(on_disk) - held) if indexable(on_disk[rel], max_bytes)]
 
 
 def _index(ctx) -> list:
@@ -445,10 +440,11 @@ def _one(con, sql: str):
     return row[0] if row else None
 
 
-def _files(src) -> dict:
+def _files(src, cfg) -> dict:
     """{relpath as the index shows it: path} of the files a source walk selects."""
-    from .notes.walk import shown, walk_source
+    from .notes.walk import own_files, shown, state_paths, walk_source
     try:
-        return {shown(rel): full for rel, full in walk_source(src)}
+        return {shown(rel): full for rel, full in walk_source(src, skip_paths=own_files(cfg),
+                                                               state=state_paths(cfg))}
     except (OSError, RecallError):          # an unreadable or missing folder: the index run will say more
         return {}

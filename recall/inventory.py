@@ -182,7 +182,7 @@ def load_inventory(cfg, con=None) -> list:
     if not cfg.inventory:
         return []
     from . import yaml
-    from .db import get_meta, is_sqlite_error, set_meta
+    from .db import get_meta, is_sqlite_error, set_meta, waiting_at_most
     sig = _signature(cfg)
     cached = json.loads(get_meta(con, "inventory_cache") or "{}") if con is not None else {}
     if cached.get("sig") == sig:
@@ -196,7 +196,8 @@ def load_inventory(cfg, con=None) -> list:
         door.learn(label, literal)
     if con is not None and not _holds_inline_values(entries):
         try:
-            set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
+            with waiting_at_most(con):      # a search must not wait out another writer for a cache
+                set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))
         except Exception as exc:   # a read-only moment (another writer) only costs the cache
             if not is_sqlite_error(exc):
                 raise

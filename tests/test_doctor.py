@@ -286,3 +286,19 @@ def test_a_source_with_files_the_index_lacks_is_a_no(config, notes):
     (notes / "late.md").write_text("# Late\n")
     ok, detail = _by_name(_checks(config.path))["source notes"]
     assert not ok and "; 1 not in the index (e.g. late.md)" in detail
+
+
+def test_files_the_index_skips_on_purpose_are_no_reason_for_a_no(make_world, notes):
+    """A binary file, a copy of a secrets file, a FIFO, a link to the secrets file: `recall index`
+    skips each every run, so doctor's 'not in the index: run recall index' never went away."""
+    w = make_world(secrets="- id: tok\n  value: abcdefgh12345678\n", config="embedding: {provider: none}\n")
+    (notes / "blob.md").write_bytes(b"# Blob\n\x00\x01binary")
+    (notes / "secrets-copy.yaml").write_text(w.secrets.read_text())
+    (notes / "secrets-link.md").symlink_to(w.secrets)
+    os.mkfifo(notes / "pipe.md")
+    assert run_recall("index").returncode == 0
+    ok, detail = _by_name(_checks(w.config))["source notes"]
+    assert ok and "not in the index" not in detail, detail
+    (notes / "late.md").write_text("# Late\n")
+    ok, detail = _by_name(_checks(w.config))["source notes"]
+    assert not ok and "; 1 not in the index (e.g. late.md)" in detail, detail

@@ -764,3 +764,52 @@ def test_a_vault_key_gone_is_said_as_that_by_every_verb_that_needs_it(make_world
         r = run_recall(*argv)
         assert r.returncode == 1 and r.stderr.count("\n") == 1, (argv, r.stderr)
         assert f"no vault key at {key}" in r.stderr and "Errno" not in r.stderr, (argv, r.stderr)
+
+
+def test_a_note_replaced_by_a_fifo_since_indexing_is_refused_not_waited_on(tmp_path, monkeypatch):
+    """read and search (a hit pointed at its section re-reads the file) opened the note as it is now:
+    a FIFO held them until killed; the next index run left it indexed."""
+    multi = "# Top\n\nintro words\n\n## Alpha\n\nzebra zebra giraffe\n\n## Beta\n\nzebra giraffe okapi okapi\n"
+    world = build(tmp_path, notes={"multi.md": multi}, config="embedding: {provider: none}\n")
+    monkeypatch.setenv("RECALL_CONFIG", str(world.config))
+    assert run_recall("index").returncode == 0
+    assert "multi.md:9" in run_recall("search", "okapi giraffe").stdout      # pointed at Beta: re-read
+    (world.notes / "multi.md").unlink()
+    os.mkfifo(world.notes / "multi.md")
+    r = run_recall("search", "okapi giraffe", timeout=20)
+    assert r.returncode == 0 and "multi.md:1" in r.stdout, r.stdout + r.stderr     # the chunk as stored
+    r = run_recall("read", "multi.md", timeout=20)
+    _one_line(r, f"recall: cannot read {world.notes / 'multi.md'}: not a regular file")
+    (world.notes / "multi.md").unlink()
+    (world.notes / "multi.md").mkdir()                   # a folder now: its descriptor opened, no page
+    for argv in (("read", "multi.md"), ("search", "okapi giraffe")):
+        r = run_recall(*argv, timeout=20)
+        assert "Traceback" not in r.stderr and r.returncode == (argv[0] == "read"), r.stderr
+    (world.notes / "multi.md").rmdir()
+    os.mkfifo(world.notes / "multi.md")
+    r = run_recall("index", timeout=20)
+    assert r.returncode == 0 and "1 removed" in r.stdout, r.stdout
+    assert "no notes match" in run_recall("search", "okapi", timeout=20).stdout
+
+
+def test_a_search_does_not_wait_out_another_writer_for_its_caches(make_world):
+    """The inventory's cache (the first search after the inventory changed) waited the whole 30 s busy
+    timeout while another process held a write (an index run, sqlite3 'BEGIN EXCLUSIVE')."""
+    import sqlite3
+    import time
+    make_world(inventory="- id: jump01\n  kind: host\n", config="embedding: {provider: none}\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    holder = sqlite3.connect(str(cfg.db_path), isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("INSERT INTO meta VALUES ('held', 'x') ON CONFLICT(key) DO UPDATE SET value='y'")
+        started = time.monotonic()
+        r = run_recall("--json", "search", "jump01", timeout=60)
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["access"], r.stdout          # the entry pinned all the same
+    assert took < 10, took

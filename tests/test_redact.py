@@ -276,3 +276,25 @@ def test_an_unsynced_secrets_file_is_read_once_while_it_stays_as_it_is(make_worl
     assert len(parsed) == 1
     w.secrets.write_text(f"- id: jira-api-token\n  value: tok-{CANARY}\n- id: other\n  value: other-{CANARY}\n")
     assert CANARY[:6] not in api.read("jira.md").shown and len(parsed) == 2
+
+
+def _state_bytes(cfg) -> bytes:
+    return b"".join(p.read_bytes() for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
+
+
+def test_a_value_written_into_the_secrets_file_leaves_the_notes_indexed_before_at_the_next_index(
+        make_world, notes):
+    """A token pasted into a note, indexed, then written into the secrets file: the next `recall index`
+    (no sync yet) rewrites the chunks that held it, so no DB byte keeps it; it was kept until a sync."""
+    token = f"tok-{CANARY}"
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is {token} for the API.\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    assert CANARY[:8].encode() in _state_bytes(cfg)          # a note's text, before it was a secret
+    w.secrets.write_text(f"- id: jira-api-token\n  value: {token}\n")
+    r = run_recall("index")
+    assert r.returncode == 0 and "0 changed" in r.stdout, r.stdout + r.stderr
+    data = _state_bytes(cfg)
+    assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+    assert "[recall:jira-api-token]" in run_recall("search", "jira token").stdout

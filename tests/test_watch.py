@@ -500,3 +500,27 @@ def test_recall_mcp_started_with_a_config_error_follows_the_notes_once_it_is_fix
         return broken, await until("INC-66666", lambda h: "later.md" in h)
     broken, after = run_session("poll", script)
     assert broken == [] and after == ["later.md"]
+
+
+def test_a_value_written_into_the_secrets_file_leaves_the_index_while_watching(make_world, notes):
+    """`recall index --watch` (as recall mcp) follows the secrets file too: a value written there, not yet
+    synced, is redacted from the notes indexed before within a pass, with no note saved meanwhile."""
+    from tests.conftest import CANARY
+    token = f"tok-{CANARY}"
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is {token} for the API.\n")
+    cfg = load_config()
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index", "--watch"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "RECALL_WATCH": "poll"})
+    try:
+        assert proc.stdout.readline().startswith("indexed: ")
+        w.secrets.write_text(f"- id: jira-api-token\n  value: {token}\n")
+        deadline, held = time.monotonic() + DEADLINE_S, True
+        while held and time.monotonic() < deadline:
+            time.sleep(0.2)
+            data = b"".join(p.read_bytes() for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
+            held = any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert not held, "the value indexed before it was a secret is still in the DB"

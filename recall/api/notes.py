@@ -37,13 +37,13 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
                                 f"{data['chunks']} chunks written; {data['seconds']:.2f}s")
         from ..db.repair import index_repairing
         from ..notes.index import run_index
-        from ..vault import store
+        from ..vault import pending, store
         cfg.require_sources()
         embed = embed and cfg.embedding.provider != "none"
         said = heard(notify)
         report = index_repairing(cfg.db_path, lambda con: run_index(
             con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
-            redactor=store.redactor, load_values=store.load_values, prune=prune),
+            redactor=store.redactor, load_values=store.load_values, prune=prune, catch_up=pending.redact_index),
             full=full, vectors=embed, notify=said, holds_values=store.holds_values)
         vectors = (f"; {report.embedded} embedded" + (f" ({report.tokens:,} tokens billed)" if report.tokens else "")
                    if embed else "")
@@ -64,10 +64,10 @@ def watcher(cfg=None, report=lambda kind, result: None):
     or is fixed."""
     from ..config import load_config
     from ..notes.watch import Watcher
-    from ..vault import store
+    from ..vault import pending, store
     path = None if cfg is None or cfg.path is None else str(cfg.path)
     return Watcher(cfg, reload=lambda: load_config(path), redactor=store.redactor,
-                   load_values=store.load_values, report=report)
+                   load_values=store.load_values, report=report, catch_up=pending.redact_index)
 
 
 def follow() -> None:

@@ -13,7 +13,7 @@ from ..errors import RecallError
 from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
 
-__all__ = ["connect", "transaction", "get_meta", "set_meta", "in_batches", "is_sqlite_error", "rollback", "explain",
+__all__ = ["connect", "transaction", "get_meta", "set_meta", "waiting_at_most", "in_batches", "is_sqlite_error", "rollback", "explain",
            "schema_version", "index_lock", "vault_lock", "has_vec", "load_vec", "sqlite_module", "vec_extension_path",
            "migrations", "repair", "lock", "space", "pids"]
 BUSY_TIMEOUT_MS = 30_000
@@ -374,3 +374,18 @@ def get_meta(con, key: str, default=None):
 def set_meta(con, key: str, value) -> None:
     con.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, str(value)))
+
+
+CACHE_WAIT_MS = 100     # how long a write that is only a cache waits for another writer before it skips
+
+
+@contextlib.contextmanager
+def waiting_at_most(con, ms: int = CACHE_WAIT_MS):
+    """`con`'s busy wait at most `ms` inside: a write that only saves work (a cache, tidying) skips
+    when another writer holds the DB, rather than hold a search for the whole busy timeout."""
+    wait = con.execute("PRAGMA busy_timeout").fetchone()[0]
+    con.execute(f"PRAGMA busy_timeout={min(wait, ms)}")
+    try:
+        yield
+    finally:
+        con.execute(f"PRAGMA busy_timeout={wait}")

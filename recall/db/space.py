@@ -2,7 +2,7 @@
 given back, the WAL cut — after every index run."""
 from __future__ import annotations
 
-from . import get_meta, is_sqlite_error, set_meta, transaction
+from . import get_meta, is_sqlite_error, set_meta, transaction, waiting_at_most
 
 FTS_GROWTH = 1.25       # FTS5 rows past this many times those after the last merge: merge again
 FREE_SHARE = 0.25       # free pages past this share of the file: VACUUM gives them back
@@ -22,22 +22,19 @@ def reclaim(con) -> dict:
     DB skips a step, which the next run does: tidying waits a moment for a reader, never the
     whole busy timeout a write waits. {step: done}."""
     done = {"merged": False, "vacuumed": False}
-    wait = con.execute("PRAGMA busy_timeout").fetchone()[0]
-    con.execute(f"PRAGMA busy_timeout={min(wait, TIDY_WAIT_MS)}")
-    try:
-        if _fts_rows(con) > FTS_GROWTH * int(get_meta(con, "fts_rows_merged", 0)) + 16:
-            with transaction(con):
-                con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
-                set_meta(con, "fts_rows_merged", _fts_rows(con))
-            done["merged"] = True
-        pages = con.execute("PRAGMA page_count").fetchone()[0]
-        if done["merged"] or con.execute("PRAGMA freelist_count").fetchone()[0] > FREE_SHARE * pages:
-            con.execute("VACUUM")
-            done["vacuumed"] = True
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    except Exception as exc:     # locked by a reader's snapshot, or no room to rewrite: not now
-        if not is_sqlite_error(exc):
-            raise
-    finally:
-        con.execute(f"PRAGMA busy_timeout={wait}")
+    with waiting_at_most(con, TIDY_WAIT_MS):
+        try:
+            if _fts_rows(con) > FTS_GROWTH * int(get_meta(con, "fts_rows_merged", 0)) + 16:
+                with transaction(con):
+                    con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+                    set_meta(con, "fts_rows_merged", _fts_rows(con))
+                done["merged"] = True
+            pages = con.execute("PRAGMA page_count").fetchone()[0]
+            if done["merged"] or con.execute("PRAGMA freelist_count").fetchone()[0] > FREE_SHARE * pages:
+                con.execute("VACUUM")
+                done["vacuumed"] = True
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except Exception as exc:     # locked by a reader's snapshot, or no room to rewrite: not now
+            if not is_sqlite_error(exc):
+                raise
     return done

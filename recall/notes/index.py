@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from .. import db
 from ..errors import RecallError
 from . import terms
-from .walk import is_secrets_text, raw_name, shown, state_paths, walk_source
+from .walk import is_secrets_text, own_files, raw_name, read_note_file, shown, state_paths, walk_source
 
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
@@ -176,15 +176,16 @@ def redact_indexed(con, redact) -> int:
     return len(hit) + len(titles)
 
 
-def _read(full: str, st, limit: int):
+def indexable(full: str, limit: int) -> bool:
+    """Whether an index run would index this file now (doctor's count of what the index lacks)."""
+    return _read(full, limit)[0] is not None
+
+
+def _read(full: str, limit: int):
     """(bytes, None), or (None, reason) when the file is not indexable."""
-    if st.st_size > limit:
-        return None, f"larger than {limit:,} bytes ({st.st_size:,})"
-    try:
-        with open(full, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
+    data, why = read_note_file(full, limit)
+    if data is None:
+        return None, why
     if b"\0" in data[:8192]:
         return None, "binary"
     if is_secrets_text(data):
@@ -193,10 +194,13 @@ def _read(full: str, st, limit: int):
 
 
 def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress=None,
-              embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False) -> IndexReport:
+              embed: bool = True, notify=None, redactor, load_values=None, prune: bool = False,
+              catch_up=None) -> IndexReport:
     """Bring the index up to date with the sources, then embed the texts without a vector (`embed`).
     `redactor` (the vault's) is required so that no caller indexes unchecked text; `load_values`
-    finds a Voyage key in the vault. A source missing or empty (a disk not mounted) is kept unless `prune`."""
+    finds a Voyage key in the vault; `catch_up(con, cfg)` (the vault's) redacts, the index lock held,
+    what was indexed before a value it now knows was written. A source missing or empty (a disk not
+    mounted) is kept unless `prune`."""
     cfg.require_sources()
     started = time.monotonic()
     report = IndexReport()
@@ -204,7 +208,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     if only is not None and not sources:
         raise RecallError(f"no source named '{only}'",
                           "sources: " + ", ".join(s.name for s in cfg.sources))
-    skip = {str(p.resolve()) for p in list(cfg.secrets) + list(cfg.inventory)}
+    skip = own_files(cfg)
     state = state_paths(cfg)            # recall never reads itself back
     plan = []
     for source in sources:
@@ -229,6 +233,8 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
     total = sum(len(files) for _, files, _ in plan)
     redact = redactor(con, cfg)         # fail closed: a vault that cannot be opened stops the run before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
+        if catch_up is not None:
+            catch_up(con, cfg)
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
         if report.chunks >= OPTIMIZE_AFTER:
             # many rows deleted and written leave FTS5's segments in pieces, each read by every query
@@ -313,12 +319,15 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, r
         return
     if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
         report.skipped.append((path_text, "not a regular file"))
+        if old is not None:                 # a note replaced by one is no note now
+            con.execute("DELETE FROM files WHERE id=?", (old["id"],))
+            report.removed += 1
         return
     if old is not None and not full and old["rawpath"] == raw and old["size"] == st.st_size \
             and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1
         return
-    data, why = _read(full_path, st, cfg.max_file_bytes)
+    data, why = _read(full_path, cfg.max_file_bytes)
     if data is None:
         report.skipped.append((path_text, why))
         if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had

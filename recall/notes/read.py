@@ -115,7 +115,7 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         return ReadResult(**data)
     cfg.require_sources()
     source, rel, real = _locate(con, cfg, source, path)
-    from .walk import file_ids, is_secrets_text, is_state, state_paths
+    from .walk import file_ids, is_secrets_text, is_state, read_note_file, state_paths
     secret_files = {str(Path(p).resolve()) for p in cfg.secrets}
     if str(real) in secret_files or file_ids([real]) & file_ids(cfg.secrets):   # a symlink, a hard link
         raise RecallError(f"{rel} is a secrets file", "use 'recall secret find' instead")
@@ -127,10 +127,10 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
     if con.execute("SELECT 1 FROM files WHERE source=? AND relpath=?", (source, rel)).fetchone() is None:
         raise NotFound(f"{source}:{rel} is not an indexed note",
                        "recall reads only the notes it indexes; run 'recall index' if it is new")
-    try:
-        data = real.read_bytes()
-    except OSError as exc:
-        raise RecallError(f"cannot read {real}: {exc.strerror or exc}") from None
+    data, why = read_note_file(real, cfg.max_file_bytes)
+    if data is None:
+        raise RecallError(f"cannot read {real}: {why.removeprefix('unreadable: ')}",
+                          "run 'recall index' if it changed since")
     if is_secrets_text(data):            # indexed before it became one, or before recall knew
         raise RecallError(f"{rel} reads as a recall secrets file", "use 'recall secret find' instead")
     text = data.decode("utf-8", errors="replace")

@@ -348,7 +348,7 @@ def query_vector(con, cfg, query: str, load_values=None) -> list:
     provider = embed.provider_for(cfg, con, load_values)
     vectors, _ = embed.paid_call(con, cfg, provider, "query", [query], lambda: provider.embed([query], "query"))
     try:
-        with db.transaction(con):
+        with db.waiting_at_most(con), db.transaction(con):     # a cache: another writer's moment skips it
             mid = embed.model_id(con, fp)
             con.execute("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
                         (mid, query_key(query), pack(vectors[0]), time.time()))

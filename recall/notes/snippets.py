@@ -7,6 +7,7 @@ import re
 from . import terms
 from .query import Query, parse_query
 
+READ_AT_MOST = 64 * 2**20    # a note re-read to point a hit at its section; past this, the chunk as stored
 _TEXT_TOKEN = re.compile(r"[^\W_](?:[\w.\-]*\w)?")     # a word, or an identifier with its inner . - _
 _EMPHASIS = re.compile(r"\*\*|(?<!\w)__|__(?!\w)")
 _HEADING_MARK = re.compile(r"(?m)^ {0,3}#{1,6}[ \t]+")       # the breadcrumb already names the heading
@@ -109,11 +110,11 @@ def point_at_section(hit, body: str, qt: QueryTerms) -> str:
     from .chunk import is_markdown, sections_in
     if not is_markdown(hit.relpath):
         return body
-    try:
-        with open(hit.path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError:
-        return body
+    from .walk import read_note_file
+    data, _ = read_note_file(hit.path, READ_AT_MOST)
+    if data is None:
+        return body                         # no regular file now, or far larger than when indexed
+    text = data.decode("utf-8", errors="replace")
     lines = text.split("\n")
     held = lines[hit.line - 1:hit.end_line]
     if "\n".join(held).replace("\r", "") != body.replace("\r", ""):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -46,6 +47,12 @@ def is_state(path, state: tuple) -> bool:
             or any(real == f or real.startswith(f + os.sep) for f in folders))
 
 
+def own_files(cfg) -> set:
+    """The files the config names that are never notes, however a source reaches them: the secrets
+    and inventory files (walk_source's `skip_paths`)."""
+    return {str(Path(p).resolve()) for p in list(cfg.secrets) + list(cfg.inventory)}
+
+
 def state_inside(root, state: tuple) -> list:
     """The relpaths ('state/') of recall's state folders inside `root`; ['']: `root` is inside one."""
     real, out = os.path.realpath(root), []
@@ -60,6 +67,31 @@ def state_inside(root, state: tuple) -> list:
 _SECRETS_ENTRY = re.compile(rb"^-[ \t]+[\"']?id[\"']?[ \t]*:|^-[ \t]*\{.*\bid[\"']?[ \t]*:", re.M)
 _SECRETS_VALUE = re.compile(rb"^[ \t]+[\"']?(?:value|fields)[\"']?[ \t]*:|^-[ \t]*\{.*\b(?:value|fields)[\"']?[ \t]*:",
                             re.M)
+
+
+def read_note_file(path, limit: int) -> tuple:
+    """(bytes, None) of a note file, or (None, why not): opened without waiting and checked on the
+    descriptor, so a note replaced since it was stat'ed or indexed (a FIFO would hold the index, a
+    read or a search forever) is refused, and a file grown past `limit` is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):          # a folder too: open() of its descriptor raises
+            return None, "not a regular file"
+        if st.st_size > limit:
+            return None, f"larger than {limit:,} bytes ({st.st_size:,})"
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    if len(data) > limit:                   # grown while it was read
+        return None, f"larger than {limit:,} bytes"
+    return data, None
 
 
 _NOT_A_LIST = re.compile(rb"^[^\s#.\-\[]", re.M)    # a line at the margin no YAML list of entries has

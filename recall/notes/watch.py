@@ -148,9 +148,10 @@ class Watcher:
     def __init__(self, cfg, *, redactor, load_values=None,
                  report=lambda kind, result: None, reload=None,
                  retry_s: float = RETRY_S, retry_max_s: float = RETRY_MAX_S,
-                 busy_s: float | None = None):
+                 busy_s: float | None = None, catch_up=None):
         self.cfg, self.reload, self.report = cfg, reload, report
         self.redactor, self.load_values = redactor, load_values
+        self.catch_up = catch_up        # run_index's: text indexed before a value was written
         self.retry_s, self.retry_max_s = retry_s, retry_max_s
         self.busy_s = busy_s            # None: the DB's own busy wait
         self.how = method()
@@ -214,7 +215,8 @@ class Watcher:
         cfg = self._refresh()
         if self._dirty:
             rep = run_index(self._con, cfg, embed=False, redactor=self.redactor,
-                            load_values=self.load_values, notify=self._waiting)
+                            load_values=self.load_values, notify=self._waiting,
+                            catch_up=self.catch_up)
             self._dirty, self._why = False, None
             self.passes += 1
             if self.passes == 1:     # the redactor's maskers now, not at the first save
@@ -257,6 +259,9 @@ class Watcher:
             if self.busy_s is not None:
                 self._con.execute(f"PRAGMA busy_timeout={int(self.busy_s * 1000)}")
             seen["db"] = _identity(cfg.db_path)
+        secrets = [_identity(p, edits=True) for p in cfg.secrets]
+        if secrets != seen.setdefault("secrets", secrets):     # a value written: a pass redacts it
+            seen["secrets"], self._dirty = secrets, True
         roots = [str(s.path) for s in cfg.sources]
         folders = [_identity(r) for r in roots]
         if self._detector is None or folders != seen.get("roots"):

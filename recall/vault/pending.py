@@ -11,6 +11,7 @@ from ..errors import InputError, RecallError
 from .redact import PUBLIC_FIELDS, VaultClosed, VaultValues
 
 SYNCED_META = "secrets_files_synced"     # "path\tstamp" a line, as the last sync (or rotation) left them
+REDACTED_META = "index_redacted_unsynced"  # the changed files' stamps once the index holds none of their values
 _LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _LAST: list = []                         # [files and their stamps, what they held]: this process's last read
 
@@ -59,6 +60,22 @@ def values(con, cfg) -> tuple:
             found.public.setdefault(label, set())
     _LAST[:] = [files, found]
     return files, found
+
+
+def redact_index(con, cfg) -> None:
+    """Values written into a secrets file since the last sync leave the text indexed before they were
+    (a token pasted into a note, then into the file): once per state of the changed files, by an index
+    run (the index lock held) or a watch pass. Sync does the same for the values it stores."""
+    unsynced, plain = values(con, cfg)
+    mark = repr(unsynced)
+    if not plain or db.get_meta(con, REDACTED_META) == mark:
+        return
+    from ..notes.index import redact_indexed
+    from .redact import text_redactor
+    if redact_indexed(con, text_redactor(plain, plain.public)):
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()     # and no old page keeps them in the WAL
+    with db.transaction(con):
+        db.set_meta(con, REDACTED_META, mark)
 
 
 def _plain(path: str) -> list:
