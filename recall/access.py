@@ -107,10 +107,17 @@ def _script(steps: list, command: str, base: dict, context: str, script_fd: int,
         f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"
         f"printf '\\1before\\0' >&{vars_fd}; __recall_vars >&{vars_fd}\n"
         f"trap 'printf \"\\1failed\\0\" >&{vars_fd}; __recall_vars >&{vars_fd}; printf \"\\1end\\0\" >&{vars_fd}' EXIT\n"
-        "set -e\n{\n:\n" + "\n".join(steps) + "\n} </dev/null >&2\nset +e\ntrap - EXIT\n"
+        + "".join(_step(step) for step in steps) + "set +e\ntrap - EXIT\n"
         f"printf '\\1ok\\0' >&{vars_fd}; __recall_vars >&{vars_fd}; printf '\\1end\\0' >&{vars_fd}\n"
-        f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v\n"
+        f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v __recall_rc\n"
         "builtin cd -- \"$__recall_cwd\"; unset __recall_cwd\n" + restore + kubectl + command + "\n")
+
+
+def _step(step: str) -> str:
+    """One setup step under `set -e`, set again before each (a sourced file may turn it off), and
+    its own exit status checked after it: a step that failed stops the script, whatever it set."""
+    return (f"set -e\n{{\n{step}\n}} </dev/null >&2\n"
+            "__recall_rc=$?; [ \"$__recall_rc\" = 0 ] || exit \"$__recall_rc\"\n")
 
 
 def _parse_vars(data: bytes) -> tuple:

@@ -265,6 +265,22 @@ def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_s
     assert sorted(os.listdir(ran)) == ["fine"]
 
 
+@pytest.mark.parametrize("off", ["set +e", "set +o errexit", "shopt -u -o errexit"])
+def test_a_failed_step_stops_the_command_though_an_earlier_step_turned_errexit_off(tmp_path, make_world, off):
+    """A sourced file that turns `set -e` off (many env scripts do) must not let a later step fail
+    unnoticed: the command ran after a login that had failed."""
+    first, login = tmp_path / "env.sh", tmp_path / "login.sh"
+    first.write_text(f"{off}\nexport REGION=eu-west-1\n")
+    login.write_text("echo 'login refused' >&2\nfalse\n")
+    marker = tmp_path / "ran"
+    _entry(make_world, [f"source {first}", f"source {login}"], verify="'true'")
+    r = run_recall("access", "exec", "box", "--", "touch", str(marker))
+    assert (r.returncode, r.stdout) == (1, "") and not marker.exists(), r.stderr
+    assert r.stderr.startswith("recall: the setup steps of 'box' failed: login refused")
+    report = json.loads(run_recall("--json", "verify", "box").stdout)["entries"][0]["commands"][0]
+    assert report["status"] == "error" and "login refused" in report["detail"]
+
+
 # -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------
 
 SPLIT = 'printf %s "${V:0:5}"; sleep PAUSE; printf "%s\\n" "${V:5}"'
