@@ -244,7 +244,7 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
         if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt, a closed `out`) left it running
             _kill_group(proc)
         else:                    # what it started and left behind (`sleep 600 &`, nohup …) ends with it
-            _end_group(proc.pid)
+            end_group(proc.pid)
         _close(proc.stdin, proc.stdout, proc.stderr)
     code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
     return RunResult(code, sinks[proc.stdout].captured, sinks[proc.stderr].captured, timed_out)
@@ -361,7 +361,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _end_group(pgid: int) -> None:
+def end_group(pgid: int) -> None:
     """Stop what is left of a finished child's process group: no process a run started outlives it,
     holding what it was given. SIGTERM, up to a grace for the group to go, then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
