@@ -53,10 +53,10 @@ def _context_stands_in(line: str, context: str, by_path: bool) -> bool:
     """Does every kubectl in `line` get a context of its own, so none reads the current one? Each must
     be a command of this shell (not in quotes, not run by another program such as xargs or sh -c); a
     bare `kubectl` gets `context` from the shell function, one run by its path only a named one."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
+    if not context or not _KUBECTL.search(line):
+        return False
     try:
-        words = list(lexer)
+        words = _words(line)
     except ValueError:                 # an unbalanced quote: bash will not run it either
         return False
     named = [w.partition("=")[2] or after for w, after in zip(words, [*words[1:], ""])
@@ -66,6 +66,41 @@ def _context_stands_in(line: str, context: str, by_path: bool) -> bool:
         k == 0 or words[k - 1] in _KEYWORDS or set(words[k - 1]) <= set("();|&")) for k in found)
     bare = all(words[k] == "kubectl" for k in found) and not by_path
     return bool(context and found and commands and (bare or named))
+
+
+_LEXEME = re.compile(r"""(?P<space>\s+)|(?P<punct>[();<>|&]+)|'(?P<single>[^']*)'|"(?P<double>(?:[^"\\]|\\.)*)"|"""
+                     r"""\\(?P<escaped>.)|(?P<plain>[^\s'"\\();<>|&]+)|(?P<open>['"\\])""", re.S)
+
+
+def _words(line: str) -> list:
+    """The line's words as bash splits them (quotes removed; a `#` starting a word comments out the
+    rest of its line), each run of ( ) ; < > | & a word of its own — in one pass: shlex takes
+    quadratic time over one long word (a 3 MB command held an MCP call for minutes), and takes a `#`
+    inside a word for a comment, as bash does not. ValueError on an unbalanced quote."""
+    words: list = []
+    word: list = []
+    started, at = False, 0
+    while at < len(line):
+        m = _LEXEME.match(line, at)
+        kind, text = m.lastgroup, m.group(m.lastgroup)
+        at = m.end()
+        if kind == "open":
+            raise ValueError("no closing quotation")
+        if kind == "plain" and not started and text.startswith("#"):
+            end = line.find("\n", m.start())
+            at = len(line) if end < 0 else end          # a comment, to the end of its line
+        elif kind in ("space", "punct"):
+            if started:
+                words.append("".join(word))
+            word, started = [], False
+            if kind == "punct":
+                words.append(text)
+        else:
+            word.append(re.sub(r'\\(["\\])', r"\1", text) if kind == "double" else text)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
 
 
 # -- what the setup steps set, and which of it is masked -------------------------------------------
@@ -107,10 +142,17 @@ def _script(steps: list, command: str, base: dict, context: str, script_fd: int,
         f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"
         f"printf '\\1before\\0' >&{vars_fd}; __recall_vars >&{vars_fd}\n"
         f"trap 'printf \"\\1failed\\0\" >&{vars_fd}; __recall_vars >&{vars_fd}; printf \"\\1end\\0\" >&{vars_fd}' EXIT\n"
-        "set -e\n{\n:\n" + "\n".join(steps) + "\n} </dev/null >&2\nset +e\ntrap - EXIT\n"
+        + "".join(_step(step) for step in steps) + "set +e\ntrap - EXIT\n"
         f"printf '\\1ok\\0' >&{vars_fd}; __recall_vars >&{vars_fd}; printf '\\1end\\0' >&{vars_fd}\n"
-        f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v\n"
+        f"exec {vars_fd}>&-\nunset -f __recall_vars; unset __recall_v __recall_rc\n"
         "builtin cd -- \"$__recall_cwd\"; unset __recall_cwd\n" + restore + kubectl + command + "\n")
+
+
+def _step(step: str) -> str:
+    """One setup step under `set -e`, set again before each (a sourced file may turn it off), and
+    its own exit status checked after it: a step that failed stops the script, whatever it set."""
+    return (f"set -e\n{{\n{step}\n}} </dev/null >&2\n"
+            "__recall_rc=$?; [ \"$__recall_rc\" = 0 ] || exit \"$__recall_rc\"\n")
 
 
 def _parse_vars(data: bytes) -> tuple:

@@ -406,13 +406,21 @@ def probe(e: Entry, timeout: float) -> tuple:
         return tcp_check(e.check, timeout)
     import shlex
     import subprocess
-    try:
-        proc = subprocess.run(shlex.split(e.check), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"'{e.check}' did not finish within {timeout:g}s"
+
+    from .vault.runner import child_env, end_group
+    try:       # its own process group: what it starts (a kubectl credential plugin) ends with it
+        proc = subprocess.Popen(shlex.split(e.check), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=child_env(), start_new_session=True)
     except OSError as exc:
         return False, f"'{e.check}' could not run: {exc.strerror or exc}"
-    return proc.returncode == 0, f"'{e.check}' exit {proc.returncode}"
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"'{e.check}' did not finish within {timeout:g}s"
+    finally:
+        end_group(proc.pid)
+        proc.wait()
+    return code == 0, f"'{e.check}' exit {code}"
 
 
 def check_one(e: Entry) -> tuple:

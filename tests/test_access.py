@@ -226,6 +226,41 @@ def test_steps_that_switch_global_state_stop_the_exec_and_never_run(tmp_path, ma
         assert not calls.exists()
 
 
+def _kube_box(tmp_path, make_world, monkeypatch):
+    """A cluster entry whose setup is `kubectl config use-context ops-prod`; a kubectl that records
+    each call's arguments."""
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text(f'#!/bin/sh\necho "kubectl $*" >> {calls}\n')
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    _entry(make_world, ["kubectl config use-context ops-prod"], kind="cluster",
+           verify="kubectl --context ops-prod get nodes")
+    return calls
+
+
+def test_a_hash_inside_a_word_hides_no_kubectl_from_the_context_rule(tmp_path, make_world, monkeypatch):
+    """`a#` is a word to bash, not a comment: the xargs kubectl after it reads the default context,
+    so the use-context step cannot be stood for, and nothing runs (shlex took `#…` for a comment)."""
+    calls = _kube_box(tmp_path, make_world, monkeypatch)
+    r = run_recall("access", "exec", "box", "--", "kubectl --context ops-prod get po; echo a#; echo x | xargs kubectl get po")
+    assert (r.returncode, r.stdout) == (1, "") and not calls.exists(), r.stderr
+    assert "setup step not allowed (setup.global-state)" in r.stderr
+    r = run_recall("access", "exec", "box", "--", "kubectl get po # a comment\necho done")
+    assert (r.returncode, r.stdout) == (0, "done\n"), r.stderr
+    assert calls.read_text() == "kubectl --context ops-prod get po\n"
+
+
+def test_a_command_of_megabytes_is_judged_in_linear_time(tmp_path, make_world, monkeypatch):
+    """An MCP client may send any length of command: one word of 2 MB took shlex ~50 s to split."""
+    from recall import api
+    calls = _kube_box(tmp_path, make_world, monkeypatch)
+    started = time.monotonic()
+    answer = api.access_exec("box", "kubectl get po; word=" + "b" * 2_000_000 + "; echo done ${#word}", timeout=60)
+    assert time.monotonic() - started < 10
+    assert answer.to_dict()["stdout"] == "done 2000000\n" and calls.read_text() == "kubectl --context ops-prod get po\n"
+
+
 def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_says(tmp_path, make_world):
     """Exec fails closed (issue 33 point 3): a sourced script that group can write (what umask 002
     makes), one that is missing, a step with &&, | or ;, a step the guard refuses: `access exec`
@@ -263,6 +298,22 @@ def test_a_setup_that_cannot_run_as_promised_runs_nothing_and_says_what_verify_s
     for name, (text, is_error) in zip(steps, answers):
         assert is_error and report[name]["detail"] in text and "nothing ran" in text, (name, text)
     assert sorted(os.listdir(ran)) == ["fine"]
+
+
+@pytest.mark.parametrize("off", ["set +e", "set +o errexit", "shopt -u -o errexit"])
+def test_a_failed_step_stops_the_command_though_an_earlier_step_turned_errexit_off(tmp_path, make_world, off):
+    """A sourced file that turns `set -e` off (many env scripts do) must not let a later step fail
+    unnoticed: the command ran after a login that had failed."""
+    first, login = tmp_path / "env.sh", tmp_path / "login.sh"
+    first.write_text(f"{off}\nexport REGION=eu-west-1\n")
+    login.write_text("echo 'login refused' >&2\nfalse\n")
+    marker = tmp_path / "ran"
+    _entry(make_world, [f"source {first}", f"source {login}"], verify="'true'")
+    r = run_recall("access", "exec", "box", "--", "touch", str(marker))
+    assert (r.returncode, r.stdout) == (1, "") and not marker.exists(), r.stderr
+    assert r.stderr.startswith("recall: the setup steps of 'box' failed: login refused")
+    report = json.loads(run_recall("--json", "verify", "box").stdout)["entries"][0]["commands"][0]
+    assert report["status"] == "error" and "login refused" in report["detail"]
 
 
 # -- a value the child holds, printed in pieces with a pause (issue 23 point 3) ----------------

@@ -303,6 +303,30 @@ def test_a_command_check_is_one_probe_said_alike_by_access_and_doctor(tmp_path, 
     assert doctor["prerequisite vpn"] == (False, f"down: {said}")
 
 
+@pytest.mark.parametrize("tail, up", [("wait", False), ("exit 0", True)])
+def test_what_a_command_check_starts_ends_with_it(tmp_path, make_world, monkeypatch, tail, up):
+    """A check's tool that starts a helper (a kubectl credential plugin) and hangs, or exits and
+    leaves it: the helper was left running after access exec returned (subprocess.run killed only
+    the tool)."""
+    from recall.db.pids import alive
+    bindir, pid_file = tmp_path / "bin", tmp_path / "helper.pid"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {pid_file}\n{tail}\n")
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    make_world(inventory="- id: vpn\n  check: kubectl get nodes\n  timeout: 0.5\n- id: h\n  requires: [vpn]\n")
+    _cfg, entries = _load()
+    assert inventory.check_one(inventory.get_entry(entries, "vpn"))[0] is up
+    helper = int(pid_file.read_text())
+    end = time.monotonic() + 3
+    while alive(helper) and time.monotonic() < end:
+        time.sleep(0.05)
+    left = alive(helper)
+    if left:
+        os.kill(helper, 9)
+    assert not left
+
+
 def test_a_host_name_is_resolved_and_connected(tmp_path, config, listener):
     up, detail = inventory.tcp_check(f"tcp localhost:{listener}", 2)
     assert up, detail

@@ -240,8 +240,32 @@ def test_background_grandchild_holding_pipes_does_not_hang():
     started = time.monotonic()
     result = run_masked(py(child), env=base_env(), masker=MASKER)
     assert time.monotonic() - started < 20
-    os.kill(int(result.stderr), signal.SIGKILL)        # the test's own grandchild: nothing left behind
     assert result.code == 0 and result.stdout == b"parent done\n"
+    assert not _still_alive(int(result.stderr))        # it ends with the run (it holds what the run held)
+
+
+def _still_alive(pid: int) -> bool:
+    """Whether pid still runs a moment later (then the test kills it: nothing left behind)."""
+    for _ in range(20):
+        if not alive(pid):
+            return False
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+@pytest.mark.parametrize("detach", ["nohup", "&", "disown", "trap TERM"])
+def test_a_process_the_child_left_in_the_background_ends_with_the_run(tmp_path, detach):
+    """`access exec ID -- 'sleep 600 &'`: the command ends, its background process (holding the
+    injected secret in its environment) must not keep running after recall returns."""
+    pid_file = tmp_path / "pid"
+    line = {"nohup": "nohup sleep 600 >/dev/null 2>&1 &", "&": "sleep 600 &",
+            "disown": "(sleep 600; echo late) &", "trap TERM": "(trap '' TERM; exec sleep 600) &"}[detach]
+    then = "disown; " if detach == "disown" else ""
+    result = run_masked(["bash", "-c", f"{line} echo $! > {pid_file}; {then}echo started"], env=base_env(T=TOKEN),
+                        masker=MASKER, timeout=30)
+    assert (result.code, result.stdout) == (0, b"started\n")
+    assert not _still_alive(int(pid_file.read_text()))
 
 
 def test_command_not_found():

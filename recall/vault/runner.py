@@ -243,6 +243,8 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
     finally:
         if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt, a closed `out`) left it running
             _kill_group(proc)
+        else:                    # what it started and left behind (`sleep 600 &`, nohup …) ends with it
+            end_group(proc.pid)
         _close(proc.stdin, proc.stdout, proc.stderr)
     code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
     return RunResult(code, sinks[proc.stdout].captured, sinks[proc.stderr].captured, timed_out)
@@ -357,6 +359,43 @@ def _kill_group(proc: subprocess.Popen) -> None:
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def end_group(pgid: int) -> None:
+    """Stop what is left of a finished child's process group: no process a run started outlives it,
+    holding what it was given. SIGTERM, up to a grace for the group to go, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        end = time.monotonic() + _TERM_GRACE
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        while _group_runs(pgid):
+            if time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+        else:
+            return
+
+
+def _group_runs(pgid: int) -> bool:
+    """Does a process of group `pgid` still run? Zombies waiting for init to reap them do not (where
+    /proc says which they are; elsewhere any member counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        with suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/stat", "rb") as f:      # "pid (comm) state ppid pgrp …"
+                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+            if int(pgrp) == pgid and state not in (b"Z", b"X"):
+                return True
+    return False
 
 
 def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
