@@ -405,21 +405,14 @@ def probe(e: Entry, timeout: float) -> tuple:
     if is_tcp_check(e.check):
         return tcp_check(e.check, timeout)
     import shlex
-    import subprocess
 
-    from .vault.runner import child_env, end_group
-    try:       # its own process group: what it starts (a kubectl credential plugin) ends with it
-        proc = subprocess.Popen(shlex.split(e.check), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=child_env(), start_new_session=True)
+    from .vault.runner import run_check
+    try:
+        code = run_check(shlex.split(e.check), timeout)
     except OSError as exc:
         return False, f"'{e.check}' could not run: {exc.strerror or exc}"
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
+    if code is None:
         return False, f"'{e.check}' did not finish within {timeout:g}s"
-    finally:
-        end_group(proc.pid)
-        proc.wait()
     return code == 0, f"'{e.check}' exit {code}"
 
 

@@ -378,6 +378,21 @@ def end_group(pgid: int) -> None:
             return
 
 
+def run_check(argv: list, timeout: float):
+    """A check's exit code (None: not finished within `timeout`): no stdin, output discarded, none of
+    recall's own variables, in a process group of its own that ends with it (a credential plugin it
+    started too). OSError when it cannot start."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=child_env(), start_new_session=True)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        end_group(proc.pid)
+        proc.wait()
+
+
 def _group_runs(pgid: int) -> bool:
     """Does a process of group `pgid` still run? Zombies waiting for init to reap them do not (where
     /proc says which they are; elsewhere any member counts)."""
