@@ -753,6 +753,7 @@ def test_a_secrets_or_inventory_file_that_is_a_fifo_is_one_line_not_a_wait(tmp_p
 def test_a_vault_key_gone_is_said_as_that_by_every_verb_that_needs_it(make_world):
     """The key moved away: each verb that must mask or inject says where the key should be, never an
     errno and its path dump, and nothing runs."""
+    pytest.importorskip("cryptography")
     make_world(secrets="- id: tok\n  value: tok-Zq8Lm3Np7Rv2Xw9K\n",
                inventory="- id: box\n  kind: host\n  secrets: [tok]\n  verify: 'true'\n",
                config="embedding: {provider: none}\n")
