@@ -298,3 +298,25 @@ def test_a_value_written_into_the_secrets_file_leaves_the_notes_indexed_before_a
     data = _state_bytes(cfg)
     assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
     assert "[recall:jira-api-token]" in run_recall("search", "jira token").stdout
+
+
+def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(make_world, notes):
+    """A secrets file not as the last sync left it (every file, after an upgrade, until a sync) is
+    read on each call: with the YAML reader alone, not the sync's validation and what it loads."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    make_world(secrets=f"- id: jira-api-token\n  value: tok-{CANARY}\n", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is tok-{CANARY} here.\n")
+    assert run_recall("index").returncode == 0
+    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); "
+            "from recall.cli import main; main(['search', 'jira token']); "
+            "print('imported:', *sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=60)
+    assert "[recall:jira-api-token]" in out.stdout and CANARY[:6] not in out.stdout, out.stdout + out.stderr
+    imported = set(out.stdout.rsplit("imported:", 1)[1].split())
+    assert "recall.vault.pending" in imported
+    assert not imported & {"recall.vault.secretfile", "recall.guard", "shutil"}, sorted(imported)

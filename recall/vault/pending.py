@@ -83,10 +83,10 @@ def _plain(path: str) -> list:
     file holds when its `- ` was forgotten (a file of another shape holds no value: sync says what is
     wrong with it). A file that does not parse fails closed."""
     from .. import yaml
-    from .secretfile import without_text
     try:
         doc = yaml.load(path)
     except (RecallError, OSError) as exc:     # said without any text of the file: it may hold a value
+        from .secretfile import without_text
         said = without_text(exc).message if isinstance(exc, InputError) else \
             exc.message if isinstance(exc, RecallError) else f"{path}: {exc.strerror}"
         raise VaultClosed(f"{said}; that secrets file changed since the last sync and its values cannot be "
