@@ -109,8 +109,12 @@ def _plain(path: str) -> list:
     return out
 
 
-def _secret_like(value: str) -> bool:
-    """Not sealed, and not a placeholder copied from an example (`<paste the token>`, `…`)."""
+def placeholder(value: str) -> bool:
+    """`<paste the token>` or `…` copied from an example: not a credential (sync refuses it)."""
     text = value.strip()
-    return bool(text) and not text.startswith("ENC[") and text not in ("…", "...") and \
-        not (text.startswith("<") and text.endswith(">") and "<" not in text[1:-1])
+    return (text.startswith("<") and text.endswith(">") and "<" not in text[1:-1]) or text in ("…", "...")
+
+
+def _secret_like(value: str) -> bool:
+    """Not sealed, and not a placeholder."""
+    return bool(value.strip()) and not value.strip().startswith("ENC[") and not placeholder(value)

@@ -10,7 +10,7 @@ from .. import yaml
 from ..errors import InputError, RecallError
 from ..guard.envnames import run_changing
 from ..yaml import check_keys, line_of
-from .pending import file_stamp
+from .pending import file_stamp, placeholder
 
 META_FIELDS = ("service", "environment", "kind", "username", "url", "notes", "use")
 OUR_FIELDS = ("env", "inject", "check", "value", "fields")
@@ -277,7 +277,6 @@ def check_size(value: str, what: str, path, line) -> None:
 
 def _refuse_placeholder(value: str, what: str, path, line) -> None:
     """`<paste the token>` or `…` copied from an example is not a credential (never echoed back)."""
-    text = value.strip()
-    if (text.startswith("<") and text.endswith(">") and "<" not in text[1:-1]) or text in ("…", "..."):
+    if placeholder(value):
         raise InputError(path, line, f"secret '{what}' still has a placeholder value",
                          hint="replace the placeholder with the real value, then run 'recall secret sync' again")
