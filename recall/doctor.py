@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .errors import InputError, MissingExtra, RecallError
-from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, finish_probes, installed, start_probes
+from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, before_threads, finish_probes, installed, start_probes
 
 PREREQUISITE_BUDGET = 0.8   # seconds for every prerequisite's check, side by side (doctor answers within 1 s)
 REMOTE_TIMEOUT = 3.0
@@ -38,6 +38,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
     probes = start_probes() if extras else []   # children first: they take the longest
     cfg, errors = load_config_leniently(config)
+    before_threads()
     with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
         remotes = [pool.submit(_remote_check, cfg, rem) for rem in cfg.remotes]
         jobs = [pool.submit(_prerequisite, e) for e in _prerequisites(cfg)] + remotes

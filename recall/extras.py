@@ -18,6 +18,14 @@ _PROBE = ("import importlib, sys; m = importlib.import_module(sys.argv[1]); "
           "print(getattr(m, '__version__', '') or '')")
 
 
+def before_threads() -> None:
+    """Import `typing` whole before threads run side by side with imports. CPython's @dataclass reads
+    sys.modules['typing'] without the import lock: a class made in one thread while another thread
+    imports typing (watchdog, cryptography, numpy and the mcp SDK do) fails with "partially initialized
+    module 'typing'". About 2 ms, paid by doctor, verify and a search that asks remotes."""
+    import typing  # noqa: F401
+
+
 def installed(module: str) -> bool:
     """Whether `module` is installed here: found, not imported (numpy's import alone is 0.1 s). The one
     check behind every "is this extra here"; an import that then fails says MissingExtra itself."""

@@ -246,6 +246,8 @@ def ask_remotes(cfg, query: str, n: int, mode: str):
     `ask_remotes`); None when there are none."""
     if not cfg.remotes:
         return None
+    from .extras import before_threads
+    before_threads()
     pool = ThreadPoolExecutor(max_workers=1)
     job = pool.submit(search_remotes, cfg, query, n, mode)
     pool.shutdown(wait=False)

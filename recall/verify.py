@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from . import db, inventory
 from .access import exec_entry, judge_setup
 from .errors import RecallError
+from .extras import before_threads
 from .guard import binding_for, classify, curl_headers, run_form, verdict_for
 from .vault import audit
 
@@ -289,6 +290,7 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
     if dry_run:
         audit.log(con, "verify", ",".join(ids or []) or "*", argv="--dry-run", verdict=f"{len(probes)} planned")
         return Report(True, probes)
+    before_threads()
     by_id = {e.id: e for e in entries}
     needs = {p.target: inventory.prerequisites(entries, by_id[p.id]) for p in probes if p.kind == "entry"}
     checked = _check_prerequisites({r.id: r for rs in needs.values() for r in rs})

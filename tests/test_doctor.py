@@ -3,6 +3,7 @@ exit 1 when any says no, every check run even when the config is wrong."""
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -302,3 +303,35 @@ def test_files_the_index_skips_on_purpose_are_no_reason_for_a_no(make_world, not
     (notes / "late.md").write_text("# Late\n")
     ok, detail = _by_name(_checks(w.config))["source notes"]
     assert not ok and "; 1 not in the index (e.g. late.md)" in detail, detail
+
+
+# Each thread start notes whether `typing` was whole by then; verify, then doctor, run with two checks.
+_THREADS = """
+import sys, threading, recall.api as api
+seen = []
+start = threading.Thread.start
+def noting(self):
+    seen.append(hasattr(sys.modules.get("typing"), "ClassVar"))
+    start(self)
+threading.Thread.start = noting
+api.verify(config=sys.argv[1])
+api.doctor(sys.argv[1])
+print(len(seen), all(seen))
+"""
+
+
+def test_threads_start_only_once_typing_is_whole(tmp_path, make_world, notes):
+    """doctor and verify run checks in threads while other threads import (watchdog, cryptography and
+    numpy import `typing`); CPython's @dataclass reads a half-imported `typing` without a lock and fails
+    ("partially initialized module 'typing'", seen once in CI as a doctor traceback). So typing is
+    imported whole before the first thread starts."""
+    import subprocess
+    import sys
+    world = make_world(inventory="- id: vpn\n  check: 'true'\n- id: box\n  requires: [vpn]\n  verify: 'true'\n"
+                                 "- id: vpn2\n  check: 'test -d /'\n")
+    root = str(Path(__import__("recall").__file__).parents[1])
+    r = subprocess.run([sys.executable, "-c", _THREADS, str(world.config)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": root}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    started, whole = r.stdout.split()
+    assert int(started) >= 2 and whole == "True", r.stdout

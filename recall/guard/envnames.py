@@ -3,10 +3,11 @@ programs tools start, debug logging, trust, proxies, config paths): no secret ma
 setup step exports one inline; `run_changing` says which, and why."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
-class Kind(NamedTuple):
+@dataclass(frozen=True)
+class Kind:
     """One reason a name changes how programs run, and the names it covers."""
 
     why: str
