@@ -206,13 +206,16 @@ def test_a_search_leaves_nothing_running(tmp_path, config):
 def test_closed_standard_streams_get_a_sentence_not_a_traceback(tmp_path, config):
     """`recall search x >&-` (a tired slip, or a service manager) says the output is closed and
     exits 2, as grep does; with stderr closed too nothing is printed, and it still exits 2; a
-    closed stderr alone does not stop a search."""
+    closed stderr alone does not stop a search; `recall mcp <&-` says its input is closed."""
     assert run_recall("index").returncode == 0
     launcher = f"{sys.executable} {REPO / 'recall.py'}"
     for verb in ("search jump01", "doctor", "secret find x"):
         r = subprocess.run(["sh", "-c", f"exec {launcher} {verb} >&-"], capture_output=True, text=True, timeout=60)
         assert (r.returncode, r.stderr) == (2, "recall: standard output is closed; send it to a file or a pipe "
                                                "(recall … > out.txt)\n"), (verb, r.stderr)
+    r = subprocess.run(["sh", "-c", f"exec {launcher} mcp <&-"], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (2, "recall: standard input is closed; 'recall mcp' reads its client's "
+                                           "requests there (an MCP client starts it with a pipe)\n")
     r = subprocess.run(["sh", "-c", f"exec {launcher} search jump01 >&- 2>&-"], capture_output=True, timeout=60)
     assert r.returncode == 2
     r = subprocess.run(["sh", "-c", f"exec {launcher} search jump01 2>&-"], capture_output=True, text=True, timeout=60)

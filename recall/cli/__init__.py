@@ -361,6 +361,10 @@ def run() -> None:
     if sys.stdout is None:                  # started with >&-: say so, as grep does, not a traceback
         sys.stderr.write("recall: standard output is closed; send it to a file or a pipe (recall … > out.txt)\n")
         os._exit(2)
+    if sys.stdin is None and verb_of(sys.argv[1:]) == "mcp":     # started with <&-: no client to read
+        sys.stderr.write("recall: standard input is closed; 'recall mcp' reads its client's requests there "
+                         "(an MCP client starts it with a pipe)\n")
+        os._exit(2)
     # a path's bytes that are not UTF-8 (an argument, a file name) shown as \udcff, as stderr does,
     # not a traceback under a UTF-8 locale's strict stdout
     sys.stdout.reconfigure(errors="backslashreplace")
