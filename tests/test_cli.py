@@ -485,7 +485,7 @@ def _unbuffered_off():
 
 WRITING = [["search", "jump01"], ["--json", "search", "jump01"], ["read", "runbooks/jump-hosts.md"], ["doctor"],
            ["index"], ["--json", "secret", "log"], ["verify", "--dry-run"], ["instructions"], ["access", "find"],
-           ["secret", "find"], ["--json", "doctor"]]
+           ["secret", "find"], ["--json", "doctor"], [], ["--help"], ["--version"], ["secret", "--help"]]
 
 
 @pytest.mark.parametrize("verb", WRITING)

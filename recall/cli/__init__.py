@@ -26,6 +26,11 @@ class _Parser(argparse.ArgumentParser):
         # argparse makes a formatter for every add_argument; its own width lookup imports shutil
         return self.formatter_class(prog=self.prog, width=_width())
 
+    def _print_message(self, message, file=None):
+        # argparse drops a write error: `recall --help > /dev/full` would say nothing and exit 0
+        if message:
+            (file or sys.stderr).write(message)
+
     def error(self, message):
         import re
         typed = re.match(r"argument ([^:]+): invalid choice: '([^']*)'", message)
@@ -318,11 +323,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _Parser.argv = argv
     verb = verb_of(argv)
-    if verb is None and _no_words(argv):      # bare `recall`: the verbs, as `recall --help` shows them
-        build_parser().print_help(sys.stdout)
-        return 0
-    args = build_parser(verb).parse_args(argv)
     try:
+        if verb is None and _no_words(argv):      # bare `recall`: the verbs, as `recall --help` shows them
+            build_parser().print_help(sys.stdout)
+            return 0
+        args = build_parser(verb).parse_args(argv)
         return args.func(args)
     except KeyboardInterrupt as exc:
         with contextlib.suppress(OSError):      # SIGHUP: the terminal may be gone
@@ -372,7 +377,10 @@ def run() -> None:
         import signal
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _stop)
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:       # --help, --version, a usage error: their output is flushed as any other
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
