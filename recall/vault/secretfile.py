@@ -19,7 +19,8 @@ ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS, *PROXY_FIELDS}
 MAX_VALUE_BYTES = 16 * 1024   # a longer value is refused: every child's masker builds its forms
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FIELD_NAME = re.compile(r"^[a-z_]{1,32}$")   # no digits, no capitals: not how a token looks
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# a quoted text as repr() writes it: a quote of the other kind inside, a backslash escape
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
 # error about a secrets file may be a value written on the wrong line, and is not shown.
 _OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag", "recall", "secret", "sync",
@@ -253,13 +254,13 @@ def _values(item, sid, env, path, line):
             spans[str(name)] = value.spans.get("value")
             value = value["value"]
         if not isinstance(value, str) or not value:
-            raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
+            raise InputError(path, line_of(fields, name, line), f"field {str(name)!r} must be a non-empty string",
                              hint="quote it, or write {value: …, public: true}")
         _refuse_placeholder(value, f"{sid}.{name}", path, line_of(fields, name, line))
         check_size(value, f"{sid}.{name}", path, line_of(fields, name, line))
         values[str(name)] = value
         variable = f"{env}_{default_var(str(name))}"
-        check_variable_name(variable, path, line_of(fields, name, line), f"field '{name}' (variable {variable})")
+        check_variable_name(variable, path, line_of(fields, name, line), f"field {str(name)!r} (variable {variable})")
         variables[variable] = str(name)
     return values, variables, public, spans
 

@@ -60,7 +60,7 @@ def check_keys(mapping: object, allowed, path: str, what: str, default: int | No
             from difflib import get_close_matches
             near = get_close_matches(str(key), sorted(map(str, allowed)), n=1, cutoff=0.6)
             raise InputError(path, line_of(mapping, key, getattr(mapping, "line", default)),
-                             f"unknown field '{key}' in {what}" + (f": did you mean '{near[0]}'?" if near else ""),
+                             f"unknown field {str(key)!r} in {what}" + (f": did you mean '{near[0]}'?" if near else ""),
                              hint="known fields: " + ", ".join(sorted(map(str, allowed))))
 
 
@@ -419,7 +419,7 @@ class _Parser(_Scalars):
         key = self.flow_node()
         if self.flow_skip(r0, c0) != ":":
             colon = isinstance(key, str) and ":" in key
-            raise self.error(self.fr, self.fc, f"expected ':' after the key {key!r}",
+            raise self.error(self.fr, self.fc, f"expected ':' after the key {str(key)!r}",
                              hint="put a space after ':'" if colon else "write {key: value, ...}")
         self.fc += 1
         self.span = None
@@ -429,7 +429,7 @@ class _Parser(_Scalars):
 
     def check_new(self, m: YMap, key: object, row: int, col: int) -> None:
         if key in m:
-            raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
+            raise self.error(row, col, f"duplicate key {str(key)!r} (first on line {m.key_lines[key]})",
                              hint="each key may appear once in a mapping")
 
     def put(self, m: YMap, key: object, value: object, row: int) -> None:
