@@ -120,6 +120,24 @@ def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     assert not check.ok and "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in check.detail
 
 
+@pytest.mark.parametrize("edit,words", [       # a stray keystroke in its base64 (no longer whole), a copy
+    (lambda enc, other: enc.replace(",iv:", ",iv:A"), "starts with ENC[ but is not a value recall sealed"),
+    (lambda enc, other: enc.replace("data:", "data:Q"), "starts with ENC[ but is not a value recall sealed"),
+    (lambda enc, other: other, "does not open with the vault key"),
+])
+def test_an_enc_value_edited_by_hand_is_one_line_at_its_line(sealed, edit, words):
+    text = sealed.read_text()
+    first, other = ENC.findall(text)[:2]          # plain-one's, and single-one's (another id)
+    sealed.write_text(text.replace(first, edit(first, other), 1))
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"secrets.yaml:4: the value of 'plain-one' {words}" in r.stderr
+    assert ("ENC[...] copied from another line" in r.stderr) == (edit(first, other) == other)
+    from recall.doctor import run_doctor
+    check = {c.name: c for c in run_doctor(extras=False)}["secrets secrets.yaml"]
+    assert not check.ok and f"secrets.yaml:4: the value of 'plain-one' {words}" in check.detail
+
+
 def test_the_write_is_refused_when_the_file_changed_while_sync_ran(make_world):
     secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()

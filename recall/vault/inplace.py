@@ -50,11 +50,14 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
     opens, is one line."""
     line = entry.spans[field].row + 1 if entry.spans.get(field) else entry.line
     m = _ENC.match(text)
+    try:                                 # a character added or lost by hand: not whole base64
+        data, iv, tag = (base64.b64decode(g) for g in m.groups()) if m else (None, None, None)
+    except ValueError:
+        m = None
     if not m:
         raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' starts with ENC[ but is "
                          "not a value recall sealed", hint="write the plain value over it and run "
                          "'recall secret sync'")
-    data, iv, tag = (base64.b64decode(g) for g in m.groups())
     for key in keys:
         try:
             return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8"), key
@@ -63,8 +66,9 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
         except RecallError:
             continue
     raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' does not open with the vault "
-                     f"key {key_file}", hint=f"put back the key it was sealed under (your 'recall secret key "
-                     f"backup' copy) as {key_file}, or write the plain value over ENC[...] and sync again")
+                     f"key {key_file} (sealed under another key, or for another secret or field: an ENC[...] "
+                     "copied from another line)", hint=f"put back the key it was sealed under (your 'recall "
+                     f"secret key backup' copy) as {key_file}, or write the plain value over ENC[...] and sync again")
 
 
 def key_for(home, entries: list, probe=None) -> bytes:
