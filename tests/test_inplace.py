@@ -315,6 +315,28 @@ def test_a_restore_into_a_hard_linked_file_is_refused(sealed):
     assert sealed.read_text() == before
 
 
+@pytest.mark.parametrize("shape", ["crlf", "cr-no-final-break", "end-marker"])
+def test_a_restore_keeps_the_files_line_breaks_or_writes_nothing(sealed, shape):
+    text = sealed.read_text()
+    kept = text[:text.index("- id: block-one")]                  # block-one and db removed
+    kept = {"crlf": kept.replace("\n", "\r\n"), "cr-no-final-break": kept.replace("\n", "\r").rstrip("\r"),
+            "end-marker": kept + "...\n"}[shape]
+    sealed.write_bytes(kept.encode())
+    assert run_recall("secret", "sync", "--prune").returncode == 0
+    r = run_recall("secret", "restore", "block-one")
+    after = sealed.read_bytes().decode()
+    if shape == "end-marker":                                   # after '...' it would break the file
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "nothing was written" in r.stderr, r.stderr
+        assert after == kept
+        assert "block-one" in run_recall("secret", "log").stdout                # still kept
+        return
+    assert r.returncode == 0, r.stderr
+    brk = "\r\n" if shape == "crlf" else "\r"
+    assert after.startswith(kept) and "block-one" in after and CANARY not in after
+    assert after.replace(brk, "").count("\n") == 0                            # no lone \n among them
+    assert _values(sealed)["block-one"] == VALUES["block-one"]
+
+
 def _killed_writer(path) -> None:
     """A temp file as a write killed with -9 leaves it: made and locked by a process that dies."""
     import subprocess

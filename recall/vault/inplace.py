@@ -129,12 +129,24 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
 
 
 def append_entry(path, text: str) -> None:
-    """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
+    """Add an entry at the end of a secrets file (the same atomic write, the file's own line breaks);
+    the file may be absent. Refused, nothing written, when the entry would not read as its last one."""
+    from .. import yaml
     real = os.path.realpath(path)
     stamp = file_stamp(real)
     data = _bytes_of(real)
     old = data.decode("utf-8")
-    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
+    brk = re.search(r"\r\n|\r|\n", old)
+    brk = brk.group() if brk else "\n"
+    joined = old + (brk if old and not old.endswith(("\n", "\r")) else "") + text.replace("\n", brk)
+    try:
+        before, after = yaml.parse(old, path), yaml.parse(joined, path)
+    except InputError:
+        before = after = None
+    if not isinstance(after, list) or len(after) != len(before or []) + 1:
+        raise RecallError(f"{path} does not end where a '- id:' entry can be added (it ends with a '...' "
+                          "line, or is a [...] list); nothing was written", "write its entries as '- id: …' "
+                          "with nothing after the last, then run the command again")
     _write_atomic(real, stamp, data, joined, RecallError(f"{path} changed while recall was writing to it; "
                                                          "nothing was written", "run the command again"))
 
