@@ -102,6 +102,16 @@ def test_secret_set_seals_a_value_from_stdin_into_the_file_and_the_vault(sealed)
     assert r.returncode == 1 and "plain-one" in r.stderr              # did you mean
 
 
+def test_a_value_holding_a_nul_byte_goes_only_to_stdin(sealed):
+    r = run_recall("secret", "set", "plain-one", input="new\0value-of-it\n")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "'plain-one' holds a NUL byte" in r.stderr, r.stderr
+    assert "value-of-it" not in sealed.read_text() + r.stderr
+    sealed.write_text(sealed.read_text() + '- id: sudo-pw\n  inject: stdin\n  value: "pw-\\0-of-sudo"\n')
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "exec", "sudo-pw", "--", "od", "-An", "-c")
+    assert r.returncode == 0 and "p   w   -  \\0   -   o   f" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     key = keyfile.key_path(load_config().home)
     key.rename(tmp_path / "saved.key")

@@ -17,7 +17,7 @@ from .. import db
 from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
 from .pending import file_stamp
-from .secretfile import check_size, load_secret_files
+from .secretfile import check_value, load_secret_files, on_stdin
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
@@ -100,7 +100,8 @@ def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None =
             if was_sealed:
                 e.values[field], opened_with = unseal(keys, e, field, text, key_file)
             span = e.spans.get(field)
-            check_size(e.values[field], _what(e, field), e.file, span.row + 1 if span else e.line)
+            check_value(e.values[field], _what(e, field), e.file, span.row + 1 if span else e.line,
+                        on_stdin(e.inject, field))
             if span is None or (was_sealed and reseal_with is None and opened_with is key) or (
                     not was_sealed and field in e.meta.get("public", ())):   # a username stays readable
                 continue                  # a sealed value keeps its ciphertext: no diff under git
@@ -239,7 +240,7 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
                               f"secret '{e.id}' has one value, no fields",
                               f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
         span = e.spans[field]
-        check_size(value, _what(e, field), e.file, span.row + 1)
+        check_value(value, _what(e, field), e.file, span.row + 1, on_stdin(e.inject, field))
         key = key_for(cfg.home, entries)
         sealed = seal(key, e.id, field, value)
         rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
