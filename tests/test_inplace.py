@@ -148,6 +148,23 @@ def test_an_enc_value_edited_by_hand_is_one_line_at_its_line(sealed, edit, words
     assert not check.ok and f"secrets.yaml:4: the value of 'plain-one' {words}" in check.detail
 
 
+def test_a_value_also_written_in_a_comment_is_refused_and_the_file_left_as_it_was(make_world):
+    """Sealing rewrites value: only: a comment keeping the token would keep it as plain text."""
+    text = SECRETS.replace("# my credentials  — kept by hand", f"# my credentials (jira: {CANARY}-p, 2027)")
+    secrets = make_world(secrets=text).secrets
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "secrets.yaml:1: the value of 'plain-one' is written in this comment too" in r.stderr
+    assert CANARY[:6] not in r.stderr and secrets.read_text() == text
+    secrets.write_text(SECRETS)                       # as it should be: sealed, then pasted again after
+    assert run_recall("secret", "sync").returncode == 0
+    sealed = secrets.read_text()
+    secrets.write_text(sealed.replace("# a comment after the id", f"# {CANARY}-b1"))             # a line of a block value
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and "secrets.yaml:2: the value of 'block-one' is written in this comment" in r.stderr
+    assert "block-one" in run_recall("secret", "show", "block-one").stdout     # the vault as it was
+
+
 def test_the_write_is_refused_when_the_file_changed_while_sync_ran(make_world):
     secrets = make_world(secrets=SECRETS).secrets
     cfg = load_config()

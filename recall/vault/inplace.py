@@ -107,7 +107,42 @@ def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None =
                 continue                  # a sealed value keeps its ciphertext: no diff under git
             sealed = seal(reseal_with or key, e.id, field, e.values[field])
             edits.setdefault(e.file, (e.stamp, []))[1].append((span, f'"{sealed}"' if span.flow else sealed))
+    _refuse_values_in_comments(entries)
     return edits
+
+
+def _refuse_values_in_comments(entries: list) -> None:
+    """A value also written in a comment stays there as plain text after sealing: refused at the
+    comment's line, never quoted (nothing is written)."""
+    from .mask import MIN_SECRET_LEN
+    from .redact import public_fields
+    values = [(e, f, piece) for e in entries for f, v in e.values.items() if f not in public_fields(e.meta)
+              for piece in _pieces(v, MIN_SECRET_LEN)]
+    for path in dict.fromkeys(e.file for e in entries) if values else ():
+        spans = [s for e in entries if e.file == path for s in e.spans.values() if s]
+        for line, comment in _comments(path, spans):
+            hit = next((_what(e, f) for e, f, v in values if v in comment), None)
+            if hit:
+                raise InputError(path, line, f"the value of '{hit}' is written in this comment too, where "
+                                 "sealing would leave it as plain text; nothing was written",
+                                 hint="remove it from the comment, then run the command again")
+
+
+def _pieces(value: str, shortest: int) -> set:
+    """What of a value no comment may hold: all of it and, of a multi-line one, each long line (a
+    key's body, a token on a line of its own; PEM armor is public)."""
+    lines = [line.strip() for line in value.splitlines()]
+    long = [line for line in lines if len(line) >= 16 and not line.startswith("-----")] if len(lines) > 1 else []
+    return {piece for piece in (value.strip(), *long) if len(piece) >= shortest}
+
+
+def _comments(path, spans: list) -> list:
+    """(line, text) of each comment in a secrets file, the values' own text left out."""
+    from ..yaml import replace_spans
+    text = _bytes_of(os.path.realpath(path)).decode("utf-8", "replace")
+    text = replace_spans(text, [(s, "\n" * (s.end_row - s.row)) for s in spans])   # the same line numbers
+    found = ((n, re.search(r"(?:^|[ \t])#.*", line)) for n, line in enumerate(re.split(r"\r\n|\r|\n", text), 1))
+    return [(n, m.group()) for n, m in found if m]
 
 
 def write_edits(edits: dict) -> int:
