@@ -151,10 +151,13 @@ def _signature(cfg) -> str:
 
 def _holds_inline_values(entries: list) -> bool:
     """A step or URL with a literal secret (`export X_TOKEN=abc`, whatever access exec would mask,
-    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text."""
+    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text
+    (`-u user:pw`, a bearer token: door.credentials, as `learn` finds them; a broken entry's error
+    quotes its field: a check the guard denies)."""
+    from .vault.door import credentials
     return any(text and (show_step(e.id, text) != text or hide_values(text) != text
-                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text))
-               for e in entries for text in [*e.access, e.verify, e.check, e.url])
+                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text) or credentials(text))
+               for e in entries for text in [*e.access, e.verify, e.check, e.url, e.error])
 
 
 def inline_credentials(entries: list) -> list:

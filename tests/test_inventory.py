@@ -542,6 +542,26 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(ma
     assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
 
 
+def test_an_entry_with_a_user_password_or_bearer_token_inline_is_never_cached(make_world):
+    """`-u user:password` or a bearer token in verify (or in a denied check, quoted by the entry's
+    error) was cached in the DB's inventory cache in plain text, though shown as [recall:…]."""
+    from recall import db
+    from recall.config import load_config
+    literal = "Pw-9xq7Lm2Zr4"
+    for inline in (f"check: curl -s -X POST -u admin:{literal} https://vpn.example.com/x",    # broken
+                   f"verify: curl -s -u admin:{literal} https://vpn.example.com/x",          # working
+                   f"verify: 'curl -s -H \"Authorization: Bearer {literal}\" https://vpn.example.com/x'"):
+        make_world(inventory=f"- id: vpn\n  {inline}\n- id: other\n  verify: 'true'\n")
+        cfg = load_config()
+        con = db.connect(cfg.db_path)
+        assert [e.id for e in inventory.load_inventory(cfg, con)] == ["vpn", "other"]
+        con.close()
+        stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+        assert literal.encode() not in stored, inline
+        r = run_recall("access", "show", "vpn")
+        assert r.returncode == inline.startswith("check") and literal not in r.stdout + r.stderr
+
+
 def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(make_world, cli):
     """Issue 36 point 5 for the secrets file: a sync that skipped the bad entry would remove its secret
     from the vault, so sync refuses as a whole with file:line, changing nothing; find, show, exec and
