@@ -86,6 +86,11 @@ BAD_ENTRIES = [
     ("- id: typo\n  aliases: [ops]\n  verfy: 'true'\n", "ops",            # issue 37 point 5
      "unknown field 'verfy' in an inventory entry — did you mean 'verify'?"),
     ("- id: 12\n", "inventory.yaml:4", "'id' must be a string"),
+    # not YAML at all, within the entry: the file's other entries still load
+    ("- id: dup\n  verify: 'true'\n  verify: 'false'\n", "dup", "INV:6:3: duplicate key 'verify' (first on line 5)"),
+    ("- id: open   # a quote left open\n  verify: 'true\n", "open", "INV:5:11: unterminated single-quoted string"),
+    ("- id: 'tabbed'\n\tverify: 'true'\n", "tabbed", "INV:5:1: tab used for indentation"),
+    ("- id: &a anchored\n", "inventory.yaml:4", "INV:4:7: anchors ('&name') are not supported"),
 ]
 
 
