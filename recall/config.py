@@ -175,6 +175,8 @@ def _expect(value, kind, path, line, what):
     if not isinstance(value, (int, float) if kind is float else kind) or \
             (kind in (int, float) and isinstance(value, bool)):
         raise InputError(path, line, f"'{what}' must be {_KINDS[kind]}, not {written_as(value)}")
+    if isinstance(value, str) and "\0" in value:      # no path or name holds one: every stat() would raise
+        raise InputError(path, line, f"'{what}' holds a NUL byte", hint="remove it (a '\\0' escape?)")
     return value
 
 

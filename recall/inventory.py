@@ -51,8 +51,9 @@ LIST_FIELDS = {f.name for f in fields(Entry) if f.type == "list"}
 
 def _entry(item, path: str, line) -> Entry:
     from .yaml import line_of
-    if not isinstance(item, dict):
-        raise InputError(path, line, "each inventory entry is a mapping starting with '- id: …'")
+    if not isinstance(item, dict):      # an InputError: an item that does not parse (a duplicate key, an open quote)
+        raise item if isinstance(item, InputError) else InputError(path, line, "each inventory entry is a mapping "
+                                                                               "starting with '- id: …'")
     entry = Entry(file=path, line=item.line)
     for key in item:
         if key not in FIELDS:
@@ -151,10 +152,13 @@ def _signature(cfg) -> str:
 
 def _holds_inline_values(entries: list) -> bool:
     """A step or URL with a literal secret (`export X_TOKEN=abc`, whatever access exec would mask,
-    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text."""
+    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text
+    (`-u user:pw`, a bearer token: door.credentials, as `learn` finds them; a broken entry's error
+    quotes its field: a check the guard denies)."""
+    from .vault.door import credentials
     return any(text and (show_step(e.id, text) != text or hide_values(text) != text
-                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text))
-               for e in entries for text in [*e.access, e.verify, e.check, e.url])
+                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text) or credentials(text))
+               for e in entries for text in [*e.access, e.verify, e.check, e.url, e.error])
 
 
 def inline_credentials(entries: list) -> list:
@@ -188,7 +192,7 @@ def load_inventory(cfg, con=None) -> list:
     if cached.get("sig") == sig:
         return [Entry(**e) for e in cached["entries"]]
     loaded = [(_loaded(item, path, line), item) for path in map(str, cfg.inventory)
-              for item, line in yaml.load_entries(path, "inventory")]
+              for item, line in yaml.load_entries(path, "inventory", each=True)]
     entries = _one_name_one_entry([e for e, _ in loaded])
     _check_references(entries, _secret_ids(cfg), {e.id: item for e, item in reversed(loaded)})
     from .vault import door
@@ -210,7 +214,7 @@ def _loaded(item, path: str, line: int) -> Entry:
     try:
         return _entry(item, path, line)
     except InputError as exc:
-        fields = item if isinstance(item, dict) else {}
+        fields = item if isinstance(item, dict) else {"id": getattr(item, "id", None)}
         ident, name, aliases = fields.get("id"), fields.get("name"), fields.get("aliases")
         aliases = [aliases] if isinstance(aliases, str) else aliases if isinstance(aliases, list) else []
         return Entry(id=ident if isinstance(ident, str) and _ID.match(ident) else f"{os.path.basename(path)}:{line}",

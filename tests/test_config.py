@@ -66,6 +66,23 @@ def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     assert f"c.yaml:{line}" in msg and word in msg
 
 
+@pytest.mark.parametrize("text,line,word", [       # "\0" in a double-quoted path (a Windows habit)
+    ('sources:\n  - name: a\n    path: "notes\\0x"\n', 3, "'path' holds a NUL byte"),
+    ('secrets: ["s.yaml\\0"]\n', 1, "'secrets' holds a NUL byte"),
+    ('inventory:\n  - i.yaml\n  - "j\\0.yaml"\n', 3, "'inventory' holds a NUL byte"),
+    ('home: "st\\0ate"\n', 1, "'home' holds a NUL byte"),
+])
+def test_a_nul_byte_in_a_config_path_is_one_line_for_every_verb(tmp_path, monkeypatch, text, line, word):
+    """Each verb stat()s the paths: a NUL in one was a ValueError traceback (index, search, doctor, sync)."""
+    from tests.conftest import run_recall
+    monkeypatch.delenv("RECALL_HOME", raising=False)
+    config = _write(tmp_path, text)
+    for verb in (["index"], ["search", "x"], ["doctor"], ["secret", "sync"], ["access", "find", "x"]):
+        r = run_recall("--config", config, *verb)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, (verb, r.stderr)
+        assert f"c.yaml:{line}: {word}" in r.stderr + r.stdout, (verb, r.stderr)
+
+
 # -- each config has its own state: another --config never reads or rewrites the personal index
 
 def _personal(isolated_home, notes):

@@ -102,6 +102,16 @@ def test_secret_set_seals_a_value_from_stdin_into_the_file_and_the_vault(sealed)
     assert r.returncode == 1 and "plain-one" in r.stderr              # did you mean
 
 
+def test_a_value_holding_a_nul_byte_goes_only_to_stdin(sealed):
+    r = run_recall("secret", "set", "plain-one", input="new\0value-of-it\n")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "'plain-one' holds a NUL byte" in r.stderr, r.stderr
+    assert "value-of-it" not in sealed.read_text() + r.stderr
+    sealed.write_text(sealed.read_text() + '- id: sudo-pw\n  inject: stdin\n  value: "pw-\\0-of-sudo"\n')
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "exec", "sudo-pw", "--", "od", "-An", "-c")
+    assert r.returncode == 0 and "p   w   -  \\0   -   o   f" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     key = keyfile.key_path(load_config().home)
     key.rename(tmp_path / "saved.key")
@@ -118,6 +128,41 @@ def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     from recall.doctor import run_doctor
     check = {c.name: c for c in run_doctor(extras=False)}["secrets secrets.yaml"]
     assert not check.ok and "secrets.yaml:4: the value of 'plain-one' does not open with the vault key" in check.detail
+
+
+@pytest.mark.parametrize("edit,words", [       # a stray keystroke in its base64 (no longer whole), a copy
+    (lambda enc, other: enc.replace(",iv:", ",iv:A"), "starts with ENC[ but is not a value recall sealed"),
+    (lambda enc, other: enc.replace("data:", "data:Q"), "starts with ENC[ but is not a value recall sealed"),
+    (lambda enc, other: other, "does not open with the vault key"),
+])
+def test_an_enc_value_edited_by_hand_is_one_line_at_its_line(sealed, edit, words):
+    text = sealed.read_text()
+    first, other = ENC.findall(text)[:2]          # plain-one's, and single-one's (another id)
+    sealed.write_text(text.replace(first, edit(first, other), 1))
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"secrets.yaml:4: the value of 'plain-one' {words}" in r.stderr
+    assert ("ENC[...] copied from another line" in r.stderr) == (edit(first, other) == other)
+    from recall.doctor import run_doctor
+    check = {c.name: c for c in run_doctor(extras=False)}["secrets secrets.yaml"]
+    assert not check.ok and f"secrets.yaml:4: the value of 'plain-one' {words}" in check.detail
+
+
+def test_a_value_also_written_in_a_comment_is_refused_and_the_file_left_as_it_was(make_world):
+    """Sealing rewrites value: only: a comment keeping the token would keep it as plain text."""
+    text = SECRETS.replace("# my credentials  — kept by hand", f"# my credentials (jira: {CANARY}-p, 2027)")
+    secrets = make_world(secrets=text).secrets
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "secrets.yaml:1: the value of 'plain-one' is written in this comment too" in r.stderr
+    assert CANARY[:6] not in r.stderr and secrets.read_text() == text
+    secrets.write_text(SECRETS)                       # as it should be: sealed, then pasted again after
+    assert run_recall("secret", "sync").returncode == 0
+    sealed = secrets.read_text()
+    secrets.write_text(sealed.replace("# a comment after the id", f"# {CANARY}-b1"))             # a line of a block value
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and "secrets.yaml:2: the value of 'block-one' is written in this comment" in r.stderr
+    assert "block-one" in run_recall("secret", "show", "block-one").stdout     # the vault as it was
 
 
 def test_the_write_is_refused_when_the_file_changed_while_sync_ran(make_world):
@@ -295,6 +340,28 @@ def test_a_restore_into_a_hard_linked_file_is_refused(sealed):
     r = run_recall("secret", "restore", "block-one")
     assert r.returncode == 1 and "hard links (st_nlink > 1)" in r.stderr
     assert sealed.read_text() == before
+
+
+@pytest.mark.parametrize("shape", ["crlf", "cr-no-final-break", "end-marker"])
+def test_a_restore_keeps_the_files_line_breaks_or_writes_nothing(sealed, shape):
+    text = sealed.read_text()
+    kept = text[:text.index("- id: block-one")]                  # block-one and db removed
+    kept = {"crlf": kept.replace("\n", "\r\n"), "cr-no-final-break": kept.replace("\n", "\r").rstrip("\r"),
+            "end-marker": kept + "...\n"}[shape]
+    sealed.write_bytes(kept.encode())
+    assert run_recall("secret", "sync", "--prune").returncode == 0
+    r = run_recall("secret", "restore", "block-one")
+    after = sealed.read_bytes().decode()
+    if shape == "end-marker":                                   # after '...' it would break the file
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "nothing was written" in r.stderr, r.stderr
+        assert after == kept
+        assert "block-one" in run_recall("secret", "log").stdout                # still kept
+        return
+    assert r.returncode == 0, r.stderr
+    brk = "\r\n" if shape == "crlf" else "\r"
+    assert after.startswith(kept) and "block-one" in after and CANARY not in after
+    assert after.replace(brk, "").count("\n") == 0                            # no lone \n among them
+    assert _values(sealed)["block-one"] == VALUES["block-one"]
 
 
 def _killed_writer(path) -> None:

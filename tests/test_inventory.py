@@ -86,6 +86,11 @@ BAD_ENTRIES = [
     ("- id: typo\n  aliases: [ops]\n  verfy: 'true'\n", "ops",            # issue 37 point 5
      "unknown field 'verfy' in an inventory entry — did you mean 'verify'?"),
     ("- id: 12\n", "inventory.yaml:4", "'id' must be a string"),
+    # not YAML at all, within the entry: the file's other entries still load
+    ("- id: dup\n  verify: 'true'\n  verify: 'false'\n", "dup", "INV:6:3: duplicate key 'verify' (first on line 5)"),
+    ("- id: open   # a quote left open\n  verify: 'true\n", "open", "INV:5:11: unterminated single-quoted string"),
+    ("- id: 'tabbed'\n\tverify: 'true'\n", "tabbed", "INV:5:1: tab used for indentation"),
+    ("- id: &a anchored\n", "inventory.yaml:4", "INV:4:7: anchors ('&name') are not supported"),
 ]
 
 
@@ -540,6 +545,26 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(ma
     con = db.connect(cfg.db_path)
     inventory.load_inventory(cfg, con)
     assert db.get_meta(con, "inventory_cache") is not None          # the control: a clean file is cached
+
+
+def test_an_entry_with_a_user_password_or_bearer_token_inline_is_never_cached(make_world):
+    """`-u user:password` or a bearer token in verify (or in a denied check, quoted by the entry's
+    error) was cached in the DB's inventory cache in plain text, though shown as [recall:…]."""
+    from recall import db
+    from recall.config import load_config
+    literal = "Pw-9xq7Lm2Zr4"
+    for inline in (f"check: curl -s -X POST -u admin:{literal} https://vpn.example.com/x",    # broken
+                   f"verify: curl -s -u admin:{literal} https://vpn.example.com/x",          # working
+                   f"verify: 'curl -s -H \"Authorization: Bearer {literal}\" https://vpn.example.com/x'"):
+        make_world(inventory=f"- id: vpn\n  {inline}\n- id: other\n  verify: 'true'\n")
+        cfg = load_config()
+        con = db.connect(cfg.db_path)
+        assert [e.id for e in inventory.load_inventory(cfg, con)] == ["vpn", "other"]
+        con.close()
+        stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+        assert literal.encode() not in stored, inline
+        r = run_recall("access", "show", "vpn")
+        assert r.returncode == inline.startswith("check") and literal not in r.stdout + r.stderr
 
 
 def test_a_bad_secrets_entry_stops_sync_as_a_whole_and_the_stored_secrets_keep_working(make_world, cli):

@@ -96,6 +96,13 @@ def test_key_file_override(vault_cfg, tmp_path, monkeypatch):
     ("- id: a\n  value: 'abcdefgh'\n  inject: file\n", 3, "inject must be env or stdin"),
     ("- id: a\n  value: 012345678\n", 2, "must be a string"),
     ("- id: a\n  value: 'abcdefgh'\n- id: a\n  value: 'abcdefgh'\n", 3, "duplicate secret id"),
+    # a value on a line of its own holding both quotes (repr() escapes one), a number where a key goes
+    ("- id: a\n  value:\n  x'Tok3n\"Tok3n-9\n", 3, "expected ':' after the key (text not shown)"),
+    ("- id: a\n  fields: {username: admin, 9012345678}\n", 2, "expected ':' after the key (text not shown)"),
+    ("- id: a\n  fields: {9012345678: a, 9012345678: b}\n", 2, "duplicate key (text not shown)"),
+    # a NUL byte no variable can carry (exec was a ValueError traceback): refused at its line
+    ("- id: a\n  value: \"abcd\\0efgh\"\n", 2, "secret 'a' holds a NUL byte"),
+    ("- id: a\n  inject: stdin\n  fields: {token: \"abcd\\0efgh\", password: x}\n", 3, "'a.token' holds a NUL"),
 ])
 def test_bad_secrets_file_names_line_and_changes_nothing(vault_cfg, text, line, words):
     cfg, con, secrets = vault_cfg

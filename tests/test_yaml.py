@@ -380,6 +380,24 @@ def test_load_errors_name_the_file(tmp_path):
         yamlish.load(tmp_path / "missing.yaml")
 
 
+def test_load_entries_each_keeps_every_entry_that_parses_and_the_error_of_each_that_does_not(tmp_path):
+    f = tmp_path / "inv.yaml"
+    f.write_text("# hosts\n---\n- id: a\n  v: '1'\n- id: b\n  v: 1\n  v: 2\n- id: 'c'\n  v: \"open\n- k: x\n  v: |\n    keep\n")
+    with pytest.raises(InputError, match="7:3: duplicate key 'v'"):
+        yamlish.load_entries(f, "inventory")                       # the secrets file's rule: all or nothing
+    got = yamlish.load_entries(f, "inventory", each=True)
+    assert [line for _, line in got] == [3, 5, 8, 10]
+    assert got[0][0] == {"id": "a", "v": "1"} and got[3][0] == {"k": "x", "v": "keep\n"}
+    assert got[0][0].key_lines == {"id": 3, "v": 4}                  # the file's own line numbers
+    assert str(got[1][0]).startswith(f"{f}:7:3: duplicate key 'v'") and got[1][0].id == "b"
+    assert str(got[2][0]).startswith(f"{f}:9:6: unterminated double-quoted string") and got[2][0].id == "c"
+    for whole in ("k: v\n- id: a\n  v: 1\n  v: 2\n",             # an error no entry alone holds: the file's
+                  "- id: a\n...\n- id: b\n", "  - id: a\n    v: 1\n    v: 2\n"):
+        f.write_text(whole)
+        with pytest.raises(InputError):
+            yamlish.load_entries(f, "inventory", each=True)
+
+
 @pytest.mark.parametrize("text, where", [
     ("".join("  " * i + f"k{i}:\n" for i in range(400)) + "  " * 400 + "leaf\n", "101:201"),
     ("".join("  " * i + "-\n" for i in range(400)), "101:201"),

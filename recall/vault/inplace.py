@@ -17,7 +17,7 @@ from .. import db
 from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
 from .pending import file_stamp
-from .secretfile import check_size, load_secret_files
+from .secretfile import check_value, load_secret_files, on_stdin
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
@@ -50,11 +50,14 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
     opens, is one line."""
     line = entry.spans[field].row + 1 if entry.spans.get(field) else entry.line
     m = _ENC.match(text)
+    try:                                 # a character added or lost by hand: not whole base64
+        data, iv, tag = (base64.b64decode(g) for g in m.groups()) if m else (None, None, None)
+    except ValueError:
+        m = None
     if not m:
         raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' starts with ENC[ but is "
                          "not a value recall sealed", hint="write the plain value over it and run "
                          "'recall secret sync'")
-    data, iv, tag = (base64.b64decode(g) for g in m.groups())
     for key in keys:
         try:
             return keyfile.decrypt(key, entry.id, iv, data + tag, _bound(field)).decode("utf-8"), key
@@ -63,8 +66,9 @@ def unseal(keys: list, entry, field: str, text: str, key_file) -> tuple:
         except RecallError:
             continue
     raise InputError(entry.file, line, f"the value of '{_what(entry, field)}' does not open with the vault "
-                     f"key {key_file}", hint=f"put back the key it was sealed under (your 'recall secret key "
-                     f"backup' copy) as {key_file}, or write the plain value over ENC[...] and sync again")
+                     f"key {key_file} (sealed under another key, or for another secret or field: an ENC[...] "
+                     "copied from another line)", hint=f"put back the key it was sealed under (your 'recall "
+                     f"secret key backup' copy) as {key_file}, or write the plain value over ENC[...] and sync again")
 
 
 def key_for(home, entries: list, probe=None) -> bytes:
@@ -96,13 +100,49 @@ def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None =
             if was_sealed:
                 e.values[field], opened_with = unseal(keys, e, field, text, key_file)
             span = e.spans.get(field)
-            check_size(e.values[field], _what(e, field), e.file, span.row + 1 if span else e.line)
+            check_value(e.values[field], _what(e, field), e.file, span.row + 1 if span else e.line,
+                        on_stdin(e.inject, field))
             if span is None or (was_sealed and reseal_with is None and opened_with is key) or (
                     not was_sealed and field in e.meta.get("public", ())):   # a username stays readable
                 continue                  # a sealed value keeps its ciphertext: no diff under git
             sealed = seal(reseal_with or key, e.id, field, e.values[field])
             edits.setdefault(e.file, (e.stamp, []))[1].append((span, f'"{sealed}"' if span.flow else sealed))
+    _refuse_values_in_comments(entries)
     return edits
+
+
+def _refuse_values_in_comments(entries: list) -> None:
+    """A value also written in a comment stays there as plain text after sealing: refused at the
+    comment's line, never quoted (nothing is written)."""
+    from .mask import MIN_SECRET_LEN
+    from .redact import public_fields
+    values = [(e, f, piece) for e in entries for f, v in e.values.items() if f not in public_fields(e.meta)
+              for piece in _pieces(v, MIN_SECRET_LEN)]
+    for path in dict.fromkeys(e.file for e in entries) if values else ():
+        spans = [s for e in entries if e.file == path for s in e.spans.values() if s]
+        for line, comment in _comments(path, spans):
+            hit = next((_what(e, f) for e, f, v in values if v in comment), None)
+            if hit:
+                raise InputError(path, line, f"the value of '{hit}' is written in this comment too, where "
+                                 "sealing would leave it as plain text; nothing was written",
+                                 hint="remove it from the comment, then run the command again")
+
+
+def _pieces(value: str, shortest: int) -> set:
+    """What of a value no comment may hold: all of it and, of a multi-line one, each long line (a
+    key's body, a token on a line of its own; PEM armor is public)."""
+    lines = [line.strip() for line in value.splitlines()]
+    long = [line for line in lines if len(line) >= 16 and not line.startswith("-----")] if len(lines) > 1 else []
+    return {piece for piece in (value.strip(), *long) if len(piece) >= shortest}
+
+
+def _comments(path, spans: list) -> list:
+    """(line, text) of each comment in a secrets file, the values' own text left out."""
+    from ..yaml import replace_spans
+    text = _bytes_of(os.path.realpath(path)).decode("utf-8", "replace")
+    text = replace_spans(text, [(s, "\n" * (s.end_row - s.row)) for s in spans])   # the same line numbers
+    found = ((n, re.search(r"(?:^|[ \t])#.*", line)) for n, line in enumerate(re.split(r"\r\n|\r|\n", text), 1))
+    return [(n, m.group()) for n, m in found if m]
 
 
 def write_edits(edits: dict) -> int:
@@ -125,12 +165,24 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
 
 
 def append_entry(path, text: str) -> None:
-    """Add an entry at the end of a secrets file (the same atomic write); the file may be absent."""
+    """Add an entry at the end of a secrets file (the same atomic write, the file's own line breaks);
+    the file may be absent. Refused, nothing written, when the entry would not read as its last one."""
+    from .. import yaml
     real = os.path.realpath(path)
     stamp = file_stamp(real)
     data = _bytes_of(real)
     old = data.decode("utf-8")
-    joined = old + ("\n" if old and not old.endswith("\n") else "") + text
+    brk = re.search(r"\r\n|\r|\n", old)
+    brk = brk.group() if brk else "\n"
+    joined = old + (brk if old and not old.endswith(("\n", "\r")) else "") + text.replace("\n", brk)
+    try:
+        before, after = yaml.parse(old, path), yaml.parse(joined, path)
+    except InputError:
+        before = after = None
+    if not isinstance(after, list) or len(after) != len(before or []) + 1:
+        raise RecallError(f"{path} does not end where a '- id:' entry can be added (it ends with a '...' "
+                          "line, or is a [...] list); nothing was written", "write its entries as '- id: …' "
+                          "with nothing after the last, then run the command again")
     _write_atomic(real, stamp, data, joined, RecallError(f"{path} changed while recall was writing to it; "
                                                          "nothing was written", "run the command again"))
 
@@ -223,7 +275,7 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
                               f"secret '{e.id}' has one value, no fields",
                               f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
         span = e.spans[field]
-        check_size(value, _what(e, field), e.file, span.row + 1)
+        check_value(value, _what(e, field), e.file, span.row + 1, on_stdin(e.inject, field))
         key = key_for(cfg.home, entries)
         sealed = seal(key, e.id, field, value)
         rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])

@@ -19,7 +19,8 @@ ALLOWED = {"id", "tags", *META_FIELDS, *OUR_FIELDS, *PROXY_FIELDS}
 MAX_VALUE_BYTES = 16 * 1024   # a longer value is refused: every child's masker builds its forms
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FIELD_NAME = re.compile(r"^[a-z_]{1,32}$")   # no digits, no capitals: not how a token looks
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# a quoted text as repr() writes it: a quote of the other kind inside, a backslash escape
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
 # error about a secrets file may be a value written on the wrong line, and is not shown.
 _OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag", "recall", "secret", "sync",
@@ -180,7 +181,7 @@ def _entry(item, path: str, line) -> SecretEntry:
         tags = [tags]
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise InputError(path, line_of(item, "tags", line), "tags must be a list of strings")
-    values, variables, public, spans = _values(item, sid, env, path, line)
+    values, variables, public, spans = _values(item, sid, env, inject, path, line)
     meta = {k: _str(item, k, path, line) for k in META_FIELDS}
     if public:
         meta["public"] = sorted(public)          # injected, never masked nor redacted
@@ -228,7 +229,7 @@ def _proxy_settings(item, inject: str, sid: str, url: str, path: str, line) -> d
             "query": bool(in_query)}
 
 
-def _values(item, sid, env, path, line):
+def _values(item, sid, env, inject, path, line):
     has_value, has_fields = "value" in item, "fields" in item
     if has_value == has_fields:
         raise InputError(path, line, f"secret '{sid}' needs exactly one of 'value' or 'fields'")
@@ -237,7 +238,7 @@ def _values(item, sid, env, path, line):
         if not value:
             raise InputError(path, line_of(item, "value", line), f"secret '{sid}' has an empty value")
         _refuse_placeholder(value, sid, path, line_of(item, "value", line))
-        check_size(value, sid, path, line_of(item, "value", line))
+        check_value(value, sid, path, line_of(item, "value", line), on_stdin(inject, ""))
         return {"": value}, {env: ""}, [], {"": item.spans.get("value")}
     fields = item["fields"]
     if not isinstance(fields, dict) or not fields:
@@ -253,20 +254,30 @@ def _values(item, sid, env, path, line):
             spans[str(name)] = value.spans.get("value")
             value = value["value"]
         if not isinstance(value, str) or not value:
-            raise InputError(path, line_of(fields, name, line), f"field '{name}' must be a non-empty string",
+            raise InputError(path, line_of(fields, name, line), f"field {str(name)!r} must be a non-empty string",
                              hint="quote it, or write {value: …, public: true}")
         _refuse_placeholder(value, f"{sid}.{name}", path, line_of(fields, name, line))
-        check_size(value, f"{sid}.{name}", path, line_of(fields, name, line))
+        check_value(value, f"{sid}.{name}", path, line_of(fields, name, line), on_stdin(inject, str(name)))
         values[str(name)] = value
         variable = f"{env}_{default_var(str(name))}"
-        check_variable_name(variable, path, line_of(fields, name, line), f"field '{name}' (variable {variable})")
+        check_variable_name(variable, path, line_of(fields, name, line), f"field {str(name)!r} (variable {variable})")
         variables[variable] = str(name)
     return values, variables, public, spans
 
 
-def check_size(value: str, what: str, path, line) -> None:
-    """Refuse a value longer than recall masks efficiently: each exec builds the forms of every value.
-    (A sealed value is checked once open.)"""
+def on_stdin(inject: str, field: str) -> bool:
+    """Whether a value goes to the child's stdin, not its environment (store.on_stdin: the single
+    value, else the 'password' field)."""
+    return inject == "stdin" and field in ("", "password")
+
+
+def check_value(value: str, what: str, path, line, stdin: bool = False) -> None:
+    """Refuse a value longer than recall masks efficiently (each exec builds the forms of every value),
+    or holding a NUL byte when it goes into the environment. (A sealed value is checked once open.)"""
+    if "\0" in value and not stdin:          # exec would die on it: no variable can hold one
+        raise InputError(path, line, f"secret '{what}' holds a NUL byte, which no environment variable can "
+                         "carry", hint="remove it (a '\\0' escape or a stray byte), "
+                         "or give the value on stdin (inject: stdin)")
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_VALUE_BYTES and not value.startswith("ENC["):
         raise InputError(path, line, f"secret '{what}' is {size:,} bytes; recall masks values of at most "

@@ -3,22 +3,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 
 from ..errors import InputError, NotFound
 from .scalars import _END, _FLOW, _SEP, Span, _is_marker, _plain_end, _resolve, _rest_ok, _Scalars, replace_spans
 
-__all__ = ["YMap", "YList", "Span", "line_of", "check_keys", "load_entries", "parse", "load", "replace_spans",
-           "MAX_BYTES"]
+__all__ = ["YMap", "YList", "Span", "line_of", "check_keys", "load_entries", "parse", "load", "replace_spans", "MAX_BYTES"]
 
-_UNSUPPORTED = {
-    "&": "anchors ('&name') are not supported",
-    "*": "aliases ('*name') are not supported",
-    "!": "tags ('!tag') are not supported",
-    "%": "a plain value cannot start with '%'",
-    "@": "a plain value cannot start with '@' (reserved in YAML)",
-    "`": "a plain value cannot start with '`' (reserved in YAML)",
-}
+_UNSUPPORTED = {"&": "anchors ('&name') are not supported", "*": "aliases ('*name') are not supported",
+                "!": "tags ('!tag') are not supported", "%": "a plain value cannot start with '%'",
+                "@": "a plain value cannot start with '@' (reserved in YAML)",
+                "`": "a plain value cannot start with '`' (reserved in YAML)"}
 MAX_BYTES = 4 * 2**20              # secrets, inventory and config files: a larger one is refused unread
 _QUOTE_HINT = "quote the value if it is meant as text"
 MAX_DEPTH = 100                    # nesting levels; deeper is refused at its line, not a RecursionError
@@ -60,22 +56,50 @@ def check_keys(mapping: object, allowed, path: str, what: str, default: int | No
             from difflib import get_close_matches
             near = get_close_matches(str(key), sorted(map(str, allowed)), n=1, cutoff=0.6)
             raise InputError(path, line_of(mapping, key, getattr(mapping, "line", default)),
-                             f"unknown field '{key}' in {what}" + (f": did you mean '{near[0]}'?" if near else ""),
+                             f"unknown field {str(key)!r} in {what}" + (f": did you mean '{near[0]}'?" if near else ""),
                              hint="known fields: " + ", ".join(sorted(map(str, allowed))))
 
 
-def load_entries(path, what: str) -> list:
+def load_entries(path, what: str, each: bool = False) -> list:
     """A file that is a list of mappings ('- id: …') → [(item, line)]; an absent file, or a
-    document that is not a list, is an InputError naming the file."""
+    document that is not a list, is an InputError naming the file. `each`: an entry that does not
+    parse (a duplicate key, a quote left open) is returned as its InputError; the others still load."""
     path = str(path)
     if not os.path.exists(path):
         raise InputError(path, None, f"{what} file does not exist", hint=f"fix '{what}:' in the config")
-    doc = load(path)
+    text = _read(path)
+    try:
+        doc = parse(text, path)
+    except InputError:
+        if each and (apart := _entries_apart(text, path)) is not None:
+            return apart
+        raise
     if doc is None:
         return []
     if not isinstance(doc, list):
         raise InputError(path, getattr(doc, "line", 1), f"{'an' if what[:1] in 'aeiou' else 'a'} {what} file is a list of entries ('- id: …')")
     return [(item, line_of(doc, i)) for i, item in enumerate(doc)]
+
+
+def _entries_apart(text: str, path: str) -> list | None:
+    """Each '- ' item at the margin parsed alone: [(item, or its InputError with the `id` its line
+    reads, line)]; None when none fails alone (the file's error is not inside an entry)."""
+    whole = _Parser(text, path)
+    lines, out = whole.lines, []
+    starts = [r for r, line in enumerate(lines) if line[:1] == "-" and line[1:2] in _END]
+    if not starts or any(line.strip(" \t")[:1] not in ("", "#") and not _is_marker(line) for line in lines[:starts[0]]):
+        return None
+    for start in reversed(starts):        # the last first: the lines after an entry are cut, not copied
+        p = _Parser("", path)
+        p.lines, p.row, p.final_newline = lines, start, start != starts[-1] or whole.final_newline
+        try:
+            out.append((p.document()[0], start + 1))
+        except InputError as exc:
+            m = re.search(r"^(- |  )id:[ \t]*(['\"]?)([A-Za-z0-9][\w.-]*)\2[ \t]*(#.*)?$", "\n".join(lines[start:]), re.M)
+            exc.id = m and m.group(3)
+            out.append((exc, start + 1))
+        del lines[start:]
+    return out[::-1] if any(isinstance(item, InputError) for item, _ in out) else None
 
 
 def parse(text: str, path: str = "<string>") -> object:
@@ -85,7 +109,11 @@ def parse(text: str, path: str = "<string>") -> object:
 
 def load(path: object) -> object:
     """Read a UTF-8 file and parse it; a missing file is NotFound, anything else InputError."""
-    name = os.fspath(path)
+    return parse(_read(os.fspath(path)), os.fspath(path))
+
+
+def _read(name: str) -> str:
+    """A UTF-8 file's text; a missing file is NotFound, anything else InputError."""
     try:
         # opened without waiting: a FIFO named as a file would hold every verb until a writer came
         with open(os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
@@ -93,9 +121,8 @@ def load(path: object) -> object:
             if not stat.S_ISREG(st.st_mode):
                 what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, a device, a socket)"
                 raise InputError(name, None, f"{what}, so it was not read", hint="name the YAML file itself")
-            size = st.st_size
-            if size > MAX_BYTES:           # refused before reading: a 64 MB scalar took 800 MB to parse
-                raise InputError(name, None, f"the file is {size / 2**20:.1f} MB; recall reads YAML files "
+            if st.st_size > MAX_BYTES:     # refused before reading: a 64 MB scalar took 800 MB to parse
+                raise InputError(name, None, f"the file is {st.st_size / 2**20:.1f} MB; recall reads YAML files "
                                  f"of at most {MAX_BYTES // 2**20} MB",
                                  hint="check that it is the file you meant, or split it into several")
             data = f.read(MAX_BYTES + 1)
@@ -107,10 +134,9 @@ def load(path: object) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line_start = data.rfind(b"\n", 0, e.start) + 1
-        raise InputError(name, data.count(b"\n", 0, e.start) + 1,
-                         f"not valid UTF-8 (byte 0x{data[e.start]:02x})",
+        raise InputError(name, data.count(b"\n", 0, e.start) + 1, f"not valid UTF-8 (byte 0x{data[e.start]:02x})",
                          col=e.start - line_start + 1, hint="save the file as UTF-8") from None
-    return parse(text, name)
+    return text
 
 
 class _Parser(_Scalars):
@@ -162,8 +188,7 @@ class _Parser(_Scalars):
     def document(self) -> object:
         ind = self.skip_blank()
         if ind == 0 and self.lines[self.row].startswith("%"):
-            raise self.error(self.row, 0, "directives ('%YAML', '%TAG') are not supported",
-                             hint="delete the line")
+            raise self.error(self.row, 0, "directives ('%YAML', '%TAG') are not supported", hint="delete the line")
         value = None
         if ind == -1 and self.row < len(self.lines) and self.lines[self.row].startswith("---"):
             row, line = self.row, self.lines[self.row]
@@ -199,8 +224,7 @@ class _Parser(_Scalars):
     def nested(self, row: int, col: int, parse, *args) -> object:
         """parse(*args) one nesting level deeper; past MAX_DEPTH an error at (row, col)."""
         if self.depth >= MAX_DEPTH:
-            raise self.error(row, col, f"nested more than {MAX_DEPTH} levels deep",
-                             hint="flatten the document")
+            raise self.error(row, col, f"nested more than {MAX_DEPTH} levels deep", hint="flatten the document")
         self.depth += 1
         try:
             return parse(*args)
@@ -340,8 +364,7 @@ class _Parser(_Scalars):
         if ch in _UNSUPPORTED:
             raise self.error(row, col, _UNSUPPORTED[ch], hint=_QUOTE_HINT)
         if ch == "?" and ends:
-            raise self.error(row, col, "complex keys ('? ') are not supported",
-                             hint="write 'key: value'")
+            raise self.error(row, col, "complex keys ('? ') are not supported", hint="write 'key: value'")
         if ch == ":" and ends:
             raise self.error(row, col, "missing key or value before ':'")
         if ch in ",]}#":
@@ -419,7 +442,7 @@ class _Parser(_Scalars):
         key = self.flow_node()
         if self.flow_skip(r0, c0) != ":":
             colon = isinstance(key, str) and ":" in key
-            raise self.error(self.fr, self.fc, f"expected ':' after the key {key!r}",
+            raise self.error(self.fr, self.fc, f"expected ':' after the key {str(key)!r}",
                              hint="put a space after ':'" if colon else "write {key: value, ...}")
         self.fc += 1
         self.span = None
@@ -429,7 +452,7 @@ class _Parser(_Scalars):
 
     def check_new(self, m: YMap, key: object, row: int, col: int) -> None:
         if key in m:
-            raise self.error(row, col, f"duplicate key {key!r} (first on line {m.key_lines[key]})",
+            raise self.error(row, col, f"duplicate key {str(key)!r} (first on line {m.key_lines[key]})",
                              hint="each key may appear once in a mapping")
 
     def put(self, m: YMap, key: object, value: object, row: int) -> None:
