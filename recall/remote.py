@@ -217,6 +217,53 @@ def get_remote(cfg, name: str):
                    else "add a 'remotes:' list to the config")
 
 
+# The fields of a remote's answer recall uses, and their JSON types: an answer without a required one
+# (None: may be missing), or with one of another type, is not recall's — one line, never a traceback.
+_NUMBER = (int, float)
+HIT = {"relpath": str, "path": None, "line": None, "end_line": None, "breadcrumb": None, "snippet": None,
+       "highlights": None, "score": None, "date": None}
+HIT_TYPES = {"relpath": str, "path": str, "line": int, "end_line": int, "breadcrumb": str, "snippet": str,
+             "highlights": list, "score": _NUMBER, "date": str}
+READ = {"relpath": str, "path": str, "start_line": int, "end_line": int, "range_end": int, "text": str,
+        "next_offset": (int, type(None)), "total_lines": int}
+INDEX = {"new": int, "changed": int, "removed": int, "unchanged": int, "chunks": int, "seconds": _NUMBER}
+
+
+def _shaped(rem, data, required: dict, types: dict | None = None) -> dict:
+    """`data` when it is an object holding every `required` field, each present one of its type in
+    `types` (default: `required`); else RecallError."""
+    types = types or required
+    if isinstance(data, dict) and all(k in data for k, kind in required.items() if kind is not None) \
+            and all(isinstance(data[k], kind) for k, kind in types.items() if k in data):
+        return data
+    raise _not_recall(rem)
+
+
+def _not_recall(rem) -> RecallError:
+    return RecallError(f"remote '{rem.name}' answered something that is not recall's JSON",
+                       f"'recall remote install {rem.host} --path {rem.path}' puts this recall there again")
+
+
+def _hits(rem, data, n: int) -> list:
+    """The remote's first `n` hits, each checked; its highlights kept only where they point into the snippet."""
+    found = _shaped(rem, data, {"hits": list})["hits"][:n]
+    hits = [_shaped(rem, h, HIT, HIT_TYPES) for h in found]
+    for h in hits:
+        h["highlights"] = _spans(h.get("highlights", []), h.get("snippet", ""))
+    return hits
+
+
+def _spans(spans: list, text: str) -> list:
+    """The [start, end] pairs of `spans` that mark `text` in order; the rest dropped."""
+    out, at = [], 0
+    for span in spans:
+        if isinstance(span, list) and len(span) == 2 and all(type(i) is int for i in span) \
+                and at <= span[0] <= span[1] <= len(text):
+            out.append(span)
+            at = span[1]
+    return out
+
+
 def run_json(cfg, rem, args: list, timeout: float | None = None):
     dest, options = ssh_target(cfg, rem.host)
     r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
@@ -225,8 +272,8 @@ def run_json(cfg, rem, args: list, timeout: float | None = None):
         raise RecallError(f"remote '{rem.name}': {_last(r.stderr).removeprefix('recall: ')}")
     try:
         return json.loads(r.stdout.decode("utf-8", "replace"))
-    except ValueError:
-        raise RecallError(f"remote '{rem.name}' answered something that is not recall's JSON") from None
+    except (ValueError, RecursionError):
+        raise _not_recall(rem) from None
 
 
 class _Asked:
@@ -259,7 +306,7 @@ def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
     def ask(rem):
         try:
             data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query])
-            return rem.name, data.get("hits", []), None
+            return rem.name, _hits(rem, data, n), None
         except RecallError as exc:
             return rem.name, [], str(exc)
 
@@ -274,6 +321,7 @@ def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
         for h in found:
             h["source"] = name
             h["relpath"] = f"{name}:{h['relpath']}"
+            h["highlights"] = _spans(h["highlights"], h.get("snippet", ""))    # the redactor may have moved them
         hits[name] = found
     return hits, notices
 
@@ -290,13 +338,17 @@ def _redacted(cfg, answers: list) -> list:
 
 
 def read_remote(cfg, name: str, target: str, *, max_chars: int, offset: int) -> dict:
+    """The remote's read of `target`: the fields of a read (notes.read.ReadResult), the source aside."""
     rem = get_remote(cfg, name)
-    return run_json(cfg, rem, ["read", target, "--max-chars", str(max_chars), "--offset", str(offset)])
+    data = _shaped(rem, run_json(cfg, rem, ["read", target, "--max-chars", str(max_chars), "--offset", str(offset)]),
+                   READ)
+    return {k: data[k] for k in READ}
 
 
 def index_remote(cfg, name: str, full: bool = False) -> dict:
     rem = get_remote(cfg, name)
-    return run_json(cfg, rem, ["index"] + (["--full"] if full else []), timeout=max(rem.timeout, 3600))
+    return _shaped(rem, run_json(cfg, rem, ["index"] + (["--full"] if full else []), timeout=max(rem.timeout, 3600)),
+                   INDEX)
 
 
 def federate(result, remote_hits: dict, n: int) -> None:

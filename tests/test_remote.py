@@ -299,3 +299,46 @@ def test_hanging_remotes_are_asked_in_parallel_and_each_named_once(tmp_path, con
         lines = [l for l in r.stderr.splitlines() if f"'{name}'" in l]
         assert len(lines) == 1 and lines[0].startswith(f"recall: remote '{name}'"), r.stderr
     assert elapsed < 2 + 1.5, f"three 2 s remotes took {elapsed:.1f}s: asked one after another?"
+
+
+def _fake_ssh(tmp_path, answer: str) -> dict:
+    """An `ssh` first on PATH that prints `answer` as the remote recall's stdout: the env to run with."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "answer").write_text(answer)
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ncat {tmp_path / 'answer'}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+HIT_JSON = {"relpath": "r.md", "path": "/r.md", "line": 1, "end_line": 2, "breadcrumb": "R", "snippet": "zanzibar",
+            "highlights": [[0, 8]], "score": 1.0, "date": "2025-01-01"}
+
+
+@pytest.mark.parametrize("answer", [
+    "[1, 2]", '{"hits": [1]}', '{"hits": [{}]}', '{"hits": {"a": 1}}', '{"hits": "xyz"}',
+    json.dumps({"hits": [{**HIT_JSON, "line": "1"}]}), json.dumps({"hits": [{**HIT_JSON, "snippet": ["zanzibar"]}]}), "[" * 100_000 + "]" * 100_000])
+def test_a_remote_answering_a_wrong_shape_is_one_line_for_search_read_and_index(tmp_path, config, answer):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, answer)
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963", env=env)
+    assert r.returncode == 0 and r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+    assert r.stderr.startswith("recall: remote 'box' answered something that is not recall's JSON — "), r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    for args in (("read", "box:r.md:1"), ("index", "--remote", "box")):
+        r = run_recall(*args, env=env)
+        assert r.returncode == 1 and r.stdout == "", r.stderr
+        assert r.stderr.startswith("recall: remote 'box' answered something that is not recall's JSON — "), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+
+
+def test_a_remote_hits_highlights_outside_its_snippet_are_dropped(tmp_path, config):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    spans = [[5, 3], [0, 2], [1, 4], [3, 100], ["x"]]
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [{**HIT_JSON, "snippet": "abcdefg", "highlights": spans}]}))
+    assert run_recall("index").returncode == 0
+    r = run_recall("--json", "search", "abcdefg", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hits"][0]["highlights"] == [[0, 2]]
+    assert "   **ab**cdefg" in run_recall("search", "abcdefg", env=env).stdout
