@@ -362,8 +362,8 @@ def federate(result, remote_hits: dict, n: int) -> None:
     for name, hits in remote_hits.items():
         lists[name] = [(name, i) for i in range(len(hits))]
         for i, h in enumerate(hits):
-            pool[(name, i)] = Hit(**{k: h.get(k, [] if k == "highlights" else "" if k not in
-                                              ("line", "end_line", "score") else 0) for k in Hit.PUBLIC})
+            pool[(name, i)] = Hit(remote=True, **{k: h.get(k, [] if k == "highlights" else "" if k not in
+                                                           ("line", "end_line", "score") else 0) for k in Hit.PUBLIC})
     fused = rrf(lists)
     result.hits = []
     for key in sorted(fused, key=lambda key: -fused[key][0])[:n]:

@@ -306,7 +306,7 @@ def _fake_ssh(tmp_path, answer: str) -> dict:
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "answer").write_text(answer)
-    (bin_dir / "ssh").write_text(f"#!/bin/sh\ncat {tmp_path / 'answer'}\n")
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >>{tmp_path / 'ssh-argv'}\ncat {tmp_path / 'answer'}\n")
     (bin_dir / "ssh").chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -342,3 +342,15 @@ def test_a_remote_hits_highlights_outside_its_snippet_are_dropped(tmp_path, conf
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["hits"][0]["highlights"] == [[0, 2]]
     assert "   **ab**cdefg" in run_recall("search", "abcdefg", env=env).stdout
+
+
+def test_a_remote_hits_read_field_is_what_read_takes(tmp_path, config):
+    """The remote's own source is 'notes', the remote is 'box': the hit reads 'box:r.md:1', not 'box:box:r.md:1'."""
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [{**HIT_JSON, "source": "notes"}]}))
+    assert run_recall("index").returncode == 0
+    r = run_recall("--json", "search", "zanzibar", env=env)
+    hit = json.loads(r.stdout)["hits"][0]
+    assert (hit["source"], hit["relpath"], hit["read"]) == ("box", "box:r.md", "box:r.md:1")
+    run_recall("read", hit["read"], env=env)
+    assert (tmp_path / "ssh-argv").read_text().splitlines()[-1].endswith(" --json read r.md:1 --max-chars 8000 --offset 0")
