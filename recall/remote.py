@@ -18,23 +18,45 @@ from .errors import NotFound, RecallError
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL_TIMEOUT = 60.0      # seconds for each ssh step of an install
 
-# Runs on the remote box with its python3: unpack the tar from stdin next to the old copy, then swap.
+# Runs on the remote box with its python3: unpack the tar from stdin in a folder of its own beside the
+# old copy, then swap. A 'recall' folder or 'recall.py' there that is not a copy of recall (a notes
+# folder named recall, given --path ~) is never replaced: exit 3, nothing changed.
 _UNPACK = r"""
-import io, os, shutil, sys, tarfile
+import io, os, shutil, sys, tarfile, tempfile
 dest = os.path.expanduser(sys.argv[1])
+pkg, launcher = os.path.join(dest, "recall"), os.path.join(dest, "recall.py")
+
+def copy_of_recall(folder):
+    if os.path.islink(folder) or not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return False
+    for top, dirs, files in os.walk(folder):
+        cache = os.path.basename(top) == "__pycache__"
+        if any(os.path.islink(os.path.join(top, n)) for n in dirs + files) or \
+                any(not n.endswith(".pyc" if cache else ".py") for n in files):
+            return False
+    return True
+
+def launcher_of_recall(path):
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return b"from recall.cli import run" in f.read(4096)
+
+for path, ours in ((pkg, copy_of_recall), (launcher, launcher_of_recall)):
+    if os.path.lexists(path) and not ours(path):
+        sys.stderr.write(path + " is there and is not a copy of recall\n")
+        sys.exit(3)
 os.makedirs(dest, exist_ok=True)
-new = os.path.join(dest, ".recall-new")
-shutil.rmtree(new, ignore_errors=True)
-with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as tar:
-    tar.extractall(new)
-old = os.path.join(dest, ".recall-old")
-shutil.rmtree(old, ignore_errors=True)
-if os.path.isdir(os.path.join(dest, "recall")):
-    os.rename(os.path.join(dest, "recall"), old)
-os.rename(os.path.join(new, "recall"), os.path.join(dest, "recall"))
-os.replace(os.path.join(new, "recall.py"), os.path.join(dest, "recall.py"))
-shutil.rmtree(new, ignore_errors=True)
-shutil.rmtree(old, ignore_errors=True)
+work = tempfile.mkdtemp(prefix=".recall-install-", dir=dest)
+try:
+    with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as tar:
+        tar.extractall(os.path.join(work, "new"))
+    if os.path.lexists(pkg):
+        os.rename(pkg, os.path.join(work, "old"))
+    os.rename(os.path.join(work, "new", "recall"), pkg)
+    os.replace(os.path.join(work, "new", "recall.py"), launcher)
+finally:
+    shutil.rmtree(work, ignore_errors=True)
 print(dest)
 """
 
@@ -172,6 +194,9 @@ def install(cfg, host: str, path: str, ssh_config: str) -> InstallReport:
     updated = out.strip().splitlines()[-1] == "present"
     data, count = _bundle()
     r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {where}"], data=data, timeout=INSTALL_TIMEOUT)
+    if r.returncode == 3:
+        raise RecallError(f"{host}:{_last(r.stderr)}; nothing was changed",
+                          "give --path a folder of its own (recall puts recall.py and recall/ in it)")
     if r.returncode != 0:
         raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
                           "the host needs python3 ≥ 3.9")

@@ -354,3 +354,36 @@ def test_a_remote_hits_read_field_is_what_read_takes(tmp_path, config):
     assert (hit["source"], hit["relpath"], hit["read"]) == ("box", "box:r.md", "box:r.md:1")
     run_recall("read", hit["read"], env=env)
     assert (tmp_path / "ssh-argv").read_text().splitlines()[-1].endswith(" --json read r.md:1 --max-chars 8000 --offset 0")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("theirs", ["recall/todo.md", "recall.py", "recall/__init__.py recall/.git/HEAD"])
+def test_install_never_replaces_a_recall_folder_or_file_that_is_not_a_copy_of_recall(tmp_path, box, theirs):
+    """`--path ~` where ~/recall is the user's notes folder: refused, every file as it was."""
+    server, remote_root = box
+    there = tmp_path / "home-there"
+    for rel in theirs.split():
+        (there / rel).parent.mkdir(parents=True, exist_ok=True)
+        (there / rel).write_text("mine\n")
+    before = {p: p.read_bytes() for p in there.rglob("*") if p.is_file()}
+    r = run_recall("remote", "install", "testbox", "--path", str(there), "--ssh-config", server.client_config)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith(f"recall: testbox:{there / theirs.split()[0].split('/')[0]} is there and "
+                                       "is not a copy of recall; nothing was changed — "), r.stderr
+    assert {p: p.read_bytes() for p in there.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in there.iterdir()) == sorted({rel.split("/")[0] for rel in theirs.split()})
+
+
+@pytest.mark.e2e
+def test_install_over_a_copy_with_its_bytecode_replaces_it(tmp_path, box):
+    server, remote_root = box
+    there = tmp_path / "there"
+    _install(server, there)
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, str(there / "recall.py"), "--version"], check=True, capture_output=True)
+    assert list((there / "recall").glob("__pycache__/*.pyc"))
+    (there / "recall" / "stale_module.py").write_text("# a module an older recall had\n")
+    r = _install(server, there)
+    assert r.stdout.startswith("updated") and not (there / "recall" / "stale_module.py").exists()
+    assert sorted(p.name for p in there.iterdir()) == ["recall", "recall.py"]
