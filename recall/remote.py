@@ -79,14 +79,52 @@ def ssh_argv(host: str, ssh_config: str = "", timeout: float = 10.0, options: tu
     return argv + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}", *options, host]
 
 
+MAX_ANSWER = 64 << 20       # bytes of a remote's answer read; a longer one is refused, its ssh ended
+
+
 def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = "the host"):
+    """argv run to its end within `timeout`: its stdin held open until then (`data` written first), so
+    the remote's guard sees the session end; stdout read up to MAX_ANSWER, stderr's last 64 KiB kept."""
+    import threading
     try:
-        return subprocess.run(argv, input=data, capture_output=True, timeout=timeout,
-                              stdin=None if data is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise RecallError(f"{label} did not answer within {timeout:g}s") from None
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise RecallError("ssh is not installed here") from None
+    out, err, over = bytearray(), bytearray(), []
+
+    def drain(fd: int, into: bytearray, keep: int) -> None:
+        while chunk := os.read(fd, 1 << 16):
+            into += chunk
+            if fd == proc.stdout.fileno() and len(into) > keep:
+                over.append(True)
+                proc.kill()
+                return
+            del into[:max(0, len(into) - keep)]
+
+    def feed() -> None:
+        with contextlib.suppress(OSError):
+            proc.stdin.write(data)
+            proc.stdin.close()       # the end of `data`: what the remote reads to its end
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout.fileno(), out, MAX_ANSWER), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr.fileno(), err, 1 << 16), daemon=True)]
+    for t in readers + ([threading.Thread(target=feed, daemon=True)] if data is not None else []):
+        t.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise RecallError(f"{label} did not answer within {timeout:g}s") from None
+    finally:
+        proc.kill()        # no-op once it ended; its stdin closed below ends the remote command too
+        proc.wait()
+        for t in readers:
+            t.join(5)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                f.close()
+    if over:
+        raise RecallError(f"{label} answered more than {MAX_ANSWER >> 20} MB; nothing of it was used")
+    return subprocess.CompletedProcess(argv, proc.returncode, bytes(out), bytes(err))
 
 
 # The checkout's recall.py, word for word (a test holds them equal): an installed recall has no file
@@ -217,10 +255,30 @@ def _last(stderr: bytes) -> str:
     return lines[-1].strip() if lines else "no message"
 
 
+# Runs the remote recall (argv after -c's script) and ends it when the ssh session does: its stdin
+# (held open by this side until ssh ends) reaches its end, e.g. this side gave up after its timeout.
+_GUARD = r"""
+import os, signal, subprocess, sys, threading
+child = subprocess.Popen([sys.executable] + sys.argv[1:], stdin=subprocess.DEVNULL, start_new_session=True)
+def gone():
+    while os.read(0, 65536):
+        pass
+    os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+threading.Thread(target=gone, daemon=True).start()
+code = child.wait()
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
 def _remote_cmd(rem, *args: str) -> str:
-    """The remote shell's command line: only the configured recall path and config expand ~ there;
-    every other word (a query, a note path) is quoted, so the remote shell runs nothing in it."""
-    words = ["python3", shell_path(f"{rem.path.rstrip('/')}/recall.py")]
+    """The remote shell's command line, recall under the guard: only the configured recall path and
+    config expand ~ there; every other word (a query, a note path) is quoted, so the remote shell
+    runs nothing in it."""
+    words = ["python3", "-c", shlex.quote(_GUARD), shell_path(f"{rem.path.rstrip('/')}/recall.py")]
     if rem.config:
         words += ["--config", shell_path(rem.config)]
     return " ".join(words + [shlex.quote(str(a)) for a in args])

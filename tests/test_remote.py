@@ -387,3 +387,44 @@ def test_install_over_a_copy_with_its_bytecode_replaces_it(tmp_path, box):
     r = _install(server, there)
     assert r.stdout.startswith("updated") and not (there / "recall" / "stale_module.py").exists()
     assert sorted(p.name for p in there.iterdir()) == ["recall", "recall.py"]
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process `pid` ended within `within` seconds (killed if not: nothing left behind)."""
+    from recall.db.pids import alive
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    return False
+
+
+@pytest.mark.e2e
+def test_a_remote_recall_past_its_timeout_is_ended_there_too(tmp_path, config, box):
+    """ssh given up after the timeout: the recall it started on the remote does not run on by itself."""
+    server, remote_root = box
+    slow = remote_root / "slow"
+    slow.mkdir()
+    pid_file = tmp_path / "remote.pid"
+    (slow / "recall.py").write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                    "time.sleep(300)\n")
+    config(f"remotes:\n  - name: sleepy\n    host: testbox\n    path: {slow}\n    ssh_config: {server.client_config}\n"
+           f"    timeout: 2\n")
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963")
+    assert r.returncode == 0 and r.stderr.strip() == "recall: remote 'sleepy' did not answer within 2s", r.stderr
+    assert _gone(int(pid_file.read_text())), "the remote recall was still running"
+
+
+def test_a_remote_answer_past_its_bound_is_refused_in_one_line(tmp_path, config):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, "")
+    pid_file = tmp_path / "ssh.pid"
+    (tmp_path / "fakebin" / "ssh").write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec yes '{{\"hits\": []}}'\n")
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963", env=env)
+    assert r.returncode == 0 and r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+    assert r.stderr.strip() == "recall: remote 'box' answered more than 64 MB; nothing of it was used", r.stderr
+    assert _gone(int(pid_file.read_text()))
