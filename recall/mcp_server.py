@@ -138,7 +138,8 @@ _FOR_AGENT = [
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
     (re.compile(r"— add '"), "— ask the user to add '"),
     (re.compile(r"an --offset below"), "an offset below"),   # the CLI's flags, as this face's arguments
-    (re.compile(r"--(offset|mode) "), r"\1="),
+    (re.compile(r"--(offset|mode) (-?\d+|auto|keyword|semantic|hybrid)\b"), r"\1=\2"),
+    (re.compile(r"--(offset|mode)\b"), r"\1"),
 ]
 
 

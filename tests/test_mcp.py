@@ -795,3 +795,5 @@ def test_an_error_about_offset_or_mode_names_the_tools_arguments_not_the_clis_fl
     assert is_error and "offset=1000000 is past its end" in text and "--" not in text, text
     text, is_error = call("recall_search", query="failover", mode="semantic")
     assert is_error and "mode=semantic needs an embedding provider" in text and "--mode" not in text, text
+    text, is_error = call("recall_read", path="runbooks/jump-hosts.md", offset=-1)
+    assert is_error and text == "offset must be 0 or more", text
