@@ -90,6 +90,8 @@ def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = 
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise RecallError("ssh is not installed here") from None
+    except ValueError:         # a NUL in a word: no command line carries one
+        raise RecallError(f"{label}: a NUL character cannot be sent over ssh", "leave it out") from None
     out, err, over = bytearray(), bytearray(), []
 
     def drain(fd: int, into: bytearray, keep: int) -> None:
@@ -388,7 +390,8 @@ def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
     """({remote name: [hit dicts]}, [notices]) — every remote asked in parallel, each bounded by its timeout."""
     def ask(rem):
         try:
-            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query])
+            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--",
+                                       query.replace("\0", " ")])      # no word holds a NUL
             return rem.name, _hits(rem, data, n), None
         except RecallError as exc:
             return rem.name, [], str(exc)

@@ -428,3 +428,19 @@ def test_a_remote_answer_past_its_bound_is_refused_in_one_line(tmp_path, config)
     assert r.returncode == 0 and r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
     assert r.stderr.strip() == "recall: remote 'box' answered more than 64 MB; nothing of it was used", r.stderr
     assert _gone(int(pid_file.read_text()))
+
+
+def test_a_nul_in_a_query_or_path_for_a_remote_is_one_sentence_not_a_traceback(tmp_path, config, monkeypatch):
+    """What an MCP client can send (a CLI argument cannot hold a NUL): search asks the remote with a
+    space in its place, read says it cannot be sent."""
+    from recall import api
+    from recall.errors import RecallError
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    monkeypatch.setenv("PATH", _fake_ssh(tmp_path, json.dumps({"hits": [HIT_JSON]}))["PATH"])
+    assert run_recall("index").returncode == 0
+    data = api.search("zanzi\0bar").to_dict()
+    assert data["notices"] == [] and [h["relpath"] for h in data["hits"]] == ["box:r.md"]
+    assert (tmp_path / "ssh-argv").read_text().rstrip("\n").endswith(" -- 'zanzi bar'")
+    with pytest.raises(RecallError) as caught:
+        api.read("box:a\0b.md")
+    assert str(caught.value) == "remote 'box': a NUL character cannot be sent over ssh — leave it out"
