@@ -464,17 +464,31 @@ def _importable(top: str) -> bool:
 
 def invocation(cfg=None) -> str:
     """The start of a line that reaches this recall, its vault and config from a shell holding none of this
-    process's environment: RECALL_HOME=… when it is set (else XDG_DATA_HOME=… when it moves the state), the
-    launcher, --config FILE unless the default (the file names its own state folder)."""
+    process's environment: the variables of `location_env`, the launcher, --config FILE unless the default
+    (~/.config/recall/config.yaml)."""
     import shlex
     words = [shlex.quote(w) for w in launcher()]
     if cfg is None:
         return " ".join(words)
-    home = Path.home()
-    if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
+    if cfg.path is not None and Path(cfg.path) != (Path.home() / ".config/recall/config.yaml").resolve():
         words += ["--config", shlex.quote(str(cfg.path))]
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in location_env().items()] + words)
+
+
+def location_env() -> dict:
+    """The variables of this environment that a process started without it needs to find the same state
+    folder and vault key (the config file is named apart), as absolute paths: RECALL_HOME, else XDG_DATA_HOME
+    and XDG_CONFIG_HOME where they are not the defaults (the default config's state is the default folder);
+    RECALL_KEY_FILE."""
+    def absolute(value: str) -> str:
+        return str(Path(value).expanduser().resolve())
+    env, home = {}, Path.home()
     if os.environ.get("RECALL_HOME"):
-        words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
-    elif default_home().resolve() != (home / ".local/share/recall").resolve():
-        words.insert(0, "XDG_DATA_HOME=" + shlex.quote(str(default_home().parent.resolve())))
-    return " ".join(words)
+        env["RECALL_HOME"] = absolute(os.environ["RECALL_HOME"])
+    else:
+        for name, default in (("XDG_DATA_HOME", home / ".local/share"), ("XDG_CONFIG_HOME", home / ".config")):
+            if os.environ.get(name) and absolute(os.environ[name]) != str(default.resolve()):
+                env[name] = absolute(os.environ[name])
+    if os.environ.get("RECALL_KEY_FILE"):
+        env["RECALL_KEY_FILE"] = absolute(os.environ["RECALL_KEY_FILE"])
+    return env

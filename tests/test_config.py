@@ -161,5 +161,11 @@ def test_a_handed_out_line_names_the_state_only_when_the_environment_moved_it(tm
     assert line.endswith(f" --config {cfg.path}") and "RECALL_HOME" not in line and "XDG" not in line
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert invocation(load_config(str(cfg.path))).startswith(f"XDG_DATA_HOME={tmp_path / 'data'} ")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))      # the default config's state is the default's
+    assert invocation(load_config(str(cfg.path))).startswith(
+        f"XDG_DATA_HOME={tmp_path / 'data'} XDG_CONFIG_HOME={tmp_path / 'cfg'} ")
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
     assert invocation(load_config(str(cfg.path))).startswith(f"RECALL_HOME={tmp_path / 'state'} ")
+    monkeypatch.setenv("RECALL_KEY_FILE", str(tmp_path / "keys" / "k"))
+    assert invocation(load_config(str(cfg.path))).startswith(
+        f"RECALL_HOME={tmp_path / 'state'} RECALL_KEY_FILE={tmp_path / 'keys' / 'k'} ")

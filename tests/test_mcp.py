@@ -291,6 +291,38 @@ def test_a_line_from_the_default_places_carries_nothing_extra(world, monkeypatch
     assert line.endswith(" secret exec jira-api-token -- true")
 
 
+def test_settings_and_lines_reach_a_config_state_and_key_the_environment_moved(tmp_path, monkeypatch):
+    """XDG_CONFIG_HOME, XDG_DATA_HOME and RECALL_KEY_FILE moved everything: the MCP settings `recall
+    instructions` prints start a server that finds them with nothing else, and its line runs in a bare sh."""
+    from tests.conftest import run_recall
+    home = tmp_path / "home"
+    moved = {"XDG_CONFIG_HOME": tmp_path / "cfg", "XDG_DATA_HOME": tmp_path / "data",
+             "RECALL_KEY_FILE": tmp_path / "keys" / "recall.key"}
+    config = moved["XDG_CONFIG_HOME"] / "recall" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    w = build(tmp_path / "w", notes=NOTES, secrets=f"- id: jira-api-token\n  value: {CANARY}\n")
+    config.write_text(w.config.read_text())
+    moved["RECALL_KEY_FILE"].parent.mkdir(mode=0o700)
+    for var in ("RECALL_CONFIG", "RECALL_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    for var, path in moved.items():
+        monkeypatch.setenv(var, str(path))
+    assert run_recall("secret", "sync").returncode == 0
+    settings = json.loads(run_recall("--json", "instructions").stdout)["mcpServers"]["recall"]
+    assert {k: v for k, v in settings["env"].items() if k in moved} == {k: str(v) for k, v in moved.items()}
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+
+    async def go():
+        params = StdioServerParameters(command=settings["command"], args=settings["args"],
+                                       env={**bare, **settings["env"]}, cwd=str(tmp_path))
+        async with Client(params) as client:
+            return await client.call_tool("recall_secret_command", {"id": "jira-api-token", "command": "echo $JIRA_API_TOKEN"})
+    r = anyio.run(go)
+    assert not r.is_error, r.content[0].text
+    ran = subprocess.run(["sh", "-c", r.content[0].text], env=bare, capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "[recall:jira-api-token]\n"), ran.stderr
+
+
 def test_access_tools_find_show_and_exec(world):
     found = json.loads(call("recall_access_find", query="atlassian")[0])["entries"]
     assert found[0]["id"] == "jira-prod"
