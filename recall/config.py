@@ -233,7 +233,7 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
-        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"))
+        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources})
     if "max_file_bytes" in doc:
         cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
 
@@ -275,7 +275,9 @@ def _embedding(value, path, line):
     return emb
 
 
-def _remotes(value, path, line):
+def _remotes(value, path, line, sources: set):
+    """The remotes, each named by one word no source has: its hits and `recall read` say NAME:path."""
+    import re
     _expect(value, list, path, line, "remotes")
     out = []
     for i, item in enumerate(value):
@@ -291,6 +293,12 @@ def _remotes(value, path, line):
         rem.ssh_config, rem.timeout = os.path.expanduser(rem.ssh_config), float(rem.timeout)
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", rem.name):
+            raise InputError(path, line_of(item, "name"), f"remote name {rem.name!r} is not one word",
+                             hint="use letters, digits, '.', '-' and '_': its notes are read as NAME:path")
+        if rem.name in sources:
+            raise InputError(path, line_of(item, "name"), f"remote name '{rem.name}' is also a source's name",
+                             hint="rename one: NAME:path must say which it reads")
         out.append(rem)
     return out
 
@@ -480,15 +488,9 @@ def location_env() -> dict:
     folder and vault key (the config file is named apart), as absolute paths: RECALL_HOME, else XDG_DATA_HOME
     and XDG_CONFIG_HOME where they are not the defaults (the default config's state is the default folder);
     RECALL_KEY_FILE."""
-    def absolute(value: str) -> str:
-        return str(Path(value).expanduser().resolve())
-    env, home = {}, Path.home()
-    if os.environ.get("RECALL_HOME"):
-        env["RECALL_HOME"] = absolute(os.environ["RECALL_HOME"])
-    else:
-        for name, default in (("XDG_DATA_HOME", home / ".local/share"), ("XDG_CONFIG_HOME", home / ".config")):
-            if os.environ.get(name) and absolute(os.environ[name]) != str(default.resolve()):
-                env[name] = absolute(os.environ[name])
-    if os.environ.get("RECALL_KEY_FILE"):
-        env["RECALL_KEY_FILE"] = absolute(os.environ["RECALL_KEY_FILE"])
-    return env
+    home = Path.home()
+    moved = {name: str(Path(os.environ[name]).expanduser().resolve()) for name in
+             ("RECALL_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "RECALL_KEY_FILE") if os.environ.get(name)}
+    defaults = {"XDG_DATA_HOME": home / ".local/share", "XDG_CONFIG_HOME": home / ".config"}
+    return {name: value for name, value in moved.items() if not (name in defaults and (
+        "RECALL_HOME" in moved or value == str(defaults[name].resolve())))}

@@ -58,6 +58,10 @@ def test_tilde_is_expanded(tmp_path, isolated_home):
     ("sources: []\nembedding:\n  dimension: -256\n", 3, "dimension' must be at least 0"),
     ("remotes:\n  - {name: a, host: b}\n  - name: c\n    host: d\n    timeout: -1\n", 5, "timeout"),
     ("remotes:\n  - name: c\n    host: d\n    timeout: .nan\n", 4, "timeout' must be at least"),
+    ("remotes:\n  - {name: a, host: b}\n  - name: my/box\n    host: d\n", 3, "remote name 'my/box' is not one word"),
+    ("remotes:\n  - name: 'box:2'\n    host: d\n", 2, "remote name 'box:2' is not one word"),
+    ("sources:\n  - {name: notes, path: /x}\nremotes:\n  - name: notes\n    host: d\n", 4,
+     "remote name 'notes' is also a source's name"),
 ])
 def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     with pytest.raises(RecallError) as err:
