@@ -195,6 +195,11 @@ def recall_read(path: str, offset: int = 0) -> str:
     return _page(api.read_header(data) + "\n" + data["text"] + tail, 0, "recall_read")
 
 
+def _echo(query: str) -> str:
+    """The agent's own query as a notice repeats it: its first 40 characters when it is long."""
+    return query if len(query) <= 80 else query[:40] + "…"
+
+
 def _listing(key: str, found: list, total: int, limit: int, lean, none: str) -> str:
     """The first `limit` of `found`, each made lean, as JSON, with what the agent should know."""
     notices: list = []
@@ -218,7 +223,7 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     ans = api.secret_find(query, limit=MAX_LIMIT)
     return _page(_listing("secrets", ans.to_dict(), ans.extra["total"], limit,
                           lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
-                          f"no secrets match {query!r}: try service, kind or environment words, or an empty query"),
+                          f"no secrets match {_echo(query)!r}: try service, kind or environment words, or an empty query"),
                  0, "recall_secret_find")
 
 
@@ -246,7 +251,7 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     recall_access_exec with the entry's id."""
     found = api.access_find(query).to_dict()
     return _page(_listing("entries", found, len(found), limit, lambda e: _lean(e, ENTRY_DROPS),
-                          f"no inventory entries match {query!r}: try an empty query"), 0, "recall_access_find")
+                          f"no inventory entries match {_echo(query)!r}: try an empty query"), 0, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:

@@ -415,6 +415,11 @@ def test_empty_finds_list_everything_with_a_count(world):
     assert got["count"] == 2 and {s["id"] for s in got["secrets"]} == {"db-admin", "jira-api-token"}
     got = json.loads(call("recall_access_find", query="nothing-matches-this")[0])
     assert got["count"] == 0 and "try an empty query" in got["notices"][0]
+    long = "nothing matches " * 10_000              # what an agent may paste: not said back whole
+    for tool in ("recall_access_find", "recall_secret_find"):
+        got = json.loads(call(tool, query=long)[0])
+        assert got["count"] == 0 and got["notices"][0].startswith(f"no {'inventory entries' if 'access' in tool else 'secrets'} "
+                                                                  f"match '{long[:40]}…': try "), got
 
 
 def test_the_tool_list_stays_under_ten_thousand_characters(world):
