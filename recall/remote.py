@@ -238,8 +238,8 @@ def install(cfg, host: str, path: str, ssh_config: str) -> InstallReport:
         raise RecallError(f"{host}:{_last(r.stderr)}; nothing was changed",
                           "give --path a folder of its own (recall puts recall.py and recall/ in it)")
     if r.returncode != 0:
-        raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
-                          "the host needs python3 ≥ 3.9")
+        raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",   # its python3 was checked
+                          "--path names a folder for recall.py and recall/, one this user can create or write")
     installed = r.stdout.decode().strip().splitlines()[-1]
     r = _run(base + [f"python3 {shlex.quote(installed)}/recall.py --json doctor"], timeout=INSTALL_TIMEOUT)
     try:

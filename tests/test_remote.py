@@ -375,6 +375,17 @@ def test_install_never_replaces_a_recall_folder_or_file_that_is_not_a_copy_of_re
 
 
 @pytest.mark.e2e
+def test_install_at_a_path_that_is_a_file_says_what_path_must_be(tmp_path, box):
+    server, remote_root = box
+    (tmp_path / "a-file").write_text("mine\n")
+    r = run_recall("remote", "install", "testbox", "--path", tmp_path / "a-file", "--ssh-config", server.client_config)
+    assert r.returncode == 1 and (tmp_path / "a-file").read_text() == "mine\n"
+    assert r.stderr.startswith(f"recall: copying recall to testbox:{tmp_path / 'a-file'} failed: FileExistsError: ")
+    assert r.stderr.rstrip().endswith("— --path names a folder for recall.py and recall/, one this user can create "
+                                      "or write"), r.stderr
+
+
+@pytest.mark.e2e
 def test_install_over_a_copy_with_its_bytecode_replaces_it(tmp_path, box):
     server, remote_root = box
     there = tmp_path / "there"
