@@ -133,8 +133,8 @@ _FOR_AGENT = [
     (re.compile(r"'recall (search|read|verify)'"), r"recall_\1"),
     (re.compile(r"e\.g\. recall (access|secret) find '([^']*)'"), r"e.g. recall_\1_find with query='\2'"),
     (re.compile(r"e\.g\. recall search '([^']*)'"), r"e.g. query='\1'"),
-    (re.compile(r"(?:\brun |\buse )?'recall (index|secret sync|secret rotate-key|doctor|remote install)([^']*)'"),
-     r"ask the user to run 'recall \1\2'"),
+    (re.compile(r"(?:\brun |\buse )?'recall ((?:--config [^']*? )?(?:index|init|secret sync|secret rotate-key|doctor|"
+                r"remote install)[^']*)'"), r"ask the user to run 'recall \1'"),
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
     (re.compile(r"— add '"), "— ask the user to add '"),
     (re.compile(r"an --offset below"), "an offset below"),   # the CLI's flags, as this face's arguments

@@ -391,6 +391,10 @@ def test_unknown_names_get_the_closest_ids_and_the_tool_to_call(world):
                                  "and a command")
     assert mcp_server.for_agent("no index yet — run 'recall index' first") == (
         "no index yet — ask the user to run 'recall index' first")
+    assert mcp_server.for_agent("config file /a b/c.yaml (from RECALL_CONFIG) does not exist — run 'recall --config "
+                                "/a b/c.yaml init' to write a starter one there") == (
+        "config file /a b/c.yaml (from RECALL_CONFIG) does not exist — ask the user to run 'recall --config /a b/c.yaml "
+        "init' to write a starter one there")
 
 
 def test_bad_arguments_are_one_sentence_and_a_large_limit_is_cut_and_said(world):
