@@ -132,7 +132,7 @@ def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = 
 # The checkout's recall.py, word for word (a test holds them equal): an installed recall has no file
 # beside its package to copy, so the bundle writes this one.
 LAUNCHER = '''#!/usr/bin/env python3
-"""Launcher: `python3 path/to/recall.py …` works from any folder, with nothing installed."""
+"""Launcher: `python3 path/to/recall.py ...` works from any folder, with nothing installed."""
 import os
 import sys
 
