@@ -389,6 +389,11 @@ def serve() -> int:
     """`recall mcp`: serve on stdio until the client closes it, following the sources meanwhile so the
     next search sees a note saved a moment ago. No child outlives the server: SIGTERM, SIGINT or SIGHUP
     stop the running ones first, then end it as the signal would."""
+    import sys
+    if sys.version_info < (3, 10):        # no mcp package installs here: the pip line would not help
+        raise RecallError(f"the MCP server needs Python 3.10 or newer (its mcp package), and this is Python "
+                          f"{sys.version.split()[0]} ({sys.executable})",
+                          "start 'recall mcp' with a newer python3 that has 'recall[mcp]' installed")
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:

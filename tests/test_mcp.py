@@ -753,6 +753,23 @@ def test_without_the_extra_recall_mcp_names_the_pip_install():
     assert r.stdout == ""
 
 
+def test_on_python_3_9_recall_mcp_names_the_python_it_needs(tmp_path):
+    """The launcher from a checkout run by a 3.9 (the core runs there; the mcp package needs 3.10)."""
+    import glob
+    import pwd
+    root = os.environ.get("PYENV_ROOT") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".pyenv")
+    found = sorted(glob.glob(os.path.join(root, "versions", "3.9.*", "bin", "python3.9")))
+    if not found:
+        pytest.skip("no Python 3.9 here (pyenv versions)")
+    r = subprocess.run([found[-1], str(REPO / "recall.py"), "mcp"], capture_output=True, text=True, cwd=REPO,
+                       timeout=60, stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    version = os.path.basename(os.path.dirname(os.path.dirname(found[-1])))
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"recall: the MCP server needs Python 3.10 or newer (its mcp package), and this is Python "
+                        f"{version} ({found[-1]}) — start 'recall mcp' with a newer python3 that has 'recall[mcp]' "
+                        "installed\n")
+
+
 # -- the local model stays loaded -------------------------------------------------------------------
 
 def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch):
