@@ -233,7 +233,7 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
-        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources})
+        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources}, base)
     if "max_file_bytes" in doc:
         cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
 
@@ -275,8 +275,9 @@ def _embedding(value, path, line):
     return emb
 
 
-def _remotes(value, path, line, sources: set):
-    """The remotes, each named by one word no source has: its hits and `recall read` say NAME:path."""
+def _remotes(value, path, line, sources: set, base: Path):
+    """The remotes, each named by one word no source has (its hits and `recall read` say NAME:path); an
+    ssh_config relative to the config file (path and config are the remote's own)."""
     import re
     _expect(value, list, path, line, "remotes")
     out = []
@@ -290,7 +291,7 @@ def _remotes(value, path, line, sources: set):
         for key, kind in REMOTE_TYPES.items():
             if key in item:
                 setattr(rem, key, _field(item, key, kind, path, minimum=0.1 if key == "timeout" else None))
-        rem.ssh_config, rem.timeout = os.path.expanduser(rem.ssh_config), float(rem.timeout)
+        rem.ssh_config, rem.timeout = rem.ssh_config and str(_resolve(base, rem.ssh_config)), float(rem.timeout)
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", rem.name):

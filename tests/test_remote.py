@@ -455,3 +455,16 @@ def test_a_nul_in_a_query_or_path_for_a_remote_is_one_sentence_not_a_traceback(t
     with pytest.raises(RecallError) as caught:
         api.read("box:a\0b.md")
     assert str(caught.value) == "remote 'box': a NUL character cannot be sent over ssh — leave it out"
+
+
+def test_a_relative_ssh_config_is_the_config_files_neighbour_from_any_folder(tmp_path, config):
+    """README: paths in the config are relative to it; ssh_config is a file here (path and config are the remote's)."""
+    cfg = config("remotes:\n  - name: box\n    host: testbox\n    path: notes/recall\n    ssh_config: ssh/box.conf\n")
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [HIT_JSON]}))
+    assert run_recall("index").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = run_recall("search", "zanzibar", env=env, cwd=elsewhere)
+    assert r.returncode == 0 and "box:r.md:1" in r.stdout, r.stderr
+    argv = (tmp_path / "ssh-argv").read_text()        # the guard's script spans lines: one call only
+    assert argv.startswith(f"-F {cfg.parent / 'ssh' / 'box.conf'} ") and " notes/recall/recall.py " in argv, argv
