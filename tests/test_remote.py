@@ -317,7 +317,8 @@ HIT_JSON = {"relpath": "r.md", "path": "/r.md", "line": 1, "end_line": 2, "bread
 
 @pytest.mark.parametrize("answer", [
     "[1, 2]", '{"hits": [1]}', '{"hits": [{}]}', '{"hits": {"a": 1}}', '{"hits": "xyz"}',
-    json.dumps({"hits": [{**HIT_JSON, "line": "1"}]}), json.dumps({"hits": [{**HIT_JSON, "snippet": ["zanzibar"]}]}), "[" * 100_000 + "]" * 100_000])
+    json.dumps({"hits": [{**HIT_JSON, "line": "1"}]}), json.dumps({"hits": [{**HIT_JSON, "snippet": ["zanzibar"]}]}),
+    "[" * 100_000 + "]" * 100_000], ids=lambda answer: answer[:24])     # short ids: the test's id is in its env
 def test_a_remote_answering_a_wrong_shape_is_one_line_for_search_read_and_index(tmp_path, config, answer):
     config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
     env = _fake_ssh(tmp_path, answer)
