@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Launcher: `python3 path/to/recall.py …` works from any folder, with nothing installed."""
+"""Launcher: `python3 path/to/recall.py ...` works from any folder, with nothing installed."""
 import os
 import sys
 

@@ -235,7 +235,7 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
-        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"))
+        cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources}, base)
     if "max_file_bytes" in doc:
         cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
 
@@ -277,7 +277,10 @@ def _embedding(value, path, line):
     return emb
 
 
-def _remotes(value, path, line):
+def _remotes(value, path, line, sources: set, base: Path):
+    """The remotes, each named by one word no source has (its hits and `recall read` say NAME:path); an
+    ssh_config relative to the config file (path and config are the remote's own)."""
+    import re
     _expect(value, list, path, line, "remotes")
     out = []
     for i, item in enumerate(value):
@@ -290,9 +293,15 @@ def _remotes(value, path, line):
         for key, kind in REMOTE_TYPES.items():
             if key in item:
                 setattr(rem, key, _field(item, key, kind, path, minimum=0.1 if key == "timeout" else None))
-        rem.ssh_config, rem.timeout = os.path.expanduser(rem.ssh_config), float(rem.timeout)
+        rem.ssh_config, rem.timeout = rem.ssh_config and str(_resolve(base, rem.ssh_config)), float(rem.timeout)
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", rem.name):
+            raise InputError(path, line_of(item, "name"), f"remote name {rem.name!r} is not one word",
+                             hint="use letters, digits, '.', '-' and '_': its notes are read as NAME:path")
+        if rem.name in sources:
+            raise InputError(path, line_of(item, "name"), f"remote name '{rem.name}' is also a source's name",
+                             hint="rename one: NAME:path must say which it reads")
         out.append(rem)
     return out
 
@@ -466,17 +475,25 @@ def _importable(top: str) -> bool:
 
 def invocation(cfg=None) -> str:
     """The start of a line that reaches this recall, its vault and config from a shell holding none of this
-    process's environment: RECALL_HOME=… when it is set (else XDG_DATA_HOME=… when it moves the state), the
-    launcher, --config FILE unless the default (the file names its own state folder)."""
+    process's environment: the variables of `location_env`, the launcher, --config FILE unless the default
+    (~/.config/recall/config.yaml)."""
     import shlex
     words = [shlex.quote(w) for w in launcher()]
     if cfg is None:
         return " ".join(words)
-    home = Path.home()
-    if cfg.path is not None and Path(cfg.path) != (home / ".config/recall/config.yaml").resolve():
+    if cfg.path is not None and Path(cfg.path) != (Path.home() / ".config/recall/config.yaml").resolve():
         words += ["--config", shlex.quote(str(cfg.path))]
-    if os.environ.get("RECALL_HOME"):
-        words.insert(0, "RECALL_HOME=" + shlex.quote(str(Path(cfg.home).expanduser().resolve())))
-    elif default_home().resolve() != (home / ".local/share/recall").resolve():
-        words.insert(0, "XDG_DATA_HOME=" + shlex.quote(str(default_home().parent.resolve())))
-    return " ".join(words)
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in location_env().items()] + words)
+
+
+def location_env() -> dict:
+    """The variables of this environment that a process started without it needs to find the same state
+    folder and vault key (the config file is named apart), as absolute paths: RECALL_HOME, else XDG_DATA_HOME
+    and XDG_CONFIG_HOME where they are not the defaults (the default config's state is the default folder);
+    RECALL_KEY_FILE."""
+    home = Path.home()
+    moved = {name: str(Path(os.environ[name]).expanduser().resolve()) for name in
+             ("RECALL_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "RECALL_KEY_FILE") if os.environ.get(name)}
+    defaults = {"XDG_DATA_HOME": home / ".local/share", "XDG_CONFIG_HOME": home / ".config"}
+    return {name: value for name, value in moved.items() if not (name in defaults and (
+        "RECALL_HOME" in moved or value == str(defaults[name].resolve())))}

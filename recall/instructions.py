@@ -80,6 +80,8 @@ def install(path) -> str:
     path = Path(os.path.realpath(os.path.expanduser(str(path))))     # a symlinked CLAUDE.md stays a link
     if path.is_dir():
         raise RecallError(f"{path} is a folder", "name the instructions file, e.g. ~/.claude/CLAUDE.md")
+    if path.exists() and not path.is_file():      # a FIFO would hang the read, a device be replaced by a file
+        raise RecallError(f"{path} is not a regular file", "name the instructions file, e.g. ~/.claude/CLAUDE.md")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)     # ~/.claude before the agent's first run
     except OSError as exc:

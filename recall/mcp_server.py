@@ -133,12 +133,13 @@ _FOR_AGENT = [
     (re.compile(r"'recall (search|read|verify)'"), r"recall_\1"),
     (re.compile(r"e\.g\. recall (access|secret) find '([^']*)'"), r"e.g. recall_\1_find with query='\2'"),
     (re.compile(r"e\.g\. recall search '([^']*)'"), r"e.g. query='\1'"),
-    (re.compile(r"(?:\brun |\buse )?'recall (index|secret sync|secret rotate-key|doctor|remote install)([^']*)'"),
-     r"ask the user to run 'recall \1\2'"),
+    (re.compile(r"(?:\brun |\buse )?'recall ((?:--config [^']*? )?(?:index|init|secret sync|secret rotate-key|doctor|"
+                r"remote install)[^']*)'"), r"ask the user to run 'recall \1'"),
     (re.compile(r"give the command after --|put the command after `--`"), "pass the command"),
     (re.compile(r"— add '"), "— ask the user to add '"),
     (re.compile(r"an --offset below"), "an offset below"),   # the CLI's flags, as this face's arguments
-    (re.compile(r"--(offset|mode) "), r"\1="),
+    (re.compile(r"--(offset|mode) (-?\d+|auto|keyword|semantic|hybrid)\b"), r"\1=\2"),
+    (re.compile(r"--(offset|mode)\b"), r"\1"),
 ]
 
 
@@ -194,6 +195,11 @@ def recall_read(path: str, offset: int = 0) -> str:
     return _page(api.read_header(data) + "\n" + data["text"] + tail, 0, "recall_read")
 
 
+def _echo(query: str) -> str:
+    """The agent's own query as a notice repeats it: its first 40 characters when it is long."""
+    return query if len(query) <= 80 else query[:40] + "…"
+
+
 def _listing(key: str, found: list, total: int, limit: int, lean, none: str) -> str:
     """The first `limit` of `found`, each made lean, as JSON, with what the agent should know."""
     notices: list = []
@@ -217,7 +223,7 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     ans = api.secret_find(query, limit=MAX_LIMIT)
     return _page(_listing("secrets", ans.to_dict(), ans.extra["total"], limit,
                           lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
-                          f"no secrets match {query!r}: try service, kind or environment words, or an empty query"),
+                          f"no secrets match {_echo(query)!r}: try service, kind or environment words, or an empty query"),
                  0, "recall_secret_find")
 
 
@@ -245,7 +251,7 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     recall_access_exec with the entry's id."""
     found = api.access_find(query).to_dict()
     return _page(_listing("entries", found, len(found), limit, lambda e: _lean(e, ENTRY_DROPS),
-                          f"no inventory entries match {query!r}: try an empty query"), 0, "recall_access_find")
+                          f"no inventory entries match {_echo(query)!r}: try an empty query"), 0, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:
@@ -383,6 +389,11 @@ def serve() -> int:
     """`recall mcp`: serve on stdio until the client closes it, following the sources meanwhile so the
     next search sees a note saved a moment ago. No child outlives the server: SIGTERM, SIGINT or SIGHUP
     stop the running ones first, then end it as the signal would."""
+    import sys
+    if sys.version_info < (3, 10):        # no mcp package installs here: the pip line would not help
+        raise RecallError(f"the MCP server needs Python 3.10 or newer (its mcp package), and this is Python "
+                          f"{sys.version.split()[0]} ({sys.executable})",
+                          "start 'recall mcp' with a newer python3 that has 'recall[mcp]' installed")
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError:

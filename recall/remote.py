@@ -18,23 +18,45 @@ from .errors import NotFound, RecallError
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL_TIMEOUT = 60.0      # seconds for each ssh step of an install
 
-# Runs on the remote box with its python3: unpack the tar from stdin next to the old copy, then swap.
+# Runs on the remote box with its python3: unpack the tar from stdin in a folder of its own beside the
+# old copy, then swap. A 'recall' folder or 'recall.py' there that is not a copy of recall (a notes
+# folder named recall, given --path ~) is never replaced: exit 3, nothing changed.
 _UNPACK = r"""
-import io, os, shutil, sys, tarfile
+import io, os, shutil, sys, tarfile, tempfile
 dest = os.path.expanduser(sys.argv[1])
+pkg, launcher = os.path.join(dest, "recall"), os.path.join(dest, "recall.py")
+
+def copy_of_recall(folder):
+    if os.path.islink(folder) or not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return False
+    for top, dirs, files in os.walk(folder):
+        cache = os.path.basename(top) == "__pycache__"
+        if any(os.path.islink(os.path.join(top, n)) for n in dirs + files) or \
+                any(not n.endswith(".pyc" if cache else ".py") for n in files):
+            return False
+    return True
+
+def launcher_of_recall(path):
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return b"from recall.cli import run" in f.read(4096)
+
+for path, ours in ((pkg, copy_of_recall), (launcher, launcher_of_recall)):
+    if os.path.lexists(path) and not ours(path):
+        sys.stderr.write(path + " is there and is not a copy of recall\n")
+        sys.exit(3)
 os.makedirs(dest, exist_ok=True)
-new = os.path.join(dest, ".recall-new")
-shutil.rmtree(new, ignore_errors=True)
-with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as tar:
-    tar.extractall(new)
-old = os.path.join(dest, ".recall-old")
-shutil.rmtree(old, ignore_errors=True)
-if os.path.isdir(os.path.join(dest, "recall")):
-    os.rename(os.path.join(dest, "recall"), old)
-os.rename(os.path.join(new, "recall"), os.path.join(dest, "recall"))
-os.replace(os.path.join(new, "recall.py"), os.path.join(dest, "recall.py"))
-shutil.rmtree(new, ignore_errors=True)
-shutil.rmtree(old, ignore_errors=True)
+work = tempfile.mkdtemp(prefix=".recall-install-", dir=dest)
+try:
+    with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read()), mode="r:gz") as tar:
+        tar.extractall(os.path.join(work, "new"))
+    if os.path.lexists(pkg):
+        os.rename(pkg, os.path.join(work, "old"))
+    os.rename(os.path.join(work, "new", "recall"), pkg)
+    os.replace(os.path.join(work, "new", "recall.py"), launcher)
+finally:
+    shutil.rmtree(work, ignore_errors=True)
 print(dest)
 """
 
@@ -57,20 +79,60 @@ def ssh_argv(host: str, ssh_config: str = "", timeout: float = 10.0, options: tu
     return argv + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}", *options, host]
 
 
+MAX_ANSWER = 64 << 20       # bytes of a remote's answer read; a longer one is refused, its ssh ended
+
+
 def _run(argv: list, *, data: bytes | None = None, timeout: float, label: str = "the host"):
+    """argv run to its end within `timeout`: its stdin held open until then (`data` written first), so
+    the remote's guard sees the session end; stdout read up to MAX_ANSWER, stderr's last 64 KiB kept."""
+    import threading
     try:
-        return subprocess.run(argv, input=data, capture_output=True, timeout=timeout,
-                              stdin=None if data is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise RecallError(f"{label} did not answer within {timeout:g}s") from None
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise RecallError("ssh is not installed here") from None
+    except ValueError:         # a NUL in a word: no command line carries one
+        raise RecallError(f"{label}: a NUL character cannot be sent over ssh", "leave it out") from None
+    out, err, over = bytearray(), bytearray(), []
+
+    def drain(fd: int, into: bytearray, keep: int) -> None:
+        while chunk := os.read(fd, 1 << 16):
+            into += chunk
+            if fd == proc.stdout.fileno() and len(into) > keep:
+                over.append(True)
+                proc.kill()
+                return
+            del into[:max(0, len(into) - keep)]
+
+    def feed() -> None:
+        with contextlib.suppress(OSError):
+            proc.stdin.write(data)
+            proc.stdin.close()       # the end of `data`: what the remote reads to its end
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout.fileno(), out, MAX_ANSWER), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr.fileno(), err, 1 << 16), daemon=True)]
+    for t in readers + ([threading.Thread(target=feed, daemon=True)] if data is not None else []):
+        t.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise RecallError(f"{label} did not answer within {timeout:g}s") from None
+    finally:
+        proc.kill()        # no-op once it ended; its stdin closed below ends the remote command too
+        proc.wait()
+        for t in readers:
+            t.join(5)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                f.close()
+    if over:
+        raise RecallError(f"{label} answered more than {MAX_ANSWER >> 20} MB; nothing of it was used")
+    return subprocess.CompletedProcess(argv, proc.returncode, bytes(out), bytes(err))
 
 
 # The checkout's recall.py, word for word (a test holds them equal): an installed recall has no file
 # beside its package to copy, so the bundle writes this one.
 LAUNCHER = '''#!/usr/bin/env python3
-"""Launcher: `python3 path/to/recall.py …` works from any folder, with nothing installed."""
+"""Launcher: `python3 path/to/recall.py ...` works from any folder, with nothing installed."""
 import os
 import sys
 
@@ -172,9 +234,12 @@ def install(cfg, host: str, path: str, ssh_config: str) -> InstallReport:
     updated = out.strip().splitlines()[-1] == "present"
     data, count = _bundle()
     r = _run(base + [f"python3 -c {shlex.quote(_UNPACK)} {where}"], data=data, timeout=INSTALL_TIMEOUT)
+    if r.returncode == 3:
+        raise RecallError(f"{host}:{_last(r.stderr)}; nothing was changed",
+                          "give --path a folder of its own (recall puts recall.py and recall/ in it)")
     if r.returncode != 0:
-        raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",
-                          "the host needs python3 ≥ 3.9")
+        raise RecallError(f"copying recall to {host}:{path} failed: {_last(r.stderr)}",   # its python3 was checked
+                          "--path names a folder for recall.py and recall/, one this user can create or write")
     installed = r.stdout.decode().strip().splitlines()[-1]
     r = _run(base + [f"python3 {shlex.quote(installed)}/recall.py --json doctor"], timeout=INSTALL_TIMEOUT)
     try:
@@ -192,10 +257,30 @@ def _last(stderr: bytes) -> str:
     return lines[-1].strip() if lines else "no message"
 
 
+# Runs the remote recall (argv after -c's script) and ends it when the ssh session does: its stdin
+# (held open by this side until ssh ends) reaches its end, e.g. this side gave up after its timeout.
+_GUARD = r"""
+import os, signal, subprocess, sys, threading
+child = subprocess.Popen([sys.executable] + sys.argv[1:], stdin=subprocess.DEVNULL, start_new_session=True)
+def gone():
+    while os.read(0, 65536):
+        pass
+    os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+threading.Thread(target=gone, daemon=True).start()
+code = child.wait()
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
 def _remote_cmd(rem, *args: str) -> str:
-    """The remote shell's command line: only the configured recall path and config expand ~ there;
-    every other word (a query, a note path) is quoted, so the remote shell runs nothing in it."""
-    words = ["python3", shell_path(f"{rem.path.rstrip('/')}/recall.py")]
+    """The remote shell's command line, recall under the guard: only the configured recall path and
+    config expand ~ there; every other word (a query, a note path) is quoted, so the remote shell
+    runs nothing in it."""
+    words = ["python3", "-c", shlex.quote(_GUARD), shell_path(f"{rem.path.rstrip('/')}/recall.py")]
     if rem.config:
         words += ["--config", shell_path(rem.config)]
     return " ".join(words + [shlex.quote(str(a)) for a in args])
@@ -217,6 +302,53 @@ def get_remote(cfg, name: str):
                    else "add a 'remotes:' list to the config")
 
 
+# The fields of a remote's answer recall uses, and their JSON types: an answer without a required one
+# (None: may be missing), or with one of another type, is not recall's — one line, never a traceback.
+_NUMBER = (int, float)
+HIT = {"relpath": str, "path": None, "line": None, "end_line": None, "breadcrumb": None, "snippet": None,
+       "highlights": None, "score": None, "date": None}
+HIT_TYPES = {"relpath": str, "path": str, "line": int, "end_line": int, "breadcrumb": str, "snippet": str,
+             "highlights": list, "score": _NUMBER, "date": str}
+READ = {"relpath": str, "path": str, "start_line": int, "end_line": int, "range_end": int, "text": str,
+        "next_offset": (int, type(None)), "total_lines": int}
+INDEX = {"new": int, "changed": int, "removed": int, "unchanged": int, "chunks": int, "seconds": _NUMBER}
+
+
+def _shaped(rem, data, required: dict, types: dict | None = None) -> dict:
+    """`data` when it is an object holding every `required` field, each present one of its type in
+    `types` (default: `required`); else RecallError."""
+    types = types or required
+    if isinstance(data, dict) and all(k in data for k, kind in required.items() if kind is not None) \
+            and all(isinstance(data[k], kind) for k, kind in types.items() if k in data):
+        return data
+    raise _not_recall(rem)
+
+
+def _not_recall(rem) -> RecallError:
+    return RecallError(f"remote '{rem.name}' answered something that is not recall's JSON",
+                       f"'recall remote install {rem.host} --path {rem.path}' puts this recall there again")
+
+
+def _hits(rem, data, n: int) -> list:
+    """The remote's first `n` hits, each checked; its highlights kept only where they point into the snippet."""
+    found = _shaped(rem, data, {"hits": list})["hits"][:n]
+    hits = [_shaped(rem, h, HIT, HIT_TYPES) for h in found]
+    for h in hits:
+        h["highlights"] = _spans(h.get("highlights", []), h.get("snippet", ""))
+    return hits
+
+
+def _spans(spans: list, text: str) -> list:
+    """The [start, end] pairs of `spans` that mark `text` in order; the rest dropped."""
+    out, at = [], 0
+    for span in spans:
+        if isinstance(span, list) and len(span) == 2 and all(type(i) is int for i in span) \
+                and at <= span[0] <= span[1] <= len(text):
+            out.append(span)
+            at = span[1]
+    return out
+
+
 def run_json(cfg, rem, args: list, timeout: float | None = None):
     dest, options = ssh_target(cfg, rem.host)
     r = _run(ssh_argv(dest, rem.ssh_config, rem.timeout, options) + [_remote_cmd(rem, "--json", *args)],
@@ -225,8 +357,8 @@ def run_json(cfg, rem, args: list, timeout: float | None = None):
         raise RecallError(f"remote '{rem.name}': {_last(r.stderr).removeprefix('recall: ')}")
     try:
         return json.loads(r.stdout.decode("utf-8", "replace"))
-    except ValueError:
-        raise RecallError(f"remote '{rem.name}' answered something that is not recall's JSON") from None
+    except (ValueError, RecursionError):
+        raise _not_recall(rem) from None
 
 
 class _Asked:
@@ -258,8 +390,9 @@ def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
     """({remote name: [hit dicts]}, [notices]) — every remote asked in parallel, each bounded by its timeout."""
     def ask(rem):
         try:
-            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--", query])
-            return rem.name, data.get("hits", []), None
+            data = run_json(cfg, rem, ["search", "--local", "-n", str(n), "--mode", mode, "--",
+                                       query.replace("\0", " ")])      # no word holds a NUL
+            return rem.name, _hits(rem, data, n), None
         except RecallError as exc:
             return rem.name, [], str(exc)
 
@@ -274,6 +407,7 @@ def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:
         for h in found:
             h["source"] = name
             h["relpath"] = f"{name}:{h['relpath']}"
+            h["highlights"] = _spans(h["highlights"], h.get("snippet", ""))    # the redactor may have moved them
         hits[name] = found
     return hits, notices
 
@@ -290,13 +424,17 @@ def _redacted(cfg, answers: list) -> list:
 
 
 def read_remote(cfg, name: str, target: str, *, max_chars: int, offset: int) -> dict:
+    """The remote's read of `target`: the fields of a read (notes.read.ReadResult), the source aside."""
     rem = get_remote(cfg, name)
-    return run_json(cfg, rem, ["read", target, "--max-chars", str(max_chars), "--offset", str(offset)])
+    data = _shaped(rem, run_json(cfg, rem, ["read", target, "--max-chars", str(max_chars), "--offset", str(offset)]),
+                   READ)
+    return {k: data[k] for k in READ}
 
 
 def index_remote(cfg, name: str, full: bool = False) -> dict:
     rem = get_remote(cfg, name)
-    return run_json(cfg, rem, ["index"] + (["--full"] if full else []), timeout=max(rem.timeout, 3600))
+    return _shaped(rem, run_json(cfg, rem, ["index"] + (["--full"] if full else []), timeout=max(rem.timeout, 3600)),
+                   INDEX)
 
 
 def federate(result, remote_hits: dict, n: int) -> None:
@@ -310,8 +448,8 @@ def federate(result, remote_hits: dict, n: int) -> None:
     for name, hits in remote_hits.items():
         lists[name] = [(name, i) for i in range(len(hits))]
         for i, h in enumerate(hits):
-            pool[(name, i)] = Hit(**{k: h.get(k, [] if k == "highlights" else "" if k not in
-                                              ("line", "end_line", "score") else 0) for k in Hit.PUBLIC})
+            pool[(name, i)] = Hit(remote=True, **{k: h.get(k, [] if k == "highlights" else "" if k not in
+                                                           ("line", "end_line", "score") else 0) for k in Hit.PUBLIC})
     fused = rrf(lists)
     result.hits = []
     for key in sorted(fused, key=lambda key: -fused[key][0])[:n]:

@@ -620,3 +620,28 @@ def test_a_usage_error_does_not_say_back_a_secret_typed_in_it(synced, typed):
     r = run_recall(*typed)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert CANARY not in r.stderr and CANARY[8:20] not in r.stderr and "[recall:jira-api-token]" in r.stderr, r.stderr
+
+
+def _old_pythons() -> list:
+    """Interpreters older than 3.9 that pyenv has here (the launcher's user may have only one of them)."""
+    import glob
+    import pwd
+    root = os.environ.get("PYENV_ROOT") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".pyenv")
+    found = sorted(glob.glob(os.path.join(root, "versions", "[23].*", "bin", "python")))
+    return [p for p in found if tuple(int(x) for x in Path(p).parent.parent.name.split(".")[:2]) < (3, 9)]
+
+
+@pytest.mark.parametrize("how", ["launcher", "-m"])
+def test_an_older_python_gets_one_line_naming_the_python_it_needs(tmp_path, how):
+    """`python3.8 path/to/recall.py` (a box whose python3 is older): one line, exit 1, from 2.7 to 3.8."""
+    pythons = _old_pythons()
+    if not pythons:
+        pytest.skip("no Python older than 3.9 here (pyenv versions)")
+    for python in pythons:
+        argv = [python, str(REPO / "recall.py"), "search", "x"] if how == "launcher" else [python, "-m", "recall", "search", "x"]
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+        version = Path(python).parent.parent.name
+        assert (r.returncode, r.stdout) == (1, ""), (python, r.stderr)
+        assert r.stderr == (f"recall: recall needs Python 3.9 or newer, and this is Python {version} ({python}): "
+                            "run it with a newer python3\n"), (python, r.stderr)

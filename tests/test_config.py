@@ -58,6 +58,10 @@ def test_tilde_is_expanded(tmp_path, isolated_home):
     ("sources: []\nembedding:\n  dimension: -256\n", 3, "dimension' must be at least 0"),
     ("remotes:\n  - {name: a, host: b}\n  - name: c\n    host: d\n    timeout: -1\n", 5, "timeout"),
     ("remotes:\n  - name: c\n    host: d\n    timeout: .nan\n", 4, "timeout' must be at least"),
+    ("remotes:\n  - {name: a, host: b}\n  - name: my/box\n    host: d\n", 3, "remote name 'my/box' is not one word"),
+    ("remotes:\n  - name: 'box:2'\n    host: d\n", 2, "remote name 'box:2' is not one word"),
+    ("sources:\n  - {name: notes, path: /x}\nremotes:\n  - name: notes\n    host: d\n", 4,
+     "remote name 'notes' is also a source's name"),
 ])
 def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     with pytest.raises(RecallError) as err:
@@ -178,5 +182,11 @@ def test_a_handed_out_line_names_the_state_only_when_the_environment_moved_it(tm
     assert line.endswith(f" --config {cfg.path}") and "RECALL_HOME" not in line and "XDG" not in line
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert invocation(load_config(str(cfg.path))).startswith(f"XDG_DATA_HOME={tmp_path / 'data'} ")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))      # the default config's state is the default's
+    assert invocation(load_config(str(cfg.path))).startswith(
+        f"XDG_DATA_HOME={tmp_path / 'data'} XDG_CONFIG_HOME={tmp_path / 'cfg'} ")
     monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state"))
     assert invocation(load_config(str(cfg.path))).startswith(f"RECALL_HOME={tmp_path / 'state'} ")
+    monkeypatch.setenv("RECALL_KEY_FILE", str(tmp_path / "keys" / "k"))
+    assert invocation(load_config(str(cfg.path))).startswith(
+        f"RECALL_HOME={tmp_path / 'state'} RECALL_KEY_FILE={tmp_path / 'keys' / 'k'} ")

@@ -117,3 +117,19 @@ def test_cli_prints_the_block_and_installs_it(cli, tmp_path):
     assert code == 0 and out == f"created {target} with the recall rules\n"
     code, out, _ = cli("instructions", "--install", target)
     assert code == 0 and out == f"{target} already has the current recall rules\n"
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused_and_left_as_it_is(tmp_path):
+    """A FIFO (its read would wait for a writer forever) or a device (/dev/null would be replaced by a file):
+    refused, through a symlink too."""
+    import os
+    import stat
+
+    from tests.conftest import run_recall
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "link").symlink_to(fifo)
+    for name in ("fifo", "link"):
+        r = run_recall("instructions", "--install", tmp_path / name, timeout=60)
+        assert r.returncode == 1 and r.stderr.startswith(f"recall: {fifo} is not a regular file — "), r.stderr
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)

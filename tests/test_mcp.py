@@ -291,6 +291,38 @@ def test_a_line_from_the_default_places_carries_nothing_extra(world, monkeypatch
     assert line.endswith(" secret exec jira-api-token -- true")
 
 
+def test_settings_and_lines_reach_a_config_state_and_key_the_environment_moved(tmp_path, monkeypatch):
+    """XDG_CONFIG_HOME, XDG_DATA_HOME and RECALL_KEY_FILE moved everything: the MCP settings `recall
+    instructions` prints start a server that finds them with nothing else, and its line runs in a bare sh."""
+    from tests.conftest import run_recall
+    home = tmp_path / "home"
+    moved = {"XDG_CONFIG_HOME": tmp_path / "cfg", "XDG_DATA_HOME": tmp_path / "data",
+             "RECALL_KEY_FILE": tmp_path / "keys" / "recall.key"}
+    config = moved["XDG_CONFIG_HOME"] / "recall" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    w = build(tmp_path / "w", notes=NOTES, secrets=f"- id: jira-api-token\n  value: {CANARY}\n")
+    config.write_text(w.config.read_text())
+    moved["RECALL_KEY_FILE"].parent.mkdir(mode=0o700)
+    for var in ("RECALL_CONFIG", "RECALL_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    for var, path in moved.items():
+        monkeypatch.setenv(var, str(path))
+    assert run_recall("secret", "sync").returncode == 0
+    settings = json.loads(run_recall("--json", "instructions").stdout)["mcpServers"]["recall"]
+    assert {k: v for k, v in settings["env"].items() if k in moved} == {k: str(v) for k, v in moved.items()}
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+
+    async def go():
+        params = StdioServerParameters(command=settings["command"], args=settings["args"],
+                                       env={**bare, **settings["env"]}, cwd=str(tmp_path))
+        async with Client(params) as client:
+            return await client.call_tool("recall_secret_command", {"id": "jira-api-token", "command": "echo $JIRA_API_TOKEN"})
+    r = anyio.run(go)
+    assert not r.is_error, r.content[0].text
+    ran = subprocess.run(["sh", "-c", r.content[0].text], env=bare, capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "[recall:jira-api-token]\n"), ran.stderr
+
+
 def test_access_tools_find_show_and_exec(world):
     found = json.loads(call("recall_access_find", query="atlassian")[0])["entries"]
     assert found[0]["id"] == "jira-prod"
@@ -359,6 +391,10 @@ def test_unknown_names_get_the_closest_ids_and_the_tool_to_call(world):
                                  "and a command")
     assert mcp_server.for_agent("no index yet — run 'recall index' first") == (
         "no index yet — ask the user to run 'recall index' first")
+    assert mcp_server.for_agent("config file /a b/c.yaml (from RECALL_CONFIG) does not exist — run 'recall --config "
+                                "/a b/c.yaml init' to write a starter one there") == (
+        "config file /a b/c.yaml (from RECALL_CONFIG) does not exist — ask the user to run 'recall --config /a b/c.yaml "
+        "init' to write a starter one there")
 
 
 def test_bad_arguments_are_one_sentence_and_a_large_limit_is_cut_and_said(world):
@@ -383,6 +419,11 @@ def test_empty_finds_list_everything_with_a_count(world):
     assert got["count"] == 2 and {s["id"] for s in got["secrets"]} == {"db-admin", "jira-api-token"}
     got = json.loads(call("recall_access_find", query="nothing-matches-this")[0])
     assert got["count"] == 0 and "try an empty query" in got["notices"][0]
+    long = "nothing matches " * 10_000              # what an agent may paste: not said back whole
+    for tool in ("recall_access_find", "recall_secret_find"):
+        got = json.loads(call(tool, query=long)[0])
+        assert got["count"] == 0 and got["notices"][0].startswith(f"no {'inventory entries' if 'access' in tool else 'secrets'} "
+                                                                  f"match '{long[:40]}…': try "), got
 
 
 def test_the_tool_list_stays_under_ten_thousand_characters(world):
@@ -712,6 +753,23 @@ def test_without_the_extra_recall_mcp_names_the_pip_install():
     assert r.stdout == ""
 
 
+def test_on_python_3_9_recall_mcp_names_the_python_it_needs(tmp_path):
+    """The launcher from a checkout run by a 3.9 (the core runs there; the mcp package needs 3.10)."""
+    import glob
+    import pwd
+    root = os.environ.get("PYENV_ROOT") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".pyenv")
+    found = sorted(glob.glob(os.path.join(root, "versions", "3.9.*", "bin", "python3.9")))
+    if not found:
+        pytest.skip("no Python 3.9 here (pyenv versions)")
+    r = subprocess.run([found[-1], str(REPO / "recall.py"), "mcp"], capture_output=True, text=True, cwd=REPO,
+                       timeout=60, stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    version = os.path.basename(os.path.dirname(os.path.dirname(found[-1])))
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"recall: the MCP server needs Python 3.10 or newer (its mcp package), and this is Python "
+                        f"{version} ({found[-1]}) — start 'recall mcp' with a newer python3 that has 'recall[mcp]' "
+                        "installed\n")
+
+
 # -- the local model stays loaded -------------------------------------------------------------------
 
 def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch):
@@ -795,3 +853,5 @@ def test_an_error_about_offset_or_mode_names_the_tools_arguments_not_the_clis_fl
     assert is_error and "offset=1000000 is past its end" in text and "--" not in text, text
     text, is_error = call("recall_search", query="failover", mode="semantic")
     assert is_error and "mode=semantic needs an embedding provider" in text and "--mode" not in text, text
+    text, is_error = call("recall_read", path="runbooks/jump-hosts.md", offset=-1)
+    assert is_error and text == "offset must be 0 or more", text

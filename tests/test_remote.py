@@ -299,3 +299,173 @@ def test_hanging_remotes_are_asked_in_parallel_and_each_named_once(tmp_path, con
         lines = [l for l in r.stderr.splitlines() if f"'{name}'" in l]
         assert len(lines) == 1 and lines[0].startswith(f"recall: remote '{name}'"), r.stderr
     assert elapsed < 2 + 1.5, f"three 2 s remotes took {elapsed:.1f}s: asked one after another?"
+
+
+def _fake_ssh(tmp_path, answer: str) -> dict:
+    """An `ssh` first on PATH that prints `answer` as the remote recall's stdout: the env to run with."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "answer").write_text(answer)
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >>{tmp_path / 'ssh-argv'}\ncat {tmp_path / 'answer'}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+HIT_JSON = {"relpath": "r.md", "path": "/r.md", "line": 1, "end_line": 2, "breadcrumb": "R", "snippet": "zanzibar",
+            "highlights": [[0, 8]], "score": 1.0, "date": "2025-01-01"}
+
+
+@pytest.mark.parametrize("answer", [
+    "[1, 2]", '{"hits": [1]}', '{"hits": [{}]}', '{"hits": {"a": 1}}', '{"hits": "xyz"}',
+    json.dumps({"hits": [{**HIT_JSON, "line": "1"}]}), json.dumps({"hits": [{**HIT_JSON, "snippet": ["zanzibar"]}]}),
+    "[" * 100_000 + "]" * 100_000], ids=lambda answer: answer[:24])     # short ids: the test's id is in its env
+def test_a_remote_answering_a_wrong_shape_is_one_line_for_search_read_and_index(tmp_path, config, answer):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, answer)
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963", env=env)
+    assert r.returncode == 0 and r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+    assert r.stderr.startswith("recall: remote 'box' answered something that is not recall's JSON — "), r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    for args in (("read", "box:r.md:1"), ("index", "--remote", "box")):
+        r = run_recall(*args, env=env)
+        assert r.returncode == 1 and r.stdout == "", r.stderr
+        assert r.stderr.startswith("recall: remote 'box' answered something that is not recall's JSON — "), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+
+
+def test_a_remote_hits_highlights_outside_its_snippet_are_dropped(tmp_path, config):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    spans = [[5, 3], [0, 2], [1, 4], [3, 100], ["x"]]
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [{**HIT_JSON, "snippet": "abcdefg", "highlights": spans}]}))
+    assert run_recall("index").returncode == 0
+    r = run_recall("--json", "search", "abcdefg", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hits"][0]["highlights"] == [[0, 2]]
+    assert "   **ab**cdefg" in run_recall("search", "abcdefg", env=env).stdout
+
+
+def test_a_remote_hits_read_field_is_what_read_takes(tmp_path, config):
+    """The remote's own source is 'notes', the remote is 'box': the hit reads 'box:r.md:1', not 'box:box:r.md:1'."""
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [{**HIT_JSON, "source": "notes"}]}))
+    assert run_recall("index").returncode == 0
+    r = run_recall("--json", "search", "zanzibar", env=env)
+    hit = json.loads(r.stdout)["hits"][0]
+    assert (hit["source"], hit["relpath"], hit["read"]) == ("box", "box:r.md", "box:r.md:1")
+    run_recall("read", hit["read"], env=env)
+    assert (tmp_path / "ssh-argv").read_text().splitlines()[-1].endswith(" --json read r.md:1 --max-chars 8000 --offset 0")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("theirs", ["recall/todo.md", "recall.py", "recall/__init__.py recall/.git/HEAD"])
+def test_install_never_replaces_a_recall_folder_or_file_that_is_not_a_copy_of_recall(tmp_path, box, theirs):
+    """`--path ~` where ~/recall is the user's notes folder: refused, every file as it was."""
+    server, remote_root = box
+    there = tmp_path / "home-there"
+    for rel in theirs.split():
+        (there / rel).parent.mkdir(parents=True, exist_ok=True)
+        (there / rel).write_text("mine\n")
+    before = {p: p.read_bytes() for p in there.rglob("*") if p.is_file()}
+    r = run_recall("remote", "install", "testbox", "--path", str(there), "--ssh-config", server.client_config)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith(f"recall: testbox:{there / theirs.split()[0].split('/')[0]} is there and "
+                                       "is not a copy of recall; nothing was changed — "), r.stderr
+    assert {p: p.read_bytes() for p in there.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in there.iterdir()) == sorted({rel.split("/")[0] for rel in theirs.split()})
+
+
+@pytest.mark.e2e
+def test_install_at_a_path_that_is_a_file_says_what_path_must_be(tmp_path, box):
+    server, remote_root = box
+    (tmp_path / "a-file").write_text("mine\n")
+    r = run_recall("remote", "install", "testbox", "--path", tmp_path / "a-file", "--ssh-config", server.client_config)
+    assert r.returncode == 1 and (tmp_path / "a-file").read_text() == "mine\n"
+    assert r.stderr.startswith(f"recall: copying recall to testbox:{tmp_path / 'a-file'} failed: FileExistsError: ")
+    assert r.stderr.rstrip().endswith("— --path names a folder for recall.py and recall/, one this user can create "
+                                      "or write"), r.stderr
+
+
+@pytest.mark.e2e
+def test_install_over_a_copy_with_its_bytecode_replaces_it(tmp_path, box):
+    server, remote_root = box
+    there = tmp_path / "there"
+    _install(server, there)
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, str(there / "recall.py"), "--version"], check=True, capture_output=True)
+    assert list((there / "recall").glob("__pycache__/*.pyc"))
+    (there / "recall" / "stale_module.py").write_text("# a module an older recall had\n")
+    r = _install(server, there)
+    assert r.stdout.startswith("updated") and not (there / "recall" / "stale_module.py").exists()
+    assert sorted(p.name for p in there.iterdir()) == ["recall", "recall.py"]
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process `pid` ended within `within` seconds (killed if not: nothing left behind)."""
+    from recall.db.pids import alive
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    return False
+
+
+@pytest.mark.e2e
+def test_a_remote_recall_past_its_timeout_is_ended_there_too(tmp_path, config, box):
+    """ssh given up after the timeout: the recall it started on the remote does not run on by itself."""
+    server, remote_root = box
+    slow = remote_root / "slow"
+    slow.mkdir()
+    pid_file = tmp_path / "remote.pid"
+    (slow / "recall.py").write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                    "time.sleep(300)\n")
+    config(f"remotes:\n  - name: sleepy\n    host: testbox\n    path: {slow}\n    ssh_config: {server.client_config}\n"
+           f"    timeout: 2\n")
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963")
+    assert r.returncode == 0 and r.stderr.strip() == "recall: remote 'sleepy' did not answer within 2s", r.stderr
+    assert _gone(int(pid_file.read_text())), "the remote recall was still running"
+
+
+def test_a_remote_answer_past_its_bound_is_refused_in_one_line(tmp_path, config):
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    env = _fake_ssh(tmp_path, "")
+    pid_file = tmp_path / "ssh.pid"
+    (tmp_path / "fakebin" / "ssh").write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec yes '{{\"hits\": []}}'\n")
+    assert run_recall("index").returncode == 0
+    r = run_recall("search", "INC-10963", env=env)
+    assert r.returncode == 0 and r.stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+    assert r.stderr.strip() == "recall: remote 'box' answered more than 64 MB; nothing of it was used", r.stderr
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_a_nul_in_a_query_or_path_for_a_remote_is_one_sentence_not_a_traceback(tmp_path, config, monkeypatch):
+    """What an MCP client can send (a CLI argument cannot hold a NUL): search asks the remote with a
+    space in its place, read says it cannot be sent."""
+    from recall import api
+    from recall.errors import RecallError
+    config("remotes:\n  - name: box\n    host: testbox\n    path: ~/recall\n")
+    monkeypatch.setenv("PATH", _fake_ssh(tmp_path, json.dumps({"hits": [HIT_JSON]}))["PATH"])
+    assert run_recall("index").returncode == 0
+    data = api.search("zanzi\0bar").to_dict()
+    assert data["notices"] == [] and [h["relpath"] for h in data["hits"]] == ["box:r.md"]
+    assert (tmp_path / "ssh-argv").read_text().rstrip("\n").endswith(" -- 'zanzi bar'")
+    with pytest.raises(RecallError) as caught:
+        api.read("box:a\0b.md")
+    assert str(caught.value) == "remote 'box': a NUL character cannot be sent over ssh — leave it out"
+
+
+def test_a_relative_ssh_config_is_the_config_files_neighbour_from_any_folder(tmp_path, config):
+    """README: paths in the config are relative to it; ssh_config is a file here (path and config are the remote's)."""
+    cfg = config("remotes:\n  - name: box\n    host: testbox\n    path: notes/recall\n    ssh_config: ssh/box.conf\n")
+    env = _fake_ssh(tmp_path, json.dumps({"hits": [HIT_JSON]}))
+    assert run_recall("index").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = run_recall("search", "zanzibar", env=env, cwd=elsewhere)
+    assert r.returncode == 0 and "box:r.md:1" in r.stdout, r.stderr
+    argv = (tmp_path / "ssh-argv").read_text()        # the guard's script spans lines: one call only
+    assert argv.startswith(f"-F {cfg.parent / 'ssh' / 'box.conf'} ") and " notes/recall/recall.py " in argv, argv

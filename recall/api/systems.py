@@ -124,10 +124,10 @@ def instructions(install: str | None = None, config: str | None = None) -> Answe
 
 def mcp_server_settings(config: str | None = None) -> dict:
     """How an MCP client starts this very recall from nothing (no PATH, no env of this shell): the
-    command by absolute path, and the config and state folder when they are not the defaults."""
-    import os
+    command by absolute path, and the config, state folder and key when they are not the defaults."""
+    from pathlib import Path
 
-    from ..config import default_config_path, find_config, launcher
+    from ..config import find_config, launcher, location_env
     words = launcher()
     server: dict = {"command": words[0], "args": [*words[1:], "mcp"]}
     env = {}
@@ -135,10 +135,9 @@ def mcp_server_settings(config: str | None = None) -> dict:
         path = find_config(config)
     except RecallError:
         path = None
-    if path is not None and path != default_config_path().resolve():
+    if path is not None and path != (Path.home() / ".config/recall/config.yaml").resolve():
         env["RECALL_CONFIG"] = str(path)
-    if os.environ.get("RECALL_HOME"):
-        env["RECALL_HOME"] = os.path.abspath(os.path.expanduser(os.environ["RECALL_HOME"]))
+    env.update(location_env())
     if env:
         server["env"] = env
     return server

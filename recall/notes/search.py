@@ -34,13 +34,14 @@ class Hit:
     date: str = ""
     chunk_id: int = 0
     explain: dict = field(default_factory=dict)
+    remote: bool = False          # a remote's hit: its relpath already starts with the remote's name
     # what a hit shows (--json, MCP, a remote's answer), in this order; the rest is internal
     PUBLIC = ("source", "relpath", "path", "line", "end_line", "breadcrumb", "snippet", "highlights", "score", "date")
 
     @property
     def read(self) -> str:
         """The `recall read` target of the section this hit points at."""
-        return f"{self.source}:{self.relpath}:{self.line}"
+        return f"{self.relpath}:{self.line}" if self.remote else f"{self.source}:{self.relpath}:{self.line}"
 
     def marked(self) -> str:
         """The snippet with its highlights marked **like this** (the terminal view)."""
