@@ -423,3 +423,21 @@ def test_a_save_made_while_recall_writes_is_kept(make_world, monkeypatch):
         inplace.write_edits(edits)
     assert secrets.read_text() == theirs
     assert not list(secrets.parent.glob("secrets.yaml.recall-*"))
+
+
+def test_a_comment_after_a_plain_value_is_said_before_it_is_sealed(make_world):
+    """`value: Pa55 #word` is `Pa55` to YAML, and '#word' stays in the file as written once the value
+    is sealed: sync says so at its line, quoting neither; a quoted value's comment is not asked about,
+    nor a sealed one's at the next sync."""
+    secrets = make_world(secrets="- id: cut\n  value: Pa55w0rd-ab9 #word-of-it\n"
+                                 "- id: quoted\n  value: 'a-quoted-value-9' # rotated in May\n"
+                                 "- id: db\n  fields:\n    username: admin # who\n    password: Pw-9x81-aa # hm\n").secrets
+    r = run_recall("secret", "sync")
+    warned = [line for line in r.stderr.splitlines() if line.startswith("recall: warning: ")]
+    assert r.returncode == 0 and len(warned) == 2, r.stderr
+    assert "secrets.yaml:2: a comment follows the value of 'cut' on its line" in warned[0]
+    assert "secrets.yaml:8: a comment follows the value of 'db.password' on its line" in warned[1]
+    assert not re.search(r"Pa55w0|word-of|Pw-9x8", r.stderr)
+    assert "#word-of-it" in secrets.read_text()                  # the user's file: the comment as written
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0 and "warning" not in r.stderr

@@ -79,7 +79,7 @@ def load_secret_files(paths: list) -> tuple:
                                   f"find it (find / -xdev -samefile {path}), remove it or make it a copy, "
                                   "then run this again")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
-        stamp = file_stamp(path)
+        stamp, first = file_stamp(path), len(entries)
         try:
             for item, line in yaml.load_entries(path, "secrets"):
                 if isinstance(item, dict):                        # a key that reads like a field name
@@ -99,8 +99,27 @@ def load_secret_files(paths: list) -> tuple:
                 entries.append(entry)
         except InputError as exc:
             raise without_text(exc, ids) from None
+        warnings += _comments_after_values(path, entries[first:])
     _refuse_values_in_metadata(entries)
     return entries, warnings
+
+
+def _comments_after_values(path: str, entries: list) -> list:
+    """A plain value followed by ' #…' on its line: YAML reads a comment there, so a password holding
+    ' #' is cut short, and its rest stays in the file as plain text once the value is sealed. Said
+    (never quoted) before the first sync; a quoted, block or sealed value is not asked about."""
+    from .redact import public_fields
+    plain = [(e, f, s) for e in entries for f, s in e.spans.items()
+             if s and not s.flow and f not in public_fields(e.meta) and not e.values[f].startswith("ENC[")]
+    if not plain:
+        return []
+    with open(path, encoding="utf-8-sig") as f:
+        rows = re.split(r"\r\n|\r|\n", f.read())
+    return [f"{path}:{s.end_row + 1}: a comment follows the value of '{e.id + ('.' + f if f else '')}' on its line: "
+            "YAML ends the value before ' #', and the comment stays as written when the value is sealed — if "
+            "it is part of the value, quote the value ('…')"
+            for e, f, s in plain if rows[s.row][s.col:s.col + 1] not in ("'", '"', "|", ">")
+            and re.match(r"[ \t]+#", rows[s.end_row][s.end_col:])]
 
 
 _SHOWN = ("service", "environment", "kind", "url", "notes", "use")    # metadata every face shows
