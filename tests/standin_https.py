@@ -105,6 +105,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
+        elif parts.path in ("/two-codings", "/gzip-transfer"):     # gzip a client reads, said two ways
+            import gzip
+            body = gzip.compress(f"you sent {auth}\n".encode())
+            self.send_response(200)
+            if parts.path == "/two-codings":            # a second line, not the last one, names the gzip
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Encoding", "identity")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:                                       # a transfer coding under the chunks
+                self.send_header("Transfer-Encoding", "gzip, chunked")
+                self.end_headers()
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         elif parts.path == "/bomb":
             self._send(200, gzip_bomb(), [("Content-Encoding", "gzip")])
         elif parts.path == "/br":

@@ -144,6 +144,20 @@ def test_a_compressed_echo_is_masked_too_and_an_unreadable_coding_is_refused(wor
     assert "a response in br encoding was not passed on" in r.stderr
 
 
+def test_gzip_named_by_a_second_header_line_or_as_a_transfer_coding_never_reaches_the_child(world, api, tmp_path):
+    """The proxy read only the last Content-Encoding line and dropped a gzip transfer coding: the child got
+    the echoed value still compressed, unmasked, and `gunzip | rev` printed it."""
+    r = sh('for p in two-codings gzip-transfer; do curl -sS -o "$0/$p" -w "%{http_code}\\n" '
+           f'-H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/$p; '
+           'gunzip < "$0/$p" 2>/dev/null | rev; done', str(tmp_path))
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+    assert r.stdout == "502\n502\n", r.stdout
+    for name in ("two-codings", "gzip-transfer"):
+        assert (tmp_path / name).read_text() == "recall proxy: the response's content encoding cannot be masked\n"
+    assert "a response in gzip, identity encoding was not passed on" in r.stderr
+    assert "a response in gzip, chunked encoding was not passed on" in r.stderr
+
+
 def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, api, tmp_path):
     upload = tmp_path / "upload.bin"
     upload.write_bytes(os.urandom(300_000))

@@ -80,6 +80,16 @@ def split_header(line: bytes) -> tuple:
     return name, value.strip()
 
 
+def joined(headers: list) -> dict:
+    """{lower-cased name: value}, a header sent several times as one comma-joined value (as a client reads
+    it: two Content-Encoding lines are two codings, not the last one)."""
+    out: dict = {}
+    for name, value in headers:
+        low = name.lower()
+        out[low] = out[low] + b", " + value if low in out and low != b"content-length" else value
+    return out
+
+
 def send_piece(client, data: bytes, chunked: bool) -> None:
     if data:
         client.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)

@@ -301,13 +301,16 @@ class HostBoundProxy:
                 break                               # 1xx (100 Continue, 103) were answered already
         lines = head[:-4].split(b"\r\n")
         headers = [http1.split_header(line) for line in lines[1:] if line]
-        get = {k.lower(): v for k, v in headers}
+        get = http1.joined(headers)
         has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
         keep_client = req.version == b"HTTP/1.1" and req.get(b"connection").lower() != b"close"
         coding = get.get(b"content-encoding", b"").strip().lower() if has_body else b""
-        if coding not in (b"", b"identity", b"gzip", b"x-gzip", b"deflate"):
-            # asked for identity, sent something we cannot read: it could hide an echoed value
-            self._note("problem", f"a response in {coding.decode('latin-1')[:20]} encoding was not passed on "
+        framing = get.get(b"transfer-encoding", b"").strip().lower() if has_body else b""
+        if coding not in (b"", b"identity", b"gzip", b"x-gzip", b"deflate") or framing not in (b"", b"chunked"):
+            # asked for identity, sent something we cannot read (two codings, a gzip transfer coding): it could
+            # hide an echoed value
+            shown = (coding if framing in (b"", b"chunked") else framing).decode("latin-1")[:20]
+            self._note("problem", f"a response in {shown} encoding was not passed on "
                                   "(it could not be checked for the value)")
             http1.refuse(client, 502, "recall proxy: the response's content encoding cannot be masked")
             return False, False
@@ -323,7 +326,7 @@ class HostBoundProxy:
         if not keep_client:
             out.append(b"Connection: close")
         client.sendall(self.masker.mask(b"\r\n".join(out) + b"\r\n\r\n"))
-        keep_up = get.get(b"connection", b"").lower() != b"close"
+        keep_up = b"close" not in (t.strip() for t in get.get(b"connection", b"").lower().split(b","))
         if not has_body:
             return keep_up, keep_client
         stream = self.masker.stream()
