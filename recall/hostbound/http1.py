@@ -8,13 +8,28 @@ READ_SIZE = 64 * 1024
 
 
 class Reader:
-    """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
+    """Buffered reads from a socket: heads, lines, and exact or available byte counts; `pause`:
+    (seconds, whether it is wanted, what to do) when the peer is silent that long."""
 
     def __init__(self, sock):
         self.sock, self.buf = sock, bytearray()
+        self.pause = None
 
     def _fill(self) -> bool:
-        chunk = self.sock.recv(READ_SIZE)
+        chunk = None
+        if self.pause is not None and self.pause[1]():
+            import socket
+            seconds, _, paused = self.pause
+            before = self.sock.gettimeout()
+            self.sock.settimeout(seconds)
+            try:
+                chunk = self.sock.recv(READ_SIZE)
+            except socket.timeout:
+                paused()
+            finally:
+                self.sock.settimeout(before)
+        if chunk is None:
+            chunk = self.sock.recv(READ_SIZE)
         self.buf += chunk
         return bool(chunk)
 

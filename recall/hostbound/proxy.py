@@ -48,10 +48,11 @@ class Binding:
 
 
 class HostBoundProxy:
-    """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process."""
+    """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process;
+    `release`: seconds a response may pause before the masker's held tail goes out (exec's rule)."""
 
-    def __init__(self, bindings: list, masker, ca, trust_files=()):
-        self.bindings, self.masker, self.ca = bindings, masker, ca
+    def __init__(self, bindings: list, masker, ca, trust_files=(), release: float = 0.5):
+        self.bindings, self.masker, self.ca, self.release = bindings, masker, ca, release
         for path in trust_files:
             if not os.access(path, os.R_OK):
                 raise ValueError(f"{path} cannot be read")
@@ -334,12 +335,18 @@ class HostBoundProxy:
         if compressed:
             import zlib
             inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
-        for piece in http1.response_body(up, get):
-            if piece is None:                       # read until close: the upstream cannot be reused
-                keep_up = False
-                continue
-            for data in (_inflated(inflate, piece) if inflate else (piece,)):
-                http1.send_piece(client, stream.feed(data), chunked)
+        # a paused response (an event stream, a watch) gets its held tail now, not with the next event
+        up.pause = (self.release, lambda: stream.holding,
+                    lambda: http1.send_piece(client, stream.release(), chunked))
+        try:
+            for piece in http1.response_body(up, get):
+                if piece is None:                       # read until close: the upstream cannot be reused
+                    keep_up = False
+                    continue
+                for data in (_inflated(inflate, piece) if inflate else (piece,)):
+                    http1.send_piece(client, stream.feed(data), chunked)
+        finally:
+            up.pause = None
         http1.send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
         http1.send_piece(client, stream.flush(), chunked)
         if chunked:

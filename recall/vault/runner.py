@@ -137,7 +137,8 @@ def _run(con, child: Child, out, err) -> RunResult:
             from ..hostbound import Session, placeholders_for
             chosen = child.placeholders
             session = Session(child.host_bound, child.values, masker,
-                              placeholders_for(child.host_bound, public_fields) if chosen is None else chosen)
+                              placeholders_for(child.host_bound, public_fields) if chosen is None else chosen,
+                              release=RELEASE)
         proc, report = _start(child, child.env if session is None else session.child_env(child.env))
         given, held = list(child.given), b""
         if child.prelude is not None:
