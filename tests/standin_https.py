@@ -132,6 +132,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/nudge":
             self.server.nudge.set()
             self._send(200, b"nudged\n")
+        elif parts.path == "/bare-lf":          # lines ended by LF alone, the connection kept open
+            body = f"you sent {auth}\n".encode()
+            self.wfile.write(b"HTTP/1.1 200 OK\nX-Echo: %s\nContent-Length: %d\n\n%s" % (auth.encode(), len(body), body))
         elif parts.path == "/bomb":
             self._send(200, gzip_bomb(), [("Content-Encoding", "gzip")])
         elif parts.path == "/br":

@@ -166,6 +166,18 @@ def test_an_event_stream_gets_each_event_while_the_service_waits_for_the_next(wo
     assert r.stdout.split("\n") == ["data: event 0", "nudged", "", "data: event 1 after the nudge", "", ""], r.stdout
 
 
+def test_a_response_head_ended_by_bare_line_feeds_is_read_and_masked(world, api):
+    """The proxy waited for CRLF CRLF: a server ending its lines in LF alone (curl reads it) left the
+    child waiting 5 minutes for nothing."""
+    r = sh(f'curl -sS -D - --max-time 20 -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/bare-lf https://127.0.0.1:{api.port}/myself')
+    assert r.returncode == 0, r.stderr
+    assert "X-Echo: Bearer [recall:jira-api-token]\n" in r.stdout
+    assert "\n\nyou sent Bearer [recall:jira-api-token]\nHTTP/1.1 200 OK\n" in r.stdout, r.stdout
+    assert r.stdout.endswith('\n\n{"name": "me"}\n'), r.stdout              # the same tunnel goes on
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+
+
 def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, api, tmp_path):
     upload = tmp_path / "upload.bin"
     upload.write_bytes(os.urandom(300_000))

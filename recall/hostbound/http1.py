@@ -33,19 +33,27 @@ class Reader:
         self.buf += chunk
         return bool(chunk)
 
-    def until(self, mark: bytes, limit: int = MAX_HEAD):
-        """Bytes up to and including `mark`; None at a clean EOF; ValueError when too long or cut."""
-        while mark not in self.buf:
+    def until(self, mark, limit: int = MAX_HEAD):
+        """Bytes up to and including `mark` (bytes, or a compiled pattern: RESPONSE_END); None at a clean EOF;
+        ValueError when too long or cut."""
+        while (end := self._end(mark)) < 0:
             if len(self.buf) > limit:
                 raise ValueError("head too long")
             if not self._fill():
                 if self.buf:
                     raise ValueError("connection closed mid-head")
                 return None
-        end = self.buf.index(mark) + len(mark)
         out = bytes(self.buf[:end])
         del self.buf[:end]
         return out
+
+    def _end(self, mark) -> int:
+        """Where `mark` ends in the buffer; -1 when it is not there yet."""
+        if isinstance(mark, bytes):
+            at = self.buf.find(mark)
+            return -1 if at < 0 else at + len(mark)
+        found = mark.search(self.buf)
+        return found.end() if found else -1
 
     def some(self, n: int) -> bytes:
         if not self.buf and not self._fill():
@@ -53,6 +61,9 @@ class Reader:
         out = bytes(self.buf[:n])
         del self.buf[:n]
         return out
+
+
+RESPONSE_END = re.compile(rb"\r?\n\r?\n")   # a response head's blank line: CRLF, or bare LF as clients read it
 
 
 class NoResponse(ValueError):

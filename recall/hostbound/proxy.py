@@ -292,7 +292,7 @@ class HostBoundProxy:
         """Stream one response to the child, headers and body masked, re-framed as chunked."""
         while True:
             try:
-                head = up.until(b"\r\n\r\n")
+                head = up.until(http1.RESPONSE_END)     # a server ending lines in bare LF: read, not waited on
             except ConnectionResetError:
                 head = None
             if head is None:
@@ -300,7 +300,7 @@ class HostBoundProxy:
             status = int(head.split(b" ", 2)[1])
             if status >= 200 or status == 101:
                 break                               # 1xx (100 Continue, 103) were answered already
-        lines = head[:-4].split(b"\r\n")
+        lines = [line.rstrip(b"\r") for line in head.rstrip(b"\r\n").split(b"\n")]
         headers = [http1.split_header(line) for line in lines[1:] if line]
         get = http1.joined(headers)
         has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
