@@ -135,6 +135,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/bare-lf":          # lines ended by LF alone, the connection kept open
             body = f"you sent {auth}\n".encode()
             self.wfile.write(b"HTTP/1.1 200 OK\nX-Echo: %s\nContent-Length: %d\n\n%s" % (auth.encode(), len(body), body))
+        elif parts.path == "/raw-deflate":      # 'deflate' without the zlib header, as some servers send it
+            import zlib
+            z = zlib.compressobj(9, zlib.DEFLATED, -15)
+            self._send(200, z.compress(f"you sent {auth}\n".encode()) + z.flush(), [("Content-Encoding", "deflate")])
         elif parts.path == "/bomb":
             self._send(200, gzip_bomb(), [("Content-Encoding", "gzip")])
         elif parts.path == "/br":

@@ -331,10 +331,7 @@ class HostBoundProxy:
         if not has_body:
             return keep_up, keep_client
         stream = self.masker.stream()
-        inflate = None
-        if compressed:
-            import zlib
-            inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
+        inflate = None                  # made from the first piece (masked as plain bytes)
         # a paused response (an event stream, a watch) gets its held tail now, not with the next event
         up.pause = (self.release, lambda: stream.holding,
                     lambda: http1.send_piece(client, stream.release(), chunked))
@@ -343,6 +340,8 @@ class HostBoundProxy:
                 if piece is None:                       # read until close: the upstream cannot be reused
                     keep_up = False
                     continue
+                if compressed and inflate is None:
+                    inflate = _inflater(coding, piece)
                 for data in (_inflated(inflate, piece) if inflate else (piece,)):
                     http1.send_piece(client, stream.feed(data), chunked)
         finally:
@@ -352,6 +351,15 @@ class HostBoundProxy:
         if chunked:
             client.sendall(b"0\r\n\r\n")
         return keep_up, keep_client
+
+
+def _inflater(coding: bytes, first: bytes):
+    """gzip or zlib, told by its header; a 'deflate' body sent without the zlib header (curl and urllib3
+    read one) as raw deflate."""
+    import zlib
+    headed = first[:2] == b"\x1f\x8b" or (len(first) > 1 and first[0] & 0x0F == 8 and
+                                          (first[0] << 8 | first[1]) % 31 == 0)
+    return zlib.decompressobj(47 if headed or coding != b"deflate" else -15)
 
 
 def _inflated(inflate, piece: bytes):
