@@ -248,6 +248,51 @@ def test_the_proxy_is_gone_when_the_child_exits(world):
     assert not os.path.exists(ca_file) and not os.path.exists(os.path.dirname(ca_file))
 
 
+def test_a_long_lived_recall_stops_listening_when_the_run_ends(world, api):
+    """`recall mcp` lives on after a run: close() alone left the proxy's accept() waiting, so its port still
+    took connections (and the run's credential and bindings) after the child was gone."""
+    import io
+
+    from recall import api as library
+    out = io.BytesIO()
+    ans = library.secret_exec("jira-api-token", ["sh", "-c", 'echo "${HTTPS_PROXY##*:}"'], out=out, err=io.BytesIO())
+    assert ans.code == 0
+    assert not _listening(int(out.getvalue()))
+
+
+FLOOD = r"""
+import base64, os, resource, socket, sys, urllib.request
+from urllib.parse import urlsplit
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+tunnels = []
+for _ in range(200):           # more than recall may hold open (128): its accept() fails with EMFILE
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    tunnels.append(s)
+for s in tunnels:
+    s.close()
+req = urllib.request.Request(f"https://127.0.0.1:{port}/myself", headers={"Authorization": "Bearer " + os.environ["JIRA_API_TOKEN"]})
+print(urllib.request.urlopen(req, timeout=30).read().decode().strip())
+"""
+
+
+def test_a_child_that_opens_more_connections_than_recall_may_hold_is_served_once_they_close(world, api):
+    """An accept() that failed for want of a file descriptor ended the proxy's accept loop: every later
+    request of the run hung until the client gave up."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip("needs a hard limit of 1024 descriptors")
+    r = clean(subprocess.run([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
+                              sys.executable, "-c", FLOOD, str(api.port)], capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))))
+    assert (r.returncode, r.stdout) == (0, '{"name": "me"}\n'), r.stderr
+    assert "recall: the proxy could not take a connection (Too many open files)" in r.stderr.splitlines()
+    assert api.seen[-1]["auth"] == f"Bearer {CANARY}"
+
+
 def test_no_port_is_left_after_kill_9_of_recall(world, tmp_path):
     out = tmp_path / "port"
     proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",

@@ -64,6 +64,7 @@ class HostBoundProxy:
         self.events: list = []          # (secret id, verdict, method, scheme, host, port, path)
         self.problems: list = []        # one line each: a TLS handshake the child refused, an upstream error
         self._lock = threading.Lock()
+        self._closed = threading.Event()
         self._socks: set = set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -88,6 +89,9 @@ class HostBoundProxy:
 
     def close(self) -> None:
         """Stop listening and cut every open connection."""
+        self._closed.set()
+        with suppress(OSError):         # close() alone leaves a thread's accept() listening (recall mcp lives on)
+            self._listener.shutdown(socket.SHUT_RDWR)
         with suppress(OSError):
             self._listener.close()
         with self._lock:
@@ -108,12 +112,19 @@ class HostBoundProxy:
             (self._socks.add if add else self._socks.discard)(sock)
 
     def _accept(self) -> None:
-        while True:
+        while not self._closed.is_set():
+            conn = None
             try:
                 conn, _ = self._listener.accept()
-            except OSError:         # closed
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                if not self._closed.is_set():
+                    threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                    continue
+            except (OSError, RuntimeError) as exc:      # no descriptor or thread left (EMFILE): not for good
+                if not self._closed.is_set():
+                    self._note("problem", f"the proxy could not take a connection ({_short(exc)})")
+                    self._closed.wait(0.05)
+            if conn is not None:
+                conn.close()
 
     def _serve(self, conn) -> None:
         conn.settimeout(IDLE)
