@@ -131,7 +131,7 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
 def _run(con, child: Child, out, err) -> RunResult:
     masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
-    session = None
+    session = proc = None
     try:
         if child.host_bound:
             from ..hostbound import Session, placeholders_for
@@ -160,6 +160,11 @@ def _run(con, child: Child, out, err) -> RunResult:
     except RecallError:
         shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         audit.log(con, child.verb, child.target, argv=shown, verdict=verdict)
+        raise
+    except BaseException:      # Ctrl-C, SIGTERM, a reader gone (`| head`): the child had its values all the same
+        shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+        with suppress(Exception):          # the interrupt is what the user must get
+            audit.log(con, child.verb, child.target, argv=shown, verdict="not run" if proc is None else "stopped")
         raise
     finally:
         if session is not None:
