@@ -105,6 +105,40 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
+        elif parts.path in ("/two-codings", "/gzip-transfer"):     # gzip a client reads, said two ways
+            import gzip
+            body = gzip.compress(f"you sent {auth}\n".encode())
+            self.send_response(200)
+            if parts.path == "/two-codings":            # a second line, not the last one, names the gzip
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Encoding", "identity")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:                                       # a transfer coding under the chunks
+                self.send_header("Transfer-Encoding", "gzip, chunked")
+                self.end_headers()
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        elif parts.path == "/events":           # an event stream: the next event only once the child asks
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(2):
+                piece = b"data: event 0\n\n" if i == 0 else b"data: event 1 %s\n\n" % (
+                    b"after the nudge" if self.server.nudge.wait(30) else b"unasked, 30 s later")
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        elif parts.path == "/nudge":
+            self.server.nudge.set()
+            self._send(200, b"nudged\n")
+        elif parts.path == "/bare-lf":          # lines ended by LF alone, the connection kept open
+            body = f"you sent {auth}\n".encode()
+            self.wfile.write(b"HTTP/1.1 200 OK\nX-Echo: %s\nContent-Length: %d\n\n%s" % (auth.encode(), len(body), body))
+        elif parts.path == "/raw-deflate":      # 'deflate' without the zlib header, as some servers send it
+            import zlib
+            z = zlib.compressobj(9, zlib.DEFLATED, -15)
+            self._send(200, z.compress(f"you sent {auth}\n".encode()) + z.flush(), [("Content-Encoding", "deflate")])
         elif parts.path == "/bomb":
             self._send(200, gzip_bomb(), [("Content-Encoding", "gzip")])
         elif parts.path == "/br":
@@ -148,7 +182,7 @@ class StandIn:
         self.ca, cert, key = certs or make_test_ca(folder)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
-        self.server.seen, self.server.token = [], token
+        self.server.seen, self.server.token, self.server.nudge = [], token, threading.Event()
         if tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(str(cert), str(key))

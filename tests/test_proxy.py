@@ -138,10 +138,45 @@ def test_a_response_echoing_the_value_comes_back_masked(world, api):
 
 def test_a_compressed_echo_is_masked_too_and_an_unreadable_coding_is_refused(world, api):
     r = sh(f'curl -sS --compressed -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/gzip; '
+           f'curl -sS --compressed -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/raw-deflate; '
            f'curl -sS -o /dev/null -w "%{{http_code}}\\n" -H "Authorization: Bearer $JIRA_API_TOKEN" '
            f'https://127.0.0.1:{api.port}/br')
-    assert r.stdout == "you sent Bearer [recall:jira-api-token]\n502\n", (r.stdout, r.stderr)
+    assert r.stdout == "you sent Bearer [recall:jira-api-token]\n" * 2 + "502\n", (r.stdout, r.stderr)
     assert "a response in br encoding was not passed on" in r.stderr
+
+
+def test_gzip_named_by_a_second_header_line_or_as_a_transfer_coding_never_reaches_the_child(world, api, tmp_path):
+    """The proxy read only the last Content-Encoding line and dropped a gzip transfer coding: the child got
+    the echoed value still compressed, unmasked, and `gunzip | rev` printed it."""
+    r = sh('for p in two-codings gzip-transfer; do curl -sS -o "$0/$p" -w "%{http_code}\\n" '
+           f'-H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/$p; '
+           'gunzip < "$0/$p" 2>/dev/null | rev; done', str(tmp_path))
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
+    assert r.stdout == "502\n502\n", r.stdout
+    for name in ("two-codings", "gzip-transfer"):
+        assert (tmp_path / name).read_text() == "recall proxy: the response's content encoding cannot be masked\n"
+    assert "a response in gzip, identity encoding was not passed on" in r.stderr
+    assert "a response in gzip, chunked encoding was not passed on" in r.stderr
+
+
+def test_an_event_stream_gets_each_event_while_the_service_waits_for_the_next(world, api):
+    """The masker's held tail went out only with the next bytes: a watch or an event stream through the
+    proxy showed each event one event late (here: never, until the service gave up waiting)."""
+    base = f"https://127.0.0.1:{api.port}"
+    r = sh(f'curl -sSN {base}/events | {{ IFS= read -r first; echo "$first"; curl -sS {base}/nudge; cat; }}')
+    assert r.stdout.split("\n") == ["data: event 0", "nudged", "", "data: event 1 after the nudge", "", ""], r.stdout
+
+
+def test_a_response_head_ended_by_bare_line_feeds_is_read_and_masked(world, api):
+    """The proxy waited for CRLF CRLF: a server ending its lines in LF alone (curl reads it) left the
+    child waiting 5 minutes for nothing."""
+    r = sh(f'curl -sS -D - --max-time 20 -H "Authorization: Bearer $JIRA_API_TOKEN" '
+           f'https://127.0.0.1:{api.port}/bare-lf https://127.0.0.1:{api.port}/myself')
+    assert r.returncode == 0, r.stderr
+    assert "X-Echo: Bearer [recall:jira-api-token]\n" in r.stdout
+    assert "\n\nyou sent Bearer [recall:jira-api-token]\nHTTP/1.1 200 OK\n" in r.stdout, r.stdout
+    assert r.stdout.endswith('\n\n{"name": "me"}\n'), r.stdout              # the same tunnel goes on
+    assert [s["auth"] for s in api.seen] == [f"Bearer {CANARY}"] * 2
 
 
 def test_keep_alive_chunked_concurrent_and_a_10_mb_download_pass_intact(world, api, tmp_path):
@@ -211,6 +246,51 @@ def test_the_proxy_is_gone_when_the_child_exits(world):
     port, ca_file = r.stdout.split()
     assert not _listening(int(port))
     assert not os.path.exists(ca_file) and not os.path.exists(os.path.dirname(ca_file))
+
+
+def test_a_long_lived_recall_stops_listening_when_the_run_ends(world, api):
+    """`recall mcp` lives on after a run: close() alone left the proxy's accept() waiting, so its port still
+    took connections (and the run's credential and bindings) after the child was gone."""
+    import io
+
+    from recall import api as library
+    out = io.BytesIO()
+    ans = library.secret_exec("jira-api-token", ["sh", "-c", 'echo "${HTTPS_PROXY##*:}"'], out=out, err=io.BytesIO())
+    assert ans.code == 0
+    assert not _listening(int(out.getvalue()))
+
+
+FLOOD = r"""
+import base64, os, resource, socket, sys, urllib.request
+from urllib.parse import urlsplit
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+tunnels = []
+for _ in range(200):           # more than recall may hold open (128): its accept() fails with EMFILE
+    s = socket.create_connection((proxy.hostname, proxy.port))
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    tunnels.append(s)
+for s in tunnels:
+    s.close()
+req = urllib.request.Request(f"https://127.0.0.1:{port}/myself", headers={"Authorization": "Bearer " + os.environ["JIRA_API_TOKEN"]})
+print(urllib.request.urlopen(req, timeout=30).read().decode().strip())
+"""
+
+
+def test_a_child_that_opens_more_connections_than_recall_may_hold_is_served_once_they_close(world, api):
+    """An accept() that failed for want of a file descriptor ended the proxy's accept loop: every later
+    request of the run hung until the client gave up."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip("needs a hard limit of 1024 descriptors")
+    r = clean(subprocess.run([sys.executable, str(REPO / "recall.py"), "secret", "exec", "jira-api-token", "--",
+                              sys.executable, "-c", FLOOD, str(api.port)], capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))))
+    assert (r.returncode, r.stdout) == (0, '{"name": "me"}\n'), r.stderr
+    assert "recall: the proxy could not take a connection (Too many open files)" in r.stderr.splitlines()
+    assert api.seen[-1]["auth"] == f"Bearer {CANARY}"
 
 
 def test_no_port_is_left_after_kill_9_of_recall(world, tmp_path):

@@ -383,6 +383,48 @@ def test_a_stdin_value_printed_in_two_pieces_with_a_pause_stays_masked(split_vau
     assert VALUE[:5] not in r.stdout + r.stderr
 
 
+def test_a_value_holding_a_nul_is_refused_for_the_environment_in_one_line_and_given_on_stdin(make_world):
+    """A NUL in a value (YAML "\\0") ended `secret exec` in a Python traceback (embedded null byte)."""
+    pytest.importorskip("cryptography")
+    from tests.conftest import run_recall
+    make_world(secrets='- id: nul-token\n  value: "Zq7w-Ab3d\\0E9fG7hJ2k"\n'
+                       '- id: nul-stdin\n  inject: stdin\n  value: "Zq7w-Ab3d\\0E9fG7hJ2k"\n')
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "exec", "nul-token", "--", "sh", "-c", "echo ran")
+    assert (r.returncode, r.stdout) == (1, ""), r.stderr
+    assert r.stderr.splitlines() == ["recall: $NUL_TOKEN would hold a NUL character, which no environment variable "
+                                     "can carry — fix the value in the secrets file and run 'recall secret sync' "
+                                     "(inject: stdin writes it as it is)"]
+    r = run_recall("secret", "exec", "nul-stdin", "--", "od", "-An", "-c")
+    assert r.returncode == 0 and r.stdout.split()[9:11] == ["\\0", "E"], (r.stdout, r.stderr)
+    assert "Zq7w" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "reader gone"])
+def test_a_run_stopped_midway_still_has_its_access_log_row(split_vault, tmp_path, how):
+    """Ctrl-C, a SIGTERM or a closed stdout (`| head -1`) ended `secret exec` with no access-log row,
+    though the child had held the value."""
+    import subprocess
+
+    from tests.conftest import REPO, run_recall
+    started = tmp_path / "started"
+    script = f'touch {started}; ' + ('yes "$V"' if how == "reader gone" else "sleep 60")
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "split-token", "--",
+                             "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while not started.exists() and proc.poll() is None:
+        time.sleep(0.02)
+    if how == "reader gone":
+        assert proc.stdout.readline() == b"[recall:split-token]\n"
+        proc.stdout.close()
+    else:
+        proc.send_signal(getattr(signal, how))
+    proc.wait(30)
+    proc.stderr.close()
+    log = run_recall("secret", "log", "split-token").stdout.splitlines()
+    assert len(log) == 1 and " secret.exec     split-token  stopped  sh -c " in log[0], log
+    assert VALUE not in log[0]
+
+
 def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
     from tests.conftest import run_recall
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",

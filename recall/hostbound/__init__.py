@@ -32,7 +32,7 @@ def placeholders_for(rows, public_fields) -> dict:
 class Session:
     """The proxy and CA of one child run (`rows`: host-bound only); `env` is what the child gets for them."""
 
-    def __init__(self, rows, values: dict, masker, placeholders: dict):
+    def __init__(self, rows, values: dict, masker, placeholders: dict, release: float = 0.5):
         from .ca import EphemeralCA
         from .proxy import Binding, HostBoundProxy
         bindings, self.env, self.names, trust = [], {}, [], []
@@ -55,7 +55,7 @@ class Session:
                 trust.append(bound["ca"])
         self.ca = EphemeralCA()
         try:
-            self.proxy = HostBoundProxy(bindings, masker, self.ca, trust)
+            self.proxy = HostBoundProxy(bindings, masker, self.ca, trust, release)
         except (OSError, ValueError) as exc:
             self.ca.close()
             raise RecallError(f"the ca: file of a host-bound secret cannot be loaded ({exc})",

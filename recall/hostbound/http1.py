@@ -8,29 +8,52 @@ READ_SIZE = 64 * 1024
 
 
 class Reader:
-    """Buffered reads from a socket: heads, lines, and exact or available byte counts."""
+    """Buffered reads from a socket: heads, lines, and exact or available byte counts; `pause`:
+    (seconds, whether it is wanted, what to do) when the peer is silent that long."""
 
     def __init__(self, sock):
         self.sock, self.buf = sock, bytearray()
+        self.pause = None
 
     def _fill(self) -> bool:
-        chunk = self.sock.recv(READ_SIZE)
+        chunk = None
+        if self.pause is not None and self.pause[1]():
+            import socket
+            seconds, _, paused = self.pause
+            before = self.sock.gettimeout()
+            self.sock.settimeout(seconds)
+            try:
+                chunk = self.sock.recv(READ_SIZE)
+            except socket.timeout:
+                paused()
+            finally:
+                self.sock.settimeout(before)
+        if chunk is None:
+            chunk = self.sock.recv(READ_SIZE)
         self.buf += chunk
         return bool(chunk)
 
-    def until(self, mark: bytes, limit: int = MAX_HEAD):
-        """Bytes up to and including `mark`; None at a clean EOF; ValueError when too long or cut."""
-        while mark not in self.buf:
+    def until(self, mark, limit: int = MAX_HEAD):
+        """Bytes up to and including `mark` (bytes, or a compiled pattern: RESPONSE_END); None at a clean EOF;
+        ValueError when too long or cut."""
+        while (end := self._end(mark)) < 0:
             if len(self.buf) > limit:
                 raise ValueError("head too long")
             if not self._fill():
                 if self.buf:
                     raise ValueError("connection closed mid-head")
                 return None
-        end = self.buf.index(mark) + len(mark)
         out = bytes(self.buf[:end])
         del self.buf[:end]
         return out
+
+    def _end(self, mark) -> int:
+        """Where `mark` ends in the buffer; -1 when it is not there yet."""
+        if isinstance(mark, bytes):
+            at = self.buf.find(mark)
+            return -1 if at < 0 else at + len(mark)
+        found = mark.search(self.buf)
+        return found.end() if found else -1
 
     def some(self, n: int) -> bytes:
         if not self.buf and not self._fill():
@@ -38,6 +61,9 @@ class Reader:
         out = bytes(self.buf[:n])
         del self.buf[:n]
         return out
+
+
+RESPONSE_END = re.compile(rb"\r?\n\r?\n")   # a response head's blank line: CRLF, or bare LF as clients read it
 
 
 class NoResponse(ValueError):
@@ -78,6 +104,16 @@ def split_header(line: bytes) -> tuple:
     if not sep or not name or name != name.strip():
         raise ValueError("bad header line")
     return name, value.strip()
+
+
+def joined(headers: list) -> dict:
+    """{lower-cased name: value}, a header sent several times as one comma-joined value (as a client reads
+    it: two Content-Encoding lines are two codings, not the last one)."""
+    out: dict = {}
+    for name, value in headers:
+        low = name.lower()
+        out[low] = out[low] + b", " + value if low in out and low != b"content-length" else value
+    return out
 
 
 def send_piece(client, data: bytes, chunked: bool) -> None:

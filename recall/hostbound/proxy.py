@@ -48,10 +48,11 @@ class Binding:
 
 
 class HostBoundProxy:
-    """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process."""
+    """A 127.0.0.1 proxy for one child: a random port, a per-run credential, threads of this process;
+    `release`: seconds a response may pause before the masker's held tail goes out (exec's rule)."""
 
-    def __init__(self, bindings: list, masker, ca, trust_files=()):
-        self.bindings, self.masker, self.ca = bindings, masker, ca
+    def __init__(self, bindings: list, masker, ca, trust_files=(), release: float = 0.5):
+        self.bindings, self.masker, self.ca, self.release = bindings, masker, ca, release
         for path in trust_files:
             if not os.access(path, os.R_OK):
                 raise ValueError(f"{path} cannot be read")
@@ -63,6 +64,7 @@ class HostBoundProxy:
         self.events: list = []          # (secret id, verdict, method, scheme, host, port, path)
         self.problems: list = []        # one line each: a TLS handshake the child refused, an upstream error
         self._lock = threading.Lock()
+        self._closed = threading.Event()
         self._socks: set = set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -87,6 +89,9 @@ class HostBoundProxy:
 
     def close(self) -> None:
         """Stop listening and cut every open connection."""
+        self._closed.set()
+        with suppress(OSError):         # close() alone leaves a thread's accept() listening (recall mcp lives on)
+            self._listener.shutdown(socket.SHUT_RDWR)
         with suppress(OSError):
             self._listener.close()
         with self._lock:
@@ -107,12 +112,19 @@ class HostBoundProxy:
             (self._socks.add if add else self._socks.discard)(sock)
 
     def _accept(self) -> None:
-        while True:
+        while not self._closed.is_set():
+            conn = None
             try:
                 conn, _ = self._listener.accept()
-            except OSError:         # closed
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                if not self._closed.is_set():
+                    threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                    continue
+            except (OSError, RuntimeError) as exc:      # no descriptor or thread left (EMFILE): not for good
+                if not self._closed.is_set():
+                    self._note("problem", f"the proxy could not take a connection ({_short(exc)})")
+                    self._closed.wait(0.05)
+            if conn is not None:
+                conn.close()
 
     def _serve(self, conn) -> None:
         conn.settimeout(IDLE)
@@ -291,7 +303,7 @@ class HostBoundProxy:
         """Stream one response to the child, headers and body masked, re-framed as chunked."""
         while True:
             try:
-                head = up.until(b"\r\n\r\n")
+                head = up.until(http1.RESPONSE_END)     # a server ending lines in bare LF: read, not waited on
             except ConnectionResetError:
                 head = None
             if head is None:
@@ -299,15 +311,18 @@ class HostBoundProxy:
             status = int(head.split(b" ", 2)[1])
             if status >= 200 or status == 101:
                 break                               # 1xx (100 Continue, 103) were answered already
-        lines = head[:-4].split(b"\r\n")
+        lines = [line.rstrip(b"\r") for line in head.rstrip(b"\r\n").split(b"\n")]
         headers = [http1.split_header(line) for line in lines[1:] if line]
-        get = {k.lower(): v for k, v in headers}
+        get = http1.joined(headers)
         has_body = req.method != "HEAD" and status not in _NO_BODY and status >= 200
         keep_client = req.version == b"HTTP/1.1" and req.get(b"connection").lower() != b"close"
         coding = get.get(b"content-encoding", b"").strip().lower() if has_body else b""
-        if coding not in (b"", b"identity", b"gzip", b"x-gzip", b"deflate"):
-            # asked for identity, sent something we cannot read: it could hide an echoed value
-            self._note("problem", f"a response in {coding.decode('latin-1')[:20]} encoding was not passed on "
+        framing = get.get(b"transfer-encoding", b"").strip().lower() if has_body else b""
+        if coding not in (b"", b"identity", b"gzip", b"x-gzip", b"deflate") or framing not in (b"", b"chunked"):
+            # asked for identity, sent something we cannot read (two codings, a gzip transfer coding): it could
+            # hide an echoed value
+            shown = (coding if framing in (b"", b"chunked") else framing).decode("latin-1")[:20]
+            self._note("problem", f"a response in {shown} encoding was not passed on "
                                   "(it could not be checked for the value)")
             http1.refuse(client, 502, "recall proxy: the response's content encoding cannot be masked")
             return False, False
@@ -323,25 +338,39 @@ class HostBoundProxy:
         if not keep_client:
             out.append(b"Connection: close")
         client.sendall(self.masker.mask(b"\r\n".join(out) + b"\r\n\r\n"))
-        keep_up = get.get(b"connection", b"").lower() != b"close"
+        keep_up = b"close" not in (t.strip() for t in get.get(b"connection", b"").lower().split(b","))
         if not has_body:
             return keep_up, keep_client
         stream = self.masker.stream()
-        inflate = None
-        if compressed:
-            import zlib
-            inflate = zlib.decompressobj(47)             # gzip or zlib, told by its header: masked as plain bytes
-        for piece in http1.response_body(up, get):
-            if piece is None:                       # read until close: the upstream cannot be reused
-                keep_up = False
-                continue
-            for data in (_inflated(inflate, piece) if inflate else (piece,)):
-                http1.send_piece(client, stream.feed(data), chunked)
+        inflate = None                  # made from the first piece (masked as plain bytes)
+        # a paused response (an event stream, a watch) gets its held tail now, not with the next event
+        up.pause = (self.release, lambda: stream.holding,
+                    lambda: http1.send_piece(client, stream.release(), chunked))
+        try:
+            for piece in http1.response_body(up, get):
+                if piece is None:                       # read until close: the upstream cannot be reused
+                    keep_up = False
+                    continue
+                if compressed and inflate is None:
+                    inflate = _inflater(coding, piece)
+                for data in (_inflated(inflate, piece) if inflate else (piece,)):
+                    http1.send_piece(client, stream.feed(data), chunked)
+        finally:
+            up.pause = None
         http1.send_piece(client, stream.feed(inflate.flush()) if inflate else b"", chunked)
         http1.send_piece(client, stream.flush(), chunked)
         if chunked:
             client.sendall(b"0\r\n\r\n")
         return keep_up, keep_client
+
+
+def _inflater(coding: bytes, first: bytes):
+    """gzip or zlib, told by its header; a 'deflate' body sent without the zlib header (curl and urllib3
+    read one) as raw deflate."""
+    import zlib
+    headed = first[:2] == b"\x1f\x8b" or (len(first) > 1 and first[0] & 0x0F == 8 and
+                                          (first[0] << 8 | first[1]) % 31 == 0)
+    return zlib.decompressobj(47 if headed or coding != b"deflate" else -15)
 
 
 def _inflated(inflate, piece: bytes):

@@ -201,11 +201,16 @@ _HTML = [_translator(dict(zip("&<>\"'", escapes))) for escapes in (
 
 
 def _html_forms(v: bytes) -> set[bytes]:
-    """HTML/XML entity escapes as common escapers write them."""
+    """HTML/XML entity escapes as common escapers write them; non-ASCII as character references too
+    (ElementTree's us-ascii output, xmlcharrefreplace: `&#233;`, `&#xe9;`)."""
     text = _text(v)
-    if text is None or not any(c in text for c in "&<>\"'"):
+    if text is None:
         return set()
-    return _as_bytes({escape(text) for escape in _HTML})
+    forms = {escape(text) for escape in _HTML} if any(c in text for c in "&<>\"'") else set()
+    if not text.isascii():
+        forms |= {"".join(c if c.isascii() else ref % ord(c) for c in f) for f in forms | {text}
+                  for ref in ("&#%d;", "&#x%x;")}
+    return _as_bytes(forms)
 
 
 _NOT_WORD = re.compile("[^A-Za-z0-9_]")

@@ -131,13 +131,14 @@ def run(con, child: Child, out=None, err=None) -> RunResult:
 def _run(con, child: Child, out, err) -> RunResult:
     masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
-    session = None
+    session = proc = None
     try:
         if child.host_bound:
             from ..hostbound import Session, placeholders_for
             chosen = child.placeholders
             session = Session(child.host_bound, child.values, masker,
-                              placeholders_for(child.host_bound, public_fields) if chosen is None else chosen)
+                              placeholders_for(child.host_bound, public_fields) if chosen is None else chosen,
+                              release=RELEASE)
         proc, report = _start(child, child.env if session is None else session.child_env(child.env))
         given, held = list(child.given), b""
         if child.prelude is not None:
@@ -159,6 +160,11 @@ def _run(con, child: Child, out, err) -> RunResult:
     except RecallError:
         shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         audit.log(con, child.verb, child.target, argv=shown, verdict=verdict)
+        raise
+    except BaseException:      # Ctrl-C, SIGTERM, a reader gone (`| head`): the child had its values all the same
+        shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+        with suppress(Exception):          # the interrupt is what the user must get
+            audit.log(con, child.verb, child.target, argv=shown, verdict="not run" if proc is None else "stopped")
         raise
     finally:
         if session is not None:
@@ -201,6 +207,11 @@ def _feed(fd: int, text: bytes) -> None:
 
 
 def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
+    held = next((name for name, value in env.items() if "\0" in value), None)
+    if held is not None:             # the OS refuses it (Python: a ValueError): said in one line, nothing runs
+        raise RecallError(f"${held} would hold a NUL character, which no environment variable can carry",
+                          "fix the value in the secrets file and run 'recall secret sync' (inject: stdin "
+                          "writes it as it is)")
     try:
         return subprocess.Popen(
             argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
