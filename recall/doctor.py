@@ -202,6 +202,8 @@ def _index(ctx) -> list:
 
 
 def _secrets(ctx) -> list:
+    import shlex
+
     from .vault.inplace import is_sealed
     from .vault.secretfile import load_secret_files
     from .vault.store import synced as stored
@@ -215,7 +217,7 @@ def _secrets(ctx) -> list:
         mode = _mode(path)
         if stat.S_IMODE(os.stat(path).st_mode) & 0o077:        # recall refuses to read it at all then
             ctx.unread_secrets = True
-            out.append(Check(name, False, f"{path} ({mode}) is readable by group or others: chmod 600 {path} "
+            out.append(Check(name, False, f"{path} ({mode}) is readable by group or others: chmod 600 {shlex.quote(str(path))} "
                                           "(recall reads it only then)"))
             continue
         try:

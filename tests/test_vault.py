@@ -2,6 +2,7 @@
 import json
 import os
 import shlex
+import subprocess
 import sys
 import textwrap
 
@@ -650,3 +651,27 @@ def test_show_of_a_stdin_secret_lists_no_variable(vault_cfg, cli):
     code, out, _ = cli("secret", "show", "sudo-pass")
     assert code == 0 and "SUDO_PASS" not in out and "inject: stdin — the value, then a newline" in out
     assert vault.show(con, "jira-api-token")["variables"] == ["JIRA_API_TOKEN"]
+
+
+def test_the_commands_recall_hands_out_run_as_written_whatever_the_paths_hold(make_world, tmp_path, monkeypatch):
+    """A folder with a space or a `$` in its name (macOS's 'Application Support', a synced drive): the
+    chmod line for a loose secrets file and the restore line of a key backup each run as printed in
+    a plain shell, and do what they say."""
+    pytest.importorskip("cryptography")
+    folder = tmp_path / "my keys $HOME"
+    folder.mkdir()
+    secrets = folder / "secrets file.yaml"
+    secrets.write_text(f"- id: jira\n  value: {CANARY}\n")
+    secrets.chmod(0o644)
+    make_world(secrets=secrets)
+    monkeypatch.setenv("RECALL_HOME", str(tmp_path / "state (recall)"))
+    r = run_recall("secret", "sync")
+    assert r.returncode == 1 and "is readable by group or others" in r.stderr, r.stderr
+    subprocess.run(["sh", "-c", r.stderr.strip().rpartition(" — ")[2]], check=True)
+    assert run_recall("secret", "sync").returncode == 0 and oct(secrets.stat().st_mode)[-3:] == "600"
+    r = run_recall("secret", "key", "backup", str(tmp_path / "key copy"))
+    key = tmp_path / "state (recall)" / "vault.key"
+    key.unlink()
+    subprocess.run(["sh", "-c", r.stdout.strip().rpartition("to restore it: ")[2]], check=True)
+    r = run_recall("secret", "exec", "jira", "--", "sh", "-c", 'test -n "$JIRA"')
+    assert r.returncode == 0, r.stderr

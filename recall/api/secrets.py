@@ -54,12 +54,15 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
 
 def secret_key_backup(file: str, config: str | None = None) -> Answer:
     """`recall secret key backup FILE`: a 0600 copy of the vault key, to keep off this machine."""
+    import shlex
+
     from ..vault.inplace import backup_key
     from ..vault.keyfile import key_path
     with opened(config, strict=False) as (cfg, con):
         dest, key = backup_key(con, cfg, file), key_path(cfg.home)
+        src, to = shlex.quote(str(dest)), shlex.quote(str(key))
         return answer({"backup": str(dest)}, f"wrote a copy of the vault key to {dest} (0600): keep it off "
-                      f"this machine; to restore it: cp {dest} {key} && chmod 600 {key}")
+                      f"this machine; to restore it: cp {src} {to} && chmod 600 {to}")
 
 
 def secret_text(meta: dict) -> str:

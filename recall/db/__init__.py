@@ -114,6 +114,7 @@ def explain(exc, path=None):
         path = exc.filename or path
     elif not is_sqlite_error(exc):
         return None
+    import shlex
     path = Path(path or (OPENED[-1] if OPENED else "the index"))
     folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
     kind = _kind(exc)
@@ -126,8 +127,8 @@ def explain(exc, path=None):
                      f"make it and {folder} writable by you (chmod u+w), or set RECALL_HOME to a "
                      "writable folder"),
         "cantopen": (f"cannot open {path} ({what})",
-                     f"make {folder} and the files in it yours, readable and writable (ls -l {folder}; "
-                     f"chmod 700 {folder}), or set RECALL_HOME to another folder"),
+                     f"make {folder} and the files in it yours, readable and writable (ls -l {shlex.quote(str(folder))}; "
+                     f"chmod 700 {shlex.quote(str(folder))}), or set RECALL_HOME to another folder"),
         "ioerr": (f"a disk I/O error on {path} ({what})",
                   "check the disk; if the index is damaged, 'recall index --full' rebuilds it"),
         "locked": (f"{path} stayed locked by another process for {BUSY_TIMEOUT_MS // 1000} s",
@@ -139,6 +140,7 @@ def explain(exc, path=None):
 def refuse_foreign(path) -> None:
     """A state file (the DB, its -wal and -shm, the lock) that is a symbolic link or not a
     regular file is refused in one line: recall writes and chmods only files of its own."""
+    import shlex
     path = Path(path)
     try:
         st = os.lstat(path)
@@ -146,12 +148,12 @@ def refuse_foreign(path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise RecallError(f"{path} is a symbolic link (to {os.readlink(path)}); recall writes only its own "
-                          "files, so nothing was changed", f"remove the link (rm {path}) and run it again, "
+                          "files, so nothing was changed", f"remove the link (rm {shlex.quote(str(path))}) and run it again, "
                           "or set RECALL_HOME to another folder")
     if not stat.S_ISREG(st.st_mode):
         what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise RecallError(f"{path} is {what}, where recall keeps a file of its own; nothing was changed",
-                          f"move it out of the way (mv {path} {path}.old) and run it again")
+                          f"move it out of the way (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.old')}) and run it again")
 
 
 def _secure_file(path: Path) -> None:

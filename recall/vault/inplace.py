@@ -76,8 +76,9 @@ def key_for(home, entries: list, probe=None) -> bytes:
     path = keyfile.key_path(home)
     sealed = next((e for e in entries if any(is_sealed(v) for v in e.values.values())), None)
     if sealed is not None and not os.path.lexists(path):
+        import shlex
         raise RecallError(f"{sealed.file}:{sealed.line}: values are sealed (ENC[...]) and there is no "
-                          f"vault key at {path}", f"put your key backup back: cp BACKUP {path} && chmod 600 {path}")
+                          f"vault key at {path}", f"put your key backup back: cp BACKUP {shlex.quote(str(path))} && chmod 600 {shlex.quote(str(path))}")
     return keyfile.load_key(home, create=True, probe=probe, settle=True)
 
 

@@ -62,6 +62,8 @@ def default_var(secret_id: str) -> str:
 
 def load_secret_files(paths: list) -> tuple:
     """(entries, warnings); every problem in any file raises before anything is returned."""
+    import shlex
+
     from .keyfile import hold_privately
     hold_privately()                    # the files may hold plain values, read into memory now
     entries, warnings, seen = [], [], {}
@@ -72,11 +74,11 @@ def load_secret_files(paths: list) -> tuple:
             mode = stat.S_IMODE(st.st_mode)
             if mode & 0o077:        # refused, as ssh refuses a loose key
                 raise RecallError(f"{path} is readable by group or others ({oct(mode)})",
-                                  f"chmod 600 {path}")
+                                  f"chmod 600 {shlex.quote(path)}")
             if st.st_nlink > 1:     # sealing renames a new file in: the other name keeps the plain text
                 raise RecallError(f"{path} has {st.st_nlink} hard links (st_nlink > 1): sealing it in place "
                                   "would leave its plain values under the other name; nothing was written",
-                                  f"find it (find / -xdev -samefile {path}), remove it or make it a copy, "
+                                  f"find it (find / -xdev -samefile {shlex.quote(path)}), remove it or make it a copy, "
                                   "then run this again")
         ids = set(seen)             # ids are names, shown everywhere; an error may quote them
         stamp, first = file_stamp(path), len(entries)
