@@ -74,6 +74,8 @@ def _entry(item, path: str, line) -> Entry:
             value = ""
         elif not isinstance(value, str):
             raise InputError(path, kline, f"'{key}' must be a string", hint="quote it")
+        if "\0" in ("".join(value) if isinstance(value, list) else str(value)):    # bash drops it: 'true\0x' ran truex
+            raise InputError(path, kline, f"'{key}' holds a NUL byte, which no command can carry", hint="remove it")
         setattr(entry, key, value)
     if not entry.id or not _ID.match(entry.id):
         raise InputError(path, item.line, "an entry needs an 'id' of letters, digits, '-', '_' or '.'")
@@ -151,10 +153,9 @@ def _signature(cfg) -> str:
 
 
 def _holds_inline_values(entries: list) -> bool:
-    """A step or URL with a literal secret (`export X_TOKEN=abc`, whatever access exec would mask,
-    `https://u:pw@…`): such entries are never cached in the DB, so no value is kept there in plain text
-    (`-u user:pw`, a bearer token: door.credentials, as `learn` finds them; a broken entry's error
-    quotes its field: a check the guard denies)."""
+    """A step, proof, check, URL or error (it quotes a denied check) with a literal secret (`export
+    X_TOKEN=abc`, `-u user:pw`, a bearer token, `https://u:pw@…`: what access exec masks, door.credentials):
+    such entries are never cached in the DB, so no value is kept there in plain text."""
     from .vault.door import credentials
     return any(text and (show_step(e.id, text) != text or hide_values(text) != text
                          or re.search(r"://[^/\s:@]+:[^/\s@]+@", text) or credentials(text))

@@ -291,6 +291,9 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     if offset:
         return _continued(key, offset)
     ids = [name.strip() for name in id.split(",") if name.strip()] or None      # an alias may hold spaces
+    if ids is None and id.strip():          # commas alone: a slip, not "check everything"
+        raise RecallError("id names nothing (only commas and spaces)",
+                          "name an entry or secret, or leave id empty to check every one")
     ans = api.verify(ids)
     kinds = ans.extra["kinds"]
     rows = [_lean({"id": e["id"], "kind": kinds.get(f"{e['kind']}:{e['id']}", e["kind"]),

@@ -91,6 +91,7 @@ BAD_ENTRIES = [
     ("- id: open   # a quote left open\n  verify: 'true\n", "open", "INV:5:11: unterminated single-quoted string"),
     ("- id: 'tabbed'\n\tverify: 'true'\n", "tabbed", "INV:5:1: tab used for indentation"),
     ("- id: &a anchored\n", "inventory.yaml:4", "INV:4:7: anchors ('&name') are not supported"),
+    ("- id: nul\n  verify: \"true\\0x\"\n", "nul", "INV:5: 'verify' holds a NUL byte"),   # bash would run truex
 ]
 
 

@@ -581,6 +581,8 @@ def test_verify_says_one_status_per_entry_with_its_kind_after_a_summary_line(wor
     assert shown["last_verified"].startswith("stale ")
     text, err = call("recall_verify", id="jira-prd")
     assert err and text.endswith("no inventory entry or secret 'jira-prd' — did you mean: jira-prod?")
+    text, err = call("recall_verify", id=" , ,")                        # a slip: not the whole sweep
+    assert err and "id names nothing (only commas and spaces)" in text
 
 
 # -- over real stdio --------------------------------------------------------------------------------
