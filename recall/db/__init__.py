@@ -140,20 +140,21 @@ def explain(exc, path=None):
 def refuse_foreign(path) -> None:
     """A state file (the DB, its -wal and -shm, the lock) that is a symbolic link or not a
     regular file is refused in one line: recall writes and chmods only files of its own."""
-    import shlex
     path = Path(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    if stat.S_ISREG(st.st_mode):
+        return
+    from shlex import quote  # the hint's command, pasted, acts on this path whatever it holds
     if stat.S_ISLNK(st.st_mode):
         raise RecallError(f"{path} is a symbolic link (to {os.readlink(path)}); recall writes only its own "
-                          "files, so nothing was changed", f"remove the link (rm {shlex.quote(str(path))}) and run it again, "
-                          "or set RECALL_HOME to another folder")
-    if not stat.S_ISREG(st.st_mode):
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise RecallError(f"{path} is {what}, where recall keeps a file of its own; nothing was changed",
-                          f"move it out of the way (mv {shlex.quote(str(path))} {shlex.quote(f'{path}.old')}) and run it again")
+                          "files, so nothing was changed", f"remove the link (rm {quote(str(path))}) and run it "
+                          "again, or set RECALL_HOME to another folder")
+    what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    raise RecallError(f"{path} is {what}, where recall keeps a file of its own; nothing was changed",
+                      f"move it out of the way (mv {quote(str(path))} {quote(f'{path}.old')}) and run it again")
 
 
 def _secure_file(path: Path) -> None:

@@ -207,11 +207,6 @@ def _feed(fd: int, text: bytes) -> None:
 
 
 def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
-    held = next((name for name, value in env.items() if "\0" in value), None)
-    if held is not None:             # the OS refuses it (Python: a ValueError): said in one line, nothing runs
-        raise RecallError(f"${held} would hold a NUL character, which no environment variable can carry",
-                          "fix the value in the secrets file and run 'recall secret sync' (inject: stdin "
-                          "writes it as it is)")
     try:
         return subprocess.Popen(
             argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
