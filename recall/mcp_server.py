@@ -223,7 +223,8 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     ans = api.secret_find(query, limit=MAX_LIMIT)
     return _page(_listing("secrets", ans.to_dict(), ans.extra["total"], limit,
                           lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
-                          f"no secrets match {_echo(query)!r}: try service, kind or environment words, or an empty query"),
+                          f"no secrets match {_echo(query)!r}: " + (ans.extra["why_none"]
+                                                                     or "try service, kind or environment words, or an empty query")),
                  0, "recall_secret_find")
 
 
