@@ -94,8 +94,8 @@ def _config_checks(ctx) -> list:
     if ctx.config_errors:
         return [Check("config", False, str(exc)) for exc in ctx.config_errors]
     if cfg.path is None:
-        return [Check("config", False, f"none found at {default_config_path()}; "
-                                       f"create it with {EXAMPLE!r} or set RECALL_CONFIG")]
+        return [Check("config", False, f"none found at {default_config_path()}; run 'recall init' to write "
+                                       "a starter one (or name yours with --config FILE)")]
     out = [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
     if not cfg.sources:
         out.append(Check("sources", False, f"none configured: nothing to index or search — add {EXAMPLE!r}"))

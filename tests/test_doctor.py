@@ -155,9 +155,11 @@ def test_a_config_with_errors_still_gets_every_other_check(tmp_path, config, not
     assert {"python", "fts5", "index", "embedding"} <= set(by_name)
 
 
-def test_no_config_at_all_is_a_no(tmp_path):
+def test_no_config_at_all_is_a_no_that_names_init(tmp_path):
+    """What every other verb says when there is no config: the README's first step, not a YAML line to type."""
     checks = _by_name(_checks())
-    assert checks["config"][0] is False and "create it with" in checks["config"][1]
+    assert checks["config"] == (False, f"none found at {tmp_path}/home/.config/recall/config.yaml; run "
+                                       "'recall init' to write a starter one (or name yours with --config FILE)")
     assert checks["python"][0]
 
 
