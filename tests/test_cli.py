@@ -395,6 +395,9 @@ def test_init_with_another_config_hands_out_commands_that_name_it(cli, tmp_path)
     code, out, err = cli("--config", path, "init", "--notes", tmp_path / "work-notes")
     assert code == 0, err
     assert f"recall --config {path} index" in out and (tmp_path / "work-notes").is_dir()
+    # the sync too: a bare 'recall secret sync' would sync the default config's files, not these
+    assert out.endswith(f"credentials: add them to {path.parent}/secrets.yaml, then 'recall --config {path} "
+                        "secret sync'\n")
     assert cli("--config", path, "index")[0] == 0
 
 
