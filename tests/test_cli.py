@@ -376,6 +376,11 @@ def test_init_writes_a_starter_that_works_and_names_the_next_three_commands(cli,
     for words in (["secret", "sync"], ["access", "find"], ["verify"]):
         code, out, err = cli(*words)
         assert code == 0, (words, out, err)
+    # a find over the starter files says where the first entry goes, not only that nothing matched
+    assert cli("access", "find", "jump01")[1] == ("no inventory entries match — the inventory holds no entries "
+                                                  f"yet: add one to {inventory}\n")
+    assert cli("secret", "find", "jira")[1] == ("no secrets match — the vault holds no secrets yet: add one to "
+                                                f"{secrets}, then run 'recall secret sync'\n")
     from recall.doctor import run_doctor
     bad = [c for c in run_doctor(extras=False) if not c.ok]
     assert not bad, bad
