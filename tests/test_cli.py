@@ -333,14 +333,16 @@ def test_secret_sync_says_unchanged_when_nothing_changed(cli, synced):
                   "(ENC[...])\n" and CANARY not in out
 
 
-@pytest.mark.parametrize("value", ["<paste the token>", "'<your token here>'", "…", "..."])
-def test_secret_sync_refuses_a_placeholder(cli, synced, value):
+@pytest.mark.parametrize("value, brackets", [("<paste the token>", "and its < > "), ("'<your token here>'", "and its < > "),
+                                             (f"<{CANARY}>", "and its < > "), ("…", ""), ("...", "")])
+def test_secret_sync_refuses_a_placeholder(cli, synced, value, brackets):
+    """A token pasted between the example's < > (only the words selected) was told to replace the placeholder."""
     synced.write_text(f"- id: jira-api-token\n  service: jira\n  value: {value}\n"
                       f"- id: db\n  fields: {{user: admin, password: <the password>}}\n")
     code, out, err = cli("secret", "sync")
     assert code == 1 and out == ""
     assert err == (f"recall: {synced}:3: secret 'jira-api-token' still has a placeholder value — replace the "
-                   "placeholder with the real value, then run 'recall secret sync' again\n")
+                   f"placeholder {brackets}with the real value, then run 'recall secret sync' again\n")
     synced.write_text("- id: db\n  fields: {user: admin, password: <the password>}\n")
     code, out, err = cli("secret", "sync")
     assert code == 1 and "secret 'db.password' still has a placeholder value" in err and "<the password>" not in err
