@@ -378,7 +378,9 @@ def _embedding(ctx) -> list:
         out = [Check("vectors", False, f"the vector backend fails: {type(exc).__name__}: {exc} "
                                        "(pip install --force-reinstall 'recall[vec]')")]
     if emb.provider == "none":
-        return out + [Check("embedding", True, "provider none: keyword search only")]
+        return out + [Check("embedding", True, "provider none: keyword search only; to match by meaning too, set "
+                            f"embedding.provider in {ctx.cfg.path or 'the config'} to local (pip install "
+                            "'recall[vec,local]') or voyage, then run 'recall index'")]
     from .embed.ledger import ledger_totals
     from .embed.local_model import local_model_source
     from .embed.providers import fingerprint, voyage_base_url

@@ -93,7 +93,10 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert "(0o600, folder 0o700)" in checks["vault key"][1]
     assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
     assert "no cycles" in checks["inventory references"][1]
-    assert checks["embedding"][1] == "provider none: keyword search only"
+    # search's "(keyword search … — see 'recall doctor')" lands here: the line says how to turn meaning on
+    assert checks["embedding"][1] == ("provider none: keyword search only; to match by meaning too, set "
+                                      f"embedding.provider in {setup.config} to local (pip install 'recall[vec,local]') "
+                                      "or voyage, then run 'recall index'")
     assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "tokenizers", "mcp", "cryptography")} <= set(checks)
     assert CANARY not in r.stdout + r.stderr
 
