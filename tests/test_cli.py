@@ -416,6 +416,17 @@ def test_bare_recall_lists_the_verbs_and_exits_0(cli):
         assert f"\n    {verb} " in out, verb
 
 
+@pytest.mark.parametrize("words, verbs", [
+    (["secret"], "sync, set, key, find, show, command, exec, get, log, restore, rotate-key"),
+    (["access"], "find, show, exec"), (["secret", "key"], "backup")])
+def test_a_verb_group_alone_lists_its_verbs(words, verbs):
+    """`recall secret` to see what it does said only "the following arguments are required: VERB"."""
+    r = run_recall(*words)
+    prog = " ".join(["recall", *words])
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"recall: {prog} needs a verb: {verbs} — '{prog} --help' says what each does\n"
+
+
 def test_every_verb_help_ends_with_an_example(capsys):
     from recall.cli import main
     for words, _ in _all_verbs():

@@ -42,6 +42,10 @@ class _Parser(argparse.ArgumentParser):
             said = did_you_mean(word, known, f"'{self.prog} --help' lists them")
             what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
             _usage_error(f"recall: {what} '{word}' — {said}\n")
+        if message == "the following arguments are required: VERB":      # `recall secret`: which verbs there are
+            verbs = next(list(a.choices) for a in self._actions if a.metavar == "VERB")
+            _usage_error(f"recall: {self.prog} needs a verb: {', '.join(verbs)} — "
+                         f"'{self.prog} --help' says what each does\n")
         if message.startswith("argument ") and ("is outside" in message or "is not a" in message):
             _usage_error(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
         text = f"{self.format_usage()}recall: {message}\n"
