@@ -427,6 +427,24 @@ def test_a_verb_group_alone_lists_its_verbs(words, verbs):
     assert r.stderr == f"recall: {prog} needs a verb: {verbs} — '{prog} --help' says what each does\n"
 
 
+@pytest.mark.parametrize("words, said", [
+    (["search", "jira", "--explian"], "recall search has no option '--explian' — did you mean '--explain'? "
+                                      "(a word that starts with '-' goes after '--')"),
+    (["index", "--fulll"], "recall index has no option '--fulll' — did you mean '--full'?"),
+    (["verify", "--dryrun"], "recall verify has no option '--dryrun' — did you mean '--dry-run'? "
+                             "(a word that starts with '-' goes after '--')"),
+    (["secret", "sync", "--prnue"], "recall secret sync has no option '--prnue' — did you mean '--prune'?"),
+    (["--jsno", "search", "x"], "recall has no option '--jsno' — did you mean '--json'?")])
+def test_an_option_typed_wrong_names_the_closest(words, said):
+    """`--explian` was told to go after '--' (to be searched for), `--fulll` got argparse's usage and
+    'unrecognized arguments'; a word close to no option still gets the '--' hint."""
+    r = run_recall(*words)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"recall: {said}\n")
+    r = run_recall("search", "jira", "--prod")
+    assert r.returncode == 2 and r.stderr.endswith("recall: words that start with '-' go after '--', as in: "
+                                                   "recall search -- --prod\n")
+
+
 def test_every_verb_help_ends_with_an_example(capsys):
     from recall.cli import main
     for words, _ in _all_verbs():
