@@ -94,8 +94,8 @@ def _config_checks(ctx) -> list:
     if ctx.config_errors:
         return [Check("config", False, str(exc)) for exc in ctx.config_errors]
     if cfg.path is None:
-        return [Check("config", False, f"none found at {default_config_path()}; "
-                                       f"create it with {EXAMPLE!r} or set RECALL_CONFIG")]
+        return [Check("config", False, f"none found at {default_config_path()}; run 'recall init' to write "
+                                       "a starter one (or name yours with --config FILE)")]
     out = [Check("config", True, f"{cfg.path} ({_mode(cfg.path)})")]
     if not cfg.sources:
         out.append(Check("sources", False, f"none configured: nothing to index or search — add {EXAMPLE!r}"))
@@ -378,7 +378,9 @@ def _embedding(ctx) -> list:
         out = [Check("vectors", False, f"the vector backend fails: {type(exc).__name__}: {exc} "
                                        "(pip install --force-reinstall 'recall[vec]')")]
     if emb.provider == "none":
-        return out + [Check("embedding", True, "provider none: keyword search only")]
+        return out + [Check("embedding", True, "provider none: keyword search only; to match by meaning too, set "
+                            f"embedding.provider in {ctx.cfg.path or 'the config'} to local (pip install "
+                            "'recall[vec,local]') or voyage, then run 'recall index'")]
     from .embed.ledger import ledger_totals
     from .embed.local_model import local_model_source
     from .embed.providers import fingerprint, voyage_base_url

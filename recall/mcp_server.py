@@ -223,7 +223,8 @@ def recall_secret_find(query: str = "", limit: int = 10) -> str:
     ans = api.secret_find(query, limit=MAX_LIMIT)
     return _page(_listing("secrets", ans.to_dict(), ans.extra["total"], limit,
                           lambda m: _lean({k: m.get(k) for k in FIND_FIELDS}),
-                          f"no secrets match {_echo(query)!r}: try service, kind or environment words, or an empty query"),
+                          f"no secrets match {_echo(query)!r}: " + (ans.extra["why_none"]
+                                                                     or "try service, kind or environment words, or an empty query")),
                  0, "recall_secret_find")
 
 
@@ -249,9 +250,11 @@ def recall_access_find(query: str = "", limit: int = 10) -> str:
     entries whose tags or notes match; an empty query lists them all. Use it before touching any
     remote system. Returns JSON: `count` and `entries`, each with its access `block`. Next:
     recall_access_exec with the entry's id."""
-    found = api.access_find(query).to_dict()
+    ans = api.access_find(query)
+    found = ans.to_dict()
     return _page(_listing("entries", found, len(found), limit, lambda e: _lean(e, ENTRY_DROPS),
-                          f"no inventory entries match {_echo(query)!r}: try an empty query"), 0, "recall_access_find")
+                          f"no inventory entries match {_echo(query)!r}: {ans.extra['why_none'] or 'try an empty query'}"),
+                 0, "recall_access_find")
 
 
 def recall_access_show(id: str) -> str:

@@ -333,14 +333,16 @@ def test_secret_sync_says_unchanged_when_nothing_changed(cli, synced):
                   "(ENC[...])\n" and CANARY not in out
 
 
-@pytest.mark.parametrize("value", ["<paste the token>", "'<your token here>'", "…", "..."])
-def test_secret_sync_refuses_a_placeholder(cli, synced, value):
+@pytest.mark.parametrize("value, brackets", [("<paste the token>", "and its < > "), ("'<your token here>'", "and its < > "),
+                                             (f"<{CANARY}>", "and its < > "), ("…", ""), ("...", "")])
+def test_secret_sync_refuses_a_placeholder(cli, synced, value, brackets):
+    """A token pasted between the example's < > (only the words selected) was told to replace the placeholder."""
     synced.write_text(f"- id: jira-api-token\n  service: jira\n  value: {value}\n"
                       f"- id: db\n  fields: {{user: admin, password: <the password>}}\n")
     code, out, err = cli("secret", "sync")
     assert code == 1 and out == ""
     assert err == (f"recall: {synced}:3: secret 'jira-api-token' still has a placeholder value — replace the "
-                   "placeholder with the real value, then run 'recall secret sync' again\n")
+                   f"placeholder {brackets}with the real value, then run 'recall secret sync' again\n")
     synced.write_text("- id: db\n  fields: {user: admin, password: <the password>}\n")
     code, out, err = cli("secret", "sync")
     assert code == 1 and "secret 'db.password' still has a placeholder value" in err and "<the password>" not in err
@@ -376,6 +378,11 @@ def test_init_writes_a_starter_that_works_and_names_the_next_three_commands(cli,
     for words in (["secret", "sync"], ["access", "find"], ["verify"]):
         code, out, err = cli(*words)
         assert code == 0, (words, out, err)
+    # a find over the starter files says where the first entry goes, not only that nothing matched
+    assert cli("access", "find", "jump01")[1] == ("no inventory entries match — the inventory holds no entries "
+                                                  f"yet: add one to {inventory}\n")
+    assert cli("secret", "find", "jira")[1] == ("no secrets match — the vault holds no secrets yet: add one to "
+                                                f"{secrets}, then run 'recall secret sync'\n")
     from recall.doctor import run_doctor
     bad = [c for c in run_doctor(extras=False) if not c.ok]
     assert not bad, bad
@@ -395,6 +402,9 @@ def test_init_with_another_config_hands_out_commands_that_name_it(cli, tmp_path)
     code, out, err = cli("--config", path, "init", "--notes", tmp_path / "work-notes")
     assert code == 0, err
     assert f"recall --config {path} index" in out and (tmp_path / "work-notes").is_dir()
+    # the sync too: a bare 'recall secret sync' would sync the default config's files, not these
+    assert out.endswith(f"credentials: add them to {path.parent}/secrets.yaml, then 'recall --config {path} "
+                        "secret sync'\n")
     assert cli("--config", path, "index")[0] == 0
 
 
@@ -404,6 +414,35 @@ def test_bare_recall_lists_the_verbs_and_exits_0(cli):
     assert code == 0 and not err
     for verb in VERBS:
         assert f"\n    {verb} " in out, verb
+
+
+@pytest.mark.parametrize("words, verbs", [
+    (["secret"], "sync, set, key, find, show, command, exec, get, log, restore, rotate-key"),
+    (["access"], "find, show, exec"), (["secret", "key"], "backup")])
+def test_a_verb_group_alone_lists_its_verbs(words, verbs):
+    """`recall secret` to see what it does said only "the following arguments are required: VERB"."""
+    r = run_recall(*words)
+    prog = " ".join(["recall", *words])
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"recall: {prog} needs a verb: {verbs} — '{prog} --help' says what each does\n"
+
+
+@pytest.mark.parametrize("words, said", [
+    (["search", "jira", "--explian"], "recall search has no option '--explian' — did you mean '--explain'? "
+                                      "(a word that starts with '-' goes after '--')"),
+    (["index", "--fulll"], "recall index has no option '--fulll' — did you mean '--full'?"),
+    (["verify", "--dryrun"], "recall verify has no option '--dryrun' — did you mean '--dry-run'? "
+                             "(a word that starts with '-' goes after '--')"),
+    (["secret", "sync", "--prnue"], "recall secret sync has no option '--prnue' — did you mean '--prune'?"),
+    (["--jsno", "search", "x"], "recall has no option '--jsno' — did you mean '--json'?")])
+def test_an_option_typed_wrong_names_the_closest(words, said):
+    """`--explian` was told to go after '--' (to be searched for), `--fulll` got argparse's usage and
+    'unrecognized arguments'; a word close to no option still gets the '--' hint."""
+    r = run_recall(*words)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"recall: {said}\n")
+    r = run_recall("search", "jira", "--prod")
+    assert r.returncode == 2 and r.stderr.endswith("recall: words that start with '-' go after '--', as in: "
+                                                   "recall search -- --prod\n")
 
 
 def test_every_verb_help_ends_with_an_example(capsys):

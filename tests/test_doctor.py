@@ -93,7 +93,10 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert "(0o600, folder 0o700)" in checks["vault key"][1]
     assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
     assert "no cycles" in checks["inventory references"][1]
-    assert checks["embedding"][1] == "provider none: keyword search only"
+    # search's "(keyword search … — see 'recall doctor')" lands here: the line says how to turn meaning on
+    assert checks["embedding"][1] == ("provider none: keyword search only; to match by meaning too, set "
+                                      f"embedding.provider in {setup.config} to local (pip install 'recall[vec,local]') "
+                                      "or voyage, then run 'recall index'")
     assert {f"extra {m}" for m in ("sqlite_vec", "numpy", "tokenizers", "mcp", "cryptography")} <= set(checks)
     assert CANARY not in r.stdout + r.stderr
 
@@ -155,9 +158,11 @@ def test_a_config_with_errors_still_gets_every_other_check(tmp_path, config, not
     assert {"python", "fts5", "index", "embedding"} <= set(by_name)
 
 
-def test_no_config_at_all_is_a_no(tmp_path):
+def test_no_config_at_all_is_a_no_that_names_init(tmp_path):
+    """What every other verb says when there is no config: the README's first step, not a YAML line to type."""
     checks = _by_name(_checks())
-    assert checks["config"][0] is False and "create it with" in checks["config"][1]
+    assert checks["config"] == (False, f"none found at {tmp_path}/home/.config/recall/config.yaml; run "
+                                       "'recall init' to write a starter one (or name yours with --config FILE)")
     assert checks["python"][0]
 
 

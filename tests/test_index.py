@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -254,6 +255,27 @@ def test_a_missing_or_empty_source_keeps_its_notes_until_prune(config, tmp_path,
     r = run_recall("index", "--prune")
     assert r.returncode == 0 and "4 removed" in r.stdout and "kept" not in r.stderr
     assert "INC-10963-db-failover.md" not in run_recall("search", "INC-10963").stdout
+
+
+def test_a_new_empty_notes_folder_says_why_search_finds_nothing(isolated_home, cli):
+    """`recall init`, `recall index` and a search before any note is written: index, search and the
+    search after a note is saved each said nothing of why nothing matched ("no notes match 'jira'")."""
+    notes = isolated_home / "notes"
+    assert cli("init")[0] == 0
+    code, out, err = cli("index")
+    assert code == 0 and out.startswith("indexed: 0 new") and err == (
+        f"recall: {notes}: source 'notes' holds no note yet (no file matching *.md, *.markdown, *.mdx, *.mkd, "
+        "*.md.erb, *.txt, *.rst): add some, then run 'recall index' again\n")
+    code, out, err = cli("search", "jira")
+    assert code == 0 and out.startswith("no notes match 'jira'\n") and err == (
+        f"recall: the index holds no note yet: add markdown or text files to {notes}, then run 'recall index'\n")
+    time.sleep(0.05)
+    (notes / "jira.md").write_text("# Jira\n\nOur Jira project key is OPS.\n")     # saved, not indexed
+    assert "recall: notes changed since the last index run" in cli("search", "jira")[2]
+    code, out, err = cli("index")
+    assert out.startswith("indexed: 1 new") and err == ""
+    code, out, err = cli("search", "jira")
+    assert code == 0 and out.startswith("1. jira.md:1") and err == ""
 
 
 def test_include_exclude_globs(make_world, notes):

@@ -1,8 +1,13 @@
 """Values sealed in place in the secrets files (ENC[...]); the key's backup; faults that end in one line."""
 import os
 import re
+import shlex
 import sqlite3
 import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +20,7 @@ from recall.errors import RecallError  # noqa: E402
 from recall.vault import inplace, keyfile  # noqa: E402
 from recall.vault import store as vault
 from recall.vault.secretfile import load_secret_files  # noqa: E402
-from tests.conftest import CANARY, run_recall  # noqa: E402
+from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
 
 # Every way a value is written, with comments, blank lines and odd spacing the writer must keep.
 WRITTEN = {
@@ -180,6 +185,13 @@ def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
     from recall.doctor import run_doctor
     checks = {c.name: c for c in run_doctor(extras=False)}
     assert not checks["vault key backup"].ok and "never backed up" in checks["vault key backup"].detail
+    # the line doctor hands out runs as pasted (it said 'backup FILE', and a file named FILE was written)
+    line = re.search(r"run '(recall secret key backup [^']+)' and keep that copy off this machine",
+                     checks["vault key backup"].detail).group(1)
+    r = subprocess.run(line.replace("recall ", f"{shlex.quote(sys.executable)} {REPO / 'recall.py'} ", 1),
+                       shell=True, capture_output=True, text=True, cwd=tmp_path)
+    dated = Path(os.environ["HOME"]) / f"recall-vault-{time.strftime('%Y-%m-%d')}.key"
+    assert r.returncode == 0 and dated.is_file() and not (tmp_path / "FILE").exists(), r.stderr
     r = run_recall("secret", "key", "backup", tmp_path / "copy.key")
     assert r.returncode == 0 and "keep it off this machine" in r.stdout
     assert stat.S_IMODE((tmp_path / "copy.key").stat().st_mode) == 0o600

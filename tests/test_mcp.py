@@ -426,6 +426,15 @@ def test_empty_finds_list_everything_with_a_count(world):
                                                                   f"match '{long[:40]}…': try "), got
 
 
+def test_secret_find_names_a_secret_written_but_not_synced(world):
+    """The agent is told why nothing matched and what the person should run, not to try other words."""
+    secrets = world["cfg"].secrets[0]
+    secrets.write_text(secrets.read_text() + "- id: gh-token\n  service: github\n  value: gh-tok-3x9Qw7Lp\n")
+    got = json.loads(call("recall_secret_find", query="github")[0])
+    assert got["count"] == 0 and got["notices"] == [
+        "no secrets match 'github': gh-token is written in a secrets file but not synced yet: run 'recall secret sync'"]
+
+
 def test_the_tool_list_stays_under_ten_thousand_characters(world):
     listed = run_calls([("tools/list", None)])[0].tools
     size = len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]))

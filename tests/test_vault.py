@@ -197,6 +197,27 @@ def test_find_by_meaning_with_the_local_model_narrows_too(make_world):
     assert len(_found(con, "credentials for the issue tracker", cfg)) < 5
 
 
+def test_find_and_show_say_a_secret_written_but_not_synced_and_an_empty_vault(make_world, cli):
+    """The README's step 3 with the sync forgotten: find and show named the sync exec asks for,
+    not "no secrets match" and a find that finds nothing; a vault with no secret says where to add one."""
+    w = make_world(secrets="# only the example, commented out\n")
+    code, out, _ = cli("secret", "find", "jira")
+    assert (code, out) == (0, f"no secrets match — the vault holds no secrets yet: add one to {w.secrets}, "
+                              "then run 'recall secret sync'\n")
+    w.secrets.write_text(SECRETS)
+    unsynced = ("no secrets match — db-admin, jira-api-token, sudo-pass are written in a secrets file but "
+                "not synced yet: run 'recall secret sync'\n")
+    assert cli("secret", "find", "jira")[:2] == (0, unsynced)
+    code, _, err = cli("secret", "show", "jira-api-token")
+    assert code == 1 and err == ("recall: secret 'jira-api-token' is written in a secrets file but not synced "
+                                 "yet — run 'recall secret sync'\n")
+    assert cli("secret", "sync")[0] == 0
+    assert cli("secret", "find", "jira")[1].startswith("jira-api-token  (token, jira, prod)")
+    assert cli("secret", "find", "gitlab")[1] == ("no secrets match — try service, kind or environment words, "
+                                                  "or 'recall secret find' alone to list them all\n")
+    assert CANARY not in str(cli("--json", "secret", "find", "gitlab"))
+
+
 def test_show_has_metadata_use_and_variables_never_value(vault_cfg):
     from recall.inventory import describe_status
     cfg, con, _ = vault_cfg

@@ -20,7 +20,7 @@ def init(config: str | None = None, notes: str | None = None) -> Answer:
         f"wrote {started.config}: notes in {started.notes}; credentials in {started.secrets} (0600, "
         f"outside the notes); systems in {started.inventory}",
         "next:", *(f"  {cmd:<{width}}  # {what}" for cmd, what in started.next),
-        f"credentials: add them to {started.secrets}, then 'recall secret sync'"])
+        f"credentials: add them to {started.secrets}, then '{recall} secret sync'"])
     return answer(started.__dict__, shown)
 
 

@@ -95,11 +95,25 @@ def secret_find(query: str = "", config: str | None = None, *, limit: int | None
         query = query.strip()
         found = store.find(con, query, cfg=cfg, limit=limit or (10 if query else 50))
         total = store.count(con) if not query else len(found)
-        shown = "\n".join(secret_text(m) for m in found) if found else "no secrets match"
+        why = "" if found else _why_none(con, cfg)
+        shown = "\n".join(secret_text(m) for m in found) if found else "no secrets match — " + (why or (
+            "try service, kind or environment words, or 'recall secret find' alone to list them all"))
         if found and not query:            # the whole list, bounded: say how many there are
             shown += f"\n({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found)
                                                              else ")")
-        return answer(found, shown, total=total)
+        return answer(found, shown, total=total, why_none=why)
+
+
+def _why_none(con, cfg) -> str:
+    """Why find lists nothing, when the words are not the reason: a secret written but not synced, or none yet."""
+    from ..vault import store
+    waiting = store.unsynced(con, cfg)
+    if waiting:
+        return (f"{', '.join(waiting)} {'is' if len(waiting) == 1 else 'are'} written in a secrets file but not "
+                "synced yet: run 'recall secret sync'")
+    if not store.count(con):
+        return f"the vault holds no secrets yet: add one to {cfg.secrets[0]}, then run 'recall secret sync'"
+    return ""
 
 
 def secret_show(secret_id: str, config: str | None = None) -> Answer:
@@ -107,7 +121,7 @@ def secret_show(secret_id: str, config: str | None = None) -> Answer:
     from ..inventory import describe_status
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):     # metadata: readable without the crypto extra
-        meta = store.show(con, secret_id, describe_status)
+        meta = store.show(con, secret_id, describe_status, cfg)
         return answer(meta, secret_text(meta))
 
 

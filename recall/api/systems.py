@@ -18,10 +18,13 @@ def access_find(query: str = "", config: str | None = None) -> Answer:
     """`recall access find` / recall_access_find: entries by id, name or alias first, then by their words."""
     from .. import inventory
     with opened(config) as (cfg, con):
-        found = inventory.find(entries(cfg, con), query)
+        every = entries(cfg, con)
+        found = inventory.find(every, query)
         shown = [inventory.describe(con, e) for e in found]
-        return answer(shown, "\n\n".join(d["block"] for d in shown) if shown else "no inventory entries match",
-                      inventory.inline_warnings(found))
+        why = "" if every else f"the inventory holds no entries yet: add one to {', '.join(map(str, cfg.inventory))}"
+        return answer(shown, "\n\n".join(d["block"] for d in shown) if shown else "no inventory entries match — "
+                      + (why or "try an id, alias, kind or tag, or 'recall access find' alone to list them all"),
+                      inventory.inline_warnings(found), why_none=why)
 
 
 def access_show(entry_id: str, config: str | None = None) -> Answer:

@@ -42,8 +42,22 @@ class _Parser(argparse.ArgumentParser):
             said = did_you_mean(word, known, f"'{self.prog} --help' lists them")
             what = f"{self.prog} has no verb" if where == "VERB" else f"{where} takes no"
             _usage_error(f"recall: {what} '{word}' — {said}\n")
+        if message == "the following arguments are required: VERB":      # `recall secret`: which verbs there are
+            verbs = next(list(a.choices) for a in self._actions if a.metavar == "VERB")
+            _usage_error(f"recall: {self.prog} needs a verb: {', '.join(verbs)} — "
+                         f"'{self.prog} --help' says what each does\n")
         if message.startswith("argument ") and ("is outside" in message or "is not a" in message):
             _usage_error(f"recall: {message} (see '{self.prog} --help')\n")      # a bad number: one line
+        if message.startswith("unrecognized arguments"):      # an option typed wrong (--explian): the closest
+            from ..errors import closest
+            words = _Parser.argv[:_Parser.argv.index("--")] if "--" in _Parser.argv else _Parser.argv
+            known = {o[2:]: o[2:] for o in self._option_string_actions if o.startswith("--")}   # '--' matches all
+            for word in (w.split("=")[0] for w in words if w.startswith("--") and w.split("=")[0][2:] not in known):
+                near = closest(word[2:], known)
+                if near:
+                    _usage_error(f"recall: {self.prog} has no option '{word}' — did you mean '--{near[0]}'?"
+                                 + (" (a word that starts with '-' goes after '--')" * bool(_dashed_words(words, self)))
+                                 + "\n")
         text = f"{self.format_usage()}recall: {message}\n"
         dashed = _dashed_words(_Parser.argv, self)
         if dashed and message.startswith(("unrecognized arguments", "the following arguments are required")):

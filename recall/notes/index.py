@@ -228,6 +228,9 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
             report.warnings.append((str(source.path), f"source '{source.name}' {why}: kept the {held} "
                                     f"file{'s' * (held != 1)} indexed from it; 'recall index --prune' "
                                     "removes them"))
+        elif not held and not files and not unreadable:     # a new notes folder: say why search finds nothing
+            report.warnings.append((str(source.path), f"source '{source.name}' holds no note yet (no file matching "
+                                    f"{', '.join(source.include)}): add some, then run 'recall index' again"))
         # a kept source is one unlisted folder: every path indexed from it is under ""
         plan.append((source, files, ("",) if keep else tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)

@@ -171,6 +171,9 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         hooks.pins(con, cfg, result)
     if remote_job is not None:
         remote_job.merge_into(result, n)
+    if not result.hits and not con.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+        result.notices.append(f"the index holds no note yet: add markdown or text files to "
+                              f"{', '.join(str(s.path) for s in cfg.sources)}, then run 'recall index'")
     if explain:
         result.notices.append(f"route: {got.route}; {len(got.files)} files; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")

@@ -198,11 +198,11 @@ def behind(con, cfg, budget_s: float = 0.005) -> list:
     """Names of the sources with a folder the last index run saw (no walk) changed since: a note
     created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
     indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
-    if not indexed or not known:
+    if not indexed:
         return []
     since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
     folders: dict = {}
-    for line in known.split("\n"):
+    for line in (known or "").split("\n"):       # a source that held no note: its folder alone
         source, _, rel = line.partition("\t")
         folders.setdefault(source, []).append(rel)
     for source in cfg.sources:

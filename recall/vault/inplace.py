@@ -333,5 +333,5 @@ def backup_state(con, home) -> tuple:
         when = time.strftime("%Y-%m-%d", time.localtime(mark["at"]))
         return True, f"backed up {when} to {mark['file']}"
     return False, (f"{'rotated since the last backup' if mark else 'never backed up'}: without it the sealed "
-                   "values in the secrets files are lost with this disk — run 'recall secret key backup FILE' "
-                   "and keep FILE off this machine")
+                   "values in the secrets files are lost with this disk — run 'recall secret key backup "
+                   f"~/recall-vault-{time.strftime('%Y-%m-%d')}.key' and keep that copy off this machine")

@@ -310,5 +310,6 @@ def check_value(value: str, what: str, path, line, stdin: bool = False) -> None:
 def _refuse_placeholder(value: str, what: str, path, line) -> None:
     """`<paste the token>` or `…` copied from an example is not a credential (never echoed back)."""
     if placeholder(value):
-        raise InputError(path, line, f"secret '{what}' still has a placeholder value",
-                         hint="replace the placeholder with the real value, then run 'recall secret sync' again")
+        raise InputError(path, line, f"secret '{what}' still has a placeholder value", hint="replace the placeholder "
+                         + ("and its < > " if value.strip().strip("'\"").startswith("<") else "")   # a token pasted inside them
+                         + "with the real value, then run 'recall secret sync' again")

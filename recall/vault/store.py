@@ -278,17 +278,23 @@ def row_named(con, secret_id: str, cfg=None):
     row = stored_row(con, secret_id)
     if row is None:
         from ..errors import NotFound, resolve
-        from . import pending
-        try:
-            unsynced = cfg is not None and secret_id in pending.values(con, cfg)[1]
-        except RecallError:
-            unsynced = False
-        if unsynced:
+        if cfg is not None and secret_id in unsynced(con, cfg):
             raise NotFound(f"secret '{secret_id}' is written in a secrets file but not synced yet",
                            "run 'recall secret sync'")
         ids = {r[0]: r[0] for r in con.execute("SELECT id FROM secrets ORDER BY id")}
         row = stored_row(con, resolve(secret_id, ids, "secret", "see 'recall secret find QUERY'"))
     return row
+
+
+def unsynced(con, cfg) -> list:
+    """The ids written in a secrets file since the last sync and not stored yet (none when a changed
+    file cannot be read: sync says why)."""
+    from . import pending
+    try:
+        labels = pending.values(con, cfg)[1]
+    except RecallError:
+        return []
+    return sorted(set(labels) - set(synced(con)) - {x for x in labels if x.startswith("unsynced line ")})
 
 
 def on_stdin(variables: dict) -> tuple:
@@ -374,9 +380,9 @@ def _masked_query(con, cfg, query: str):
         return None
 
 
-def show(con, secret_id: str, last_verified=None) -> dict:
+def show(con, secret_id: str, last_verified=None, cfg=None) -> dict:
     """One secret's metadata; `last_verified(con, target)` says when its check last ran (the inventory's)."""
-    row = row_named(con, secret_id)
+    row = row_named(con, secret_id, cfg)
     out = _public(row, last_verified(con, f"secret:{row['id']}") if last_verified else None)
     audit.log(con, "secret.show", row["id"], argv="", verdict="shown")
     return out
