@@ -441,3 +441,28 @@ def test_a_comment_after_a_plain_value_is_said_before_it_is_sealed(make_world):
     assert "#word-of-it" in secrets.read_text()                  # the user's file: the comment as written
     r = run_recall("secret", "sync")
     assert r.returncode == 0 and "warning" not in r.stderr
+
+
+@pytest.mark.parametrize("value", ["plain", "quoted"])
+def test_a_save_landing_just_after_sync_read_the_file_is_one_line_and_kept(make_world, monkeypatch, capsys, value):
+    """The user saves a shorter file the moment after sync parsed it: the second look at the file (its
+    comments) read the new text with the old parse's lines, an IndexError and a page of Python. Now
+    sync says the file changed, writes nothing, and the user's save stays."""
+    from recall import yaml
+    from recall.cli import main
+    quote = '"' if value == "quoted" else ""
+    entries = "".join(f"- id: tok-{i}\n  value: {quote}{CANARY}-{i}{quote}\n" for i in range(6))
+    secrets = make_world(secrets=entries).secrets
+    theirs = f"- id: tok-0\n  value: {CANARY}-new\n"
+    parse = yaml.load_entries
+
+    def then_saved(path, what, each=False):
+        items = parse(path, what, each)
+        if path == str(secrets):
+            secrets.write_text(theirs)
+        return items
+    monkeypatch.setattr(yaml, "load_entries", then_saved)
+    assert main(["secret", "sync"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "changed while recall was reading it; nothing was written" in err, err
+    assert CANARY[:6] not in err and secrets.read_text() == theirs
