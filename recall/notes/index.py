@@ -309,13 +309,22 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         raise
 
 
+def _unreadable(con, full_path, path_text, why, old, report) -> None:
+    """Unreadable now: what was indexed stays; deleted since the walk (not a dangling link): removed."""
+    if os.path.lexists(full_path):
+        report.skipped.append((path_text, why))
+    elif old is not None:
+        con.execute("DELETE FROM files WHERE id=?", (old["id"],))
+        report.removed += 1
+
+
 def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, redact) -> None:
     """Index one file; a name that is not UTF-8 is stored as shown, its bytes in files.rawpath."""
     raw, rel, path_text = raw_name(rel), shown(rel), shown(full_path)
     try:
         st = os.stat(full_path)
     except OSError as exc:
-        report.skipped.append((path_text, f"unreadable: {exc.strerror or exc}"))
+        _unreadable(con, full_path, path_text, f"unreadable: {exc.strerror or exc}", old, report)
         return
     if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
         report.skipped.append((path_text, "not a regular file"))
@@ -329,8 +338,10 @@ def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, r
         return
     data, why = _read(full_path, cfg.max_file_bytes)
     if data is None:
+        if why.startswith("unreadable"):
+            return _unreadable(con, full_path, path_text, why, old, report)
         report.skipped.append((path_text, why))
-        if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had
+        if old is not None:
             con.execute("DELETE FROM files WHERE id=?", (old["id"],))
             report.removed += 1
         return
