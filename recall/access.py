@@ -202,6 +202,8 @@ def _secret_injection(con, entry, values: dict, stdin) -> tuple:
     env, data, host_bound = {}, b"", []
     for sid in entry.secrets:
         row = vault.stored_row(con, sid)
+        if row is None:                      # removed by a sync since the values were read
+            raise RecallError(f"linked secret {sid} is not in the vault", "run 'recall secret sync'")
         if row["inject"] == "proxy":         # a placeholder, and the proxy (hostbound.Session)
             host_bound.append(row)
             continue

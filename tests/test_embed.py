@@ -465,6 +465,27 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
     assert len(twice) <= unconfirmed <= 3
 
 
+def test_a_note_another_run_removes_while_this_one_embeds_is_skipped(voyage, fake, monkeypatch):
+    """Embedding runs after the index lock is let go: a watcher's run removed a note whose chunk this
+    run had listed to embed, and `recall index` (and the watcher) ended in a KeyError traceback."""
+    from recall.notes import index
+    cfg, read = load_config(), index._texts
+
+    def removed_meanwhile(con, batch):
+        other = db.connect(cfg.db_path)
+        gone = other.execute("DELETE FROM files WHERE id IN (SELECT file_id FROM chunks WHERE hash=?) "
+                             "OR head_hash=?", (batch[0], batch[0])).rowcount
+        other.close()
+        monkeypatch.setattr(index, "_texts", read)
+        assert gone == 1
+        return read(con, batch)
+    monkeypatch.setattr(index, "_texts", removed_meanwhile)
+    report, con = _index()
+    assert report.embedded == _texts_of(con) > 0
+    assert con.execute("SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM embeddings e "
+                       "WHERE e.hash = c.hash)").fetchone()[0] == 0
+
+
 def test_two_runs_at_once_cannot_pass_the_cap_together(voyage, fake, notes):
     many_notes(notes, 30)
     fake.slow_seconds = 0.03

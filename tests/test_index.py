@@ -52,6 +52,25 @@ def test_changed_and_deleted_files(config, notes):
     assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'standup'").fetchone()[0] == 0
 
 
+def test_a_note_deleted_while_the_run_reads_the_tree_is_removed_not_skipped(config, notes, monkeypatch):
+    """`rm` of a note between the walk and its read: the run said 'skipped …: unreadable: No such file
+    or directory' and the deleted note stayed in the results until the next run; now it is removed."""
+    from recall.notes import index
+    _index()
+    gone, walk = notes / "meetings/2024-01-15-standup.md", index.walk_source
+
+    def walked_then_deleted(*args, **kw):
+        yield from walk(*args, **kw)
+        gone.unlink(missing_ok=True)
+    monkeypatch.setattr(index, "walk_source", walked_then_deleted)
+    cfg, con, rep = _index(full=True)
+    assert (rep.skipped, rep.removed) == ([], 1)
+    assert "meetings/2024-01-15-standup.md" not in _relpaths(con)
+    (notes / "dangling.md").symlink_to(notes / "nowhere.md")       # a link left dangling is still said
+    cfg, con, rep = _index()
+    assert [why for _, why in rep.skipped] == ["unreadable: No such file or directory"]
+
+
 # an identifier each of the config's notes holds and no other note does
 OWN_IDENTIFIER = {"incidents/2023/INC-10963-db-failover.md": "pg-prod-04", "runbooks/jump-hosts.md": "jump011.example.com",
                   "projects/cert-rotation.md": "cert-manager", "meetings/2024-01-15-standup.md": "10963"}

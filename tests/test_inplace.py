@@ -453,3 +453,51 @@ def test_a_comment_after_a_plain_value_is_said_before_it_is_sealed(make_world):
     assert "#word-of-it" in secrets.read_text()                  # the user's file: the comment as written
     r = run_recall("secret", "sync")
     assert r.returncode == 0 and "warning" not in r.stderr
+
+
+@pytest.mark.parametrize("value", ["plain", "quoted"])
+def test_a_save_landing_just_after_sync_read_the_file_is_one_line_and_kept(make_world, monkeypatch, capsys, value):
+    """The user saves a shorter file the moment after sync parsed it: the second look at the file (its
+    comments) read the new text with the old parse's lines, an IndexError and a page of Python. Now
+    sync says the file changed, writes nothing, and the user's save stays."""
+    from recall import yaml
+    from recall.cli import main
+    quote = '"' if value == "quoted" else ""
+    entries = "".join(f"- id: tok-{i}\n  value: {quote}{CANARY}-{i}{quote}\n" for i in range(6))
+    secrets = make_world(secrets=entries).secrets
+    theirs = f"- id: tok-0\n  value: {CANARY}-new\n"
+    parse = yaml.load_entries
+
+    def then_saved(path, what, each=False):
+        items = parse(path, what, each)
+        if path == str(secrets):
+            secrets.write_text(theirs)
+        return items
+    monkeypatch.setattr(yaml, "load_entries", then_saved)
+    assert main(["secret", "sync"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "changed while recall was reading it; nothing was written" in err, err
+    assert CANARY[:6] not in err and secrets.read_text() == theirs
+
+
+def test_a_set_whose_sync_fails_says_the_new_value_is_in_the_file(sealed, monkeypatch, capsys):
+    """A full disk under the DB: set sealed the new value into the file, then its sync failed and it said
+    only 'the disk … is full … what was committed before is kept' — as if nothing had changed, while
+    the file held the new value and the vault the old. Now it says which is where, and what to run."""
+    import sqlite3
+
+    from recall.cli import main
+
+    def full(*args, **kw):
+        raise sqlite3.OperationalError("database or disk is full")
+    sync = vault.sync
+    monkeypatch.setattr(inplace, "read_value", lambda prompt: f"{CANARY}-new")
+    monkeypatch.setattr(vault, "sync", full)
+    assert main(["secret", "set", "plain-one"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and CANARY[:6] not in err, err
+    assert err.startswith("recall: the new value for plain-one is sealed in its file, but the vault still has the "
+                          "old one: the disk holding ") and "run 'recall secret sync'" in err, err
+    assert _values(sealed)["plain-one"] == VALUES["plain-one"]
+    monkeypatch.setattr(vault, "sync", sync)
+    assert run_recall("secret", "sync").returncode == 0 and _values(sealed)["plain-one"] == f"{CANARY}-new"

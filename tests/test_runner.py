@@ -408,6 +408,57 @@ def test_a_run_stopped_midway_still_has_its_access_log_row(split_vault, tmp_path
     assert VALUE not in log[0]
 
 
+def test_an_access_log_that_cannot_take_the_row_stops_exec_before_the_child_runs(split_vault, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """A full disk: the child ran with the value, then recall said 'the disk … is full' and exited 1 —
+    the child's own code lost (a deploy that worked looked failed) and the access never logged. Now
+    nothing runs; and a disk that fills while the child runs keeps the child's code, said in one line."""
+    import sqlite3
+
+    from recall.cli import main
+    from recall.vault import audit
+    ran, write = tmp_path / "ran", audit.log
+
+    def full(con, verb, *args, **kw):
+        if verb == "secret.exec":
+            raise sqlite3.OperationalError("database or disk is full")
+        return write(con, verb, *args, **kw)
+    monkeypatch.setattr(audit, "log", full)
+    assert main(["secret", "exec", "split-token", "--", "touch", str(ran)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and " is full (database or disk is full)" in err and not ran.exists(), err
+    monkeypatch.setattr(audit, "log", write)
+
+    def full_at_the_end(con, row, *, verdict, **kw):
+        raise sqlite3.OperationalError("database or disk is full")
+    monkeypatch.setattr(audit, "finish", full_at_the_end, raising=False)
+    assert main(["secret", "exec", "split-token", "--", "sh", "-c", "touch $0; exit 3", str(ran)]) == 3
+    err = capsys.readouterr().err
+    assert ran.exists() and err.count("\n") == 1 and err.startswith("recall: the access log kept this run as "
+                                                                     "'running', not how it ended: the disk"), err
+
+
+def test_a_recall_killed_while_its_child_runs_leaves_the_access_logged(split_vault, tmp_path):
+    """kill -9 of `secret exec` while the child held the value left no access-log row at all."""
+    import subprocess
+
+    from tests.conftest import REPO, run_recall
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "split-token", "--",
+                             "sh", "-c", f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not pid_file.exists() and proc.poll() is None:
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait(30)
+    finally:
+        if pid_file.exists():
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)     # the child in its own session
+    log = run_recall("secret", "log", "split-token").stdout.splitlines()
+    assert len(log) == 1 and " secret.exec     split-token  running" in log[0], log
+
+
 def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
     from tests.conftest import run_recall
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",

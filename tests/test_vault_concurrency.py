@@ -196,3 +196,29 @@ def test_a_writer_that_waits_too_long_changes_nothing_and_says_so(tmp_path, monk
         holder.wait()
     vault.sync(con, cfg)                      # the holder gone, its lock is too
     assert "ENC[" in cfg.secrets[0].read_text()
+
+
+@pytest.mark.parametrize("verb", ["secret exec", "access exec"])
+def test_a_secret_a_sync_removes_while_exec_starts_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, verb):
+    """A sync removes the secret between exec finding its row and reading its value: a KeyError
+    traceback (access exec: a TypeError). Now one line, and the command never runs."""
+    from recall.cli import main
+    w, env = _world(tmp_path / "w")
+    w.inventory = w.config.parent / "inventory.yaml"
+    w.inventory.write_text("- id: box\n  kind: host\n  secrets: [db-pass]\n")
+    w.config.write_text(w.config.read_text() + f"inventory: [{w.inventory}]\n")
+    _sync(env)
+    ran = tmp_path / "ran"
+    looked_up = vault.stored_row
+
+    def removed_meanwhile(con, sid):         # secret exec: after its row is found; access: before
+        row = looked_up(con, sid) if verb == "secret exec" else None
+        w.secrets.write_text(_secrets_text({k: v for k, v in VALUES.items() if k != "db-pass"}))
+        vault.sync(con, load_config())
+        return row or looked_up(con, sid)
+    monkeypatch.setattr(vault, "stored_row", removed_meanwhile)
+    argv = (["secret", "exec", "db-pass"] if verb == "secret exec" else ["access", "exec", "box"])
+    assert main([*argv, "--", "touch", str(ran)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("recall: ") and err.count("\n") == 1 and "db-pass" in err, err
+    assert not ran.exists() and CANARY[:6] not in err

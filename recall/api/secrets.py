@@ -47,7 +47,16 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
         value = read_value(f"New value for {what} (not shown; Enter ends it): ")
         where = set_value(cfg, secret_id, field, value, notify=heard(notify))
         del value
-        rep = store.sync(con, cfg, notify=heard(notify))
+        try:
+            rep = store.sync(con, cfg, notify=heard(notify))
+        except Exception as exc:     # the file holds the new value now: say so, not only what failed
+            from ..db import explain
+            fault = explain(exc)
+            if fault is None:
+                raise
+            raise RecallError(f"the new value for {where} is sealed in its file, but the vault still has the old "
+                              f"one: {fault.message}", "once that is fixed, run 'recall secret sync' (no need "
+                              "to type the value again)") from None
         return answer({"set": where, **rep.__dict__},
                       f"sealed a new value for {where} in its file; synced {rep.total} secrets")
 

@@ -312,31 +312,33 @@ def _index_sources(con, cfg, plan, total, full, only, report, redact, progress) 
         raise
 
 
+def _skip(con, full_path, path_text, why, old, report, keep=True) -> None:
+    """Not indexed, and said; what was indexed goes unless `keep` (merely unreadable now). A note deleted
+    since the walk (its name gone, not a link left dangling) is removed, not said."""
+    gone = keep and not os.path.lexists(full_path)
+    if not gone:
+        report.skipped.append((path_text, why))
+    if old is not None and (gone or not keep):
+        con.execute("DELETE FROM files WHERE id=?", (old["id"],))
+        report.removed += 1
+
+
 def _index_one(con, cfg, source, rel, full_path, old, full, report, git_dates, redact) -> None:
     """Index one file; a name that is not UTF-8 is stored as shown, its bytes in files.rawpath."""
     raw, rel, path_text = raw_name(rel), shown(rel), shown(full_path)
     try:
         st = os.stat(full_path)
     except OSError as exc:
-        report.skipped.append((path_text, f"unreadable: {exc.strerror or exc}"))
-        return
-    if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end
-        report.skipped.append((path_text, "not a regular file"))
-        if old is not None:                 # a note replaced by one is no note now
-            con.execute("DELETE FROM files WHERE id=?", (old["id"],))
-            report.removed += 1
-        return
+        return _skip(con, full_path, path_text, f"unreadable: {exc.strerror or exc}", old, report)
+    if not _stat.S_ISREG(st.st_mode):      # a FIFO or device would block or never end; a note replaced by one is gone
+        return _skip(con, full_path, path_text, "not a regular file", old, report, keep=False)
     if old is not None and not full and old["rawpath"] == raw and old["size"] == st.st_size \
             and old["mtime_ns"] == st.st_mtime_ns:
         report.unchanged += 1
         return
     data, why = _read(full_path, cfg.max_file_bytes)
     if data is None:
-        report.skipped.append((path_text, why))
-        if old is not None and not why.startswith("unreadable"):   # unreadable for now: keep what we had
-            con.execute("DELETE FROM files WHERE id=?", (old["id"],))
-            report.removed += 1
-        return
+        return _skip(con, full_path, path_text, why, old, report, keep=why.startswith("unreadable"))
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if old is not None and not full and old["hash"] == digest:
         con.execute("UPDATE files SET size=?, mtime_ns=?, rawpath=? WHERE id=?",
@@ -430,6 +432,9 @@ def _embed_batch(con, cfg, provider, store, mid: int, batch: list, redact) -> tu
     most this batch, and counts it at most as 'unconfirmed'."""
     from ..embed import providers as embed
     texts = _texts(con, batch)
+    batch = [h for h in batch if h in texts]        # another run removed the others' chunks meanwhile
+    if not batch:
+        return 0, 0
     crumbed = [h for h in batch if texts[h][0] is not None]
     redacted = redact.many([texts[h][1] for h in batch] + [texts[h][0] for h in crumbed])
     inputs, crumbs = dict(zip(batch, redacted)), dict(zip(crumbed, redacted[len(batch):]))

@@ -22,13 +22,20 @@ def parent_name() -> str:
         return os.path.basename(out) or str(ppid)
 
 
-def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> None:
-    """Append one row (autocommitted outside a transaction), its text through the door."""
+def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> int:
+    """Append one row (autocommitted outside a transaction), its text through the door; its id."""
     from .door import scrub
     target, argv, verdict = scrub(target), scrub(argv), scrub(verdict)
-    con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code))
+    return con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
+                       "VALUES (?,?,?,?,?,?,?,?)",
+                       (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code)).lastrowid
+
+
+def finish(con, row: int, *, argv: str, verdict: str, exit_code=None) -> None:
+    """How a run logged before it started (verdict 'running') ended."""
+    from .door import scrub
+    con.execute("UPDATE access_log SET argv=?, verdict=?, exit_code=? WHERE id=?",
+                (scrub(argv), scrub(verdict), exit_code, row))
 
 
 def entries(con, target: str | None = None, limit: int = 50) -> list:

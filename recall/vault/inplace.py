@@ -17,7 +17,7 @@ from .. import db
 from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
 from .pending import file_stamp
-from .secretfile import check_value, load_secret_files, on_stdin
+from .secretfile import check_value, load_secret_files, on_stdin, text_as_read
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
@@ -120,8 +120,8 @@ def _refuse_values_in_comments(entries: list) -> None:
     values = [(e, f, piece) for e in entries for f, v in e.values.items() if f not in public_fields(e.meta)
               for piece in _pieces(v, MIN_SECRET_LEN)]
     for path in dict.fromkeys(e.file for e in entries) if values else ():
-        spans = [s for e in entries if e.file == path for s in e.spans.values() if s]
-        for line, comment in _comments(path, spans):
+        mine = [e for e in entries if e.file == path]
+        for line, comment in _comments(path, mine[0].stamp, [s for e in mine for s in e.spans.values() if s]):
             hit = next((_what(e, f) for e, f, v in values if v in comment), None)
             if hit:
                 raise InputError(path, line, f"the value of '{hit}' is written in this comment too, where "
@@ -137,10 +137,13 @@ def _pieces(value: str, shortest: int) -> set:
     return {piece for piece in (value.strip(), *long) if len(piece) >= shortest}
 
 
-def _comments(path, spans: list) -> list:
-    """(line, text) of each comment in a secrets file, the values' own text left out."""
+def _comments(path, stamp: tuple, spans: list) -> list:
+    """(line, text) of each comment in a secrets file, the values' own text left out; refused when
+    the file is no longer as it was read (the spans point into that text)."""
     from ..yaml import replace_spans
-    text = _bytes_of(os.path.realpath(path)).decode("utf-8", "replace")
+    text = text_as_read(path, stamp)
+    if text is None:
+        raise _changed(path)
     text = replace_spans(text, [(s, "\n" * (s.end_row - s.row)) for s in spans])   # the same line numbers
     found = ((n, re.search(r"(?:^|[ \t])#.*", line)) for n, line in enumerate(re.split(r"\r\n|\r|\n", text), 1))
     return [(n, m.group()) for n, m in found if m]
@@ -157,12 +160,15 @@ def rewrite(path, stamp: tuple, changes: list) -> None:
     """Replace spans of a file atomically; refused, nothing written, when it is no longer as read (`stamp`)."""
     from ..yaml import replace_spans
     real = os.path.realpath(path)
-    changed = RecallError(f"{path} changed while recall was reading it; nothing was written to it",
-                          "run the command again")
+    changed = _changed(path)
     data = _bytes_of(real)
     if file_stamp(real) != stamp:
         raise changed
     _write_atomic(real, stamp, data, replace_spans(data.decode("utf-8"), changes), changed)
+
+
+def _changed(path) -> RecallError:
+    return RecallError(f"{path} changed while recall was reading it; nothing was written to it", "run the command again")
 
 
 def append_entry(path, text: str) -> None:

@@ -132,6 +132,9 @@ def _run(con, child: Child, out, err) -> RunResult:
     masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
     session = proc = None
+    # logged before the child gets a value: a log that cannot take the row (a full disk) stops it
+    # here, and a recall killed while the child runs leaves the row 'running', not no row at all
+    row = audit.log(con, child.verb, child.target, argv="", verdict="running")
     try:
         if child.host_bound:
             from ..hostbound import Session, placeholders_for
@@ -159,20 +162,27 @@ def _run(con, child: Child, out, err) -> RunResult:
         result = _drive(proc, masker, given, child.stdin, out, err, child.timeout, held)
     except RecallError:
         shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
-        audit.log(con, child.verb, child.target, argv=shown, verdict=verdict)
+        audit.finish(con, row, argv=shown, verdict=verdict)
         raise
     except BaseException:      # Ctrl-C, SIGTERM, a reader gone (`| head`): the child had its values all the same
         shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         with suppress(Exception):          # the interrupt is what the user must get
-            audit.log(con, child.verb, child.target, argv=shown, verdict="not run" if proc is None else "stopped")
+            audit.finish(con, row, argv=shown, verdict="not run" if proc is None else "stopped")
         raise
     finally:
         if session is not None:
             session.close()
             for verb, sid, argv, said in session.log_rows(child.verb):
                 audit.log(con, verb, sid, argv=argv, verdict=said)
-    audit.log(con, child.verb, child.target, argv=shown, verdict="ran", exit_code=result.code)
     result.notes = session.notes() if session is not None else []
+    try:
+        audit.finish(con, row, argv=shown, verdict="ran", exit_code=result.code)
+    except Exception as exc:     # the child ran: its code is the answer; the row stays 'running'
+        from ..db import explain
+        fault = explain(exc)
+        if fault is None:
+            raise
+        result.notes.append(f"the access log kept this run as 'running', not how it ended: {fault}")
     return result
 
 

@@ -101,22 +101,33 @@ def load_secret_files(paths: list) -> tuple:
                 entries.append(entry)
         except InputError as exc:
             raise without_text(exc, ids) from None
-        warnings += _comments_after_values(path, entries[first:])
+        warnings += _comments_after_values(path, stamp, entries[first:])
     _refuse_values_in_metadata(entries)
     return entries, warnings
 
 
-def _comments_after_values(path: str, entries: list) -> list:
+def text_as_read(path: str, stamp: tuple) -> str | None:
+    """The file's text again, when it is still as it was read (`stamp`); None when it changed since
+    (the spans read then point into another text: a writer refuses on the same stamp)."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    return text if file_stamp(path) == stamp else None
+
+
+def _comments_after_values(path: str, stamp: tuple, entries: list) -> list:
     """A plain value followed by ' #…' on its line: YAML reads a comment there, so a password holding
     ' #' is cut short, and its rest stays in the file as plain text once the value is sealed. Said
     (never quoted) before the first sync; a quoted, block or sealed value is not asked about."""
     from .redact import public_fields
     plain = [(e, f, s) for e in entries for f, s in e.spans.items()
              if s and not s.flow and f not in public_fields(e.meta) and not e.values[f].startswith("ENC[")]
-    if not plain:
+    text = text_as_read(path, stamp) if plain else None
+    if text is None:
         return []
-    with open(path, encoding="utf-8-sig") as f:
-        rows = re.split(r"\r\n|\r|\n", f.read())
+    rows = re.split(r"\r\n|\r|\n", text)
     return [f"{path}:{s.end_row + 1}: a comment follows the value of '{e.id + ('.' + f if f else '')}' on its line: "
             "YAML ends the value before ' #', and the comment stays as written when the value is sealed — if "
             "it is part of the value, quote the value ('…')"

@@ -392,7 +392,8 @@ def show(con, secret_id: str, last_verified=None, cfg=None) -> dict:
 
 def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
     """{secret id: {field: value}} decrypted, and `.public`: the fields of each that are not secret. A row
-    that does not open (changed, corrupt) is left out unless it is in `need`; when none opens, the key is wrong."""
+    that does not open (changed, corrupt) is left out unless it is in `need` (NotFound when one is gone);
+    when none opens, the key is wrong."""
     import json
     key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))
     wanted = None if ids is None else set(ids)
@@ -408,6 +409,11 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
             first_error = first_error or exc
     if first_error is not None and not values:
         raise first_error
+    for sid in need:                     # asked for by id, and removed by a sync since it was looked up
+        if sid not in values:
+            from ..errors import NotFound
+            raise NotFound(f"secret '{sid}' was removed from the vault meanwhile (by a sync); nothing was run with it",
+                           "see 'recall secret find QUERY'")
     return values
 
 
