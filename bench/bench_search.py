@@ -48,7 +48,8 @@ def main() -> None:
     chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
     nochange = timed(lambda: run_index(con, cfg, redactor=vault.redactor), 5)
     picks = [r[0].split()[0] for r in con.execute("SELECT title FROM files WHERE id % 2111 = 5 LIMIT 3")]
-    host = con.execute("SELECT term FROM idents WHERE term LIKE 'kafka%.example.com' LIMIT 1").fetchone()[0]
+    host = con.execute("SELECT term FROM idents_vocab WHERE term > 'kafka' AND term < 'kafkb' "
+                       "AND term LIKE 'kafka%.example.com' LIMIT 1").fetchone()[0].split("~", 1)[1]
     IDENT_QUERIES = picks + [host, host.split(".")[0]]
     db_mb = os.path.getsize(cfg.db_path) / 1e6
 

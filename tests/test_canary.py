@@ -14,7 +14,7 @@ pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
 from tests.conftest import CANARY, NOTES, free_port, run_recall  # noqa: E402
-from tests.world import build  # noqa: E402
+from tests.world import build, stored_bytes  # noqa: E402
 
 B64 = base64.b64encode(CANARY.encode()).decode()
 FORMS = [CANARY, B64, CANARY[::-1]]
@@ -147,7 +147,7 @@ def _assert_files_clean(tmp_path) -> None:
     notes = [p for p in (tmp_path / "notes").rglob("*") if p.is_file() and p.name != "pasted.md"]
     assert any(p.name == "secrets.yaml" for p in notes)     # (pasted.md: a value the user pasted, on purpose)
     for path in files + notes:
-        _assert_clean(str(path), path.read_bytes())
+        _assert_clean(str(path), stored_bytes(path))
     _assert_db_clean(state / "recall.db")
     for path in glob.glob(str(tmp_path / "home" / "**"), recursive=True):
         if os.path.isfile(path):

@@ -44,6 +44,25 @@ def test_only_new_migrations_run_on_an_old_db(tmp_path, monkeypatch):
     assert con.execute("SELECT count(*) FROM secrets").fetchone()[0] == 0     # a later migration's table
 
 
+def test_pending_migrations_apply_all_or_none_and_a_new_db_starts_compact(tmp_path, monkeypatch):
+    """The pending migrations are one transaction: one that fails leaves the DB at the schema it
+    had (no half-upgraded file), and a new DB's WAL is cut once they are in (it held 0.5 MB)."""
+    path = tmp_path / "recall.db"
+    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS[:2])
+    db.connect(path).close()
+    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS[:2] + ["CREATE TABLE later(x)", "CREATE TABLE meta(key)"])
+    with pytest.raises(db.BrokenDatabase, match="migration 4 finds table meta already exists"):
+        db.connect(path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT max(version) FROM migrations").fetchone()[0] == 2
+    assert not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'later'").fetchone()
+    con.close()
+    monkeypatch.undo()
+    fresh = tmp_path / "new.db"
+    db.connect(fresh)
+    assert os.path.getsize(f"{fresh}-wal") == 0 and os.path.getsize(fresh) < 250_000
+
+
 def test_processes_migrating_at_once_agree(tmp_path):
     # A new file opened by several processes at once: the switch to WAL once answered one of
     # them "database is locked" about one time in a hundred, so race it on many fresh files.
@@ -225,7 +244,8 @@ def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, 
     with db.transaction(old):
         old.execute("INSERT INTO meta SELECT * FROM new.meta")            # as its last index run left it
         old.execute("INSERT INTO files SELECT * FROM new.files")
-        old.execute("INSERT INTO chunks SELECT * FROM new.chunks")
+        old.execute("INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
+                    "SELECT id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path FROM new.chunks")
         old.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)", _rows_an_older_index_wrote(old))
     old.close()
     monkeypatch.setattr(db, "MIGRATIONS", every)
@@ -244,3 +264,30 @@ def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, 
             con.execute("DELETE FROM files WHERE relpath = 'runbooks/jump-hosts.md'")
     assert found(old) == found(new)
     assert not search(old, cfg, "jump01", remotes=False).hits
+
+
+def test_a_chunks_texts_are_deflated_in_the_file_and_read_back_whole(config, notes):
+    """The DB keeps a chunk's texts deflated (db/texts.py): the note's words are not in the file as
+    written, yet search, its identifiers, and the state scans of the tests (world.stored_bytes) see
+    them whole."""
+    from recall.config import load_config
+    from recall.notes.index import run_index
+    from recall.notes.search import search
+    from recall.vault import store as vault
+    from tests.conftest import write_tree
+    from tests.world import stored_bytes
+    said = "restore the replica from the nightly backup, then check the lag " * 12
+    write_tree(notes, {"zebra.md": f"# Zebra runbook\n\n## On zebra-gw-07.example.com\n\n{said}\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, redactor=vault.redactor)
+    body = con.execute("SELECT body FROM chunks WHERE path = 'zebra.md'").fetchone()[0]
+    assert body.rstrip().endswith(said.strip()) and "## On zebra-gw-07.example.com" in body
+    stored = con.execute("SELECT length(texts) FROM chunk_rows WHERE id = (SELECT id FROM chunks WHERE body = ?)",
+                         (body,)).fetchone()[0]
+    assert stored < len(body) / 4                          # a repeated sentence deflates well
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert b"nightly backup, then check" not in cfg.db_path.read_bytes()
+    assert b"nightly backup, then check" in stored_bytes(cfg.db_path)
+    for query in ("zebra-gw-07.example.com", "zebra-gw-07", "nightly backup replica"):
+        assert search(con, cfg, query, remotes=False).hits[0].relpath == "zebra.md", query

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_recall
-from tests.world import build
+from tests.world import build, stored_bytes
 
 LITERAL = "Lit3ral-Kq8z-Wp2x-Nn5v"         # a credential written inline in the inventory
 SEED = "JBSWY3DPEHPK3PXPQ7RZ"               # an upper-case value (a TOTP seed) on the wrong line
@@ -81,7 +81,7 @@ def test_the_verify_results_and_access_log_store_no_inline_credential(inline_wor
     state = Path(os.environ["RECALL_HOME"])
     for path in state.rglob("*"):
         if path.is_file():
-            assert LITERAL.encode() not in path.read_bytes(), path
+            assert LITERAL.encode() not in stored_bytes(path), path
 
 
 def _secrets_world(tmp_path, secrets):
@@ -102,7 +102,7 @@ def test_a_vault_value_in_another_secrets_metadata_is_refused_unquoted(tmp_path)
     assert "'notes' of secret 'two' holds the value of secret 'one'" in done.stderr
     assert f"{world.secrets}:3" in done.stderr and LITERAL not in done.stderr + done.stdout
     assert not (Path(os.environ["RECALL_HOME"]) / "recall.db").exists() or LITERAL.encode() not in \
-        (Path(os.environ["RECALL_HOME"]) / "recall.db").read_bytes()
+        stored_bytes(Path(os.environ["RECALL_HOME"]) / "recall.db")
 
 
 def test_a_credential_written_inline_in_a_secrets_use_line_is_refused(tmp_path):

@@ -438,6 +438,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         con = sqlite3.connect(cfg.db_path)
+        db.texts.register(con)               # the chunks view reads its texts through recall's function
         vectors = con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
         billed_rows = con.execute("SELECT count(*), COALESCE(SUM(tokens), 0) FROM embed_ledger "
                                   "WHERE state='billed'").fetchone()
@@ -453,6 +454,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight_and_never_counts_twice(voyage,
                           cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     con = sqlite3.connect(cfg.db_path)
+    db.texts.register(con)
     chunks = _texts_of(con)
     assert con.execute("SELECT count(*) FROM embeddings").fetchone()[0] == chunks
     assert con.execute("SELECT count(*) FROM embed_ledger WHERE state='billed'").fetchone()[0] == chunks

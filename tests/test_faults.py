@@ -321,7 +321,7 @@ def test_damaged_pages_are_one_line_and_index_full_moves_the_file_aside(config, 
     con.close()
     import sqlite3
     raw = sqlite3.connect(path)                                # every third page of the chunks
-    chunk_pages = [r[0] - 1 for r in raw.execute("SELECT pageno FROM dbstat WHERE name = 'chunks'")][::3]   # 1-based
+    chunk_pages = [r[0] - 1 for r in raw.execute("SELECT pageno FROM dbstat WHERE name = 'chunk_rows'")][::3]   # 1-based
     raw.close()
     _damage(path, chunk_pages)
     r = run_recall("search", "rack")

@@ -12,6 +12,7 @@ from recall import db, inventory
 from recall.config import load_config
 from recall.errors import PrerequisiteDown, RecallError
 from tests.conftest import free_port, run_recall
+from tests.world import stored_bytes
 
 
 def inventory_text(vpn_port, script=""):
@@ -540,7 +541,7 @@ def test_an_entry_whose_setup_sets_a_literal_secret_is_never_cached_in_the_db(ma
     con = db.connect(cfg.db_path)
     assert [e.id for e in inventory.load_inventory(cfg, con)] == ["box", "other"]
     con.close()
-    stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+    stored = b"".join(stored_bytes(p) for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
     assert literal.encode() not in stored
     path.write_text("- id: other\n  access:\n    - export AWS_PROFILE=ops\n")
     con = db.connect(cfg.db_path)
@@ -562,7 +563,7 @@ def test_an_entry_with_a_user_password_or_bearer_token_inline_is_never_cached(ma
         con = db.connect(cfg.db_path)
         assert [e.id for e in inventory.load_inventory(cfg, con)] == ["vpn", "other"]
         con.close()
-        stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+        stored = b"".join(stored_bytes(p) for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
         assert literal.encode() not in stored, inline
         r = run_recall("access", "show", "vpn")
         assert r.returncode == inline.startswith("check") and literal not in r.stdout + r.stderr

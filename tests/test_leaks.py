@@ -14,7 +14,7 @@ pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
 
 from tests.conftest import CANARY, REPO, run_recall  # noqa: E402
-from tests.world import build  # noqa: E402
+from tests.world import build, stored_bytes  # noqa: E402
 
 # A value every escaper changes: quotes, a backslash, $, a backtick, a space, non-ASCII.
 TRICKY = CANARY + "'q\"b\\s$d `t é"
@@ -34,7 +34,7 @@ def state_clean(tmp_path: Path) -> None:
     for root in (Path(os.environ["RECALL_HOME"]), tmp_path / "home"):
         for path in root.rglob("*"):
             if path.is_file() and path.name not in ("vault.key", "vault.key.next"):
-                clean(str(path), path.read_bytes())
+                clean(str(path), stored_bytes(path))
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ def test_inline_tokens_in_proof_commands_are_not_stored(world):
     assert inline not in log
     for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
         if path.is_file():
-            assert inline.encode() not in path.read_bytes(), path
+            assert inline.encode() not in stored_bytes(path), path
     state_clean(world.root)
 
 
@@ -236,7 +236,7 @@ def test_a_literal_in_a_command_is_stored_hidden_by_the_names_the_displays_hide(
     assert "MYSQL_PWD=[hidden]" in log and "GITHUB_PAT=[hidden]" in log and "REGION=eu-west-1" in log
     for path in Path(os.environ["RECALL_HOME"]).rglob("*"):
         if path.is_file():
-            data = path.read_bytes()
+            data = stored_bytes(path)
             assert pwd.encode() not in data and pat.encode() not in data, path
     state_clean(world.root)
 

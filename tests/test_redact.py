@@ -17,6 +17,7 @@ from recall.vault import mask  # noqa: E402
 from recall.vault import store as vault  # noqa: E402
 from recall.vault.redact import text_redactor  # noqa: E402
 from tests.conftest import CANARY, run_recall  # noqa: E402
+from tests.world import stored_bytes
 
 
 def _pem(size: int, seed: int = 1) -> str:
@@ -279,7 +280,7 @@ def test_an_unsynced_secrets_file_is_read_once_while_it_stays_as_it_is(make_worl
 
 
 def _state_bytes(cfg) -> bytes:
-    return b"".join(p.read_bytes() for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
+    return b"".join(stored_bytes(p) for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
 
 
 def test_a_value_written_into_the_secrets_file_leaves_the_notes_indexed_before_at_the_next_index(

@@ -3,6 +3,7 @@ import pytest
 
 from recall import db
 from recall.config import load_config
+from recall.db import texts
 from recall.errors import RecallError
 from recall.notes.fusion import recency_factor, rrf
 from recall.notes.index import run_index
@@ -351,8 +352,8 @@ def test_an_index_with_the_common_words_postings_is_migrated_without_them(tmp_pa
     new = db.connect(path)
     assert new.execute("SELECT name FROM sqlite_master WHERE name LIKE '%common%'").fetchall() == []
     new.execute("INSERT INTO files(source, relpath, size, mtime_ns, hash) VALUES ('notes', 'a.md', 1, 1, 'h')")
-    new.execute("INSERT INTO chunks(file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
-                "VALUES (1, 0, 1, 3, 'Rotation', 'certificate rotation', 'h', 'a.md')")
+    new.execute("INSERT INTO chunk_rows(file_id, ord, start_line, end_line, hash, texts) VALUES (1, 0, 1, 3, 'h', ?)",
+                (texts.pack("Rotation", "certificate rotation", "a.md", ""),))
     assert [r[0] for r in new.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'certificate'")] == [1]
 
 
@@ -447,7 +448,10 @@ def test_an_index_from_an_older_chunker_is_rewritten_once(tmp_path, config, note
     write_tree(notes, {"source/lock.html.md.erb": "# <%= t %>\n\n## Find the lock id\n\nIt is in the message.\n"})
     cfg, con = _index()
     with db.transaction(con):            # as an older recall left it: the page chunked as plain text
-        con.execute("UPDATE chunks SET breadcrumb = 'source/lock.html.md.erb'")
+        rows = con.execute("SELECT id, file_id, ord, start_line, end_line, hash, body, path, idents FROM chunks").fetchall()
+        con.execute("DELETE FROM chunk_rows")
+        con.executemany("INSERT INTO chunk_rows VALUES (?,?,?,?,?,?,?)",
+                        [(*row[:6], texts.pack("source/lock.html.md.erb", *row[6:])) for row in rows])
         db.set_meta(con, "chunk_format", "1")
     assert run_index(con, cfg, redactor=vault.redactor).chunks > 0
     crumbs = {r[0] for r in con.execute("SELECT breadcrumb FROM chunks")}

@@ -232,7 +232,7 @@ def test_a_long_chunk_matches_by_its_best_window_and_its_windows_go_with_it(tmp_
         assert set(ids[:len(long_ids)]) == long_ids
         assert found[0][1] == pytest.approx(1 / (1 + 0.1 ** 2) ** 0.5, abs=1e-4)   # its best window's
     with db.transaction(con):
-        con.execute("UPDATE chunks SET hash='changed' WHERE hash=?", (long,))
+        con.execute("UPDATE chunk_rows SET hash='changed' WHERE hash=?", (long,))
         assert store.delete_orphans() == 3
     assert {r[0] for r in con.execute("SELECT hash FROM embeddings")} == {other}
 

@@ -7,6 +7,7 @@ import pytest
 from recall import db
 from recall.config import load_config
 from tests.conftest import CANARY
+from tests.world import stored_bytes
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
@@ -21,7 +22,7 @@ def _indexed(cfg) -> list:
 
 
 def _index_bytes(cfg) -> bytes:
-    return b"".join(p.read_bytes() for p in cfg.home.glob("recall.db*"))
+    return b"".join(stored_bytes(p) for p in cfg.home.glob("recall.db*"))
 
 
 @pytest.fixture

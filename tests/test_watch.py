@@ -18,6 +18,7 @@ from recall import db
 from recall.config import load_config  # noqa: E402
 from recall.notes import walk, watch  # noqa: E402
 from tests.conftest import REPO, run_recall  # noqa: E402
+from tests.world import stored_bytes
 
 DEADLINE_S = 30          # generous on a loaded machine; the 2 s target is a bench row, not a test
 
@@ -332,7 +333,7 @@ def test_a_secrets_file_inside_the_notes_stays_out_while_watched(make_world, not
     assert [h["relpath"] for h in hits] == ["after.md"]          # the watcher did index what changed
     con = db.connect(cfg.db_path, readonly=True)
     assert not con.execute("SELECT 1 FROM files WHERE relpath='secrets.yaml'").fetchone()
-    stored = b"".join(p.read_bytes() for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
+    stored = b"".join(stored_bytes(p) for p in cfg.db_path.parent.glob(cfg.db_path.name + "*"))
     assert CANARY.encode() not in stored
 
 
@@ -518,7 +519,7 @@ def test_a_value_written_into_the_secrets_file_leaves_the_index_while_watching(m
         deadline, held = time.monotonic() + DEADLINE_S, True
         while held and time.monotonic() < deadline:
             time.sleep(0.2)
-            data = b"".join(p.read_bytes() for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
+            data = b"".join(stored_bytes(p) for p in cfg.home.iterdir() if p.name.startswith("recall.db"))
             held = any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
     finally:
         proc.kill()

@@ -3,6 +3,7 @@ a config naming them, all under the test's own folder (conftest's `make_world` b
 `notes` fixture and makes its config recall's)."""
 from __future__ import annotations
 
+import sqlite3
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,3 +71,21 @@ def _file(given: str | Path, path: Path, mode: int | None = None) -> Path:
     if mode is not None:
         path.chmod(mode)
     return path
+
+
+def stored_bytes(path: Path) -> bytes:
+    """A state file's bytes as a scan for a value must see them: a recall DB keeps its chunks'
+    texts deflated (recall/db/texts.py), so their text, read back as recall reads it, is added."""
+    data = path.read_bytes()
+    if not data.startswith(b"SQLite format 3\0"):
+        return data
+    from recall.db import texts
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    texts.register(con)
+    try:
+        rows = con.execute("SELECT breadcrumb, body, path, idents FROM chunks").fetchall()
+    except sqlite3.OperationalError:        # not recall's DB, or one with no chunks view
+        rows = []
+    finally:
+        con.close()
+    return data + "\n".join(t for row in rows for t in row).encode()

@@ -12,10 +12,11 @@ from pathlib import Path
 from ..errors import RecallError
 from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
+from .texts import register as _functions
 
 __all__ = ["connect", "transaction", "get_meta", "set_meta", "waiting_at_most", "in_batches", "is_sqlite_error", "rollback", "explain",
            "schema_version", "index_lock", "vault_lock", "has_vec", "load_vec", "sqlite_module", "vec_extension_path",
-           "migrations", "repair", "lock", "space", "pids"]
+           "migrations", "repair", "lock", "space", "pids", "texts"]
 BUSY_TIMEOUT_MS = 30_000
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)      # absent on Windows, where links are rare
 OPENED: list = []          # DB paths this process opened, so a later storage fault can name its file
@@ -236,7 +237,9 @@ def look(path, timeout: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
     """The DB at `path` opened to be looked at only: read-only, never created nor migrated (doctor's
     checks, the quick check, a file moved aside); sqlite3's error when it cannot be. Stdlib sqlite3:
     look before this process connects to the file, not beside a connection of another library."""
-    return sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=timeout)
+    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=timeout)
+    _functions(con)
+    return con
 
 
 def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.Connection:
@@ -265,6 +268,7 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
         con = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                              check_same_thread=False)
         con.row_factory = module.Row
+        _functions(con)
         if vectors:
             load_vec(con)
         con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -310,13 +314,14 @@ def schema_version(con, path="the database") -> int:
 
 
 def migrate(con: sqlite3.Connection, path="the database") -> int:
-    """Apply pending migrations, each in its own transaction; returns the schema version."""
-    done = schema_version(con, path)
-    con.execute("CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
-    for version, sql in enumerate(MIGRATIONS[done:], start=done + 1):
-        with transaction(con):
-            if con.execute("SELECT 1 FROM migrations WHERE version=?", (version,)).fetchone():
-                continue            # another process migrated while we waited for the lock
+    """Apply the pending migrations in one transaction (a new DB's WAL then holds each page once,
+    not once a migration); returns the schema version."""
+    if schema_version(con, path) == len(MIGRATIONS):
+        return len(MIGRATIONS)
+    with transaction(con):
+        con.execute("CREATE TABLE IF NOT EXISTS migrations(version INTEGER PRIMARY KEY, applied_at REAL)")
+        done = schema_version(con, path)        # another process may have migrated while we waited
+        for version, sql in enumerate(MIGRATIONS[done:], start=done + 1):
             try:
                 if callable(sql):
                     sql(con)
@@ -329,6 +334,7 @@ def migrate(con: sqlite3.Connection, path="the database") -> int:
                 raise BrokenDatabase(path, f"not what its migration record says (schema {version - 1}, "
                                            f"but migration {version} finds {exc})") from None
             con.execute("INSERT INTO migrations VALUES (?, julianday('now'))", (version,))
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     return len(MIGRATIONS)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from .texts import pack
+
 
 def int8_vectors(con) -> None:
     """Chunk vectors from float32 to int8 (a quarter of the bytes; the ranking holds), a few
@@ -26,6 +28,56 @@ def _int8(blob: bytes) -> bytes:
     vec = struct.unpack(f"<{len(blob) // 4}f", blob)
     top = max(map(abs, vec)) or 1.0
     return bytes(round(x * 127 / top) & 0xFF for x in vec)
+
+
+def packed_chunks(con) -> None:
+    """A chunk's texts deflated into one blob (db.texts) in `chunk_rows`, read through a `chunks`
+    view; its identifiers as FTS5 tokens (idents_fts) in place of idents and ident_chunks: the
+    index in under twice the notes' bytes (issue 36.4). The keyword index is kept as it is."""
+    con.execute("DROP TRIGGER ident_chunks_ad")    # first, so a DB already converted fails here, unchanged
+    held: dict = {}
+    for cid, term, key, whole in con.execute("SELECT h.chunk_id, i.term, i.key, h.whole FROM ident_chunks h "
+                                             "JOIN idents i ON i.id = h.ident_id ORDER BY h.chunk_id, i.term"):
+        held.setdefault(cid, []).append(f"{key}~{term}" if whole else term)
+    for name in ("TRIGGER chunks_ai", "TRIGGER chunks_ad", "TABLE ident_chunks", "TABLE idents"):
+        con.execute(f"DROP {name}")
+    con.execute("CREATE TABLE chunk_rows(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL REFERENCES files(id) "
+                "ON DELETE CASCADE, ord INTEGER NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, "
+                "hash TEXT NOT NULL, texts BLOB NOT NULL)")
+    rows = con.execute("SELECT id, file_id, ord, start_line, end_line, hash, breadcrumb, body, path FROM chunks")
+    con.executemany("INSERT INTO chunk_rows VALUES (?,?,?,?,?,?,?)",
+                    ((*r[:6], pack(r[6], r[7], r[8], " ".join(held.get(r[0], ())))) for r in rows))
+    for statement in PACKED_CHUNKS:
+        con.execute(statement)
+
+
+PACKED_CHUNKS = [
+    "DROP TABLE chunks",
+    "CREATE INDEX chunks_file ON chunk_rows(file_id)",
+    "CREATE INDEX chunks_hash ON chunk_rows(hash)",
+    # chunks_fts keeps reading its content from `chunks`, now this view
+    "CREATE VIEW chunks AS SELECT id, file_id, ord, start_line, end_line, hash, chunk_text(texts, 0) AS breadcrumb, "
+    "chunk_text(texts, 1) AS body, chunk_text(texts, 2) AS path, chunk_text(texts, 3) AS idents FROM chunk_rows",
+    # identifiers exactly as written (lower-cased), one token each: `key~term` where the term is met as
+    # a whole token (terms.key: maxSurge, MAX_SURGE and max-surge share the key maxsurge), the bare
+    # term where it is only a host name's dotted prefix (jump01 of jump01.example.com)
+    "CREATE VIRTUAL TABLE idents_fts USING fts5(idents, content='chunks', content_rowid='id', detail=none, "
+    "columnsize=0, tokenize=\"unicode61 remove_diacritics 0 tokenchars '-._~'\")",
+    "INSERT INTO idents_fts(idents_fts) VALUES ('rebuild')",
+    "CREATE VIRTUAL TABLE idents_vocab USING fts5vocab(idents_fts, row)",
+    """CREATE TRIGGER chunks_ai AFTER INSERT ON chunk_rows BEGIN
+        INSERT INTO chunks_fts(rowid, breadcrumb, body, path)
+        VALUES (new.id, chunk_text(new.texts, 0), chunk_text(new.texts, 1), chunk_text(new.texts, 2));
+        INSERT INTO idents_fts(rowid, idents) VALUES (new.id, chunk_text(new.texts, 3));
+    END""",
+    """CREATE TRIGGER chunks_ad AFTER DELETE ON chunk_rows BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, body, path)
+        VALUES ('delete', old.id, chunk_text(old.texts, 0), chunk_text(old.texts, 1), chunk_text(old.texts, 2));
+        INSERT INTO idents_fts(idents_fts, rowid, idents) VALUES ('delete', old.id, chunk_text(old.texts, 3));
+    END""",
+    # the old rows' pages are free now: the next index run merges FTS5 and VACUUMs (db.space)
+    "DELETE FROM meta WHERE key = 'fts_rows_merged'",
+]
 
 
 MIGRATIONS: list = [          # never edit a landed one
@@ -273,4 +325,5 @@ MIGRATIONS: list = [          # never edit a landed one
     -- the old rows' pages are free now: the next index run merges FTS5 and VACUUMs (db.space)
     DELETE FROM meta WHERE key = 'fts_rows_merged';
     """,
+    packed_chunks,
 ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import db
+from ..db import space, texts
 from ..errors import RecallError
 from . import terms
 from .walk import is_secrets_text, own_files, raw_name, read_note_file, shown, state_paths, walk_source
@@ -123,7 +124,7 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
             "VALUES (?,?,?,?,?,?,?,?,?)",
             (source, rel, st.st_size, st.st_mtime_ns, digest, date, title, raw, head)).lastrowid
     else:
-        con.execute("DELETE FROM chunks WHERE file_id=?", (file_id,))
+        con.execute("DELETE FROM chunk_rows WHERE file_id=?", (file_id,))
         con.execute("UPDATE files SET size=?, mtime_ns=?, hash=?, date=?, title=?, rawpath=?, head_hash=? "
                     "WHERE id=?", (st.st_size, st.st_mtime_ns, digest, date, title, raw, head, file_id))
     for ord_, (ch, crumb, body) in enumerate(chunks):
@@ -131,25 +132,14 @@ def _write_file(con, source: str, rel: str, st, digest: str, doc, date: str, fil
     return len(chunks)
 
 
-# each identifier once (its key filled in once it is met as a whole token), then this chunk among its holders
-_IDENT = ("INSERT INTO idents(term, key) VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET key = excluded.key "
-          "WHERE idents.key IS NULL AND excluded.key IS NOT NULL")
-_HELD_BY = "INSERT INTO ident_chunks(ident_id, chunk_id, whole) SELECT id, ?, ? FROM idents WHERE term = ?"
-
-
 def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str, rel: str) -> None:
-    """Insert one chunk (its FTS row follows by trigger) and its identifier rows."""
-    digest = chunk_hash(rel, crumb, body)
-    chunk_id = con.execute(
-        "INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
-        "VALUES (?,?,?,?,?,?,?,?,?)",
-        (chunk_id, file_id, ord_, start, end, crumb, body, digest, rel)).lastrowid
+    """Insert one chunk; its FTS rows (words, identifiers) follow by trigger."""
     # the file name too: an alert named only by its page's file name (RouterErrorRatioTooHigh.md)
     whole: set = set()
     found = terms.identifiers(crumb + "\n" + body + "\n" + rel.rsplit("/", 1)[-1], whole)
-    # a host name's dotted prefixes have no key: "ceph" of ceph.conf is a word, not a spelling
-    con.executemany(_IDENT, [(t, terms.key(t) if t in whole else None) for t in found])
-    con.executemany(_HELD_BY, [(chunk_id, t in whole, t) for t in found])
+    con.execute("INSERT INTO chunk_rows(id, file_id, ord, start_line, end_line, hash, texts) VALUES (?,?,?,?,?,?,?)",
+                (chunk_id, file_id, ord_, start, end, chunk_hash(rel, crumb, body),
+                 texts.pack(crumb, body, rel, " ".join(terms.token(t, t in whole) for t in found))))
 
 
 def redact_indexed(con, redact) -> int:
@@ -165,14 +155,14 @@ def redact_indexed(con, redact) -> int:
         return 0
     with db.transaction(con):
         for row, crumb, body in hit:
-            con.execute("DELETE FROM chunks WHERE id=?", (row["id"],))
+            con.execute("DELETE FROM chunk_rows WHERE id=?", (row["id"],))
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],
                         crumb, body, row["relpath"])
         con.executemany("UPDATE files SET title=? WHERE id=?", titles)
         for file_id in {row["file_id"] for row, _, _ in hit} | {i for _, i in titles}:
             con.execute("UPDATE files SET head_hash=? WHERE id=?", (head_key(*_stored(con, file_id)), file_id))
         # FTS5 keeps a deleted row's terms in its segments until they merge: merge them all now
-        con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+        space.optimize(con)
     return len(hit) + len(titles)
 
 
@@ -242,7 +232,7 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         if report.chunks >= OPTIMIZE_AFTER:
             # many rows deleted and written leave FTS5's segments in pieces, each read by every query
             with db.transaction(con):
-                con.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+                space.optimize(con)
     if embed and cfg.embedding.provider != "none":
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)

@@ -18,11 +18,9 @@ WEIGHTS = (CRUMB_WEIGHT, 1.0, PATH_WEIGHT)       # chunks_fts's columns: breadcr
 BM25 = f"bm25(chunks_fts, {', '.join(map(str, WEIGHTS))})"
 _MATCH = f"SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {BM25} LIMIT ?"
 _HELD = "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1"
-# the terms of a key met as a whole token (not only a host name's dotted prefix) in a chunk held now
-_SPELLED = ("SELECT i.term FROM idents i WHERE i.key=? AND EXISTS "
-            "(SELECT 1 FROM ident_chunks h WHERE h.ident_id = i.id AND h.whole) ORDER BY i.term")
-_HOLDERS = ("SELECT h.chunk_id FROM idents i JOIN ident_chunks h ON h.ident_id = i.id "
-            "WHERE i.term=? ORDER BY h.chunk_id")
+_HOLDERS = "SELECT rowid FROM idents_fts WHERE idents_fts MATCH ? ORDER BY rowid"
+# the terms of a key met as a whole token (terms.token) in a chunk held now
+_SPELLED = "SELECT term FROM idents_vocab WHERE term > ? AND term < ? AND doc > 0 ORDER BY term"
 
 
 def bm25_list(con, q: Query, limit: int) -> dict:
@@ -66,11 +64,16 @@ def _spelled(con, token: str) -> list:
     the whole tokens of its key (a host name's dotted prefixes have none: "ceph" of ceph.conf is
     a word)."""
     term = token.lower().strip("-.")
-    if terms.is_identifier(token.strip("-.")) and \
-            con.execute("SELECT 1 FROM idents WHERE term=?", (term,)).fetchone():
+    if terms.is_identifier(token.strip("-.")) and _holding(con, term, limit=1):
         return [term]
     k = terms.key(token)
-    return [t for (t,) in con.execute(_SPELLED, (k,))] if len(k) >= 3 else []
+    return [t.split("~", 1)[1] for (t,) in con.execute(_SPELLED, (f"{k}~", f"{k}\x7f"))] if len(k) >= 3 else []
+
+
+def _holding(con, term: str, limit: int = -1) -> list:
+    """The chunks holding identifier `term`, whole or as a host name's dotted prefix."""
+    query = terms.held(term)
+    return [cid for (cid,) in con.execute(f"{_HOLDERS} LIMIT {limit}", (query,))] if query else []
 
 
 def holders(con, q: Query) -> dict:
@@ -78,7 +81,7 @@ def holders(con, q: Query) -> dict:
     once)}."""
     held: dict = {}
     for term in q.identifiers:
-        for (cid,) in con.execute(_HOLDERS, (term,)):
+        for cid in _holding(con, term):
             held.setdefault(cid, set()).add(terms.key(term))
     return {cid: len(keys) for cid, keys in held.items()}
 

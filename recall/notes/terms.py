@@ -10,6 +10,7 @@ _CAMEL = re.compile(r"^[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+){2,}$")   # KubePodCrashLoo
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _JOINERS = re.compile(r"[\W_]+")
+_HELD = re.compile(r"[a-z0-9_.\-]+")
 
 # function words: never highlighted in a snippet, nor counted when a hit is pointed at its section
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have
@@ -45,6 +46,19 @@ def key(token: str) -> str:
     """An identifier however it is typed: lower case, nothing joining its parts (maxSurge, MAX_SURGE
     and max-surge are all maxsurge)."""
     return _JOINERS.sub("", token.lower())
+
+
+def token(term: str, whole: bool) -> str:
+    """How the index holds an identifier term (db idents_fts, one token each): `key~term` where it
+    is met as a whole token, so its spellings are found by key; else (a host name's dotted prefix)
+    the bare term."""
+    return f"{key(term)}~{term}" if whole else term
+
+
+def held(term: str) -> str | None:
+    """The FTS5 query for the chunks holding `term`, whole or as a prefix; None for a term no
+    chunk can hold (what _TOKEN cannot cut, lower-cased)."""
+    return f'"{token(term, True)}" OR "{term}"' if _HELD.fullmatch(term) else None
 
 
 def identifiers(text: str, whole: set | None = None) -> dict:

@@ -1,0 +1,27 @@
+"""A chunk's texts kept as one deflated blob (issue 36.4: markdown deflates to about half): its
+heading path, body, file path and identifier tokens. The `chunks` view and the FTS triggers read
+them back through the SQL function `chunk_text(texts, n)`, registered on every connection."""
+from __future__ import annotations
+
+import zlib
+
+PARTS = ("breadcrumb", "body", "path", "idents")      # n of chunk_text(texts, n)
+
+
+def pack(*texts: str) -> bytes:
+    """The texts as one blob: their lengths on a first line, then the texts, deflated."""
+    z = zlib.compressobj(6, zlib.DEFLATED, -15)
+    head = ",".join(str(len(t)) for t in texts)
+    return z.compress(f"{head}\n{''.join(texts)}".encode("utf-8")) + z.flush()
+
+
+def text(blob: bytes, n: int) -> str:
+    """The `n`th text of a packed blob."""
+    head, _, joined = zlib.decompress(blob, -15).decode("utf-8").partition("\n")
+    sizes = [int(s) for s in head.split(",")]
+    start = sum(sizes[:n])
+    return joined[start:start + sizes[n]]
+
+
+def register(con) -> None:
+    con.create_function("chunk_text", 2, text, deterministic=True)
