@@ -44,11 +44,15 @@ def timed_cpu(fn, repeat: int):
 
 def pip_installed(home: Path):
     """`recall` as `pip install .` puts it into a venv of its own (pip's console script; no
-    site-packages `.pth` files): the wheel built from a copy of this checkout, made once."""
+    site-packages `.pth` files): the wheel built from a copy of this checkout, made again whenever
+    the checkout's recall/ differs from what it holds (an old install would time an old recall)."""
+    import hashlib
     venv = home / "pip-venv"
     script = venv / "bin" / "recall"
-    if script.exists():
+    made = hashlib.sha256(b"".join(p.read_bytes() for p in sorted((REPO / "recall").rglob("*.py")))).hexdigest()
+    if script.exists() and (venv / "made-from").exists() and (venv / "made-from").read_text() == made:
         return str(script)
+    shutil.rmtree(venv, ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "-q"]
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src"
@@ -62,7 +66,10 @@ def pip_installed(home: Path):
         wheel = next(Path(tmp).glob("recall-*.whl"))
         done = subprocess.run(pip + ["--python", str(venv / "bin" / "python"), "install", "--no-deps",
                                      "--no-index", str(wheel)], capture_output=True)
-    return str(script) if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    (venv / "made-from").write_text(made)
+    return str(script)
 
 
 def main() -> int:
@@ -113,8 +120,12 @@ def main() -> int:
     forms = {k: f for k, f in forms.items() if f}
     got = {k: [] for k in forms}
     for q in WORDS:
-        for f in forms.values():
+        for k, f in forms.items():
             run_ms(f(q), 0, env)                   # untimed: page cache and bytecode warm
+            if k in ("pip", "cli", "bare"):         # a recall that fails would time its error
+                ran = subprocess.run(f(q), capture_output=True, text=True, env=env)
+                if ran.returncode != 0 or not ran.stdout.startswith("1. "):
+                    raise SystemExit(f"bench_scale: {k} search {q!r} failed: {ran.stderr.strip()[-300:]}")
         for _ in range(4):
             for k, f in forms.items():
                 got[k] += run_ms(f(q), 1, env, warm=False)

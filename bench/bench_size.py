@@ -3,7 +3,10 @@ notes it indexed, keyword-only and with the local model, on golden/ and the two 
 re-index rounds with edits (words moved within a line, none added) on a copy of golden/.
 
     python3 bench/bench_size.py        # the local model's homes are kept in bench/out/size-*:
-                                       # the first run embeds each set once (minutes on 2 cores)"""
+                                       # the first run embeds each set once (minutes on 2 cores)
+
+Those homes hold what `recall index` writes only: a search run against one adds its query vectors
+(a cache of up to 5,000, 0.3 MB for the dev set's queries), which is not the index's size."""
 from __future__ import annotations
 
 import os

@@ -15,12 +15,27 @@ def pack(*texts: str) -> bytes:
     return z.compress(f"{head}\n{''.join(texts)}".encode("utf-8")) + z.flush()
 
 
+def unpack(blob: bytes) -> list:
+    """Every text of a packed blob."""
+    head, _, joined = zlib.decompress(blob, -15).decode("utf-8").partition("\n")
+    texts, start = [], 0
+    for size in map(int, head.split(",")):
+        texts.append(joined[start:start + size])
+        start += size
+    return texts
+
+
+_last: tuple = (b"", [])        # the blob last unpacked: a row's columns are read one after another
+
+
 def text(blob: bytes, n: int) -> str:
     """The `n`th text of a packed blob."""
-    head, _, joined = zlib.decompress(blob, -15).decode("utf-8").partition("\n")
-    sizes = [int(s) for s in head.split(",")]
-    start = sum(sizes[:n])
-    return joined[start:start + sizes[n]]
+    global _last
+    seen, texts = _last
+    if seen != blob:
+        texts = unpack(blob)
+        _last = (blob, texts)
+    return texts[n]
 
 
 def register(con) -> None:
