@@ -207,6 +207,24 @@ def test_one_process_opens_a_db_file_through_one_sqlite_library(tmp_path):
     assert Path(f"{path}-wal").exists()                            # still the watcher's
 
 
+def older_db(new, path, monkeypatch) -> None:
+    """At `path`, the DB an index run before migration 13 wrote for the notes `new` (a connection
+    to a new index) holds: chunks as text and a row per identifier and chunk."""
+    every = db.MIGRATIONS
+    monkeypatch.setattr(db, "MIGRATIONS", every[:next(i for i, m in enumerate(every) if "ident_chunks" in str(m))])
+    old = db.connect(path)
+    old.execute("ATTACH ? AS new", (str(new.execute("PRAGMA database_list").fetchone()[2]),))
+    with db.transaction(old):
+        old.execute("INSERT INTO meta SELECT * FROM new.meta")            # as its last index run left it
+        old.execute("INSERT INTO files SELECT * FROM new.files")
+        old.execute("INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
+                    "SELECT id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path FROM new.chunks")
+        old.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)", _rows_an_older_index_wrote(old))
+    old.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    old.close()
+    monkeypatch.setattr(db, "MIGRATIONS", every)
+
+
 def _rows_an_older_index_wrote(con) -> list:
     """The identifier rows an index run wrote before migration 13: one per identifier and chunk,
     its count, and its key where it is a whole token (notes/index.py as it was)."""
@@ -238,17 +256,7 @@ def test_an_older_dbs_identifiers_are_found_as_a_new_index_finds_them(tmp_path, 
     new = db.connect(cfg.db_path)
     run_index(new, cfg, redactor=vault.redactor)
     every = db.MIGRATIONS
-    monkeypatch.setattr(db, "MIGRATIONS", every[:next(i for i, m in enumerate(every) if "ident_chunks" in str(m))])
-    old = db.connect(tmp_path / "old.db")
-    old.execute("ATTACH ? AS new", (str(cfg.db_path),))
-    with db.transaction(old):
-        old.execute("INSERT INTO meta SELECT * FROM new.meta")            # as its last index run left it
-        old.execute("INSERT INTO files SELECT * FROM new.files")
-        old.execute("INSERT INTO chunks(id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path) "
-                    "SELECT id, file_id, ord, start_line, end_line, breadcrumb, body, hash, path FROM new.chunks")
-        old.executemany("INSERT INTO idents(term, chunk_id, hits, key) VALUES (?,?,?,?)", _rows_an_older_index_wrote(old))
-    old.close()
-    monkeypatch.setattr(db, "MIGRATIONS", every)
+    older_db(new, tmp_path / "old.db", monkeypatch)
     old = db.connect(tmp_path / "old.db")
     assert old.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(every)
 

@@ -275,6 +275,46 @@ def test_a_full_tmpfs_is_one_line(config, notes, tmp_path, monkeypatch):
         subprocess.run(["umount", str(mnt)])
 
 
+def test_a_migration_the_disk_cannot_hold_is_said_and_leaves_the_db_as_it_was(config, notes, tmp_path, monkeypatch):
+    """Opening an index an older recall wrote on a disk with no room for its migration (the chunks
+    rewritten deflated): one line about the full disk, not "damaged, rebuild it"; the DB keeps its
+    schema and its notes, and the migration runs once there is room."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    from tests.test_db import older_db
+    _bulk(notes, 600)
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, redactor=vault.redactor)
+    older = tmp_path / "older.db"
+    older_db(con, older, monkeypatch)                         # as a recall before migrations 13 and 14 left it
+    files = con.execute("SELECT count(*) FROM files").fetchone()[0]
+    version = db.look(older).execute("SELECT max(version) FROM migrations").fetchone()[0]
+    size = older.stat().st_size
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size // 1024 + 96}k", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        state = mnt / "state"
+        state.mkdir(mode=0o700)
+        shutil.copy(older, state / "recall.db")
+        monkeypatch.setenv("RECALL_HOME", str(state))
+        r = run_recall("search", "rack")
+        _one_line(r, f"recall: the disk holding {state / 'recall.db'} is full")
+        look = db.look(state / "recall.db")
+        assert look.execute("SELECT max(version) FROM migrations").fetchone()[0] == version < len(db.MIGRATIONS)
+        assert look.execute("SELECT count(*) FROM files").fetchone()[0] == files
+        look.close()
+        shutil.move(str(state / "recall.db"), str(tmp_path / "moved.db"))     # room again: elsewhere
+        monkeypatch.setenv("RECALL_HOME", str(tmp_path / "roomy"))
+        (tmp_path / "roomy").mkdir(mode=0o700)
+        shutil.move(str(tmp_path / "moved.db"), str(tmp_path / "roomy" / "recall.db"))
+        r = run_recall("search", "host-599.example.com")
+        assert r.returncode == 0 and r.stdout.startswith("1. bulk/5/note-599.md"), r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])           # -l: even with a file still open there
+
+
 def _owned_tree():
     """The notes world in a folder another user can reach (tmp_path is root's alone)."""
     base = Path(tempfile.mkdtemp(prefix="recall-faults-"))
