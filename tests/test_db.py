@@ -59,8 +59,9 @@ def test_pending_migrations_apply_all_or_none_and_a_new_db_starts_compact(tmp_pa
     con.close()
     monkeypatch.undo()
     fresh = tmp_path / "new.db"
-    db.connect(fresh)
+    con = db.connect(fresh)
     assert os.path.getsize(f"{fresh}-wal") == 0 and os.path.getsize(fresh) < 250_000
+    con.close()
 
 
 def test_processes_migrating_at_once_agree(tmp_path):
