@@ -300,3 +300,31 @@ def test_a_chunks_texts_are_deflated_in_the_file_and_read_back_whole(config, not
     assert b"nightly backup, then check" in stored_bytes(cfg.db_path)
     for query in ("zebra-gw-07.example.com", "zebra-gw-07", "nightly backup replica"):
         assert search(con, cfg, query, remotes=False).hits[0].relpath == "zebra.md", query
+
+
+def test_the_state_scan_reads_deflated_text_in_pages_no_query_sees(config, notes):
+    """tests/world.stored_bytes, which every test's scan of recall's files for a value goes
+    through, inflates each blob of each page: a chunk's old text kept in the file's page while a
+    reader's snapshot holds the checkpoint back (the new page only in the WAL) is seen, though no
+    query returns it and the file's bytes hold it only deflated."""
+    from recall.config import load_config
+    from recall.notes.index import run_index
+    from recall.vault import store as vault
+    from tests.conftest import write_tree
+    from tests.world import stored_bytes
+    said, then = "the quokka sentinel lines up beside the pager", "the wombat watch lines up beside the pager"
+    write_tree(notes, {"zoo.md": f"# Zoo\n\n{said}.\n"})
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    run_index(con, cfg, redactor=vault.redactor)
+    reader = sqlite3.connect(cfg.db_path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM files").fetchone()      # a snapshot from before the edit
+    write_tree(notes, {"zoo.md": f"# Zoo\n\n{then}.\n"})
+    run_index(con, cfg, redactor=vault.redactor)
+    assert [r[0] for r in con.execute("SELECT body FROM chunks WHERE path = 'zoo.md'")] == [f"# Zoo\n\n{then}."]
+    raw = b"".join(p.read_bytes() for p in cfg.home.glob("recall.db*"))
+    scanned = b"".join(stored_bytes(p) for p in cfg.home.glob("recall.db*"))
+    assert said.encode() not in raw and said.encode() in scanned
+    assert then.encode() not in raw and then.encode() in scanned
+    reader.close()

@@ -75,10 +75,25 @@ def _file(given: str | Path, path: Path, mode: int | None = None) -> Path:
 
 def stored_bytes(path: Path) -> bytes:
     """A state file's bytes as a scan for a value must see them: a recall DB keeps its chunks'
-    texts deflated (recall/db/texts.py), so their text, read back as recall reads it, is added."""
+    texts deflated (recall/db/texts.py), so the text of every deflated blob in any page of the
+    file (a WAL's old page images, a page not yet reused, included) is added, and the chunks'
+    texts as recall reads them (a blob too long for its page is whole only there)."""
     data = path.read_bytes()
-    if not data.startswith(b"SQLite format 3\0"):
+    if data.startswith(b"SQLite format 3\0"):
+        size = int.from_bytes(data[16:18], "big")
+        pages = [(data[at:at + size], 100 if at == 0 else 0) for at in range(0, len(data), size or 65536)]
+    elif data[:4] in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"):      # a WAL: frames after its header
+        size = int.from_bytes(data[8:12], "big")
+        pages = [(data[at + 24:at + 24 + size], 0) for at in range(32, len(data), 24 + size)]
+    else:
         return data
+    found = [_inflated(page, start, size) for page, start in pages]
+    if data.startswith(b"SQLite format 3\0"):
+        found.append(_chunk_texts(path))
+    return data + b"\n".join(found)
+
+
+def _chunk_texts(path: Path) -> bytes:
     from recall.db import texts
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     texts.register(con)
@@ -88,4 +103,48 @@ def stored_bytes(path: Path) -> bytes:
         rows = []
     finally:
         con.close()
-    return data + "\n".join(t for row in rows for t in row).encode()
+    return "\n".join(t for row in rows for t in row).encode()
+
+
+def _varint(buf: bytes, at: int) -> tuple:
+    value = 0
+    for i in range(9):
+        if at + i >= len(buf):
+            return value, len(buf)
+        byte = buf[at + i]
+        if i == 8:
+            return (value << 8) | byte, at + 9
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return value, at + 9
+
+
+def _inflated(page: bytes, start: int, size: int) -> bytes:
+    """The inflated text of each blob in the cells a table leaf page holds (its local part)."""
+    import zlib
+    if len(page) < start + 8 or page[start] != 0x0D:
+        return b""
+    out, most = [], size - 35
+    for n in range(int.from_bytes(page[start + 3:start + 5], "big")):
+        cell = int.from_bytes(page[start + 8 + 2 * n:start + 10 + 2 * n], "big")
+        payload, at = _varint(page, cell)
+        _, at = _varint(page, at)                                   # the rowid
+        least = (size - 12) * 32 // 255 - 23
+        local = payload if payload <= most else (least + (payload - least) % (size - 4)
+                                                 if least + (payload - least) % (size - 4) <= most else least)
+        record = page[at:at + local]
+        head, pos = _varint(record, 0)
+        body, kinds = head, []
+        while pos < head:
+            kind, pos = _varint(record, pos)
+            kinds.append(kind)
+        for kind in kinds:
+            width = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8, 7: 8, 8: 0, 9: 0}.get(kind, (kind - 12) // 2)
+            if kind >= 12 and kind % 2 == 0:
+                try:
+                    out.append(zlib.decompressobj(-15).decompress(record[body:body + width]))
+                except zlib.error:
+                    pass
+            body += width
+    return b"\n".join(out)
