@@ -112,7 +112,7 @@ def _assert_clean(where: str, data) -> None:
 def _assert_db_clean(db_file: Path) -> None:
     """No form of the canary in the DB, its WAL, or the full-text index's own term list."""
     for path in db_file.parent.glob(db_file.name + "*"):
-        data = path.read_bytes()
+        data = stored_bytes(path)
         _assert_clean(str(path), data)
         low = data.lower()
         for piece in PIECES:
@@ -120,8 +120,10 @@ def _assert_db_clean(db_file: Path) -> None:
     con = sqlite3.connect(db_file)
     con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, chunks_fts, 'row')")
     terms = {t for (t,) in con.execute("SELECT term FROM temp.vocab")}
+    idents = [t for (t,) in con.execute("SELECT term FROM idents_vocab")]          # key~term tokens
     con.close()
     assert not terms & set(PIECES), terms & set(PIECES)
+    assert not [t for t in idents if any(piece in t for piece in PIECES)]
 
 
 def by_args(outputs, args):

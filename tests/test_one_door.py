@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, run_recall
-from tests.world import build
+from tests.world import build, stored_bytes
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.extras
@@ -161,7 +161,7 @@ def test_no_piece_of_any_canary_leaves_by_any_verb_tool_or_file(world):
     assert (state / "recall.db").exists()
     for path in _files(world.notes, state, os.environ["HOME"]):
         if path.name != "vault.key":
-            assert_clean(str(path), path.read_bytes())
+            assert_clean(str(path), stored_bytes(path))
     for path in _files(world.config.parent):        # the user's own inventory file holds its literals
         if path != world.inventory:
             assert_clean(str(path), path.read_bytes())
