@@ -74,6 +74,24 @@ def test_identifier_and_keyword_searches_never_touch_the_vector_path(voyage, fak
     assert data["code"] == 0 and fake.count == before + 1
 
 
+def test_the_query_cache_keeps_the_latest_queries_up_to_its_cap(voyage, fake, monkeypatch):
+    """Query vectors are cached (a repeated query costs no call) up to QUERY_CACHE_MAX, the latest
+    embedded kept: the DB does not grow with every question ever asked."""
+    from recall.notes import search as searching
+    cfg, con = voyage
+    monkeypatch.setattr(searching, "QUERY_CACHE_MAX", 3)
+    asked = [f"how did the failover of replica {n} go" for n in range(6)]
+    for q in asked:
+        search(con, cfg, q, remotes=False)
+    assert con.execute("SELECT count(*) FROM query_vectors").fetchone()[0] == 3
+    before = fake.count
+    for q in asked[3:]:
+        search(con, cfg, q, remotes=False)
+    assert fake.count == before                                       # the latest three: from the cache
+    search(con, cfg, asked[2], remotes=False)
+    assert fake.count == before + 1                                   # an older one was let go
+
+
 def test_auto_routes_narrative_queries_hybrid_and_explains_every_list(voyage):
     cfg, con = voyage
     res = search(con, cfg, "how was the primary database failover handled", explain=True, remotes=False)

@@ -17,7 +17,8 @@ from .snippets import QueryTerms, mark, point_at_section, snippet_spans
 
 RERANK_POOL = 30              # shaped candidates the reranker sees
 SHORT_QUERY = 2               # words in a query short enough to lean on the keyword list
-QUERY_CACHE_MAX = 5000        # cached query vectors kept per DB
+QUERY_CACHE_MAX = 1000        # cached query vectors kept per DB (the latest embedded; 4.6 MB at 384
+                              # dimensions, each row spilling to a page of its own)
 
 
 @dataclass
@@ -357,7 +358,7 @@ def query_vector(con, cfg, query: str, load_values=None) -> list:
             con.execute("INSERT OR REPLACE INTO query_vectors VALUES (?,?,?,?)",
                         (mid, query_key(query), pack(vectors[0]), time.time()))
             con.execute("DELETE FROM query_vectors WHERE used_at < (SELECT used_at FROM query_vectors "
-                        "ORDER BY used_at DESC LIMIT 1 OFFSET ?)", (QUERY_CACHE_MAX,))
+                        "ORDER BY used_at DESC LIMIT 1 OFFSET ?)", (QUERY_CACHE_MAX - 1,))
     except Exception as exc:        # the cache is an optimisation; a busy DB must not fail a search
         if not db.is_sqlite_error(exc):
             raise
