@@ -6,7 +6,7 @@ re-index rounds with edits (words moved within a line, none added) on a copy of 
                                        # the first run embeds each set once (minutes on 2 cores)
 
 Those homes hold what `recall index` writes only: a search run against one adds its query vectors
-(a cache of up to 5,000, 0.3 MB for the dev set's queries), which is not the index's size."""
+(a cache of the latest 1,000, 0.3 MB for the dev set's queries), which is not the index's size."""
 from __future__ import annotations
 
 import os
