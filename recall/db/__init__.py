@@ -331,7 +331,7 @@ def migrate(con: sqlite3.Connection, path="the database") -> int:
             except Exception as exc:    # its tables are ahead of its record: rebuilt, never patched
                 if not is_sqlite_error(exc):
                     raise
-                if _kind(exc) not in ("", None, "damaged"):     # a full disk, a read-only file: said as such
+                if _kind(exc) not in ("", "damaged"):     # a full disk, a read-only file: said as such
                     raise explain(exc, path) from None
                 raise BrokenDatabase(path, f"not what its migration record says (schema {version - 1}, "
                                            f"but migration {version} finds {exc})") from None

@@ -1,11 +1,10 @@
 """A chunk's texts kept as one deflated blob (issue 36.4: markdown deflates to about half): its
-heading path, body, file path and identifier tokens. The `chunks` view and the FTS triggers read
-them back through the SQL function `chunk_text(texts, n)`, registered on every connection."""
+heading path (n = 0), body (1), file path (2) and identifier tokens (3). The `chunks` view and the
+FTS triggers read them back through the SQL function `chunk_text(texts, n)`, registered on every
+connection. This is a stored format: a change to it needs a migration."""
 from __future__ import annotations
 
 import zlib
-
-PARTS = ("breadcrumb", "body", "path", "idents")      # n of chunk_text(texts, n)
 
 
 def pack(*texts: str) -> bytes:
