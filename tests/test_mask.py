@@ -546,7 +546,8 @@ def test_a_run_of_one_character_is_no_piece_but_such_a_value_is_masked():
 
 def test_note_redaction_masks_whole_token_pieces_and_leaves_words_inside_words():
     """Notes: a piece of 8+ is redacted when it stands as a whole token (a pasted, truncated token);
-    inside a longer word it stays. A value holding a word of 8+ letters redacts that word too."""
+    inside a longer word it stays, but the whole value goes wherever it stands. A value holding a
+    word of 8+ letters redacts that word too."""
     from recall.vault.redact import text_redactor
     value = "ghp-Xq7Wm2Lr9Tz4Kv8Pn3Hs6Bd1"
     redact = text_redactor({"gh": {"": value}, "pw": {"": "7x-password-Q2"}}, {"gh": set(), "pw": set()})
@@ -554,6 +555,9 @@ def test_note_redaction_masks_whole_token_pieces_and_leaves_words_inside_words()
     assert redact(f"token {value} here") == "token [recall:gh] here"
     assert redact("see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9") == "see ghp-Xq7Wm2Lr9Tz4kk and moreghp-Xq7Wm2Lr9"
     assert redact("reset the password today; passwords rotate") == "reset the [recall:pw] today; passwords rotate"
+    # the whole value inside a longer token goes all the same (no index byte keeps it)
+    assert redact(f"host api-{value}-prod.example.com, {value}Suffix") == \
+        "host api-[recall:gh]-prod.example.com, [recall:gh]Suffix"
 
 
 # -- every row of mask.FORMS against the real program that prints it ---------------------------

@@ -464,9 +464,8 @@ class MaskStream:
         return len(flat) - best, owner
 
     def _scan(self, buf: bytes, hold: int, tail: tuple = (), tail_len: int = 0) -> bytes:
-        """Emit buf masked but its last `hold` flat bytes (a run begun
-        before them is masked to its end) and hold the rest; `tail`: owners
-        of a last `tail_len` flat bytes to mask at EOF."""
+        """Emit buf masked but its last `hold` flat bytes (a run begun before them is masked to its
+        end) and hold the rest; `tail`: owners of a last `tail_len` flat bytes to mask at EOF."""
         masker, seen = self._masker, self._seen
         new = _flat(buf)
         flat, base = seen + new, len(seen)
@@ -481,7 +480,8 @@ class MaskStream:
                 continue
             lo = offsets.at(max(start, base) - base)
             hi = offsets.at(end - 1 - base) + 1
-            if word and masker._notes and not _whole_token(buf, lo, hi):
+            if word and masker._notes and not _whole_token(buf, lo, hi) and \
+                    end - start < min(masker._lengths.get(o, 1 << 30) for o in owners):   # a whole value goes anyway
                 continue
             shown = self._open if start < base else ()  # it goes on: no label twice
             owners = tuple(dict.fromkeys(shown + owners))
