@@ -301,6 +301,35 @@ def test_a_value_written_into_the_secrets_file_leaves_the_notes_indexed_before_a
     assert "[recall:jira-api-token]" in run_recall("search", "jira token").stdout
 
 
+def test_a_value_inside_a_longer_token_leaves_the_index_and_an_older_index_is_rewritten(make_world, notes):
+    """A vault value written into a host name or glued to a word (api-VALUE-prod.example.com,
+    VALUEsuffix) is redacted from the index like a value standing alone: at the sync, and in an
+    index an older recall left holding it (its chunks are rewritten by the next `recall index`)."""
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "edge.md").write_text(f"# Edge\n\nThe API host is api-{CANARY}-prod.example.com and {CANARY}x.\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    assert CANARY[:8].encode() in _state_bytes(cfg)
+    w.secrets.write_text(f"- id: edge-token\n  value: {CANARY}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    data = _state_bytes(cfg)
+    assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+    assert "-[recall:edge-token]-prod.example." in run_recall("search", "API host").stdout
+    con = db.connect(cfg.db_path)                       # as the release before this rule left it
+    with db.transaction(con):
+        row = con.execute("SELECT * FROM chunks WHERE path = 'edge.md'").fetchone()
+        con.execute("DELETE FROM chunk_rows WHERE id = ?", (row["id"],))
+        from recall.notes.index import write_chunk
+        write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"], row["breadcrumb"],
+                    row["body"].replace("[recall:edge-token]", CANARY), "edge.md")
+        db.set_meta(con, "chunk_format", "3")
+    con.close()
+    assert CANARY[:8].encode() in _state_bytes(cfg)
+    assert run_recall("index").returncode == 0
+    data = _state_bytes(cfg)
+    assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+
+
 def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(make_world, notes):
     """A secrets file not as the last sync left it (every file, after an upgrade, until a sync) is
     read on each call: with the YAML reader alone, not the sync's validation and what it loads."""

@@ -19,7 +19,7 @@ from .walk import is_secrets_text, own_files, raw_name, read_note_file, shown, s
 _PATH_DATE = re.compile(r"(?<!\d)((?:19|20)\d\d)[-_/.]?(0[1-9]|1[0-2])[-_/.]?(0[1-9]|[12]\d|3[01])(?!\d)")
 COMMIT_EVERY_S = 0.5
 OPTIMIZE_AFTER = 2000       # chunks written in one run after which FTS5's segments are merged
-CHUNK_FORMAT = "3"          # bump when chunking or identifier extraction changes: the next index rewrites
+CHUNK_FORMAT = "4"          # bump when chunking, identifier extraction or redaction changes: the next index rewrites
 HEAD_CHARS = 1500           # a file's head: its title and opening text, about what a model reads (~256 tokens)
 SECRETS_SKIPPED = "reads as a recall secrets file (entries with an id and a value): never indexed"
 
