@@ -6,6 +6,8 @@ from __future__ import annotations
 import zlib
 
 PARTS = ("breadcrumb", "body", "path", "idents")      # n of chunk_text(texts, n)
+# what SQLite says when chunk_text (the DB's only function) cannot unpack a blob: noise in it
+UNREADABLE = "user-defined function raised exception"
 
 
 def pack(*texts: str) -> bytes:
