@@ -400,6 +400,25 @@ def test_damage_inside_the_search_index_that_quick_check_cannot_see_is_rebuilt_t
     assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
 
 
+def test_noise_inside_a_chunks_packed_texts_is_one_line_and_index_full_rebuilds(config, cli, monkeypatch):
+    """Noise inside chunk_rows.texts (the deflated blobs): every b-tree is sound, yet a search reading
+    them and the re-index's deletes (the trigger hands FTS5 the old texts) ended in a traceback
+    ('user-defined function raised exception'), and 'index --full' could not rebuild."""
+    import sqlite3
+    assert run_recall("index").returncode == 0
+    path = load_config().db_path
+    con = sqlite3.connect(path)
+    con.execute("UPDATE chunk_rows SET texts = randomblob(length(texts))")
+    con.commit()
+    con.close()
+    assert "ok  database integrity" in _doctor(cli, monkeypatch)
+    _one_line(run_recall("search", "failover"), f"recall: {path} is damaged (a note's stored text cannot be read)")
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
+    assert f"recall: {path} was damaged (a note's stored text cannot be read): moved it to recall.db.broken-" in r.stderr
+    assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+
+
 def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
     """Over MCP a damaged DB was a logged page of Python and 'Error executing tool' for the agent."""
     import sqlite3

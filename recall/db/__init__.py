@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import RecallError
 from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
+from .texts import UNREADABLE
 from .texts import register as _functions
 
 __all__ = ["connect", "transaction", "get_meta", "set_meta", "waiting_at_most", "in_batches", "is_sqlite_error", "rollback", "explain",
@@ -63,7 +64,7 @@ def _kind(exc) -> str:
             ("readonly", ("SQLITE_READONLY",), ("readonly database", "read-only")),
             ("cantopen", ("SQLITE_CANTOPEN",), ("unable to open database",)),
             ("damaged", ("SQLITE_CORRUPT", "SQLITE_NOTADB"),
-             ("malformed", "not a database", "corrupt", "no such table", "no such column")),
+             ("malformed", "not a database", "corrupt", "no such table", "no such column", UNREADABLE)),
             ("ioerr", ("SQLITE_IOERR",), ("disk i/o error",)),
             ("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked",))):
         if name.startswith(names) or any(w in text for w in words):
@@ -120,7 +121,8 @@ def explain(exc, path=None):
     folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
     kind = _kind(exc)
     if kind == "damaged":
-        return BrokenDatabase(path, f"damaged ({what})")
+        return BrokenDatabase(path, "damaged (a note's stored text cannot be read)" if UNREADABLE in what
+                              else f"damaged ({what})")
     said = {
         "full": (f"the disk holding {path} is full ({what})",
                  "free some space and run it again; what was committed before is kept"),

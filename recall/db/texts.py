@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import zlib
 
+# what SQLite says when chunk_text (the DB's only function) cannot unpack a blob: noise in it
+UNREADABLE = "user-defined function raised exception"
+
 
 def pack(*texts: str) -> bytes:
     """The texts as one blob: their lengths on a first line, then the texts, deflated."""
