@@ -594,7 +594,7 @@ def test_usernames_and_public_fields_are_injected_not_masked(make_world):
         secret_exec(con, cfg, "db-admin", ["true"])
 
 
-def test_redaction_replaces_whole_tokens_only(tmp_path, config):
+def test_redaction_replaces_short_values_as_whole_tokens_and_a_whole_value_anywhere(tmp_path, config):
     from recall.vault.redact import text_redactor
     redact = text_redactor({"db-admin": {"username": "admin", "password": "hunter2x"},
                             "pin": {"": "4242"}}, {})
@@ -602,7 +602,7 @@ def test_redaction_replaces_whole_tokens_only(tmp_path, config):
         "log in as admin with the db-admin credential"
     assert redact("password hunter2x, or HUNTER2X, pin 4242") == \
         "password [recall:db-admin], or [recall:db-admin], pin [recall:pin]"
-    assert redact("xhunter2xy and 42424 and pin-4242") == "xhunter2xy and 42424 and pin-4242"
+    assert redact("xhunter2xy and 42424 and pin-4242") == "x[recall:db-admin]y and 42424 and pin-4242"
 
 
 def _in_pty(argv, env, answer=None, wait=5.0):
