@@ -84,8 +84,12 @@ DB {db_mb:.0f} MB. `python3 bench/bench_search.py`.
 |---|---|---|
 | full index | {full_s:.1f} s ({rep.new:,} files, {FILES / full_s:,.0f} files/s) | — |
 | re-index, nothing changed (p50 / p95 of 5) | {ms([x / 1000 for x in nochange]).replace(' / ', ' s / ')} s | ≤ 1.0 s |
-| search in-process, identifier (p50 / p95 ms) | {ms(ident_in)} | p50 ≤ 10 ms |
-| search in-process, words (p50 / p95 ms) | {ms(word_in)} | p50 ≤ 10 ms |
+| search in-process, identifier (p50 / p95 ms) | {ms(ident_in)} | p95 ≤ 50 ms |
+| search in-process, words (p50 / p95 ms) | {ms(word_in)} | p95 ≤ 50 ms |
+
+The in-process targets are issue 34.4's (p95 ≤ 50 ms for words and identifiers, measured at 113k
+chunks by `bench_scale.py`), which replaced issue 2's p50 ≤ 10 ms when the common words' postings
+went: plain FTS5 scores every chunk holding a query's words, 18–20 ms here for three or four of them.
 
 Whole processes, p50 / p95 in ms (each query 4×, page cache warm; every search a process of its
 own, leaving nothing running; `bench_scale.py` compares with `rg`'s OR form):
