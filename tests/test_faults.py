@@ -382,40 +382,26 @@ def test_damaged_pages_are_one_line_and_index_full_moves_the_file_aside(config, 
     assert "ok  database integrity" in _doctor(cli, monkeypatch)
 
 
-def test_damage_inside_the_search_index_that_quick_check_cannot_see_is_rebuilt_too(config, cli, monkeypatch):
-    """Noise inside FTS5's segment blobs: every b-tree is sound (quick_check ok), yet searches and
-    the re-index's deletes fail; 'index --full' must not answer 'run index --full' forever."""
+@pytest.mark.parametrize("damage, said", [
+    ("UPDATE chunks_fts_data SET block = randomblob(length(block)) WHERE id > 10", "database disk image is malformed"),
+    ("UPDATE chunk_rows SET texts = randomblob(length(texts))", "a note's stored text cannot be read")])
+def test_damage_that_quick_check_cannot_see_is_one_line_and_index_full_rebuilds(config, cli, monkeypatch, damage, said):
+    """Noise inside FTS5's segment blobs, or inside the chunks' deflated texts: every b-tree is sound
+    (quick_check ok), yet searches and the re-index's deletes fail (the trigger hands FTS5 the old
+    texts); it is said in one line, and 'index --full' rebuilds (it must not answer 'run index
+    --full' forever; the texts' noise was a traceback, 'user-defined function raised exception')."""
     import sqlite3
     assert run_recall("index").returncode == 0
     path = load_config().db_path
     con = sqlite3.connect(path)
-    con.execute("UPDATE chunks_fts_data SET block = randomblob(length(block)) WHERE id > 10")
+    con.execute(damage)
     con.commit()
     con.close()
     assert "ok  database integrity" in _doctor(cli, monkeypatch)
-    _one_line(run_recall("search", "failover"), f"recall: {path} is damaged (database disk image is malformed)")
+    _one_line(run_recall("search", "failover"), f"recall: {path} is damaged ({said})")
     r = run_recall("index", "--full")
     assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
-    assert f"recall: {path} was damaged (database disk image is malformed): moved it to recall.db.broken-" in r.stderr
-    assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
-
-
-def test_noise_inside_a_chunks_packed_texts_is_one_line_and_index_full_rebuilds(config, cli, monkeypatch):
-    """Noise inside chunk_rows.texts (the deflated blobs): every b-tree is sound, yet a search reading
-    them and the re-index's deletes (the trigger hands FTS5 the old texts) ended in a traceback
-    ('user-defined function raised exception'), and 'index --full' could not rebuild."""
-    import sqlite3
-    assert run_recall("index").returncode == 0
-    path = load_config().db_path
-    con = sqlite3.connect(path)
-    con.execute("UPDATE chunk_rows SET texts = randomblob(length(texts))")
-    con.commit()
-    con.close()
-    assert "ok  database integrity" in _doctor(cli, monkeypatch)
-    _one_line(run_recall("search", "failover"), f"recall: {path} is damaged (a note's stored text cannot be read)")
-    r = run_recall("index", "--full")
-    assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
-    assert f"recall: {path} was damaged (a note's stored text cannot be read): moved it to recall.db.broken-" in r.stderr
+    assert f"recall: {path} was damaged ({said}): moved it to recall.db.broken-" in r.stderr
     assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
 
 
