@@ -81,7 +81,8 @@ def stored_bytes(path: Path) -> bytes:
     data = path.read_bytes()
     if data.startswith(b"SQLite format 3\0"):
         size = int.from_bytes(data[16:18], "big")
-        pages = [(data[at:at + size], 100 if at == 0 else 0) for at in range(0, len(data), size or 65536)]
+        size = 65536 if size == 1 else size or 4096                    # 1: how the header writes 64 KiB
+        pages = [(data[at:at + size], 100 if at == 0 else 0) for at in range(0, len(data), size)]
     elif data[:4] in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"):      # a WAL: frames after its header
         size = int.from_bytes(data[8:12], "big")
         pages = [(data[at + 24:at + 24 + size], 0) for at in range(32, len(data), 24 + size)]
@@ -136,7 +137,7 @@ def _inflated(page: bytes, start: int, size: int) -> bytes:
         record = page[at:at + local]
         head, pos = _varint(record, 0)
         body, kinds = head, []
-        while pos < head:
+        while pos < min(head, len(record)):                         # a cut or noisy record ends it
             kind, pos = _varint(record, pos)
             kinds.append(kind)
         for kind in kinds:
