@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import ipaddress
+import re
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,8 +93,13 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path == "/myself":
             ok = auth == f"Bearer {token}"
             self._send(200 if ok else 401, b'{"name": "me"}\n' if ok else b'{"error": "unauthorized"}\n')
-        elif parts.path == "/echo":             # a careless API that echoes the credential
-            self._send(200, f"you sent {auth}\n".encode(), [("X-Echo", auth)])
+        elif parts.path == "/echo":             # a careless API that echoes the credential (and honours Range)
+            body, got = f"you sent {auth}\n".encode(), re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            if got:
+                first, last = int(got[1]), min(int(got[2]), len(body) - 1)
+                self._send(206, body[first:last + 1], [("Content-Range", f"bytes {first}-{last}/{len(body)}")])
+            else:
+                self._send(200, body, [("X-Echo", auth)])
         elif parts.path == "/gzip":             # compressed even though the request asked for identity
             import gzip
             self._send(200, gzip.compress(f"you sent {auth}\n".encode()), [("Content-Encoding", "gzip")])

@@ -136,6 +136,16 @@ def test_a_response_echoing_the_value_comes_back_masked(world, api):
     assert api.seen[0]["auth"] == f"Bearer {CANARY}"
 
 
+def test_a_range_request_never_cuts_the_echoed_value_into_pieces_the_mask_cannot_see(world, api):
+    start = len("you sent Bearer ")
+    pieces = {CANARY[i:i + 6] for i in range(len(CANARY) - 5)}
+    for first in range(start - 3, start + len(CANARY) - 5, 6):      # six bytes at a time, the whole value in turn
+        r = sh(f'curl -sS -r {first}-{first + 5} -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/echo')
+        assert not [p for p in pieces if p in r.stdout], r.stdout
+        assert "[recall:jira-api-token]" in r.stdout           # the service's whole answer, masked
+    assert not [s for s in api.seen if "Range" in s["headers"]]
+
+
 def test_a_compressed_echo_is_masked_too_and_an_unreadable_coding_is_refused(world, api):
     r = sh(f'curl -sS --compressed -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/gzip; '
            f'curl -sS --compressed -H "Authorization: Bearer $JIRA_API_TOKEN" https://127.0.0.1:{api.port}/raw-deflate; '

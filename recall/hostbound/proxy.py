@@ -15,7 +15,8 @@ _NO_BODY = (204, 304)
 _PLACES = {"header": "refused: not in the Authorization header",
            "query": "refused: not in a header (in_query is not set)", "path": "refused: not in a header"}
 _HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"trailer", b"upgrade",
-        b"transfer-encoding", b"content-length", b"expect", b"accept-encoding", b"connection"}
+        b"transfer-encoding", b"content-length", b"expect", b"accept-encoding", b"connection",
+        b"range", b"if-range"}      # not hop-by-hop, but a slice of an echoed value is a piece no mask knows
 
 
 class Binding:
