@@ -173,6 +173,21 @@ def test_two_index_runs_at_once_both_finish(config, notes):
     assert con.execute("SELECT count(*), count(DISTINCT relpath) FROM files").fetchone()[:] == (4004, 4004)
 
 
+
+def test_two_full_rebuilds_at_once_keep_the_db_and_the_vault(make_world):
+    """Two `index --full` at once: the second waits, then writes beside the first's tidying (its
+    VACUUM), which read as "no such table": it moved a sound DB aside and emptied the vault."""
+    w = make_world(notes=REPO / "golden" / "notes", secrets=f"- id: tok\n  value: {CANARY}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    for _ in range(3):
+        runs = [subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index", "--full"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [r.communicate(timeout=120) for r in runs]
+        assert [r.returncode for r in runs] == [0, 0], outs
+        assert not any("damaged" in err or "vault in the new index is empty" in err for _, err in outs), outs
+    assert not list(load_config(str(w.config)).db_path.parent.glob("recall.db.broken-*"))
+    assert '"id": "tok"' in run_recall("secret", "find", "--json").stdout
+
 # -- storage faults: one line, and recall repairs its own cache --------------------------------
 
 NOBODY = 65534
