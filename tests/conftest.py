@@ -93,6 +93,7 @@ def isolated_home(tmp_path, monkeypatch):
 # Caches of pure functions of their input (compiled patterns, model weights by folder) are kept.
 PROCESS_STATE = {
     "recall.db": ("OPENED",),                      # paths opened (named by a storage fault)
+    "recall.db.texts": ("UNPACK_FAILED",),         # a blob that could not be unpacked (damage)
     "recall.embed.providers": ("_PROVIDERS",),               # one provider per config
     "recall.inventory": ("_CHECKED",),             # prerequisites checked once per process
     "recall.embed.vectors": ("_MATRICES", "_SEARCHED"),  # warm numpy matrices, searches per DB

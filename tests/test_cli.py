@@ -589,6 +589,20 @@ def test_a_read_path_typed_wrong_gets_the_closest_indexed_paths(config):
     assert r.returncode == 1 and "did you mean: runbooks/jump-hosts.md?" in r.stderr, r.stderr
 
 
+def test_a_read_path_as_search_shows_it_typed_wrong_gets_the_closest_too(config):
+    """The agent copies `notes:path:line` from a hit and slips a letter or the line: it was told to have
+    the user run 'recall index', as if the note were new; an empty path was 'no indexed note .'."""
+    assert run_recall("index").returncode == 0
+    for typed in ("notes:runbooks/jump-host.md:3", "notes:runbooks/jump-hosts.md:-3"):
+        r = run_recall("read", typed)
+        assert r.returncode == 1 and "did you mean: notes:runbooks/jump-hosts.md?" in r.stderr, r.stderr
+    (config.path.parent.parent / "notes" / "runbooks" / "jump-hosts-v2.md").write_text("# New\n")   # on disk, not indexed
+    r = run_recall("read", "notes:runbooks/jump-hosts-v2.md")
+    assert r.returncode == 1 and r.stderr.endswith("run 'recall index' if it is new\n"), r.stderr
+    r = run_recall("read", "")
+    assert (r.returncode, r.stderr) == (1, "recall: no path given — use a path from 'recall search' output\n")
+
+
 def test_an_error_quoting_an_id_with_a_newline_stays_one_line(config):
     r = run_recall("secret", "show", "bad\nid")
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr

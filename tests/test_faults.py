@@ -173,6 +173,41 @@ def test_two_index_runs_at_once_both_finish(config, notes):
     assert con.execute("SELECT count(*), count(DISTINCT relpath) FROM files").fetchone()[:] == (4004, 4004)
 
 
+
+def test_two_full_rebuilds_at_once_keep_the_db_and_the_vault(make_world):
+    """Two `index --full` at once: the second waits, then writes beside the first's tidying (its
+    VACUUM), which read as "no such table": it moved a sound DB aside and emptied the vault."""
+    w = make_world(notes=REPO / "golden" / "notes", secrets=f"- id: tok\n  value: {CANARY}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    for _ in range(3):
+        runs = [subprocess.Popen([sys.executable, str(REPO / "recall.py"), "index", "--full"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [r.communicate(timeout=120) for r in runs]
+        assert [r.returncode for r in runs] == [0, 0], outs
+        assert not any("damaged" in err or "vault in the new index is empty" in err for _, err in outs), outs
+    assert not list(load_config(str(w.config)).db_path.parent.glob("recall.db.broken-*"))
+    assert '"id": "tok"' in run_recall("secret", "find", "--json").stdout
+
+
+def test_ctrl_c_inside_a_notes_text_read_is_an_interrupt_not_damage(make_world):
+    """Ctrl-C lands in SQLite's call of chunk_text (the delete triggers of `index --full` read every
+    old text): SQLite swallows it as "user-defined function raised exception", which read as a
+    damaged DB: the run went on, moved a sound DB aside and emptied the vault."""
+    make_world(secrets=f"- id: tok\n  value: {CANARY}\n")
+    assert run_recall("secret", "sync").returncode == 0 and run_recall("index").returncode == 0
+    stop_inside = ("import os, signal, sys; from recall.db import texts; from recall.cli import main\n"
+                   "read = texts.text\n"
+                   "def text(blob, n):\n"
+                   "    os.kill(os.getpid(), signal.SIGINT)     # a real Ctrl-C, delivered inside the read\n"
+                   "    return read(blob, n)\n"
+                   "texts.text = text\n"
+                   "sys.exit(main(['index', '--full']))\n")
+    r = subprocess.run([sys.executable, "-c", stop_inside], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert (r.returncode, r.stderr) == (130, "recall: interrupted\n")
+    assert not list(load_config().db_path.parent.glob("recall.db.broken-*"))
+    assert '"id": "tok"' in run_recall("secret", "find", "--json").stdout
+    assert run_recall("search", "INC-10963").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
+
 # -- storage faults: one line, and recall repairs its own cache --------------------------------
 
 NOBODY = 65534

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..errors import RecallError
+from . import texts
 from .lock import index_lock, vault_lock  # noqa: F401  (the package's surface)
 from .migrations import MIGRATIONS
 from .texts import UNREADABLE
@@ -121,6 +122,8 @@ def explain(exc, path=None):
     folder, what = path.parent, getattr(exc, "strerror", None) or str(exc)
     kind = _kind(exc)
     if kind == "damaged":
+        if texts.swallowed_interrupt(what):
+            raise KeyboardInterrupt      # the person stopped recall; the file is sound
         return BrokenDatabase(path, "damaged (a note's stored text cannot be read)" if UNREADABLE in what
                               else f"damaged ({what})")
     said = {

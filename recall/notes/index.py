@@ -237,11 +237,12 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         done = embed_pending(con, cfg, notify=notify, progress=progress, redactor=redactor,
                              load_values=load_values)
         report.embedded, report.tokens = done.embedded, done.tokens
-    if full or report.chunks >= OPTIMIZE_AFTER:
-        # a WAL as large as the rebuild stays while another process holds the DB open: cut it
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    from ..db.space import reclaim
-    reclaim(con)            # the DB in proportion to the notes, run after run
+    with db.index_lock(cfg.db_path):    # a VACUUM beside the next run's writes: it read "no such table"
+        if full or report.chunks >= OPTIMIZE_AFTER:
+            # a WAL as large as the rebuild stays while another process holds the DB open: cut it
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        from ..db.space import reclaim
+        reclaim(con)            # the DB in proportion to the notes, run after run
     report.seconds = time.monotonic() - started
     return report
 

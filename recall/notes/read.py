@@ -69,14 +69,17 @@ def _locate(con, cfg, source: str | None, path: str):
     return source, rel, real
 
 
-def _closest_paths(con, rel: str) -> str:
-    """"did you mean" with the indexed paths nearest to one typed (a typo, a wrong folder), else how to find one."""
+def _closest_paths(con, rel: str, source: str | None = None,
+                   otherwise: str = "use a path from 'recall search' output") -> str:
+    """"did you mean" with the indexed paths nearest to one typed (a typo, a wrong folder; within
+    `source` when it was named, shown as search shows them), else `otherwise`."""
     from ..errors import closest
     name = rel.rsplit("/", 1)[-1].lower()
-    paths = [r[0] for r in con.execute("SELECT relpath FROM files")]
+    paths = [r[0] for r in con.execute("SELECT relpath FROM files WHERE ? IS NULL OR source=?", (source, source))]
     near = [p for p in paths if name[:4] in p.lower()] or paths     # same start of name first: fewer to weigh
     close = closest(rel, {p: p for p in near[:5000]})[:3]
-    return f"did you mean: {', '.join(close)}?" if close else "use a path from 'recall search' output"
+    shown = [f"{source}:{p}" if source else p for p in close]
+    return f"did you mean: {', '.join(shown)}?" if close else otherwise
 
 
 def _section(text: str, rel: str, line: int, total: int):
@@ -102,6 +105,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         raise RecallError("--max-chars must be at least 200")
     if offset < 0:
         raise RecallError("--offset must be 0 or more")
+    if not target.strip():
+        raise RecallError("no path given", "use a path from 'recall search' output")
     source, path, line = parse_target(target)
     if source is not None and any(r.name == source for r in cfg.remotes):
         if read_remote is None:
@@ -125,8 +130,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
                           "recall never reads itself back", "move the state folder out of the "
                           "sources (RECALL_HOME, or home: in the config)")
     if con.execute("SELECT 1 FROM files WHERE source=? AND relpath=?", (source, rel)).fetchone() is None:
-        raise NotFound(f"{source}:{rel} is not an indexed note",
-                       "recall reads only the notes it indexes; run 'recall index' if it is new")
+        new = "recall reads only the notes it indexes; run 'recall index' if it is new"
+        raise NotFound(f"{source}:{rel} is not an indexed note", new if real.exists() else _closest_paths(con, rel, source, new))
     data, why = read_note_file(real, cfg.max_file_bytes)
     if data is None:
         raise RecallError(f"cannot read {real}: {why.removeprefix('unreadable: ')}",
