@@ -303,22 +303,19 @@ def get_remote(cfg, name: str):
 
 
 # The fields of a remote's answer recall uses, and their JSON types: an answer without a required one
-# (None: may be missing), or with one of another type, is not recall's — one line, never a traceback.
+# (a hit needs only its relpath), or with one of another type, is not recall's — one line, never a traceback.
 _NUMBER = (int, float)
-HIT = {"relpath": str, "path": None, "line": None, "end_line": None, "breadcrumb": None, "snippet": None,
-       "highlights": None, "score": None, "date": None}
-HIT_TYPES = {"relpath": str, "path": str, "line": int, "end_line": int, "breadcrumb": str, "snippet": str,
-             "highlights": list, "score": _NUMBER, "date": str}
+HIT = {"relpath": str, "path": str, "line": int, "end_line": int, "breadcrumb": str, "snippet": str,
+       "highlights": list, "score": _NUMBER, "date": str}
 READ = {"relpath": str, "path": str, "start_line": int, "end_line": int, "range_end": int, "text": str,
         "next_offset": (int, type(None)), "total_lines": int}
 INDEX = {"new": int, "changed": int, "removed": int, "unchanged": int, "chunks": int, "seconds": _NUMBER}
 
 
-def _shaped(rem, data, required: dict, types: dict | None = None) -> dict:
-    """`data` when it is an object holding every `required` field, each present one of its type in
-    `types` (default: `required`); else RecallError."""
-    types = types or required
-    if isinstance(data, dict) and all(k in data for k, kind in required.items() if kind is not None) \
+def _shaped(rem, data, types: dict, required=None) -> dict:
+    """`data` when it is an object holding every `required` field (default: all of `types`), each
+    present one of its type; else RecallError."""
+    if isinstance(data, dict) and all(k in data for k in (required or types)) \
             and all(isinstance(data[k], kind) for k, kind in types.items() if k in data):
         return data
     raise _not_recall(rem)
@@ -332,7 +329,7 @@ def _not_recall(rem) -> RecallError:
 def _hits(rem, data, n: int) -> list:
     """The remote's first `n` hits, each checked; its highlights kept only where they point into the snippet."""
     found = _shaped(rem, data, {"hits": list})["hits"][:n]
-    hits = [_shaped(rem, h, HIT, HIT_TYPES) for h in found]
+    hits = [_shaped(rem, h, HIT, required=("relpath",)) for h in found]
     for h in hits:
         h["highlights"] = _spans(h.get("highlights", []), h.get("snippet", ""))
     return hits
@@ -361,21 +358,9 @@ def run_json(cfg, rem, args: list, timeout: float | None = None):
         raise _not_recall(rem) from None
 
 
-class _Asked:
-    """Remotes being asked in the background; merge_into waits for them and merges their hits."""
-
-    def __init__(self, job):
-        self.job = job
-
-    def merge_into(self, result, n: int) -> None:
-        remote_hits, notices = self.job.result()
-        federate(result, remote_hits, n)
-        result.notices += notices
-
-
 def ask_remotes(cfg, query: str, n: int, mode: str):
     """Start asking every configured remote in the background (search.search takes this as
-    `ask_remotes`); None when there are none."""
+    `ask_remotes`): `merge(result)` waits for them and merges their hits; None when there are none."""
     if not cfg.remotes:
         return None
     from .extras import before_threads
@@ -383,7 +368,12 @@ def ask_remotes(cfg, query: str, n: int, mode: str):
     pool = ThreadPoolExecutor(max_workers=1)
     job = pool.submit(search_remotes, cfg, query, n, mode)
     pool.shutdown(wait=False)
-    return _Asked(job)
+
+    def merge(result) -> None:
+        remote_hits, notices = job.result()
+        federate(result, remote_hits, n)
+        result.notices += notices
+    return merge
 
 
 def search_remotes(cfg, query: str, n: int, mode: str) -> tuple:

@@ -72,7 +72,7 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class SearchHooks:
-    """What the faces wire in: `ask_remotes(cfg, query, n, mode)` (a job that merges the remotes'
+    """What the faces wire in: `ask_remotes(cfg, query, n, mode)` (a `merge(result)` of the remotes'
     hits), `pins(con, cfg, result)`, the vault's `require_open(con, cfg)` and `load_values`."""
     ask_remotes: object = None
     pins: object = None
@@ -146,7 +146,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     q = spellings(con, q)
     route = route_for(mode, q, cfg.embedding.provider)
     # the remotes are asked now, in the background, and merged in at the end; bad input asks nobody
-    remote_job = hooks.ask_remotes(cfg, q.text, n, mode) if remotes and hooks.ask_remotes is not None else None
+    merge_remotes = hooks.ask_remotes(cfg, q.text, n, mode) if remotes and hooks.ask_remotes is not None else None
     started = time.perf_counter()
     notices: list = []
     if route.vectors and vector_search is None:
@@ -170,8 +170,8 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
     result = SearchResult(query=q.text, mode=mode, route=got.route, hits=hits, notices=notices)
     if hooks.pins is not None:
         hooks.pins(con, cfg, result)
-    if remote_job is not None:
-        remote_job.merge_into(result, n)
+    if merge_remotes is not None:
+        merge_remotes(result)
     if not result.hits and not con.execute("SELECT 1 FROM files LIMIT 1").fetchone():
         result.notices.append(f"the index holds no note yet: add markdown or text files to "
                               f"{', '.join(str(s.path) for s in cfg.sources)}, then run 'recall index'")
