@@ -12,7 +12,7 @@ def init(config: str | None = None, notes: str | None = None) -> Answer:
     import shlex
 
     from ..config import default_config_path
-    from ..config import init as start
+    from ..starter import init as start
     recall = f"recall --config {shlex.quote(config)}" if config else "recall"
     started = start(config or os.environ.get("RECALL_CONFIG") or default_config_path(), notes, recall=recall)
     width = max(len(cmd) for cmd, _ in started.next)
