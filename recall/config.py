@@ -231,13 +231,28 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
         cfg.sources = _sources(doc["sources"], path, line_of(doc, "sources"), base)
     for key in ("secrets", "inventory"):
         if doc.get(key) is not None:
-            setattr(cfg, key, [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)])
+            files = [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)]
+            if key == "inventory":
+                _secrets_apart(cfg.secrets, files, doc, path)
+            setattr(cfg, key, files)
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
         cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources}, base)
     if "max_file_bytes" in doc:
         cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
+
+
+def _secrets_apart(secrets: list, inventory: list, doc, path: str) -> None:
+    """A file named under both `secrets:` and `inventory:` (in any spelling: ~, relative, a link) is refused
+    before anything reads it: each entry would be read as a secret and as an access entry."""
+    real = [os.path.realpath(p) for p in secrets]
+    for i, p in enumerate(inventory):
+        if os.path.realpath(p) in real:
+            line = line_of(doc.get("secrets"), real.index(os.path.realpath(p)), line_of(doc, "secrets"))
+            raise InputError(path, line_of(doc["inventory"], i, line_of(doc, "inventory")),
+                             f"'inventory' names {p}, which 'secrets' names too" + (f" (line {line})" if line else ""),
+                             hint="keep the credentials and the inventory entries in two files, each named once")
 
 
 def _sources(value, path, line, base):

@@ -87,6 +87,25 @@ def test_a_nul_byte_in_a_config_path_is_one_line_for_every_verb(tmp_path, monkey
         assert f"c.yaml:{line}: {word}" in r.stderr + r.stdout, (verb, r.stderr)
 
 
+@pytest.mark.parametrize("spelling", ["~/both.yaml", "absolute", "a link"])
+def test_a_file_named_under_both_secrets_and_inventory_is_refused_at_its_line(tmp_path, isolated_home, cli, spelling):
+    """A file is a secrets file or an inventory: named under both (in any spelling), every verb says the config
+    line, and nothing reads or writes the file (a sync would have sealed it, access find listed it broken)."""
+    both = isolated_home / "both.yaml"
+    both.write_text("- id: tok\n  service: jira\n  value: abcdefgh1234\n")
+    both.chmod(0o600)
+    (tmp_path / "link.yaml").symlink_to(both)
+    named = {"absolute": str(both), "a link": str(tmp_path / "link.yaml")}.get(spelling, spelling)
+    config = _write(tmp_path, f"sources: []\nsecrets: [~/both.yaml]\ninventory:\n  - other.yaml\n  - {named}\n")
+    said = (f"{config}:5: 'inventory' names {named.replace('~', str(isolated_home))}, which 'secrets' names too (line 2) "
+            "— keep the credentials and the inventory entries in two files, each named once")
+    for verb in (["secret", "sync"], ["access", "find"]):
+        assert cli("--config", config, *verb) == (1, "", f"recall: {said}\n"), verb
+    assert f"  {said}\n" in cli("--config", config, "doctor")[1]          # its config check
+    assert both.read_text() == "- id: tok\n  service: jira\n  value: abcdefgh1234\n"
+    assert not (tmp_path / "state").exists()
+
+
 # -- each config has its own state: another --config never reads or rewrites the personal index
 
 def _personal(isolated_home, notes):
