@@ -396,6 +396,27 @@ def invocation(cfg=None) -> str:
     return " ".join([f"{k}={shlex.quote(v)}" for k, v in location_env().items()] + words)
 
 
+# a recall command recall tells its reader to run: quoted ('…', `…`), a hint that is one ('— recall …'), an example
+_TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|read|eval|secret|access|verify|remote|mcp|"
+         r"instructions|doctor)\b)")
+
+
+def with_config(said, config: str | None):
+    """`said` (a text, or a list or dict of them) with every recall command it tells its reader to run
+    started `recall --config FILE`, FILE being `config` as an absolute path: the shell the line is pasted
+    into has no --config of this run. Prose that names recall ('recall reads …', 'recall: ') stays."""
+    if isinstance(said, dict) and config:
+        return {k: with_config(v, config) for k, v in said.items()}
+    if isinstance(said, list) and config:
+        return [with_config(v, config) for v in said]
+    if not config or not isinstance(said, str):
+        return said
+    import re
+    import shlex
+    named = f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))} "
+    return re.sub(_TOLD, lambda _: named, said)
+
+
 def location_env() -> dict:
     """The variables of this environment that a process started without it needs to find the same state
     folder and vault key (the config file is named apart), as absolute paths: RECALL_HOME, else XDG_DATA_HOME

@@ -106,6 +106,26 @@ def test_a_file_named_under_both_secrets_and_inventory_is_refused_at_its_line(tm
     assert not (tmp_path / "state").exists()
 
 
+def test_only_the_commands_a_text_hands_out_name_the_config(tmp_path):
+    """The rule both faces apply under --config: a command recall tells its reader to run names the file;
+    prose that only names recall, and a command that names a config already, stay as they are."""
+    from recall.config import with_config
+    c = tmp_path / "c.yaml"
+    named = {
+        "no index at x — run 'recall index' first": f"no index at x — run 'recall --config {c} index' first",
+        "read it at a terminal with `recall secret get`": f"read it at a terminal with `recall --config {c} secret get`",
+        "entry 'vpn' has no verify command — recall access exec vpn -- CMD …":
+            f"entry 'vpn' has no verify command — recall --config {c} access exec vpn -- CMD …",
+        "empty query — say what to look for, e.g. recall search 'INC-10963'":
+            f"empty query — say what to look for, e.g. recall --config {c} search 'INC-10963'",
+    }
+    kept = ["recall secret get needs a controlling terminal (/dev/tty)", "a.md reads as a recall secrets file",
+            "x — recall reads only the notes it indexes", "pip install 'recall[mcp]'", "recall mcp follows the sources",
+            "run 'recall --config /else.yaml init' to write one there"]
+    assert with_config([*named, *kept], str(c)) == [*named.values(), *kept]
+    assert with_config({"detail": [*named]}, None) == {"detail": [*named]}
+
+
 # -- each config has its own state: another --config never reads or rewrites the personal index
 
 def _personal(isolated_home, notes):

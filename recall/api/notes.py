@@ -52,7 +52,7 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
         return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, {report.removed} "
                                        f"removed, {report.unchanged} unchanged files; {report.chunks} chunks "
                                        f"written; {len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s",
-                      notices)
+                      notices, own=True)
 
 
 _FOLLOWING: list = []          # the watchers this process runs (recall mcp's): searches say when they cannot follow
