@@ -231,13 +231,28 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
         cfg.sources = _sources(doc["sources"], path, line_of(doc, "sources"), base)
     for key in ("secrets", "inventory"):
         if doc.get(key) is not None:
-            setattr(cfg, key, [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)])
+            files = [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)]
+            if key == "inventory":
+                _secrets_apart(cfg.secrets, files, doc, path)
+            setattr(cfg, key, files)
     if "embedding" in doc:
         cfg.embedding = _embedding(doc["embedding"], path, line_of(doc, "embedding"))
     if "remotes" in doc:
         cfg.remotes = _remotes(doc["remotes"], path, line_of(doc, "remotes"), {s.name for s in cfg.sources}, base)
     if "max_file_bytes" in doc:
         cfg.max_file_bytes = _field(doc, "max_file_bytes", int, path, minimum=1)
+
+
+def _secrets_apart(secrets: list, inventory: list, doc, path: str) -> None:
+    """A file named under both `secrets:` and `inventory:` (in any spelling: ~, relative, a link) is refused
+    before anything reads it: each entry would be read as a secret and as an access entry."""
+    real = [os.path.realpath(p) for p in secrets]
+    for i, p in enumerate(inventory):
+        if os.path.realpath(p) in real:
+            line = line_of(doc.get("secrets"), real.index(os.path.realpath(p)), line_of(doc, "secrets"))
+            raise InputError(path, line_of(doc["inventory"], i, line_of(doc, "inventory")),
+                             f"'inventory' names {p}, which 'secrets' names too" + (f" (line {line})" if line else ""),
+                             hint="keep the credentials and the inventory entries in two files, each named once")
 
 
 def _sources(value, path, line, base):
@@ -304,111 +319,6 @@ def _remotes(value, path, line, sources: set, base: Path):
                              hint="rename one: NAME:path must say which it reads")
         out.append(rem)
     return out
-
-
-# -- `recall init`: a starter config, the notes folder it names, a secrets file outside the notes tree, an inventory
-
-CONFIG = """\
-# recall's config: every field is listed in the README, "File formats".
-sources:
-  - name: notes
-    path: {notes}
-secrets: [{secrets}]   # outside the notes tree; after 'recall secret sync' it holds no plain value
-inventory: [{inventory}]
-embedding:
-  provider: none              # voyage | local | none (keyword search only)
-"""
-
-SECRETS = """\
-# Your credentials, one entry each; 'recall secret sync' encrypts each value in this file in place.
-# Every field: README, "File formats". To add one, copy the example without the '# ':
-# - id: jira-api-token
-#   service: jira
-#   kind: token
-#   url: https://jira.example.com
-#   use: 'curl -s -H "Authorization: Bearer $JIRA_API_TOKEN" https://jira.example.com/rest/api/2/myself'
-#   value: <paste the token>
-"""
-
-INVENTORY = """\
-# How to reach each host, cluster, account or VPN, one entry each. Every field: README, "File formats".
-# To add one, copy the example without the '# ':
-# - id: jump01
-#   kind: host
-#   verify: ssh jump01.example.com true
-"""
-
-
-@dataclass
-class Started:
-    config: str
-    notes: str
-    secrets: str
-    inventory: str
-    created: list = field(default_factory=list)        # every file and folder this run made
-    next: list = field(default_factory=list)           # (command, what it does)
-
-
-def _shown(path: Path) -> str:
-    """A path as the config says it: under the home folder with '~'."""
-    home = Path.home()
-    try:
-        return "~/" + str(path.relative_to(home))
-    except ValueError:
-        return str(path)
-
-
-def _write_new(path: Path, text: str, created: list) -> None:
-    """Write a file that must not exist yet (0600, never through a link); an existing one stays."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    created.append(str(path))
-
-
-def _folder(path: Path, mode: int, created: list) -> None:
-    if path.is_dir():
-        return
-    if path.exists() or path.is_symlink():
-        raise RecallError(f"{path} exists and is not a folder; nothing written", "move it away, or name "
-                          "another place (--notes DIR, --config FILE)")
-    missing = [p for p in [path, *path.parents] if not p.exists()]
-    path.mkdir(mode=mode, parents=True)
-    created.extend(str(p) for p in reversed(missing))
-
-
-def init(config_path: Path, notes: Path | None = None, recall: str = "recall") -> Started:
-    """A starter config at `config_path` (refused when anything is there), its notes folder, and a
-    secrets file (0600) and an inventory beside it, outside the notes; existing files are kept.
-    `recall` is how the next commands start."""
-    config_path = Path(config_path).expanduser().absolute()
-    if config_path.exists() or config_path.is_symlink():
-        what = "a folder" if config_path.is_dir() else "a config"
-        raise RecallError(f"{config_path} is already {what}; nothing written",
-                          "edit it by hand ('recall doctor' checks it), or name a new file with --config FILE")
-    notes = Path(notes or "~/notes").expanduser().absolute()
-    folder = config_path.parent
-    secrets, inventory = folder / "secrets.yaml", folder / "inventory.yaml"
-    if folder == notes or notes in folder.parents:
-        raise RecallError(f"the config's folder {folder} is inside the notes folder {notes}; nothing written",
-                          "keep the config (and the secrets file beside it) outside the notes, e.g. "
-                          "--config ~/.config/recall/config.yaml")
-    created: list = []
-    _folder(folder, 0o700, created)
-    _folder(notes, 0o755, created)
-    _write_new(secrets, SECRETS, created)
-    _write_new(inventory, INVENTORY, created)
-    # the config last: until it exists, nothing names the files above
-    _write_new(config_path, CONFIG.format(notes=_shown(notes), secrets=_shown(secrets),
-                                          inventory=_shown(inventory)), created)
-    return Started(config=str(config_path), notes=str(notes), secrets=str(secrets), inventory=str(inventory),
-                   created=created,
-                   next=[(f"{recall} index", f"index the notes in {_shown(notes)} (markdown and text files)"),
-                         (f'{recall} search "some words"', "search them"),
-                         (f"{recall} doctor", "check everything the config names")])
 
 
 # -- how a line recall hands out calls recall again, so it runs where it is handed out: in a plain shell
@@ -484,6 +394,27 @@ def invocation(cfg=None) -> str:
     if cfg.path is not None and Path(cfg.path) != (Path.home() / ".config/recall/config.yaml").resolve():
         words += ["--config", shlex.quote(str(cfg.path))]
     return " ".join([f"{k}={shlex.quote(v)}" for k, v in location_env().items()] + words)
+
+
+# a recall command recall tells its reader to run: quoted ('…', `…`), a hint that is one ('— recall …'), an example
+_TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|read|eval|secret|access|verify|remote|mcp|"
+         r"instructions|doctor)\b)")
+
+
+def with_config(said, config: str | None):
+    """`said` (a text, or a list or dict of them) with every recall command it tells its reader to run
+    started `recall --config FILE`, FILE being `config` as an absolute path: the shell the line is pasted
+    into has no --config of this run. Prose that names recall ('recall reads …', 'recall: ') stays."""
+    if isinstance(said, dict) and config:
+        return {k: with_config(v, config) for k, v in said.items()}
+    if isinstance(said, list) and config:
+        return [with_config(v, config) for v in said]
+    if not config or not isinstance(said, str):
+        return said
+    import re
+    import shlex
+    named = f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))} "
+    return re.sub(_TOLD, lambda _: named, said)
 
 
 def location_env() -> dict:

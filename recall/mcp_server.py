@@ -48,6 +48,11 @@ TOOL_ARG_DOCS = {
 
 _OUTPUTS = collections.OrderedDict()                 # (tool, args) -> full text of a long response
 _LOCK = threading.Lock()
+NAMED = {"config": None}    # its --config or RECALL_CONFIG: a shell running a command it hands out has neither
+
+
+def _told(said):
+    return api.with_config(said, NAMED["config"])
 
 
 def _page(text, offset, tool, key=None):
@@ -180,7 +185,7 @@ def recall_search(query: str, limit: int = 10, mode: Literal[MODES] = "auto",
     Next: recall_read with path=the hit's `read`."""
     notices: list = []
     data = api.search(query, n=_limit(limit, notices), mode=mode).to_dict()
-    data["notices"] = notices + data["notices"]
+    data["notices"] = _told(notices + data["notices"])
     return _page(_json(_lean_search(data)), offset, "recall_search")
 
 
@@ -210,7 +215,7 @@ def _listing(key: str, found: list, total: int, limit: int, lean, none: str) -> 
     if not total:
         notices.append(none)
     if notices:
-        out["notices"] = notices
+        out["notices"] = _told(notices)
     return _json(out)
 
 
@@ -305,7 +310,7 @@ def recall_verify(id: str = "", offset: int = 0) -> str:
     counts = collections.Counter(r["status"] for r in rows)
     data = {"summary": f"{len(rows)} checked: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
             "entries": rows}
-    return _page(_json(data), 0, "recall_verify", key)
+    return _page(_json(_told(data)), 0, "recall_verify", key)
 
 
 TOOLS = [recall_search, recall_read, recall_secret_find, recall_secret_show, recall_secret_command,
@@ -335,7 +340,7 @@ def _as_tool(fn):
             said = api.error_text(exc, [v for v in kwargs.values() if isinstance(v, str)])
             if said is None:
                 raise
-            raise ToolError(for_agent(said[1])) from None
+            raise ToolError(_told(for_agent(said[1]))) from None
         finally:
             done.set()
 
@@ -407,6 +412,7 @@ def serve() -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _end_by_signal)
     _answerable_stdin()
+    NAMED["config"] = os.environ.get("RECALL_CONFIG")
     api.follow()
     try:
         build_server().run("stdio")

@@ -408,6 +408,64 @@ def test_init_with_another_config_hands_out_commands_that_name_it(cli, tmp_path)
     assert cli("--config", path, "index")[0] == 0
 
 
+def _hinted(said: str) -> str:
+    """The first recall command a line tells its reader to run ('recall …')."""
+    import re
+    return re.search(r"'(recall [^']*)'", said).group(1)
+
+
+def _plain_shell(tmp_path, home) -> dict:
+    """The environment of a shell a person pastes a line into: `recall` on its PATH (this checkout), no
+    RECALL_CONFIG, RECALL_HOME or PYTHONPATH of this run."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "recall").write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "recall.py"} "$@"\n')
+    (bin_dir / "recall").chmod(0o755)
+    return {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def test_a_hint_names_the_config_given_by_flag_so_pasted_in_a_plain_shell_it_acts_on_that_config(
+        tmp_path, isolated_home, monkeypatch):
+    """`recall --config FILE …`: each command an error, a notice or doctor hands out names FILE; run as
+    printed in another shell (another folder, none of this run's environment) it acts on FILE's notes and
+    secrets, never on the default config's. Without --config the hint is as it always was."""
+    from tests.world import build
+    pytest.importorskip("cryptography")
+    monkeypatch.delenv("RECALL_HOME")                # each config its own state folder, as for a person
+    work = build(tmp_path / "work", notes={"runbooks/vpn.md": "# VPN\n\nReconnect the wireguard tunnel.\n"},
+                 secrets="- id: tok\n  service: jira\n  value: not-a-real-token-42\n")
+    personal = isolated_home / ".config/recall/config.yaml"          # the default: what a bare `recall` reads
+    personal.parent.mkdir(parents=True)
+    personal.write_text(f"sources: [{{name: home, path: {tmp_path / 'home-notes'}}}]\n")
+    (tmp_path / "home-notes").mkdir()
+    shell = dict(cwd=tmp_path / "home-notes", env=_plain_shell(tmp_path, isolated_home), shell=True,
+                 capture_output=True, text=True)
+
+    r = run_recall("search", "wireguard", env={"RECALL_CONFIG": str(work.config)})     # the default case: unchanged
+    assert r.returncode == 1 and r.stderr.endswith(" — run 'recall index' first\n"), r.stderr
+    r = run_recall("--config", work.config, "search", "wireguard")                      # 1. an error's hint
+    assert r.returncode == 1 and r.stderr.endswith(f" — run 'recall --config {work.config} index' first\n"), r.stderr
+    assert subprocess.run(_hinted(r.stderr), **shell).returncode == 0
+    r = run_recall("--config", work.config, "search", "wireguard")
+    assert r.returncode == 0 and "runbooks/vpn.md" in r.stdout, r.stderr
+
+    r = run_recall("--config", work.config, "secret", "exec", "tok", "--", "true")         # 2. another error's
+    assert r.returncode == 1 and r.stderr.endswith(f"run 'recall --config {work.config} secret sync'\n"), r.stderr
+    assert subprocess.run(_hinted(r.stderr), **shell).returncode == 0
+    assert run_recall("--config", work.config, "secret", "exec", "tok", "--", "true").returncode == 0
+
+    (work.notes / "new.md").write_text("# New\n\nThe pager rotation moved to Tuesdays.\n")
+    r = run_recall("--config", work.config, "doctor")                                     # 3. doctor's
+    said = next(line for line in r.stdout.splitlines() if "not in the index" in line)
+    assert f"run 'recall --config {work.config} index'" in said, said
+    assert subprocess.run(_hinted(said), **shell).returncode == 0
+    assert "new.md" in run_recall("--config", work.config, "search", "pager", "rotation").stdout
+
+    r = run_recall("--config", work.config, "search", " ")                                 # 4. an example
+    assert r.stderr.endswith(f"e.g. recall --config {work.config} search 'INC-10963'\n"), r.stderr
+    assert not (isolated_home / ".local/share/recall/recall.db").exists()       # the default config's: never touched
+
+
 def test_bare_recall_lists_the_verbs_and_exits_0(cli):
     from recall.cli import VERBS
     code, out, err = cli()

@@ -87,6 +87,45 @@ def test_a_nul_byte_in_a_config_path_is_one_line_for_every_verb(tmp_path, monkey
         assert f"c.yaml:{line}: {word}" in r.stderr + r.stdout, (verb, r.stderr)
 
 
+@pytest.mark.parametrize("spelling", ["~/both.yaml", "absolute", "a link"])
+def test_a_file_named_under_both_secrets_and_inventory_is_refused_at_its_line(tmp_path, isolated_home, cli, spelling):
+    """A file is a secrets file or an inventory: named under both (in any spelling), every verb says the config
+    line, and nothing reads or writes the file (a sync would have sealed it, access find listed it broken)."""
+    both = isolated_home / "both.yaml"
+    both.write_text("- id: tok\n  service: jira\n  value: abcdefgh1234\n")
+    both.chmod(0o600)
+    (tmp_path / "link.yaml").symlink_to(both)
+    named = {"absolute": str(both), "a link": str(tmp_path / "link.yaml")}.get(spelling, spelling)
+    config = _write(tmp_path, f"sources: []\nsecrets: [~/both.yaml]\ninventory:\n  - other.yaml\n  - {named}\n")
+    said = (f"{config}:5: 'inventory' names {named.replace('~', str(isolated_home))}, which 'secrets' names too (line 2) "
+            "— keep the credentials and the inventory entries in two files, each named once")
+    for verb in (["secret", "sync"], ["access", "find"]):
+        assert cli("--config", config, *verb) == (1, "", f"recall: {said}\n"), verb
+    assert f"  {said}\n" in cli("--config", config, "doctor")[1]          # its config check
+    assert both.read_text() == "- id: tok\n  service: jira\n  value: abcdefgh1234\n"
+    assert not (tmp_path / "state").exists()
+
+
+def test_only_the_commands_a_text_hands_out_name_the_config(tmp_path):
+    """The rule both faces apply under --config: a command recall tells its reader to run names the file;
+    prose that only names recall, and a command that names a config already, stay as they are."""
+    from recall.config import with_config
+    c = tmp_path / "c.yaml"
+    named = {
+        "no index at x — run 'recall index' first": f"no index at x — run 'recall --config {c} index' first",
+        "read it at a terminal with `recall secret get`": f"read it at a terminal with `recall --config {c} secret get`",
+        "entry 'vpn' has no verify command — recall access exec vpn -- CMD …":
+            f"entry 'vpn' has no verify command — recall --config {c} access exec vpn -- CMD …",
+        "empty query — say what to look for, e.g. recall search 'INC-10963'":
+            f"empty query — say what to look for, e.g. recall --config {c} search 'INC-10963'",
+    }
+    kept = ["recall secret get needs a controlling terminal (/dev/tty)", "a.md reads as a recall secrets file",
+            "x — recall reads only the notes it indexes", "pip install 'recall[mcp]'", "recall mcp follows the sources",
+            "run 'recall --config /else.yaml init' to write one there"]
+    assert with_config([*named, *kept], str(c)) == [*named.values(), *kept]
+    assert with_config({"detail": [*named]}, None) == {"detail": [*named]}
+
+
 # -- each config has its own state: another --config never reads or rewrites the personal index
 
 def _personal(isolated_home, notes):

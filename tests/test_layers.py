@@ -14,7 +14,7 @@ from tests.conftest import REPO
 LAYERS = [
     ("base", {"errors", "extras"}),                   # the exceptions users see; which extras are installed
     ("yaml", {"yaml"}),                               # the YAML subset
-    ("config", {"config"}),                           # the config, `init`, how a handed-out line starts
+    ("config", {"config"}),                           # the config, how a handed-out line starts
     ("storage", {"db"}),                              # the driver, migrations, the quick check, pids
     ("guard", {"guard"}),                             # the read-only verdict
     ("embed", {"embed"}),                             # providers, ledger, vectors
@@ -25,7 +25,7 @@ LAYERS = [
     ("access", {"access"}),
     ("verify", {"verify"}),
     ("remote", {"remote"}),
-    ("verbs", {"doctor", "instructions"}),            # whole verbs the library layer calls
+    ("verbs", {"doctor", "instructions", "starter"}),  # whole verbs the library layer calls
     ("api", {"api"}),                                 # the library layer: one function per verb and tool
     ("faces", {"cli", "mcp_server", "__main__", "__init__"}),
 ]

@@ -323,6 +323,32 @@ def test_settings_and_lines_reach_a_config_state_and_key_the_environment_moved(t
     assert (ran.returncode, ran.stdout) == (0, "[recall:jira-api-token]\n"), ran.stderr
 
 
+def test_a_tool_errors_hint_names_the_servers_config_and_runs_on_it_in_a_plain_shell(tmp_path, monkeypatch):
+    """`recall --config FILE mcp`, as its client starts it: the command a tool error asks the user to run
+    names FILE, so pasted in a shell with none of the server's words it syncs FILE's secrets (a bare
+    'recall secret sync' would sync the default config's), and the agent's next call works."""
+    monkeypatch.delenv("RECALL_HOME")
+    w = build(tmp_path / "work", notes={"a.md": "# A\n"}, secrets="- id: tok\n  service: jira\n  value: not-a-real-token-42\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "recall").write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "recall.py"} "$@"\n')
+    (tmp_path / "bin" / "recall").chmod(0o755)
+    bare = {"HOME": os.environ["HOME"], "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+
+    async def go():
+        params = StdioServerParameters(command=sys.executable, args=[str(REPO / "recall.py"), "--config", str(w.config),
+                                                                     "mcp"], env=bare, cwd=str(tmp_path))
+        async with Client(params) as client:
+            before = await client.call_tool("recall_secret_command", {"id": "tok", "command": "printenv TOK"})
+            told = before.content[0].text.rsplit("ask the user to run '", 1)[-1].split("'")[0]
+            ran = subprocess.run(["sh", "-c", told], env=bare, cwd="/", capture_output=True, text=True, timeout=60)
+            return before, told, ran, await client.call_tool("recall_secret_command", {"id": "tok", "command": "printenv TOK"})
+    before, told, ran, after = anyio.run(go)
+    assert before.is_error and before.content[0].text.endswith(
+        f"not synced yet — ask the user to run 'recall --config {w.config} secret sync'"), before.content[0].text
+    assert ran.returncode == 0 and ran.stdout.startswith("synced 1 secrets"), (told, ran.stderr)
+    assert not after.is_error and " secret exec tok -- " in after.content[0].text
+
+
 def test_access_tools_find_show_and_exec(world):
     found = json.loads(call("recall_access_find", query="atlassian")[0])["entries"]
     assert found[0]["id"] == "jira-prod"

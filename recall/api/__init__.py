@@ -13,7 +13,8 @@ _SECRETS = ("secret_sync", "secret_set", "secret_key_backup", "secret_find", "se
 _SYSTEMS = ("access_find", "access_show", "access_exec", "verify", "remote_install", "instructions", "doctor",
             "agent_rules", "as_caller", "stopping", "stop_runs")
 # where each name lives: a verb imports its own concern only (`secret exec` never loads notes search)
-_HOME = {"MODES": "..notes.query", "Answer": ".answer", "error_text": ".answer", "scrub": ".answer", "scrub_typed": ".answer",
+_HOME = {"MODES": "..notes.query", "with_config": "..config", "Answer": ".answer", "error_text": ".answer", "scrub": ".answer",
+         "scrub_typed": ".answer",
          **dict.fromkeys(_NOTES, ".notes"), **dict.fromkeys(_SECRETS, ".secrets"),
          **dict.fromkeys(_SYSTEMS, ".systems")}
 __all__ = list(_HOME)

@@ -17,7 +17,9 @@ ERROR_CHARS = 4_000         # and no error is longer than this, whatever it quot
 class Answer:
     """One verb's or tool's answer, every string already through the door: `data` is its --json
     shape, `shown` what the CLI prints, `notices` one line each for stderr, `code` the exit code;
-    `extra`: what else a face may say (a listing's total, verify's kinds), never printed as is."""
+    `extra`: what else a face may say (a listing's total, verify's kinds; `own`: its text and data are recall's
+    sentences, no note, entry or value, so a face may name its --config in the commands they hand out),
+    never printed as is."""
     data: object
     shown: str = ""
     notices: list = field(default_factory=list)

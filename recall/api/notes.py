@@ -12,7 +12,7 @@ def init(config: str | None = None, notes: str | None = None) -> Answer:
     import shlex
 
     from ..config import default_config_path
-    from ..config import init as start
+    from ..starter import init as start
     recall = f"recall --config {shlex.quote(config)}" if config else "recall"
     started = start(config or os.environ.get("RECALL_CONFIG") or default_config_path(), notes, recall=recall)
     width = max(len(cmd) for cmd, _ in started.next)
@@ -52,7 +52,7 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
         return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, {report.removed} "
                                        f"removed, {report.unchanged} unchanged files; {report.chunks} chunks "
                                        f"written; {len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s",
-                      notices)
+                      notices, own=True)
 
 
 _FOLLOWING: list = []          # the watchers this process runs (recall mcp's): searches say when they cannot follow

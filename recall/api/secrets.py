@@ -25,7 +25,7 @@ def secret_sync(config: str | None = None, *, prune: bool = False, notify=None) 
         if rep.removed_ids:
             lines.append(f"removed: {', '.join(rep.removed_ids)} — kept 30 days: 'recall secret restore ID' "
                          "writes one back into its file ('recall secret log' lists them)")
-        return answer(rep.__dict__, "\n".join(lines), [f"warning: {w}" for w in rep.warnings])
+        return answer(rep.__dict__, "\n".join(lines), [f"warning: {w}" for w in rep.warnings], own=True)
 
 
 def secret_restore(secret_id: str, config: str | None = None, *, notify=None) -> Answer:
@@ -110,7 +110,7 @@ def secret_find(query: str = "", config: str | None = None, *, limit: int | None
         if found and not query:            # the whole list, bounded: say how many there are
             shown += f"\n({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found)
                                                              else ")")
-        return answer(found, shown, total=total, why_none=why)
+        return answer(found, shown, total=total, why_none=why, own=not found)
 
 
 def _why_none(con, cfg) -> str:

@@ -24,7 +24,7 @@ def access_find(query: str = "", config: str | None = None) -> Answer:
         why = "" if every else f"the inventory holds no entries yet: add one to {', '.join(map(str, cfg.inventory))}"
         return answer(shown, "\n\n".join(d["block"] for d in shown) if shown else "no inventory entries match — "
                       + (why or "try an id, alias, kind or tag, or 'recall access find' alone to list them all"),
-                      inventory.inline_warnings(found), why_none=why)
+                      inventory.inline_warnings(found), why_none=why, own=not shown)
 
 
 def access_show(entry_id: str, config: str | None = None) -> Answer:
@@ -71,7 +71,7 @@ def verify(ids=None, config: str | None = None, *, dry_run: bool = False, timeou
         kinds = {f"entry:{e.id}": e.kind or "entry" for e in listed}
         kinds.update({f"secret:{sid}": "secret" + (f" ({k})" if k else "") for sid, k in store.kinds(con).items()})
         return answer(report.public(), _verify_text(report, code), inventory.inline_warnings(listed), code=code,
-                      kinds=kinds)
+                      kinds=kinds, own=True)
 
 
 def _verify_text(report, code: int) -> str:
@@ -183,4 +183,4 @@ def doctor(config: str | None = None, *, thorough: bool = False) -> Answer:
     width = max(len(c.name) for c in checks)
     mark = {True: "ok ", False: "NO ", None: "-- "}
     shown = "\n".join(f"{mark[c.ok]} {c.name:<{width}}  {c.detail}" for c in checks)
-    return answer([c.__dict__ for c in checks], shown, code=1 if any(c.ok is False for c in checks) else 0)
+    return answer([c.__dict__ for c in checks], shown, code=1 if any(c.ok is False for c in checks) else 0, own=True)

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 
-from . import notes, secrets, systems
+from . import notes, output, secrets, systems
 from .help import EXAMPLES, SEARCH_HELP
 
 EX_USAGE = 2
@@ -336,12 +336,14 @@ def _no_words(argv: list) -> bool:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _Parser.argv = argv
+    output.CONFIG["named"] = None
     verb = verb_of(argv)
     try:
         if verb is None and _no_words(argv):      # bare `recall`: the verbs, as `recall --help` shows them
             build_parser().print_help(sys.stdout)
             return 0
         args = build_parser(verb).parse_args(argv)
+        output.CONFIG["named"] = output.config_of(args)
         return args.func(args)
     except KeyboardInterrupt as exc:
         with contextlib.suppress(OSError):      # SIGHUP: the terminal may be gone

@@ -37,22 +37,33 @@ def _out(text: str = "") -> None:
     sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
 
 
+CONFIG = {"named": None}        # this run's --config FILE: every recall command it tells the person to run names it
+
+
+def told(said):
+    """`said` (a text, a list or a dict) with the recall commands in it naming this run's --config, if any."""
+    from .. import api
+    return api.with_config(said, CONFIG["named"]) if CONFIG["named"] else said
+
+
 def say(line: str) -> None:
     """One remark on stderr: `recall: …`."""
-    sys.stderr.write(f"recall: {visible(line)}\n")
+    sys.stderr.write(f"recall: {visible(told(line))}\n")
 
 
 def emit(args, ans) -> int:
     """An Answer as the verb prints it: its JSON with --json, else its notices (stderr) and text;
-    the verb's exit code. `args` None: an exec, whose answer is the child's own output (never JSON)."""
+    the verb's exit code. `args` None: an exec, whose answer is the child's own output (never JSON).
+    Only an answer of recall's own sentences (`own`: no note, entry or value in it) names --config."""
+    own = told if ans.extra.get("own") else (lambda said: said)
     if getattr(args, "json", False):
         import json
-        sys.stdout.write(json.dumps(ans.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json.dumps(own(ans.to_dict()), indent=2, ensure_ascii=False, default=str) + "\n")
         return ans.code
     for notice in ans.notices:
         say(notice)
     if ans.text():
-        _out(visible(ans.text()))
+        _out(visible(own(ans.text())))
     return ans.code
 
 
