@@ -188,8 +188,16 @@ def _field(mapping, key, kind, path, what=None, minimum=None):
     return value
 
 
-def _resolve(base: Path, text: str) -> Path:
-    return base / os.path.expanduser(text)      # an absolute path replaces base
+def _resolve(base: Path, text: str, path: str, line) -> Path:
+    """`text` under the config's folder (an absolute path replaces it), `~/` the home folder; no shell
+    reads a config, so a `$VAR` or an unknown `~user` in a path that is not there is said, not guessed."""
+    full = base / os.path.expanduser(text)
+    if "$" in text or text.startswith("~"):
+        import re
+        if re.search(r"\$\{?\w|^~[^/]", text) and not full.exists():
+            raise InputError(path, line, f"{text!r} is not there as written: recall expands no $VARIABLE or ~user",
+                             hint="write ~/… or an absolute path")
+    return full
 
 
 def _strings(value, path, line, what):
@@ -226,12 +234,14 @@ def apply_doc(cfg: Config, doc, path: str) -> None:
     _unknown_fields(doc, path)
     base = Path(path).parent
     if "home" in doc and not os.environ.get("RECALL_HOME"):
-        cfg.home = _resolve(base, _field(doc, "home", str, path))
+        cfg.home = _resolve(base, _field(doc, "home", str, path), path, line_of(doc, "home"))
     if "sources" in doc:
         cfg.sources = _sources(doc["sources"], path, line_of(doc, "sources"), base)
     for key in ("secrets", "inventory"):
         if doc.get(key) is not None:
-            files = [_resolve(base, s) for s in _strings(doc[key], path, line_of(doc, key), key)]
+            listed, line = doc[key], line_of(doc, key)
+            files = [_resolve(base, s, path, line_of(listed, i) if isinstance(listed, list) else line)
+                     for i, s in enumerate(_strings(listed, path, line, key))]
             if key == "inventory":
                 _secrets_apart(cfg.secrets, files, doc, path)
             setattr(cfg, key, files)
@@ -263,7 +273,7 @@ def _sources(value, path, line, base):
         _expect(item, dict, path, iline, "sources[]")
         if "path" not in item:
             raise InputError(path, iline, "a source needs a 'path'")
-        src_path = _resolve(base, _field(item, "path", str, path))
+        src_path = _resolve(base, _field(item, "path", str, path), path, line_of(item, "path"))
         name = item.get("name") or src_path.name
         _expect(name, str, path, line_of(item, "name"), "name")
         if name in seen:
@@ -308,7 +318,7 @@ def _remotes(value, path, line, sources: set, base: Path):
         for key, kind in REMOTE_TYPES.items():
             if key in item:
                 setattr(rem, key, _field(item, key, kind, path, minimum=0.1 if key == "timeout" else None))
-        rem.ssh_config, rem.timeout = rem.ssh_config and str(_resolve(base, rem.ssh_config)), float(rem.timeout)
+        rem.ssh_config, rem.timeout = rem.ssh_config and str(_resolve(base, rem.ssh_config, path, line_of(item, "ssh_config"))), float(rem.timeout)
         if any(r.name == rem.name for r in out):
             raise InputError(path, line_of(item, "name"), f"duplicate remote name '{rem.name}'")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", rem.name):

@@ -70,6 +70,24 @@ def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     assert f"c.yaml:{line}" in msg and word in msg
 
 
+@pytest.mark.parametrize("text,line", [
+    ("sources:\n  - name: a\n    path: $HOME/notes\n", 3),
+    ("sources:\n  - {name: a, path: ~notes}\n", 2),
+    ("secrets:\n  - s.yaml\n  - ${XDG_CONFIG_HOME}/recall/secrets.yaml\n", 3),
+    ("home: $HOME/.recall\n", 1),
+])
+def test_a_shell_variable_in_a_config_path_is_said_not_read_as_a_folder_of_that_name(tmp_path, isolated_home, monkeypatch, text, line):
+    """`$HOME/notes` was <config folder>/$HOME/notes: 'not there', or a `$HOME` folder made beside the config."""
+    monkeypatch.delenv("RECALL_HOME")        # else `home:` is not read
+    (isolated_home / "notes").mkdir()
+    with pytest.raises(RecallError) as err:
+        load_config(_write(tmp_path, text))
+    assert f"c.yaml:{line}:" in str(err.value) and "expands no $VARIABLE or ~user" in str(err.value)
+    (tmp_path / "$HOME").mkdir()            # a folder really named so is read as written
+    (tmp_path / "$HOME" / "notes").mkdir()
+    assert load_config(_write(tmp_path, "sources: [{name: a, path: $HOME/notes}]\n")).sources[0].path == tmp_path / "$HOME" / "notes"
+
+
 @pytest.mark.parametrize("text,line,word", [       # "\0" in a double-quoted path (a Windows habit)
     ('sources:\n  - name: a\n    path: "notes\\0x"\n', 3, "'path' holds a NUL byte"),
     ('secrets: ["s.yaml\\0"]\n', 1, "'secrets' holds a NUL byte"),
