@@ -411,6 +411,12 @@ _TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|re
          r"instructions|doctor)\b)")
 
 
+def told_as(config: str | None) -> str:
+    """How a recall command handed out under this run's --config FILE starts: `recall --config FILE`."""
+    import shlex
+    return f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))}" if config else "recall"
+
+
 def with_config(said, config: str | None):
     """`said` (a text, or a list or dict of them) with every recall command it tells its reader to run
     started `recall --config FILE`, FILE being `config` as an absolute path: the shell the line is pasted
@@ -422,8 +428,7 @@ def with_config(said, config: str | None):
     if not config or not isinstance(said, str):
         return said
     import re
-    import shlex
-    named = f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))} "
+    named = told_as(config) + " "
     return re.sub(_TOLD, lambda _: named, said)
 
 

@@ -432,7 +432,8 @@ def test_a_hint_names_the_config_given_by_flag_so_pasted_in_a_plain_shell_it_act
     from tests.world import build
     pytest.importorskip("cryptography")
     monkeypatch.delenv("RECALL_HOME")                # each config its own state folder, as for a person
-    work = build(tmp_path / "work", notes={"runbooks/vpn.md": "# VPN\n\nReconnect the wireguard tunnel.\n"},
+    work = build(tmp_path / "work", notes={"runbooks/vpn.md": "# VPN\n\nReconnect the wireguard tunnel.\n",
+                                           "runbooks/long.md": "# Long\n\n" + "A line of filler.\n" * 40 + "Then MTU.\n"},
                  secrets="- id: tok\n  service: jira\n  value: not-a-real-token-42\n")
     personal = isolated_home / ".config/recall/config.yaml"          # the default: what a bare `recall` reads
     personal.parent.mkdir(parents=True)
@@ -448,6 +449,11 @@ def test_a_hint_names_the_config_given_by_flag_so_pasted_in_a_plain_shell_it_act
     assert subprocess.run(_hinted(r.stderr), **shell).returncode == 0
     r = run_recall("--config", work.config, "search", "wireguard")
     assert r.returncode == 0 and "runbooks/vpn.md" in r.stdout, r.stderr
+    assert f"see 'recall --config {work.config} doctor')" in r.stdout          # search's own footer
+    r = run_recall("--config", work.config, "read", "runbooks/long.md", "--max-chars", "200")
+    footer = r.stdout.splitlines()[-1]                                                # a read cut short
+    assert footer.startswith(f"… more: recall --config {work.config} read runbooks/long.md --offset "), r.stdout
+    assert "Then MTU." in subprocess.run(footer.removeprefix("… more: "), **shell).stdout
 
     r = run_recall("--config", work.config, "secret", "exec", "tok", "--", "true")         # 2. another error's
     assert r.returncode == 1 and r.stderr.endswith(f"run 'recall --config {work.config} secret sync'\n"), r.stderr

@@ -1,6 +1,7 @@
 """The notes verbs of the library layer: init, index (and watch), search, read, eval."""
 from __future__ import annotations
 
+from ..config import told_as
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -153,10 +154,10 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
             if stale:
                 data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
                                        "brings the results up to date ('recall index --watch' keeps them so)")
-        return answer(data, _search_text(result), data["notices"])
+        return answer(data, _search_text(result, config), data["notices"])
 
 
-def _search_text(result) -> str:
+def _search_text(result, config: str | None) -> str:
     from ..notes.query import NO_PROVIDER
     lines = [a["block"] + "\n" for a in result.access]
     if not result.hits:
@@ -170,7 +171,7 @@ def _search_text(result) -> str:
             lines.append("   explain: " + json.dumps(h.explain, sort_keys=True))
     if result.route.reason == NO_PROVIDER:
         lines.append("(keyword search: no embedding provider is configured, so nothing is matched by "
-                     "meaning — see 'recall doctor')")
+                     f"meaning — see '{told_as(config)} doctor')")
     return "\n".join(lines)
 
 
@@ -193,7 +194,7 @@ def read(target: str, config: str | None = None, *, max_chars: int = 8000, offse
         res = read_note(con, cfg, target, redactor=redactor, max_chars=max_chars, offset=offset,
                         read_remote=read_remote)
         data = res.public()
-        more = "" if res.next_offset is None else f"… more: recall read {target} --offset {res.next_offset}\n"
+        more = "" if res.next_offset is None else f"… more: {told_as(config)} read {target} --offset {res.next_offset}\n"
         body = res.text if res.text.endswith("\n") or not res.text else res.text + "\n"
         return answer(data, read_header(data) + "\n" + body + more)
 

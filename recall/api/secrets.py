@@ -2,6 +2,7 @@
 restore, rotate-key. None returns a value."""
 from __future__ import annotations
 
+from ..config import told_as
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -179,7 +180,7 @@ def secret_log(secret_id: str | None = None, config: str | None = None, *, limit
             lines.append(f"{r['time']}  {r['caller']}({r['parent']})  {r['verb']:<15} {r['target']}  "
                          f"{r['verdict']}{code}  {r['argv']}".rstrip())
         if gone:
-            lines.append("removed by a sync, restorable with 'recall secret restore ID':")
+            lines.append(f"removed by a sync, restorable with '{told_as(config)} secret restore ID':")
             lines += [f"  {g.id}  from {g.file}:{g.line}  until {g.until}" for g in gone]
         return answer(rows, "\n".join(lines))
 
