@@ -67,17 +67,22 @@ def test_a_daemon_the_command_started_ends_with_secret_exec(vault, tmp_path):
     assert _gone(_pids(pid_file)[0])
 
 
-def test_a_recall_killed_with_sigkill_takes_the_group_it_ran_with_it(vault, tmp_path):
-    """kill -9 of `secret exec` (nothing of recall runs after it) left the child, and what it had
-    started in its group, running with the value."""
+@pytest.mark.parametrize("killed", ["recall", "its job"])
+def test_a_recall_killed_with_sigkill_takes_the_group_it_ran_with_it(vault, tmp_path, killed):
+    """kill -9 of `secret exec` (nothing of recall runs after it), or of its whole job (`kill -9 %1`: its
+    process group), left the child, and what it had started in its group, running with the value."""
     pid_file = tmp_path / "pids"
     script = 'sleep 600 & echo "$$ $!" > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 600'
     proc = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "exec", "reap-token", "--",
-                             "sh", "-c", script, str(pid_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "sh", "-c", script, str(pid_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)        # a job of its own, as a shell starts one
     try:
         pids = _pids(pid_file)
     finally:
-        proc.kill()
+        if killed == "recall":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert [_gone(pid) for pid in pids] == [True, True]
 

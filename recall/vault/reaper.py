@@ -11,13 +11,13 @@ import time
 from contextlib import suppress
 
 _TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL
-# A watcher, not PR_SET_PDEATHSIG: that reaches the child alone (not its group), needs a preexec_fn (unsafe with
-# the MCP server's threads) and fires when the thread that forked ends. Its input ends before "done": kill the group.
+# A watcher per child, not PR_SET_PDEATHSIG: that reaches the child alone (not its group), needs a preexec_fn (unsafe
+# with the MCP server's threads) and fires when the forking thread ends. Its pipe closed before "done": kill the group.
 _WATCH = 'read -r g && { read -r _ || kill -9 "-$g"; }'
 _LOCK = threading.Lock()
 _WATCHERS: dict = {}   # {child started and not yet ended: its watcher}
 _LIVE = [0]            # children starting or started, not yet ended
-_SINCE = [None]        # while any runs (Linux: recall their subreaper), the last pid given before the first
+_SINCE = [None]        # while children run and recall is their subreaper (Linux): the last pid given before them
 
 
 def start(argv: list, **popen) -> subprocess.Popen:
@@ -29,7 +29,8 @@ def start(argv: list, **popen) -> subprocess.Popen:
     watcher = None
     try:
         watcher = subprocess.Popen(["/bin/sh", "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env={}, bufsize=0)
+                                   stderr=subprocess.DEVNULL, env={}, bufsize=0,
+                                   start_new_session=True)   # `kill -9 %1` of recall's job leaves it to act
         proc = subprocess.Popen(argv, start_new_session=True, **popen)
     except BaseException:
         if watcher is not None:
@@ -100,8 +101,8 @@ def _end_escaped(since: int) -> None:
 
 def _escaped(since: int) -> set:
     """The process groups of recall's running children newer than pid `since` in a session not recall's:
-    a run's (every other child of recall is in its session, but `secret reveal`'s, which runs none); the
-    ended ones are reaped."""
+    a run's (every other child of recall is in its session, but the watchers, already reaped, and `secret
+    reveal`'s, which runs none); the ended ones are reaped."""
     me, mine, groups = os.getpid(), os.getsid(0), set()
     for pid, state, ppid, pgrp, sid in _processes(since):
         if ppid == me and sid != mine:
