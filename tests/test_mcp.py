@@ -764,6 +764,20 @@ def test_a_client_that_goes_away_mid_exec_leaves_no_child_and_no_server(world, t
     assert "Traceback" not in err and CANARY not in err
 
 
+def test_a_server_killed_with_sigkill_mid_exec_leaves_no_child(world, tmp_path):
+    """A client that kills `recall mcp` hard (nothing of the server runs after SIGKILL) left the child
+    running with its values."""
+    server = RawServer(tmp_path)
+    try:
+        command, pid_file = _sleeper(tmp_path)
+        server.call(1, "recall_access_exec", {"id": "jira-prod", "command": command})
+        pid = _child_pid(pid_file)
+        server.proc.kill()
+        assert _gone(pid, within=30)
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_to_the_server_mid_exec_stops_the_child_first(world, tmp_path, signum):
     import signal

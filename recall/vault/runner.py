@@ -8,7 +8,6 @@ import json
 import os
 import selectors
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -20,12 +19,12 @@ from ..errors import RecallError
 from . import audit, door
 from . import store as vault
 from .mask import Masker, check_maskable
+from .reaper import end, kill_group, start
 from .redact import public_fields, secret_parts
 
 READ_SIZE = 64 * 1024
 KEEP_HEAD, KEEP_TAIL = 4 << 20, 1 << 20   # captured output (an MCP call's, a proof's): the first, the last
 TIMEOUT_CODE = 124
-_TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL of the process group
 _DRAIN_GRACE = 1.0     # after the child exits (or is killed), pipes idle this long are abandoned
 _DRAIN_MAX = 10.0      # ... and pipes a grandchild keeps writing to are abandoned after this long
 _POLL = 0.1            # select wake-up to notice the child's exit while a grandchild holds the pipes
@@ -170,6 +169,8 @@ def _run(con, child: Child, out, err) -> RunResult:
             audit.finish(con, row, argv=shown, verdict="not run" if proc is None else "stopped")
         raise
     finally:
+        if proc is not None:             # whatever happened since it started, it ends before the session
+            end(proc)
         if session is not None:
             session.close()
             for verb, sid, argv, said in session.log_rows(child.verb):
@@ -218,11 +219,9 @@ def _feed(fd: int, text: bytes) -> None:
 
 def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
     try:
-        return subprocess.Popen(
-            argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
-            stdin=subprocess.DEVNULL if child.stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)  # own process group: a timeout kills grandchildren too
+        return start(argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
+                     stdin=subprocess.DEVNULL if child.stdin is None else subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError as exc:
         if child.cwd is not None and exc.filename == child.cwd:
             raise RecallError(f"working directory not found: {child.cwd}", "check the path") from None
@@ -254,13 +253,10 @@ def _drive(proc: subprocess.Popen, masker: Masker, given, stdin: bytes | None, o
         code = _wait(proc, deadline)      # the child may have closed its pipes and still be running
         if code is None:
             timed_out = not stopped()
-            _kill_group(proc)
+            kill_group(proc)
             code = proc.wait()
-    finally:
-        if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt, a closed `out`) left it running
-            _kill_group(proc)
-        else:                    # what it started and left behind (`sleep 600 &`, nohup …) ends with it
-            end_group(proc.pid)
+    finally:                     # running still after an exception (Ctrl-C, a closed `out`) or not
+        end(proc)
         _close(proc.stdin, proc.stdout, proc.stderr)
     code = TIMEOUT_CODE if timed_out else (128 - code if code < 0 else code)
     return RunResult(code, sinks[proc.stdout].captured, sinks[proc.stderr].captured, timed_out)
@@ -283,7 +279,7 @@ def _pump(proc: subprocess.Popen, sinks: dict, data: bytes, deadline: float | No
             now = time.monotonic()
             if not killed and (deadline is not None and now >= deadline or stopped()):
                 killed, timed_out = True, not stopped()
-                _kill_group(proc)
+                kill_group(proc)
                 now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = last_data = now
@@ -366,67 +362,17 @@ def _close(*pipes) -> None:
                 pipe.close()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left of it (grandchildren too) after a grace."""
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with suppress(subprocess.TimeoutExpired):
-        proc.wait(_TERM_GRACE)
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def end_group(pgid: int) -> None:
-    """Stop what is left of a finished child's process group: no process a run started outlives it,
-    holding what it was given. SIGTERM, up to a grace for the group to go, then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        end = time.monotonic() + _TERM_GRACE
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        while _group_runs(pgid):
-            if time.monotonic() >= end:
-                break
-            time.sleep(0.02)
-        else:
-            return
-
-
 def run_check(argv: list, timeout: float):
     """A check's exit code (None: not finished within `timeout`): no stdin, output discarded, none of
     recall's own variables, in a process group of its own that ends with it (a credential plugin it
     started too). OSError when it cannot start."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=child_env(), start_new_session=True)
+    proc = start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         return None
     finally:
-        end_group(proc.pid)
-        proc.wait()
-
-
-def _group_runs(pgid: int) -> bool:
-    """Does a process of group `pgid` still run? Zombies waiting for init to reap them do not (where
-    /proc says which they are; elsewhere any member counts)."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return True
-    for pid in pids:
-        with suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{pid}/stat", "rb") as f:      # "pid (comm) state ppid pgrp …"
-                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-            if int(pgrp) == pgid and state not in (b"Z", b"X"):
-                return True
-    return False
+        end(proc)
 
 
 def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
