@@ -92,6 +92,21 @@ def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, 
     assert r.stdout == "a | b $REGION\n"
 
 
+def test_recall_started_with_no_path_never_runs_a_command_from_the_working_folder(tmp_path, make_world):
+    """`env -i recall mcp` (an MCP client with a bare environment): bash's own PATH ends in '.', so a
+    `deploy` planted in the folder recall runs in was run when the agent asked for `deploy`."""
+    _entry(make_world, [])
+    planted = tmp_path / "cwd"
+    planted.mkdir()
+    (planted / "deploy").write_text("#!/bin/sh\necho planted\n")
+    (planted / "deploy").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RECALL_", "HOME", "XDG_"))}
+    r = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--",
+                        "deploy || echo not found; ls / | grep -x etc"],
+                       capture_output=True, text=True, env=env, cwd=planted, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines()[-2:] == ["not found", "etc"], (r.stdout, r.stderr)
+
+
 def test_kubectl_without_context_gets_the_entrys_context(tmp_path, make_world, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -400,8 +400,11 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
 
 
 def child_env() -> dict:
-    """This environment less recall's own variables (RECALL_*), which no child is given."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("RECALL_")}
+    """This environment less recall's own variables (RECALL_*), which no child is given; a PATH always:
+    without one, bash looks in its own, which ends in '.' (a command found in the working folder)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECALL_")}
+    env.setdefault("PATH", os.defpath)
+    return env
 
 
 def injection(row, values: dict, stdin_flag: bool):
