@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,11 @@ sys.path.insert(0, str(REPO))
 
 from recall.cli import main  # noqa: E402
 from tests.world import build, write_tree  # noqa: E402,F401  (the one world builder and tree writer; tests import them from here too)
+
+# A suite started in the background (`make test &`, a job in a script) inherits SIGINT ignored, and every
+# recall a test starts would ignore the Ctrl-C that test sends it: each child starts with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property tests: a quick run by default, the full one in CI (CI=true) or with HYPOTHESIS_PROFILE=full.
 try:
