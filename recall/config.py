@@ -413,8 +413,10 @@ _TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|re
 
 def told_as(config: str | None) -> str:
     """How a recall command handed out under this run's --config FILE starts: `recall --config FILE`."""
+    if not config:
+        return "recall"
     import shlex
-    return f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))}" if config else "recall"
+    return f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))}"
 
 
 def with_config(said, config: str | None):
