@@ -177,6 +177,7 @@ def test_two_index_runs_at_once_both_finish(config, notes):
 def test_two_full_rebuilds_at_once_keep_the_db_and_the_vault(make_world):
     """Two `index --full` at once: the second waits, then writes beside the first's tidying (its
     VACUUM), which read as "no such table": it moved a sound DB aside and emptied the vault."""
+    pytest.importorskip("cryptography")      # the vault they keep
     w = make_world(notes=REPO / "golden" / "notes", secrets=f"- id: tok\n  value: {CANARY}\n")
     assert run_recall("secret", "sync").returncode == 0
     for _ in range(3):
@@ -193,6 +194,7 @@ def test_ctrl_c_inside_a_notes_text_read_is_an_interrupt_not_damage(make_world):
     """Ctrl-C lands in SQLite's call of chunk_text (the delete triggers of `index --full` read every
     old text): SQLite swallows it as "user-defined function raised exception", which read as a
     damaged DB: the run went on, moved a sound DB aside and emptied the vault."""
+    pytest.importorskip("cryptography")      # the vault they keep
     make_world(secrets=f"- id: tok\n  value: {CANARY}\n")
     assert run_recall("secret", "sync").returncode == 0 and run_recall("index").returncode == 0
     stop_inside = ("import os, signal, sys; from recall.db import texts; from recall.cli import main\n"
