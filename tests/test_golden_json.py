@@ -1,10 +1,15 @@
 """The --json of search, read, verify and secret find on golden/ held byte for byte (after the paths
 of this machine are named <REPO> and <WORLD>): the interface users script against does not move by
-accident. A change meant to move it records the new output with RECALL_GOLDEN_RECORD=1 and says so."""
+accident. A change meant to move it records the new output with RECALL_GOLDEN_RECORD=1 and says so.
+
+Scores carry the recency prior, so the world holds still: the notes are a copy dated NOTES_DAY (no git
+to read dates from) and recall runs with today pinned to TODAY — the verdict depends on neither the
+calendar nor how the checkout was made."""
 import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -49,6 +54,20 @@ INVENTORY = """\
         - export KUBECONFIG=~/.kube/ops
       verify: kubectl --context ops-cluster get nodes
 """
+NOTES_DAY = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.timezone.utc).timestamp()
+TODAY = "2026-12-05"
+# recall as recall.py starts it, with the day search weighs recency against held at TODAY
+LAUNCH = f"""import datetime, sys
+sys.path.insert(0, {str(REPO)!r})
+import recall.notes.search as search
+class Day(datetime.date):
+    @classmethod
+    def today(cls):
+        return cls.fromisoformat({TODAY!r})
+search._date = Day
+from recall.cli import run
+run()
+"""
 CASES = {
     "search-identifier": ["search", "INC-10963"],
     "search-words": ["search", "disk filled up on the build server", "-n", "5"],
@@ -63,7 +82,10 @@ CASES = {
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("golden-world")
-    w = build(root, notes=REPO / "golden" / "notes", secrets=SECRETS, inventory=INVENTORY, source="golden")
+    notes = shutil.copytree(REPO / "golden" / "notes", root / "notes")
+    for path in notes.rglob("*"):
+        os.utime(path, (NOTES_DAY, NOTES_DAY))
+    w = build(root, notes=notes, secrets=SECRETS, inventory=INVENTORY, source="golden")
     env = {**os.environ, "RECALL_HOME": str(root / "state"), "RECALL_CONFIG": str(w.config)}
     for verb in (["index"], ["secret", "sync"]):
         done = subprocess.run([sys.executable, str(REPO / "recall.py"), *verb], env=env, capture_output=True,
@@ -73,19 +95,15 @@ def world(tmp_path_factory):
 
 
 def _normal(text: str, root) -> str:
-    """This machine's paths named, and dates of the last days (a checkout's mtime) as <recent>."""
+    """This machine's paths named; the time of a verify run as <when>."""
     text = text.replace(str(root), "<WORLD>").replace(str(REPO), "<REPO>")
-    today = datetime.date.today()
-    for back in range(4):
-        day = (today - datetime.timedelta(days=back)).isoformat()
-        text = text.replace(f'"{day}"', '"<recent>"')
     return re.sub(r'"last_verified": "[^"]*"', '"last_verified": "<when>"', text)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_json_output_is_unchanged(world, name):
     root, env = world
-    done = subprocess.run([sys.executable, str(REPO / "recall.py"), "--json", *CASES[name]], env=env,
+    done = subprocess.run([sys.executable, "-c", LAUNCH, "--json", *CASES[name]], env=env,
                           capture_output=True, text=True, timeout=60, cwd=root)
     assert done.returncode == 0, done.stderr
     got = _normal(done.stdout, root)
