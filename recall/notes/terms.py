@@ -68,7 +68,9 @@ def identifiers(text: str, whole: set | None = None) -> dict:
     here too, so it is found however it is typed."""
     counts: dict = {}
     for token in _TOKEN.findall(text):
-        if len(token) < 3 or not (is_identifier(token) or _camel_parts(token) >= 2):
+        if len(token) < 3 or token.isalpha() and (token.islower() or token.isupper() or token[1:].islower()):
+            continue            # a plain word (most of any text): none of the rules below can take it
+        if not (is_identifier(token) or _camel_parts(token) >= 2):
             continue
         token = token.lower()
         counts[token] = counts.get(token, 0) + 1
