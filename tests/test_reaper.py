@@ -117,3 +117,30 @@ def test_a_daemon_of_a_run_still_running_outlives_another_run_and_not_its_own(tm
         first.join(60)
     assert (results[0].code, results[0].stdout) == (0, b"daemon-alive\n")
     assert _gone(daemon)
+
+
+def test_a_signal_the_moment_a_child_starts_still_ends_it_and_the_log_says_it_ran(tmp_path, monkeypatch):
+    """SIGTERM landing while recall still took hold of a child it had just started (a busy machine widens
+    that moment): `secret exec`'s access log said 'not run' though the child had its values, and the child
+    was left running (an MCP server or a verify sweep lives on)."""
+    from recall.cli import Stopped, _stop
+    from recall.vault import reaper
+    con = db.connect(tmp_path / "recall.db")
+    real, started = subprocess.Popen, []
+
+    def popen(argv, **kw):
+        proc = real(argv, **kw)
+        if argv[0] == "sleep":
+            started.append(proc)
+            os.kill(os.getpid(), signal.SIGTERM)      # the signal, at the first moment it can land
+        return proc
+    monkeypatch.setattr(reaper.subprocess, "Popen", popen)
+    before = signal.signal(signal.SIGTERM, _stop)
+    try:
+        with pytest.raises(Stopped):
+            run(con, Child("secret.exec", "reap-token", "sleep 600", {"PATH": os.environ["PATH"], "T": TOKEN},
+                           {"reap-token": [TOKEN]}, argv=["sleep", "600"], timeout=60))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert _gone(started[0].pid, 5)
+    assert [tuple(r) for r in con.execute("SELECT verb, verdict FROM access_log")] == [("secret.exec", "stopped")]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 
 _TERM_GRACE = 1.0      # seconds between SIGTERM and SIGKILL
 # A watcher per child, not PR_SET_PDEATHSIG: that reaches the child alone (not its group), needs a preexec_fn (unsafe
@@ -20,28 +20,51 @@ _LIVE = [0]            # children starting or started, not yet ended
 _SINCE = [None]        # while children run and recall is their subreaper (Linux): the last pid given before them
 
 
-def start(argv: list, **popen) -> subprocess.Popen:
-    """`argv` started (Popen's keywords) in a session and process group of its own, watched: `end` it."""
+def start(argv: list, into: list, **popen) -> subprocess.Popen:
+    """`argv` started (Popen's keywords) in a session and process group of its own, watched, and put in
+    `into` (the caller's: `end` each there) before a signal that lands meanwhile is raised."""
     with _LOCK:
         if not _LIVE[0]:
             _SINCE[0] = _last_pid() if _subreaper(True) else None
         _LIVE[0] += 1
     watcher = None
-    try:
-        watcher = subprocess.Popen(["/bin/sh", "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env={}, bufsize=0,
-                                   start_new_session=True)   # `kill -9 %1` of recall's job leaves it to act
-        proc = subprocess.Popen(argv, start_new_session=True, **popen)
-    except BaseException:
-        if watcher is not None:
-            _stand_down(watcher, b"")
-        _leave()
-        raise
-    with suppress(OSError):
-        watcher.stdin.write(b"%d\n" % proc.pid)
-    with _LOCK:
-        _WATCHERS[proc] = watcher
+    with _signals_held():
+        try:
+            watcher = subprocess.Popen(["/bin/sh", "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, env={}, bufsize=0,
+                                       start_new_session=True)   # `kill -9 %1` of recall's job leaves it to act
+            proc = subprocess.Popen(argv, start_new_session=True, **popen)
+        except BaseException:
+            if watcher is not None:
+                _stand_down(watcher, b"")
+            _leave()
+            raise
+        with suppress(OSError):
+            watcher.stdin.write(b"%d\n" % proc.pid)
+        with _LOCK:
+            _WATCHERS[proc] = watcher
+        into.append(proc)
     return proc
+
+
+@contextmanager
+def _signals_held():
+    """Ctrl-C, SIGTERM or SIGHUP landing while a child starts is raised once it is held (a busy machine
+    widens that moment: the child runs, the caller never learns it started). Signals reach the main
+    thread only; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list = []
+    held = {n: signal.signal(n, lambda signum, _frame: came.append(signum))
+            for n in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for n, handler in held.items():
+            signal.signal(n, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def end(proc: subprocess.Popen) -> None:

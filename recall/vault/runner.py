@@ -131,6 +131,7 @@ def _run(con, child: Child, out, err) -> RunResult:
     masker = door.masker(child.masks)
     verdict, shown = "not run", child.shown
     session = proc = None
+    started: list = []        # the child, as soon as it runs: a signal may land before `proc` is set
     # logged before the child gets a value: a log that cannot take the row (a full disk) stops it
     # here, and a recall killed while the child runs leaves the row 'running', not no row at all
     row = audit.log(con, child.verb, child.target, argv="", verdict="running")
@@ -141,7 +142,7 @@ def _run(con, child: Child, out, err) -> RunResult:
             session = Session(child.host_bound, child.values, masker,
                               placeholders_for(child.host_bound, public_fields) if chosen is None else chosen,
                               release=RELEASE)
-        proc, report = _start(child, child.env if session is None else session.child_env(child.env))
+        proc, report = _start(child, child.env if session is None else session.child_env(child.env), started)
         given, held = list(child.given), b""
         if child.prelude is not None:
             try:
@@ -166,11 +167,11 @@ def _run(con, child: Child, out, err) -> RunResult:
     except BaseException:      # Ctrl-C, SIGTERM, a reader gone (`| head`): the child had its values all the same
         shown = masker.mask(shown.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         with suppress(Exception):          # the interrupt is what the user must get
-            audit.finish(con, row, argv=shown, verdict="not run" if proc is None else "stopped")
+            audit.finish(con, row, argv=shown, verdict="stopped" if started else "not run")
         raise
     finally:
-        if proc is not None:             # whatever happened since it started, it ends before the session
-            end(proc)
+        for started_proc in started:     # whatever happened since it started, it ends before the session
+            end(started_proc)
         if session is not None:
             session.close()
             for verb, sid, argv, said in session.log_rows(child.verb):
@@ -187,7 +188,7 @@ def _run(con, child: Child, out, err) -> RunResult:
     return result
 
 
-def _start(child: Child, env: dict) -> tuple:
+def _start(child: Child, env: dict, started: list) -> tuple:
     """(process, read end of the report pipe or None): argv as is, or bash reading the script from
     a pipe (never argv: an inline `export X_TOKEN=…` would sit in /proc/PID/cmdline)."""
     if stopped():
@@ -195,12 +196,13 @@ def _start(child: Child, env: dict) -> tuple:
     if child.script is None:
         if not child.argv:
             raise RecallError("no command given", "put the command after `--`")
-        return _popen(list(child.argv), env, child, ()), None
+        return _popen(list(child.argv), env, child, (), started), None
     script_r, script_w = os.pipe()
     report_r, report_w = os.pipe()
     text = child.script(script_r, report_w).encode("utf-8", "surrogateescape")
     try:
-        proc = _popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env, child, (script_r, report_w))
+        proc = _popen(["bash", "--noprofile", "--norc", f"/dev/fd/{script_r}"], env, child, (script_r, report_w),
+                      started)
     except RecallError:
         os.close(script_w)
         os.close(report_r)
@@ -217,9 +219,9 @@ def _feed(fd: int, text: bytes) -> None:
         pipe.write(text)
 
 
-def _popen(argv: list, env: dict, child: Child, fds: tuple) -> subprocess.Popen:
+def _popen(argv: list, env: dict, child: Child, fds: tuple, started: list) -> subprocess.Popen:
     try:
-        return start(argv, env=dict(env), cwd=child.cwd, pass_fds=fds,
+        return start(argv, started, env=dict(env), cwd=child.cwd, pass_fds=fds,
                      stdin=subprocess.DEVNULL if child.stdin is None else subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError as exc:
@@ -366,13 +368,16 @@ def run_check(argv: list, timeout: float):
     """A check's exit code (None: not finished within `timeout`): no stdin, output discarded, none of
     recall's own variables, in a process group of its own that ends with it (a credential plugin it
     started too). OSError when it cannot start."""
-    proc = start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+    started: list = []
     try:
+        proc = start(argv, started, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     env=child_env())
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         return None
     finally:
-        end(proc)
+        for proc in started:
+            end(proc)
 
 
 def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, out=None, err=None,
