@@ -309,7 +309,7 @@ def test_a_short_buffer_and_the_table_agree(kind, monkeypatch):
         monkeypatch.setattr(module, "_LOOK_FORMS", 0)
     looks = 0 if kind == "stream" else module.SHARED_LOOKS
     rng = random.Random(5)
-    secrets = _many_secrets(rng, 30)
+    secrets = _many_secrets(rng, 10)
     pad = b"." * 5000
     for sid, values in secrets.items():
         value = values[0].encode()
