@@ -2,8 +2,9 @@
 PYTHON ?= python3
 DEMO_HOME ?= $(CURDIR)/.demo-home
 VENV ?= .venv
-# two pytest workers (one test file each at a time): the suite in ~3 min on 2 cores; PYTEST_WORKERS= runs one
-PYTEST_WORKERS ?= -n 2 --dist loadfile
+# three pytest workers (one test file each at a time): on 2 cores a third fills the time the others spend
+# waiting on the processes their tests start (7.3 → 6.1 min, docs/BENCHMARKS.md); PYTEST_WORKERS= runs one
+PYTEST_WORKERS ?= -n 3 --dist loadfile
 
 .PHONY: demo test venv test-core bench golden lint inspect clean
 

@@ -30,6 +30,17 @@ try:
 except ImportError:        # the bare core venvs have no hypothesis; their tests skip the property tests
     pass
 
+# The files that take longest (measured: docs/BENCHMARKS.md) go first, so `make test`'s workers, each
+# taking the next file as it finishes one, are not left waiting on one of them at the end.
+LONGEST_FIRST = ["test_mcp", "test_golden", "test_hybrid", "test_watch", "test_faults", "test_proxy", "test_remote",
+                 "test_verify", "test_leaks", "test_local_model", "test_mask", "test_cli"]
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.stem, len(first)))      # stable: the rest as collected
+
+
 # `make test` hands pytest a descriptor its capture leaves alone (RECALL_TEST_HEARTBEAT_FD): a test
 # or fixture that runs for more than 10 s says so there, every 10 s, so the run is never silent long.
 _running = {"nodeid": "", "since": 0.0, "said": 0.0}
