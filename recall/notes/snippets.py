@@ -23,6 +23,9 @@ class QueryTerms:
     def __init__(self, q: Query):
         self.exact = set(q.identifiers)
         self.stems = {terms.stem(w) for w in q.words if w not in terms.STOPWORDS and (len(w) > 1 or w.isdigit())}
+        # every token that is a term starts with one of these (a stem is a prefix of its word; an
+        # identifier, of itself and of a host name under it; a compound, with its first word)
+        self.starts = tuple(self.exact | self.stems)
         self.match = functools.cache(self._match)        # a note repeats its words
 
     def _match(self, token: str):
@@ -43,6 +46,8 @@ class QueryTerms:
         out = []
         for m in _TEXT_TOKEN.finditer(text):
             token = m.group(0)
+            if not token.lower().startswith(self.starts):
+                continue
             term = self.match(token)
             if term is None and ("-" in token or "." in token):
                 # a word inside a compound the query names as words: "jump host" in jump-host
