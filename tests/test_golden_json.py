@@ -60,6 +60,7 @@ TODAY = "2026-12-05"
 LAUNCH = f"""import datetime, sys
 sys.path.insert(0, {str(REPO)!r})
 import recall.notes.search as search
+assert search._date is datetime.date, "search no longer weighs recency against search._date: pin its day anew"
 class Day(datetime.date):
     @classmethod
     def today(cls):
