@@ -234,12 +234,16 @@ def shell(tmp_path, venv, source):
     assert _checkout_status() == before, "a README line run from the checkout wrote into it"
 
 
+# the caches a test running beside this one (another worker) may write into the checkout: Python's
+# (a recall started with a bare environment), hypothesis's example database, pytest's own
+_CACHES = ("__pycache__/", ".hypothesis/", ".pytest_cache/")
+
+
 def _checkout_status() -> str:
-    """What git sees in the checkout, ignored files too, but for Python's own __pycache__ folders: a test
-    running beside this one (another worker) that starts recall with a bare environment writes those."""
+    """What git sees in the checkout, ignored files too, but for the caches other tests write."""
     out = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--ignored"], capture_output=True,
                          text=True).stdout
-    return "".join(line for line in out.splitlines(keepends=True) if not line.rstrip().endswith("/__pycache__/"))
+    return "".join(line for line in out.splitlines(keepends=True) if not line.rstrip().endswith(_CACHES))
 
 
 def _recall(sh, *args, code=0) -> str:
