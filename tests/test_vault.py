@@ -5,6 +5,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -216,6 +217,25 @@ def test_find_and_show_say_a_secret_written_but_not_synced_and_an_empty_vault(ma
     assert cli("secret", "find", "gitlab")[1] == ("no secrets match — try service, kind or environment words, "
                                                   "or 'recall secret find' alone to list them all\n")
     assert CANARY not in str(cli("--json", "secret", "find", "gitlab"))
+
+
+def test_a_db_rebuilt_beside_a_sealed_secrets_file_says_the_sync_to_run(make_world, cli):
+    """The DB "can be rebuilt at any time": deleted after a sync, the file's values are all ENC[…] and
+    the key is still there, yet exec said "no secret 'jira-api-token'" and find "the vault holds no
+    secrets yet: add one" — to a file that holds three. They name the sync, which brings them back."""
+    make_world(secrets=SECRETS)
+    assert cli("secret", "sync")[0] == 0
+    cfg = load_config()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cfg.db_path}{suffix}").unlink(missing_ok=True)
+    code, _, err = cli("secret", "exec", "jira-api-token", "--", "true")
+    assert code == 1 and err == ("recall: secret 'jira-api-token' is written in a secrets file but not synced "
+                                 "yet — run 'recall secret sync'\n")
+    assert cli("secret", "find", "jira")[:2] == (0, "no secrets match — db-admin, jira-api-token, sudo-pass are "
+                                                    "written in a secrets file but not synced yet: run 'recall secret "
+                                                    "sync'\n")
+    assert cli("secret", "sync")[0] == 0
+    assert cli("secret", "exec", "jira-api-token", "--", "true")[0] == 0
 
 
 def test_show_has_metadata_use_and_variables_never_value(vault_cfg):

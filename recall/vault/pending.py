@@ -79,9 +79,35 @@ def redact_index(con, cfg) -> None:
 
 
 def _plain(path: str) -> list:
-    """(label, field, value) of each plain value in one secrets file: its entries, or the one mapping a
-    file holds when its `- ` was forgotten (a file of another shape holds no value: sync says what is
-    wrong with it). A file that does not parse fails closed."""
+    """(label, field, value) of each plain value in one secrets file."""
+    out = []
+    for label, item in _entries(path):
+        fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
+        for name, value in [("", item.get("value")), *fields.items()]:
+            if isinstance(value, dict) and not value.get("public"):
+                value = value.get("value")
+            if isinstance(value, str) and str(name) not in PUBLIC_FIELDS and _secret_like(value):
+                out.append((label, str(name), value))
+    return out
+
+
+def written(con, cfg) -> set:
+    """The ids of the entries in the secrets files changed since the last sync, sealed or not (a DB
+    rebuilt beside a sealed file holds none of them); a file that does not parse adds none (sync says why)."""
+    ids = set()
+    for path, _ in changed(con, cfg):
+        try:
+            ids |= {label for label, _ in _entries(path) if not label.startswith("unsynced line ")}
+        except VaultClosed:
+            pass
+    return ids
+
+
+def _entries(path: str) -> list:
+    """(label, mapping) of each entry in one secrets file: its entries, or the one mapping a file holds
+    when its `- ` was forgotten (a file of another shape holds no value: sync says what is wrong with it).
+    The label is the entry's id, or `unsynced line N` without a usable one. A file that does not parse
+    fails closed."""
     from .. import yaml
     try:
         doc = yaml.load(path)
@@ -96,16 +122,9 @@ def _plain(path: str) -> list:
         [(doc, getattr(doc, "line", 1))] if isinstance(doc, dict) else []
     out = []
     for item, line in entries:
-        if not isinstance(item, dict):
-            continue
-        sid = item.get("id")
-        label = sid if isinstance(sid, str) and _LABEL.fullmatch(sid) else f"unsynced line {line}"
-        fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
-        for name, value in [("", item.get("value")), *fields.items()]:
-            if isinstance(value, dict) and not value.get("public"):
-                value = value.get("value")
-            if isinstance(value, str) and str(name) not in PUBLIC_FIELDS and _secret_like(value):
-                out.append((label, str(name), value))
+        if isinstance(item, dict):
+            sid = item.get("id")
+            out.append((sid if isinstance(sid, str) and _LABEL.fullmatch(sid) else f"unsynced line {line}", item))
     return out
 
 

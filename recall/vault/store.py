@@ -287,14 +287,15 @@ def row_named(con, secret_id: str, cfg=None):
 
 
 def unsynced(con, cfg) -> list:
-    """The ids written in a secrets file since the last sync and not stored yet (none when a changed
-    file cannot be read: sync says why)."""
+    """The ids written in a secrets file since the last sync and not stored yet, sealed or not (none
+    when a changed file cannot be read: sync says why)."""
     from . import pending
     try:
         labels = pending.values(con, cfg)[1]
     except RecallError:
         return []
-    return sorted(set(labels) - set(synced(con)) - {x for x in labels if x.startswith("unsynced line ")})
+    ids = set(labels) | pending.written(con, cfg)
+    return sorted(ids - set(synced(con)) - {x for x in ids if x.startswith("unsynced line ")})
 
 
 def on_stdin(variables: dict) -> tuple:
