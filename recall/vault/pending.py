@@ -93,14 +93,9 @@ def _plain(path: str) -> list:
 
 def written(con, cfg) -> set:
     """The ids of the entries in the secrets files changed since the last sync, sealed or not (a DB
-    rebuilt beside a sealed file holds none of them); a file that does not parse adds none (sync says why)."""
-    ids = set()
-    for path, _ in changed(con, cfg):
-        try:
-            ids |= {label for label, _ in _entries(path) if not label.startswith("unsynced line ")}
-        except VaultClosed:
-            pass
-    return ids
+    rebuilt beside a sealed file holds none of them). A file that does not parse fails closed."""
+    return {label for path, _ in changed(con, cfg) for label, _ in _entries(path)
+            if not label.startswith("unsynced line ")}
 
 
 def _entries(path: str) -> list:

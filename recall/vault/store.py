@@ -291,11 +291,9 @@ def unsynced(con, cfg) -> list:
     when a changed file cannot be read: sync says why)."""
     from . import pending
     try:
-        labels = pending.values(con, cfg)[1]
+        return sorted(pending.written(con, cfg) - set(synced(con)))
     except RecallError:
         return []
-    ids = set(labels) | pending.written(con, cfg)
-    return sorted(ids - set(synced(con)) - {x for x in ids if x.startswith("unsynced line ")})
 
 
 def on_stdin(variables: dict) -> tuple:
