@@ -319,7 +319,7 @@ def test_the_first_five_minutes(shell):
     assert re.search(r"secret:jira-api-token\s+allow\s+curl", out), out       # the check is allowed
     assert re.search(r"jump01\s+allow\s+ssh jump01.example.com true", out), out
     doctor = re.findall(r"^(?:ok |NO |-- ) .*$", dry, re.M)
-    assert doctor[0].split()[1] == "config" and doctor[-1].split()[1:3] == ["extra", "cryptography"]
+    assert doctor[0].split()[1] == "config" and doctor[-1].split()[1:3] == ["extra", "mcp"]
     assert not any(line.startswith("NO ") for line in doctor), "\n".join(doctor)   # doctor: all ok ('--': not used)
     assert any("secrets secrets.yaml" in line and "synced" in line for line in doctor)
     assert any(line.split()[1] == "processes" and "leaves nothing running" in line for line in doctor)
