@@ -147,6 +147,11 @@ def test_behind_names_a_source_changed_since_the_last_run(indexed):
     (indexed / "runbooks" / "new.md").write_text("# New\n")
     os.utime(indexed / "runbooks", None)
     assert walk.behind(con, cfg, budget_s=1.0) == ["notes"]
+    # a machine too busy for any budget still checks a small tree whole (the suite at -n 3 once missed it)
+    assert walk.behind(con, cfg, budget_s=0.0) == ["notes"]
+    folders = db.get_meta(con, "folders").split("\n")
+    assert folders.index("notes\trunbooks") > 0                 # … and a big one only as far as the budget
+    assert walk.behind(con, cfg, budget_s=0.0, always=1) == []
 
 
 class _Clock:

@@ -194,13 +194,15 @@ def missing_sources(sources) -> list:
             "its notes are searched as last indexed" for s in sources if not os.path.isdir(s.path)]
 
 
-def behind(con, cfg, budget_s: float = 0.005) -> list:
+def behind(con, cfg, budget_s: float = 0.005, always: int = 64) -> list:
     """Names of the sources with a folder the last index run saw (no walk) changed since: a note
-    created, removed or renamed there. A source not fully stat'ed within `budget_s` is not named."""
+    created, removed or renamed there. Past the first `always` folders (a small tree is never left
+    half-checked because a busy machine paused this process), a source not fully stat'ed within
+    `budget_s` is not named."""
     indexed, known = db.get_meta(con, "indexed_at"), db.get_meta(con, "folders")
     if not indexed:
         return []
-    since, deadline, stale = float(indexed), time.monotonic() + budget_s, []
+    since, deadline, stale, statted = float(indexed), time.monotonic() + budget_s, [], 0
     folders: dict = {}
     for line in (known or "").split("\n"):       # a source that held no note: its folder alone
         source, _, rel = line.partition("\t")
@@ -216,6 +218,7 @@ def behind(con, cfg, budget_s: float = 0.005) -> list:
             if changed:
                 stale.append(source.name)
                 break
-            if time.monotonic() > deadline:
+            statted += 1
+            if statted >= always and time.monotonic() > deadline:
                 return stale
     return stale
