@@ -16,7 +16,7 @@ demo:            ## index the sample notes in golden/notes and search them (no i
 test: venv       ## ruff, then the whole suite, in .venv/ (made first when missing or when pyproject.toml changed)
 	@echo "make test: ruff over the tree (ruff.toml), then the suite in $(VENV) (a few minutes)"
 	$(VENV)/bin/python -m ruff check --quiet .
-	@# bytecode, as `pip install` writes it: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the ~1,900
+	@# bytecode, as `pip install` writes it: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the ~1,300
 	@# recalls the tests start would compile its modules anew, ~80 ms apiece (docs/BENCHMARKS.md)
 	$(VENV)/bin/python -m compileall -q recall
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" RECALL_TEST_HEARTBEAT_FD=3 $(VENV)/bin/python -m pytest -q $(PYTEST_WORKERS) 3>&1

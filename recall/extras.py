@@ -31,6 +31,7 @@ for name in sys.argv[1:]:
     out.flush()
 """
 
+
 def before_threads() -> None:
     """Import `typing` whole before threads run side by side with imports. CPython's @dataclass reads
     sys.modules['typing'] without the import lock: a class made in one thread while another thread
