@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .errors import InputError, MissingExtra, RecallError
-from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, before_threads, finish_probes, installed, start_probes
+from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, before_threads, finish_probes, installed, start_probes, stop_probes
 
 PREREQUISITE_BUDGET = 0.8   # seconds for every prerequisite's check, side by side (doctor answers within 1 s)
 REMOTE_TIMEOUT = 3.0
@@ -37,20 +37,23 @@ def run_doctor(config: str | None = None, *, thorough: bool = False, extras: boo
     says why, and the others still run. `extras=False` leaves out the import probes."""
     deadline = time.monotonic() + (IMPORT_TIMEOUT if thorough else IMPORT_BUDGET)
     probes = start_probes() if extras else None   # the child first: it takes the longest
-    cfg, errors = load_config_leniently(config)
-    before_threads()
-    with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
-        remotes = [pool.submit(_remote_check, cfg, rem) for rem in cfg.remotes]
-        jobs = [pool.submit(_prerequisite, e) for e in _prerequisites(cfg)] + remotes
-        ctx = _Context(cfg, errors, con=_open_index(cfg))
-        try:
-            checks = [check for section in SECTIONS for check in section(ctx)]
-            embedding = _embedding(ctx)
-        finally:
-            if ctx.con is not None:
-                ctx.con.close()
-        checks += [job.result() for job in jobs]
-    return checks + embedding + [Check(*found) for found in (finish_probes(probes, deadline) if probes else [])]
+    try:
+        cfg, errors = load_config_leniently(config)
+        before_threads()
+        with ThreadPoolExecutor(len(cfg.remotes) + 8) as pool:      # every remote, and 8 prerequisites at a time
+            remotes = [pool.submit(_remote_check, cfg, rem) for rem in cfg.remotes]
+            jobs = [pool.submit(_prerequisite, e) for e in _prerequisites(cfg)] + remotes
+            ctx = _Context(cfg, errors, con=_open_index(cfg))
+            try:
+                checks = [check for section in SECTIONS for check in section(ctx)]
+                embedding = _embedding(ctx)
+            finally:
+                if ctx.con is not None:
+                    ctx.con.close()
+            checks += [job.result() for job in jobs]
+        return checks + embedding + [Check(*found) for found in (finish_probes(probes, deadline) if probes else [])]
+    finally:
+        stop_probes(probes)     # a Ctrl-C or an error before the answers: no import left running
 
 
 def load_config_leniently(explicit: str | None):

