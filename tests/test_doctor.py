@@ -219,6 +219,21 @@ def test_a_doctor_stopped_before_its_answers_leaves_no_import_running(config, sh
     assert len(started) == 1 and started[0].poll() is not None      # ended, not left importing for 60 s
 
 
+def test_thorough_names_the_import_that_hung_and_those_it_kept_from_their_turn(config, shadow, monkeypatch):
+    """--thorough waits its whole time for a hung import, then calls it a failure (not "--thorough
+    waits"), and the extras after it unchecked because of it."""
+    from recall import doctor, extras
+    shadow("tokenizers", "import time\ntime.sleep(60)\n")
+    shadow("mcp", "__version__ = '9.9.9'\n")
+    monkeypatch.setenv("PYTHONPATH", shadow.env["PYTHONPATH"])
+    monkeypatch.setattr(extras, "EXTRAS", [("tokenizers", "local"), ("mcp", "mcp")])
+    monkeypatch.setattr(extras, "IMPORT_TIMEOUT", 1.0)
+    monkeypatch.setattr(doctor, "IMPORT_TIMEOUT", 1.0)
+    checks = {c.name: (c.ok, c.detail) for c in doctor.run_doctor(str(config.path), thorough=True)}
+    assert checks["extra tokenizers"] == (False, "installed, but importing it took over 1.0s")
+    assert checks["extra mcp"][0] is None and "not checked: importing tokenizers before it took over 1.0s" in checks["extra mcp"][1]
+
+
 @pytest.mark.e2e
 def test_remotes_are_asked_with_a_short_timeout(tmp_path, config):
     from tests.sshd import SSHD, start_sshd, stop_sshd
