@@ -225,7 +225,8 @@ def test_thorough_names_the_import_that_hung_and_those_it_kept_from_their_turn(c
     from recall import doctor, extras
     shadow("tokenizers", "import time\ntime.sleep(60)\n")
     shadow("mcp", "__version__ = '9.9.9'\n")
-    monkeypatch.setenv("PYTHONPATH", shadow.env["PYTHONPATH"])
+    monkeypatch.syspath_prepend(shadow.env["PYTHONPATH"])       # found here (a bare venv has neither) …
+    monkeypatch.setenv("PYTHONPATH", shadow.env["PYTHONPATH"])  # … and imported by the child
     monkeypatch.setattr(extras, "EXTRAS", [("tokenizers", "local"), ("mcp", "mcp")])
     monkeypatch.setattr(extras, "IMPORT_TIMEOUT", 1.0)
     monkeypatch.setattr(doctor, "IMPORT_TIMEOUT", 1.0)
