@@ -105,7 +105,7 @@ class FakeVoyage:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, kwargs={"poll_interval": 0.05})
         self.thread.start()
         return self
 

@@ -198,7 +198,7 @@ class StandIn:
         self.seen = self.server.seen
 
     def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}).start()
         return self
 
     def __exit__(self, *exc):

@@ -117,7 +117,7 @@ class World:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(cert, key)
         self.jira.socket = tls.wrap_socket(self.jira.socket, server_side=True)
-        threading.Thread(target=self.jira.serve_forever, daemon=True).start()
+        threading.Thread(target=self.jira.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}).start()
         self.vpn = None
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

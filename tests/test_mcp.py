@@ -102,7 +102,7 @@ def echo_server(tmp_path):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
         yield srv.server_address[1], str(cert)

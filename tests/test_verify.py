@@ -367,7 +367,7 @@ class Recorder:
             scheme = "https"
         self.port = self.srv.server_address[1]
         self.base = f"{scheme}://127.0.0.1:{self.port}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}).start()
 
     @property
     def seen(self):
@@ -1114,7 +1114,7 @@ def _v6_server():
         srv = V6(("::1", 0), H)
     except OSError:
         return None
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}).start()
     return srv, srv.server_address[1]
 
 
