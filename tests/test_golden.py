@@ -88,7 +88,7 @@ def _ranked(con, cfg, mode):
     from recall.notes.search import search
 
     def run_query(q, m, n):
-        return [h.relpath for h in search(con, cfg, q, n=n, mode=m, remotes=False).hits]
+        return [h.relpath for h in search(con, cfg, q, n=n, mode=m, remotes=False, snippets=False).hits]
     return run_query
 
 

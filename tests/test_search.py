@@ -62,6 +62,15 @@ def test_words_rank_by_bm25_and_snippet_marks_terms(indexed):
     assert [got["snippet"][s:e].lower() for s, e in got["highlights"]][:2] == ["certificate", "wildcard"]
 
 
+@pytest.mark.parametrize("query", ["wildcard certificate", "INC-10963", "disk filled up on the build server"])
+def test_a_search_without_snippets_ranks_the_same_hits(indexed, query):
+    """`recall eval` asks for no snippets: its files and their order are what a user's search shows."""
+    cfg, con = indexed
+    shown, bare = search(con, cfg, query, n=20), search(con, cfg, query, n=20, snippets=False)
+    assert [(h.relpath, h.score) for h in bare.hits] == [(h.relpath, h.score) for h in shown.hits]
+    assert any(h.snippet for h in shown.hits) and not any(h.snippet or h.highlights for h in bare.hits)
+
+
 def test_snippet_marks_whole_terms_only():
     from recall.notes.snippets import mark, snippet_spans
     out = mark(*snippet_spans("Incident INC-10963: the incidents of inc 10963 were noisy", "INC-10963"))

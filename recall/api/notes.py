@@ -221,7 +221,7 @@ def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: boo
         def run_query(q, mode, n):
             plain = mode.replace("+rerank", "")
             return [h.relpath for h in run(con, cfg, q, n=n, mode=plain, rerank=plain != mode, remotes=False,
-                                           hooks=hooks).hits]
+                                           hooks=hooks, snippets=False).hits]
 
         modes = modes or (["keyword", "semantic", "hybrid"] if provider(cfg) else ["auto"])
         rows = [r for mode in modes for r in score(items, run_query, mode)]

@@ -101,9 +101,9 @@ def _load_chunks(con, ids: list) -> dict:
     return out
 
 
-def shape(cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
+def shape(cfg, q: Query, got: Candidates, n: int, explain: bool, snippets: bool = True) -> list:
     """The files by tier, then relevance × recency; each shows its best section (and its next, when
-    close): up to `n` Hits."""
+    close): up to `n` Hits, with no snippet when `snippets` is false (a scorer needs only files)."""
     roots = {s.name: Path(s.path) for s in cfg.sources}
     today = _date.today()
     qt = QueryTerms(q)
@@ -124,7 +124,8 @@ def shape(cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
                       path=str(root / row["relpath"]) if root else row["relpath"],
                       line=row["start_line"], end_line=row["end_line"], breadcrumb=row["breadcrumb"],
                       score=score, date=row["date"] or "", chunk_id=cid)
-            hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
+            if snippets:
+                hit.snippet, hit.highlights = snippet_spans(point_at_section(hit, row["body"], qt), qt)
             if explain:
                 hit.explain = {"lists": r.lists, "scaled": round(r.relevance, 6), "recency": round(factor, 4),
                                "rank": rank}
@@ -134,9 +135,10 @@ def shape(cfg, q: Query, got: Candidates, n: int, explain: bool) -> list:
 
 def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rerank: bool = False,
            explain: bool = False, remotes: bool = True, hooks: SearchHooks | None = None,
-           vector_search: VectorList | None = None) -> SearchResult:
+           vector_search: VectorList | None = None, snippets: bool = True) -> SearchResult:
     """Search the notes. `vector_search` stands in for the provider's vector list (tests); else it
-    is built only when the route reads vectors."""
+    is built only when the route reads vectors. `snippets=False` leaves each hit's snippet empty
+    (`recall eval` scores files only)."""
     hooks = hooks or SearchHooks()
     q = query if isinstance(query, Query) else parse_query(query)
     if n < 1:
@@ -160,7 +162,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
             con.execute("BEGIN")
         try:
             hits, got = ranked_hits(con, cfg, q, route, n, explain, rerank, vector_search, notices,
-                                    mode == "auto", hooks.load_values)
+                                    mode == "auto", hooks.load_values, snippets=snippets)
             again = own and attempt == 1 and any(cid not in got.rows for cid in got.vector_ids)
         finally:
             if own:
@@ -230,7 +232,7 @@ def _keyword_first(con, q: Query, kw: list) -> str:
 
 
 def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vector_search, notices, auto,
-                load_values) -> tuple:
+                load_values, *, snippets: bool = True) -> tuple:
     """(hits, Candidates): the fused files shaped — the lists read fusion.DEPTH deep whatever `n`
     (deeper only when the page is not full), so every page size ranks alike — then reranked."""
     want = max(n, RERANK_POOL) if rerank else n
@@ -245,7 +247,7 @@ def ranked_hits(con, cfg, q: Query, route: Route, n: int, explain, rerank, vecto
             route = Route("keyword", "vector search unavailable")
             continue
         route = got.route
-        hits = shape(cfg, q, got, want, explain)
+        hits = shape(cfg, q, got, want, explain, snippets)
         if len(hits) >= want or got.exhausted:
             break
         from ..embed.vectors import VEC_K_MAX  # only when over-fetching: a keyword search never loads vectors
