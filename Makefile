@@ -3,8 +3,9 @@ PYTHON ?= python3
 DEMO_HOME ?= $(CURDIR)/.demo-home
 VENV ?= .venv
 # three pytest workers (one test file each at a time): on 2 cores a third fills the time the others spend
-# waiting on the processes their tests start (7.3 → 6.1 min, docs/BENCHMARKS.md); PYTEST_WORKERS= runs one
-PYTEST_WORKERS ?= -n 3 --dist loadfile
+# waiting on the processes their tests start (7.3 → 6.1 min, docs/BENCHMARKS.md); PYTEST_WORKERS= runs one.
+# --no-loadscope-reorder: the files go out longest first (tests/conftest.py), not by their count of tests
+PYTEST_WORKERS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test venv test-core bench golden lint inspect clean
 

@@ -31,9 +31,10 @@ except ImportError:        # the bare core venvs have no hypothesis; their tests
     pass
 
 # The files that take longest (measured: docs/BENCHMARKS.md) go first, so `make test`'s workers, each
-# taking the next file as it finishes one, are not left waiting on one of them at the end.
-LONGEST_FIRST = ["test_mcp", "test_golden", "test_hybrid", "test_watch", "test_faults", "test_proxy", "test_remote",
-                 "test_verify", "test_leaks", "test_local_model", "test_mask", "test_cli"]
+# taking the next file as it finishes one, are not left waiting on one of them at the end (xdist's own
+# order, by count of tests, is turned off in the Makefile: it put test_golden's 8 long tests last).
+LONGEST_FIRST = ["test_faults", "test_golden", "test_watch", "test_hybrid", "test_remote", "test_mcp", "test_proxy",
+                 "test_leaks", "test_readme", "test_cli", "test_verify", "test_mask", "test_local_model", "test_runner"]
 
 
 def pytest_collection_modifyitems(items):
