@@ -1,5 +1,5 @@
-"""`make test-core`: the core tests in a bare venv (pytest only, no extras) for every Python
-3.9–3.13 that pyenv has here — proof that recall/ needs nothing beyond the standard library."""
+"""`make test-core`: the core tests in a bare venv (pytest and its workers, no extras) for every
+Python 3.9–3.13 that pyenv has here — proof that recall/ needs nothing beyond the standard library."""
 from __future__ import annotations
 
 import glob
@@ -10,6 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WANTED = ["3.9", "3.10", "3.11", "3.12", "3.13"]
+WORKERS = ["-n", "3", "--dist", "loadfile", "--no-loadscope-reorder"]
 EXTRAS = ["cryptography", "mcp", "voyageai", "sqlite_vec", "sqlean", "numpy", "sentence_transformers", "yaml"]
 
 
@@ -31,10 +32,11 @@ def main() -> int:
         venv = REPO / ".venv-core" / minor
         bin_ = venv / "bin" / "python"
         if not bin_.exists():
-            print(f"test-core: a bare venv for python {minor} at {venv} (pytest only; kept for next time)", flush=True)
+            print(f"test-core: a bare venv for python {minor} at {venv} (pytest and pytest-xdist; kept for next time)", flush=True)
             subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        if subprocess.run([str(bin_), "-c", "import pytest, xdist"], capture_output=True).returncode:
             subprocess.run([str(bin_), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            "pytest"], check=True)
+                            "pytest", "pytest-xdist>=3.6"], check=True)
         leaked = subprocess.run([str(bin_), "-c", "import importlib.util as u; print(' '.join(m for m in "
                                  f"{EXTRAS!r} if u.find_spec(m)))"], capture_output=True, text=True).stdout.strip()
         if leaked:
@@ -45,7 +47,8 @@ def main() -> int:
         # bytecode first, as make test does: under PYTHONDONTWRITEBYTECODE every recall a test starts
         # would compile its modules anew
         subprocess.run([str(bin_), "-m", "compileall", "-q", "recall"], cwd=REPO, check=True)
-        code = subprocess.run([str(bin_), "-m", "pytest", "-q", "-m", "not e2e and not extras",
+        # make test's workers: one process left the second core waiting on the recalls its tests start
+        code = subprocess.run([str(bin_), "-m", "pytest", "-q", "-m", "not e2e and not extras", *WORKERS,
                                "-p", "no:cacheprovider", "tests"], cwd=REPO).returncode
         results[minor] = 0 if code in (0, 5) else code
     print("test-core: " + ", ".join(f"{m} {'ok' if c == 0 else 'FAILED'}" for m, c in results.items()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import array
 import importlib
 import math
+import operator
 import struct
 import sys
 import threading
@@ -83,20 +84,40 @@ def quantize12(vec) -> bytes:
     return bytes(h & 0xFF for h in highs) + bytes(a & 15 | (b & 15) << 4 for a, b in zip(lows[::2], lows[1::2]))
 
 
-def stored(blob: bytes, dim: int) -> list:
-    """A stored chunk vector (two planes, or an older int8 row) at unit length."""
+# each byte of the low plane as its two signed 4-bit parts, each an int8 byte: the first part, the second
+_FIRST = bytes((((b & 15) ^ 8) - 8) & 0xFF for b in range(256))
+_SECOND = bytes((((b >> 4) ^ 8) - 8) & 0xFF for b in range(256))
+
+
+def _parts(blob: bytes, dim: int) -> list:
+    """A stored chunk vector's parts (two planes, or an older int8 row); without numpy this is the
+    search's inner loop, so the low plane is split by C-level byte tables, not part by part."""
     high = array.array("b", blob[:dim])
     if len(blob) == dim:
-        return normalize(high)
-    lows = [(n ^ 8) - 8 for byte in blob[dim:] for n in (byte & 15, byte >> 4)]
-    return normalize([16 * h + low for h, low in zip(high, lows)])
+        return high.tolist()
+    plane = blob[dim:]
+    lows = array.array("b", bytes(2 * len(plane)))
+    lows[0::2], lows[1::2] = array.array("b", plane.translate(_FIRST)), array.array("b", plane.translate(_SECOND))
+    return [16 * h + low for h, low in zip(high, lows)]
+
+
+def stored(blob: bytes, dim: int) -> list:
+    """A stored chunk vector at unit length."""
+    vec = _parts(blob, dim)
+    norm = math.hypot(*vec) or 1.0
+    return [x / norm for x in vec]
+
+
+def _cosine(unit_query: list, blob: bytes, dim: int) -> float:
+    vec = _parts(blob, dim)
+    return sum(map(operator.mul, unit_query, vec)) / (math.hypot(*vec) or 1.0)
 
 
 def cosines(query, blobs: list) -> list:
     """The query's cosine with each stored chunk vector: by numpy when this process has it loaded."""
     q = normalize(query)
     if "numpy" not in sys.modules:
-        return [sum(a * b for a, b in zip(q, stored(blob, len(q)))) for blob in blobs]
+        return [_cosine(q, blob, len(q)) for blob in blobs]
     import numpy as np
     return (_unit_rows(blobs, len(q)) @ np.asarray(q, dtype="f4")).tolist()
 
@@ -248,7 +269,7 @@ class VectorStore:
     def _knn_python(self, query, k: int) -> list:
         import heapq
         q = normalize(query)
-        scored = ((rid, sum(a * b for a, b in zip(q, stored(blob, self.dim))))
+        scored = ((rid, _cosine(q, blob, self.dim))
                   for rid, blob in self.con.execute(
                       "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
         return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
