@@ -326,6 +326,34 @@ def test_a_process_that_searches_again_keeps_a_numpy_matrix(tmp_path, monkeypatc
     assert [i for i, _ in store.knn([1] * 8, 10)] == [i for i, _ in first] and not vectors._MATRICES
 
 
+def test_without_numpy_a_process_that_searches_again_keeps_the_rows_decoded(tmp_path, monkeypatch):
+    """The MCP server and `recall eval` on a core install: the second search reads no row again,
+    ranks as the first, and a write is seen by the next search."""
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+    monkeypatch.setattr(vectors, "_SEARCHED", {})
+    con = _db(tmp_path)
+    mid = _model(con, 64)
+    rows = _random_vectors(300, 64)
+    with db.transaction(con):
+        VectorStore(con, mid, 64, "python").put_many(rows)
+    store = VectorStore(con, mid, 64, "python")
+    query = rows[7][1]
+    first = store.knn(query, 10)
+    assert not vectors._MATRICES                       # a one-shot search streams the rows
+    second = store.knn(query, 10)
+    assert [key[3] for key in vectors._MATRICES] == ["python"]
+    assert [i for i, _ in second] == [i for i, _ in first]
+    assert [s for _, s in second] == pytest.approx([s for _, s in first], abs=1e-12)
+    assert con.execute("SELECT hash FROM embeddings WHERE id=?", (first[0][0],)).fetchone()[0] == rows[7][0]
+    with db.transaction(con):                          # a new row just like the query: found next time
+        VectorStore(con, mid, 64, "python").put_many([("twin", [2 * x for x in query])])
+    top = store.knn(query, 2)
+    assert "twin" in {con.execute("SELECT hash FROM embeddings WHERE id=?", (i,)).fetchone()[0] for i, _ in top}
+    monkeypatch.setattr(vectors, "WARM_MATRIX_MAX_BYTES", 0)
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+    assert [i for i, _ in store.knn(query, 2)] == [i for i, _ in top] and not vectors._MATRICES
+
+
 def test_a_read_only_db_is_searched_by_sqlite_vec_and_its_error_is_raised(tmp_path, monkeypatch):
     import sqlite3
     con = _db(tmp_path)
