@@ -278,15 +278,15 @@ class VectorStore:
 
     def _knn_python(self, query, k: int) -> list:
         """Every row read in Python; a process searching again (the MCP server, `recall eval`) keeps
-        them decoded at unit length (8 bytes a dimension, within the warm matrix's bound); a one-shot
-        search streams them."""
+        them decoded at unit length (float32, as numpy's matrix, within its bound); a one-shot search
+        streams them."""
         import heapq
         q = normalize(query)
         key = (self._path(), self.model_id)
         with _LOCK:
             _SEARCHED[key] = again = _SEARCHED.get(key, 0) + 1
-        if again > 1 and self.count() * self.dim * 8 <= WARM_MATRIX_MAX_BYTES:
-            rows = self._kept("python", lambda rows: [(rid, array.array("d", stored(blob, self.dim)))
+        if again > 1 and self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES:
+            rows = self._kept("python", lambda rows: [(rid, array.array("f", stored(blob, self.dim)))
                                                       for rid, blob in rows])
             scored = ((rid, _dot(q, unit)) for rid, unit in rows)
         else:
