@@ -112,7 +112,7 @@ def _sum_of_products(a, b) -> float:
     return sum(map(operator.mul, a, b))
 
 
-_dot = getattr(math, "sumprod", _sum_of_products)        # Python 3.12's is a C loop, 2–5× faster
+_dot = getattr(math, "sumprod", _sum_of_products)        # Python 3.12+: the same sum as a C loop
 
 
 def _cosine(unit_query: list, blob: bytes, dim: int) -> float:
@@ -224,14 +224,21 @@ class VectorStore:
         """A process searching a second time (the MCP server) keeps the vectors in a numpy matrix, whose
         product beats sqlite-vec's scalar scan; a one-shot CLI search scans and never loads the table."""
         key = (self._path(), self.model_id)
+        searches = self._count_search(key)
         with _LOCK:
-            _SEARCHED[key] = _SEARCHED.get(key, 0) + 1
             cached = any(x[:2] == key and x[3] == "numpy" for x in _MATRICES)
-            if cached or _SEARCHED[key] < 2:
-                return cached
+        if cached or searches < 2:
+            return cached
         if _importable("numpy") is None:       # imported only now: ~50 ms a one-shot search skips
             return False
         return self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES
+
+    @staticmethod
+    def _count_search(key: tuple) -> int:
+        """This process's searches of (db file, model id) so far, this one counted."""
+        with _LOCK:
+            _SEARCHED[key] = _SEARCHED.get(key, 0) + 1
+            return _SEARCHED[key]
 
     def _knn_sqlite_vec(self, query, k: int) -> list:
         """sqlite-vec's int8 cosine over the rows' high planes in place, for the 2k nearest, which
@@ -282,10 +289,8 @@ class VectorStore:
         streams them."""
         import heapq
         q = normalize(query)
-        key = (self._path(), self.model_id)
-        with _LOCK:
-            _SEARCHED[key] = again = _SEARCHED.get(key, 0) + 1
-        if again > 1 and self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES:
+        again = self._count_search((self._path(), self.model_id)) > 1
+        if again and self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES:
             rows = self._kept("python", lambda rows: [(rid, array.array("f", stored(blob, self.dim)))
                                                       for rid, blob in rows])
             scored = ((rid, _dot(q, unit)) for rid, unit in rows)
