@@ -68,6 +68,16 @@ class Config:
             raise RecallError(f"no config file (looked for {default_config_path()})",
                               "run 'recall init' to write a starter one (or name yours with --config FILE)")
 
+    def require_files(self, kind: str) -> None:
+        """No `secrets` (or `inventory`) file named: the line to add, naming the file `recall init`
+        would have written beside this config, outside the notes."""
+        self.require_file()
+        if not getattr(self, kind):
+            from .starter import shown
+            raise RecallError(f"no {kind} files configured in {shown(self.path)}",
+                              f"add '{kind}: [{shown(self.path.parent / (kind + '.yaml'))}]' to it "
+                              "(a file outside the notes tree)")
+
     def require_sources(self) -> None:
         self.require_file()
         if not self.sources:

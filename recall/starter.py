@@ -49,7 +49,7 @@ class Started:
     next: list = field(default_factory=list)           # (command, what it does)
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """A path as the config says it: under the home folder with '~'."""
     home = Path.home()
     try:
@@ -102,10 +102,10 @@ def init(config_path: Path, notes: Path | None = None, recall: str = "recall") -
     _write_new(secrets, SECRETS, created)
     _write_new(inventory, INVENTORY, created)
     # the config last: until it exists, nothing names the files above
-    _write_new(config_path, CONFIG.format(notes=_shown(notes), secrets=_shown(secrets),
-                                          inventory=_shown(inventory)), created)
+    _write_new(config_path, CONFIG.format(notes=shown(notes), secrets=shown(secrets),
+                                          inventory=shown(inventory)), created)
     return Started(config=str(config_path), notes=str(notes), secrets=str(secrets), inventory=str(inventory),
                    created=created,
-                   next=[(f"{recall} index", f"index the notes in {_shown(notes)} (markdown and text files)"),
+                   next=[(f"{recall} index", f"index the notes in {shown(notes)} (markdown and text files)"),
                          (f'{recall} search "some words"', "search them"),
                          (f"{recall} doctor", "check everything the config names")])

@@ -124,6 +124,29 @@ def test_a_file_named_under_both_secrets_and_inventory_is_refused_at_its_line(tm
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("kind, verb", [("secrets", ["secret", "sync"]), ("inventory", ["access", "find"])])
+def test_a_config_naming_no_file_of_a_kind_says_the_line_that_adds_one_beside_it(tmp_path, isolated_home, cli,
+                                                                                   kind, verb):
+    """No secrets file (or inventory) named: the error names the config and the line to add, for a file
+    beside the config as `recall init` writes it — outside the notes tree, never inside it — and with
+    that line and file in place, the verb runs."""
+    notes = isolated_home / "notes"
+    notes.mkdir()
+    folder = isolated_home / ".config" / "recall"
+    folder.mkdir(parents=True)
+    config = folder / "config.yaml"
+    config.write_text("sources: [{name: notes, path: ~/notes}]\n")
+    code, _, err = cli("--config", str(config), *verb)
+    add = f"{kind}: [~/.config/recall/{kind}.yaml]"
+    assert (code, err) == (1, f"recall: no {kind} files configured in ~/.config/recall/config.yaml — add "
+                              f"'{add}' to it (a file outside the notes tree)\n")
+    assert "~/notes" not in err
+    config.write_text(config.read_text() + add + "\n")
+    (folder / f"{kind}.yaml").write_text("")
+    (folder / f"{kind}.yaml").chmod(0o600)
+    assert cli("--config", str(config), *verb)[0] == 0
+
+
 def test_only_the_commands_a_text_hands_out_name_the_config(tmp_path):
     """The rule both faces apply under --config: a command recall tells its reader to run names the file;
     prose that only names recall, and a command that names a config already, stay as they are."""

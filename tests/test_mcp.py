@@ -24,6 +24,7 @@ from recall import db, inventory, mcp_server  # noqa: E402
 from recall.config import load_config  # noqa: E402
 from recall.notes.index import run_index  # noqa: E402
 from recall.notes.search import search  # noqa: E402
+from recall.starter import shown  # noqa: E402
 from recall.vault import audit
 from recall.vault import store as vault
 from tests.conftest import CANARY, NOTES, REPO, free_port, write_tree  # noqa: E402
@@ -857,13 +858,14 @@ def test_the_local_model_loads_once_for_many_searches(config, notes, monkeypatch
 def test_both_faces_say_the_same_for_the_same_failure(world, config, cli):
     """One library layer: the CLI and the MCP tool raise the same error, each in its own words for
     what to do (the agent asks the user)."""
-    config()                                              # notes only: no inventory, no secrets
+    path = config()                                       # notes only: no inventory, no secrets
     code, _, err = cli("access", "find")
     text, is_error = call("recall_access_find")
     assert code == 1 and is_error
     cli_said = err.removeprefix("recall: ").strip()
     mcp_said = text                     # the sentence itself: no SDK "Error executing tool …" before it
-    assert cli_said == "no inventory files configured — add 'inventory: [~/notes/inventory.yaml]' to the config"
+    assert cli_said == (f"no inventory files configured in {shown(path)} — add 'inventory: "
+                        f"[{shown(path.parent / 'inventory.yaml')}]' to it (a file outside the notes tree)")
     assert mcp_said == cli_said.replace("— add", "— ask the user to add")
     code, _, err = cli("read", "nowhere.md")
     text, is_error = call("recall_read", path="nowhere.md")

@@ -7,17 +7,12 @@ from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
 
-def _configured(cfg) -> None:
-    if not cfg.secrets:
-        raise RecallError("no secrets files configured", "add 'secrets: [~/notes/secrets.yaml]' to the config")
-
-
 def secret_sync(config: str | None = None, *, prune: bool = False, notify=None) -> Answer:
     """`recall secret sync`: every secrets file read, its plain values sealed, the vault replaced;
     `notify(line)` hears that it waits for another writer of the vault."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
-        _configured(cfg)
+        cfg.require_files("secrets")
         rep = store.sync(con, cfg, prune=prune, notify=heard(notify))
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
         lines = [f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
@@ -101,7 +96,7 @@ def secret_find(query: str = "", config: str | None = None, *, limit: int | None
     lists them, bounded); `data` is the list, `code` stays 0; the total rides in the text."""
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):     # metadata holds no value (sync refuses one)
-        _configured(cfg)
+        cfg.require_files("secrets")
         query = query.strip()
         found = store.find(con, query, cfg=cfg, limit=limit or (10 if query else 50))
         total = store.count(con) if not query else len(found)

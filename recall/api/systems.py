@@ -9,8 +9,7 @@ from .answer import Answer, answer, opened
 def entries(cfg, con) -> list:
     """The inventory's entries (a broken one carries its error); none configured is the error."""
     from .. import inventory
-    if not cfg.inventory:
-        raise RecallError("no inventory files configured", "add 'inventory: [~/notes/inventory.yaml]' to the config")
+    cfg.require_files("inventory")
     return inventory.load_inventory(cfg, con)
 
 
