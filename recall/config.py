@@ -73,7 +73,6 @@ class Config:
         would have written beside this config, outside the notes."""
         self.require_file()
         if not getattr(self, kind):
-            from .starter import shown
             raise RecallError(f"no {kind} files configured in {shown(self.path)}",
                               f"add '{kind}: [{shown(self.path.parent / (kind + '.yaml'))}]' to it "
                               "(a file outside the notes tree)")
@@ -87,6 +86,15 @@ class Config:
 def _xdg(var: str, fallback: str) -> Path:
     value = os.environ.get(var)
     return Path(value) if value else Path.home() / fallback
+
+
+def shown(path: Path) -> str:
+    """A path as the config says it: under the home folder with '~'."""
+    home = Path.home()
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)
 
 
 def default_config_path() -> Path:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import shown
 from .errors import RecallError
 
 CONFIG = """\
@@ -47,15 +48,6 @@ class Started:
     inventory: str
     created: list = field(default_factory=list)        # every file and folder this run made
     next: list = field(default_factory=list)           # (command, what it does)
-
-
-def shown(path: Path) -> str:
-    """A path as the config says it: under the home folder with '~'."""
-    home = Path.home()
-    try:
-        return "~/" + str(path.relative_to(home))
-    except ValueError:
-        return str(path)
 
 
 def _write_new(path: Path, text: str, created: list) -> None:
