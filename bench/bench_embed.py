@@ -66,7 +66,7 @@ def golden_windows(work, cfg_path):
         with db.transaction(con):
             con.execute("CREATE TEMP TABLE keep(hash TEXT PRIMARY KEY)")
             con.executemany("INSERT INTO keep VALUES (?)", ((h,) for h in keep))
-            con.execute("DELETE FROM chunks WHERE hash NOT IN (SELECT hash FROM keep)")
+            con.execute("DELETE FROM chunk_rows WHERE hash NOT IN (SELECT hash FROM keep)")
     with db.transaction(con):     # the chunks alone: no file's own vector (its title and opening) to embed
         con.execute("UPDATE files SET head_hash = NULL")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ALL = ["search", "scale", "vault", "vault_size", "hybrid", "doctor", "faults", "embed", "size", "proxy", "watch"]
+ALL = ["search", "scale", "vault", "vault_size", "hybrid", "doctor", "faults", "embed", "size", "proxy", "watch", "signs"]
 
 names = sys.argv[1:] or ALL
 failed = [n for n in names if subprocess.run([sys.executable, str(HERE / f"bench_{n}.py")], cwd=HERE).returncode]

@@ -354,6 +354,35 @@ def test_without_numpy_a_process_that_searches_again_keeps_the_rows_decoded(tmp_
     assert [i for i, _ in store.knn(query, 2)] == [i for i, _ in top] and not vectors._MATRICES
 
 
+def test_without_numpy_a_search_scores_only_the_rows_nearest_by_sign_and_finds_the_nearest(tmp_path, monkeypatch):
+    """Many more rows than a search wants (the README's install with Voyage at the seed's scale):
+    only SIGN_POOL × k rows are scored at 12 bits, and the nearest still come back in their order,
+    one-shot and kept alike."""
+    monkeypatch.setattr(vectors, "_MATRICES", {})
+    monkeypatch.setattr(vectors, "_SEARCHED", {})
+    con = _db(tmp_path)
+    mid = _model(con, 64)
+    rnd = random.Random(11)
+    query = [rnd.gauss(0, 1) for _ in range(64)]
+    planted = [(f"near{n}", [x + rnd.gauss(0, 0.1 + 0.06 * n) for x in query]) for n in range(10)]
+    with db.transaction(con):
+        VectorStore(con, mid, 64, "python").put_many(_random_vectors(4000, 64) + planted)
+    every = con.execute("SELECT id, hash, vector FROM embeddings ORDER BY id").fetchall()
+    exact = sorted(zip([r[1] for r in every], vectors.cosines(query, [r[2] for r in every])), key=lambda x: -x[1])
+    scored = []
+    monkeypatch.setattr(vectors, "_cosine", lambda q, blob, dim: scored.append(blob) or vectors._dot(
+        q, vectors.stored(blob, dim)))
+    store = VectorStore(con, mid, 64, "python")
+    for _ in ("one-shot", "kept"):
+        found = store.knn(query, 10)
+        hashes = [con.execute("SELECT hash FROM embeddings WHERE id=?", (i,)).fetchone()[0] for i, _ in found]
+        assert hashes == [h for h, _ in exact[:10]]
+        assert [s for _, s in found] == pytest.approx([s for _, s in exact[:10]], abs=1e-6)
+    assert len(scored) == vectors.SIGN_POOL * 10 < len(every)       # the one-shot search read 200 rows whole
+    assert [key[3] for key in vectors._MATRICES] == ["python"]
+    assert vectors.sign_key(bytes([0x80, 0x7F, 0x00, 0xFF])) == 0b1001        # a bit a part, set when negative
+
+
 def test_a_read_only_db_is_searched_by_sqlite_vec_and_its_error_is_raised(tmp_path, monkeypatch):
     import sqlite3
     con = _db(tmp_path)

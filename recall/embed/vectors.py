@@ -13,6 +13,9 @@ from .. import db
 from ..db import has_vec, in_batches, load_vec, sqlite_module, vec_extension_path  # noqa: F401 (the driver is db's)
 
 VEC_K_MAX = 4096               # the most neighbours one search asks for
+# Without numpy or sqlite-vec, the rows nearest the query by the signs of their high planes (a Hamming
+# distance of C-level ints), this many per neighbour wanted, are the only ones scored at 12 bits
+SIGN_POOL = 20
 # a window of a long chunk is stored under "<chunk hash>#<n>" (n ≥ 1; the first under the hash itself):
 # the chunk hash an embedding row serves, in SQL
 CHUNK_HASH = "(CASE WHEN instr(e.hash, '#') THEN substr(e.hash, 1, instr(e.hash, '#') - 1) ELSE e.hash END)"
@@ -46,7 +49,7 @@ def describe_backend() -> str:
     from ..extras import installed
     if installed("numpy"):     # found, not imported (doctor's 1 s); its import is probed apart
         return f"numpy brute force ({hint})"
-    return f"pure Python brute force, slow past ~10k chunks ({hint})"
+    return f"pure Python: the rows' signs narrow each search to {SIGN_POOL}× the neighbours it wants ({hint})"
 
 
 # -- vectors as bytes -----------------------------------------------------------------------------
@@ -106,6 +109,20 @@ def stored(blob: bytes, dim: int) -> list:
     vec = _parts(blob, dim)
     norm = math.hypot(*vec) or 1.0
     return [x / norm for x in vec]
+
+
+_SIGN = bytes(b"1"[0] if b >> 7 else b"0"[0] for b in range(256))      # an int8 byte's sign, as a binary digit
+_ones = getattr(int, "bit_count", None) or (lambda x: bin(x).count("1"))     # int.bit_count: 3.10+
+
+
+def sign_key(high: bytes) -> int:
+    """A stored row's signs (its high plane's int8 bytes) as one int, its first part the highest bit,
+    set when negative."""
+    return int(high.translate(_SIGN), 2)
+
+
+def _query_key(unit_query: list) -> int:
+    return int("".join("1" if x < 0 else "0" for x in unit_query), 2)
 
 
 def _sum_of_products(a, b) -> float:
@@ -284,19 +301,27 @@ class VectorStore:
         return sorted(((int(ids[i]), float(sims[i])) for i in top), key=lambda x: (-x[1], x[0]))
 
     def _knn_python(self, query, k: int) -> list:
-        """Every row read in Python; a process searching again (the MCP server, `recall eval`) keeps
-        them decoded at unit length (float32, as numpy's matrix, within its bound); a one-shot search
-        streams them."""
+        """The rows nearest the query by their signs (SIGN_POOL × k of them), scored at 12 bits: every row
+        when there are no more. A process searching again (the MCP server, `recall eval`) keeps the rows
+        decoded at unit length (float32, as numpy's matrix, within its bound) with their signs; a one-shot
+        search reads the signs of every row, then only the nearest rows whole."""
         import heapq
-        q = normalize(query)
+        q, pool = normalize(query), SIGN_POOL * k
+        qkey = _query_key(q)
         again = self._count_search((self._path(), self.model_id)) > 1
         if again and self.count() * self.dim * 4 <= WARM_MATRIX_MAX_BYTES:
-            rows = self._kept("python", lambda rows: [(rid, array.array("f", stored(blob, self.dim)))
-                                                      for rid, blob in rows])
-            scored = ((rid, _dot(q, unit)) for rid, unit in rows)
+            rows = self._kept("python", lambda rows: [(rid, sign_key(blob[:self.dim]),
+                                                       array.array("f", stored(blob, self.dim))) for rid, blob in rows])
+            near = heapq.nsmallest(pool, rows, key=lambda r: (_ones(qkey ^ r[1]), r[0])) if len(rows) > pool else rows
+            scored = [(rid, _dot(q, unit)) for rid, _, unit in near]
         else:
-            scored = ((rid, _cosine(q, blob, self.dim)) for rid, blob in self.con.execute(
-                "SELECT id, vector FROM embeddings WHERE model_id=? AND dim=?", (self.model_id, self.dim)))
+            signs = self.con.execute("SELECT id, substr(vector, 1, ?) FROM embeddings WHERE model_id=? AND dim=?",
+                                     (self.dim, self.model_id, self.dim))
+            near = [rid for _, rid in heapq.nsmallest(pool, ((_ones(qkey ^ sign_key(high)), rid) for rid, high in signs))]
+            scored = []
+            for part, marks in in_batches(near):
+                scored += [(rid, _cosine(q, blob, self.dim)) for rid, blob in self.con.execute(
+                    f"SELECT id, vector FROM embeddings WHERE id IN ({marks})", part)]
         return heapq.nsmallest(k, scored, key=lambda x: (-x[1], x[0]))
 
     def chunks_for(self, hits: list) -> list:
