@@ -471,6 +471,63 @@ def test_the_probe_finds_what_looking_at_every_window_finds(monkeypatch, probe):
         assert got == _reference_runs(masker, flat), (case, values, flat)
 
 
+def test_six_characters_of_a_value_the_child_holds_are_masked_wherever_they_stand():
+    """A child holding a value (`secret exec ID`): any 6 of its characters in a row go, at any
+    offset, fed byte by byte, upper-cased; the same pieces of a value it was not given show (8)."""
+    masker = Masker({"aws": [AWS], "tok": [TOKEN]})
+    for length in (6, 7):
+        for start in range(len(AWS) - length + 1):
+            piece = AWS[start:start + length].encode()
+            for before, shown, after in ((b"at ", piece, b" mid\n"), (b"", piece.upper(), b"\n" + b"#" * 20)):
+                data = before + shown + after
+                given = masker.stream(("aws",))
+                out = b"".join(given.feed(data[i:i + 1]) for i in range(len(data))) + given.flush()
+                assert out == before + b"[recall:aws]" + after, (piece, out)
+                assert stream_all(masker, [data]) == data                        # not given: 8
+                other = masker.stream(("tok",))
+                assert other.feed(data) + other.flush() == data
+    text = b"the 5 words of a log line, ------ and 000000\n"       # no 6 of the value: unchanged
+    stream = masker.stream(("aws", "tok"))
+    assert stream.feed(text) + stream.flush() == text
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_the_short_runs_are_what_looking_at_every_six_byte_window_finds(monkeypatch, probe):
+    """Random values over a small alphabet, public armor and hosts among them, and streams of their
+    pieces: the probe of every even offset, or of 2, 6, … beside the hits of the table of every form,
+    and the growth find exactly the stretches of 6-byte windows of the values' forms (but the public
+    ones) a brute-force look finds."""
+    from recall.vault.probe import Short
+    _use_probe(monkeypatch, probe)
+    rng = random.Random(6)
+    for case in range(300):
+        values = _chance_values(rng, case, 3, 30)
+        masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
+        forms = masker.given_forms({0, 1, 2}, strict=True)
+        short = Short(forms, masker._public)
+        table = masker._table_for(b"x" * (1 << 21))                # the table of every form
+        parts = []
+        for _ in range(rng.randrange(1, 8)):
+            form = rng.choice(forms)[0]
+            start = rng.randrange(len(form))
+            parts.append(form[start:start + rng.randrange(1, 14)])
+            parts.append(bytes(rng.choice(b"ab01 -+xz./") for _ in range(rng.randrange(0, 6))))
+        flat = b"".join(parts)
+        public = set().union(*(windows_of(p, 6) for p in masker._public))
+        held = {w for f, _ in forms for w in windows_of(f, 6)} - public
+        held -= {bytes([b]) * 6 for b in range(256)}
+        want, j = [], 0
+        for j in range(len(flat) - 5):
+            if flat[j:j + 6] in held:
+                if want and want[-1][1] == j + 5:
+                    want[-1] = (want[-1][0], j + 6)
+                else:
+                    want.append((j, j + 6))
+        assert [(a, b) for a, b, _o, _w in short.runs(flat)] == want, (case, values, flat)
+        fours = table.probe.hits(flat)
+        assert [(a, b) for a, b, _o, _w in short.runs(flat, fours)] == want, (case, values, flat)
+
+
 @pytest.mark.parametrize("encode", [bytes.hex, lambda v: base64.b64encode(v).decode()])
 def test_encoded_forms_mask_from_sixteen_characters(encode):
     """Forms of 1.25 characters or more a character (base64, hex, \\xNN): a run of 16 is masked, 15 is

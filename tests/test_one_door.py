@@ -96,6 +96,9 @@ NOTES = {"runbooks/box.md": "# Deploy box\n\nThe deploy box runs the api; see th
          "incidents/INC-1.md": "# INC-1 api outage\n\nThe api token expired and the deploy failed.\n"}
 
 PY = sys.executable
+# a value the child holds, cut short mid-stream: 6 characters at its start, at an offset, then 7
+CUT = ('printf "%s\\n" "${V}" | cut -c1-6; echo "at ${{{V}:4:6}} of it"; '
+       'printf "%s\\n" "${V}" | cut -c8-14; echo done')
 ANY = None        # an exit code this test does not judge (a proof that fails here, a refused step)
 CLI = [
     (["index"], 0), (["--json", "index"], 0), (["secret", "sync"], 0), (["--json", "secret", "sync"], 0),
@@ -107,11 +110,14 @@ CLI = [
     (["secret", "exec", "api-token", "--", "env"], 0), (["secret", "exec", "db-admin", "--", "env"], 0),
     (["secret", "exec", "sudo-pass", "--", PY, "-c", "import sys; print(sys.stdin.read())"], 0),
     (["secret", "exec", "api-token", "--", "sh", "-c", 'echo $API_TOKEN | base64; printf %s "$API_TOKEN" | od -c'], 0),
+    (["secret", "exec", "api-token", "--", "bash", "-c", CUT.format(V="API_TOKEN")], 0),
+    (["secret", "exec", "db-admin", "--", "sh", "-c", 'env | grep -i pass | cut -d= -f2 | cut -c2-7'], 0),
     (["secret", "get", "api-token"], 1), (["secret", "log"], 0), (["--json", "secret", "log"], 0),
     (["access", "find"], 0), (["--json", "access", "find", "box"], 0), (["access", "show", "box"], 0),
     (["--json", "access", "show", "box"], 0), (["--json", "access", "show", "refused"], 0),
     (["access", "show", "checked"], 0), (["access", "exec", "box", "--", "env"], 0),
     (["access", "exec", "box", "--", "echo $DEPLOY_TOKEN"], 0), (["access", "exec", "box"], ANY),
+    (["access", "exec", "box", "--", CUT.format(V="DEPLOY_TOKEN") + "; " + CUT.format(V="API_TOKEN")], 0),
     (["access", "exec", "gated"], 69), (["access", "exec", "refused", "--", "env"], ANY),
     (["access", "exec", "stdin-box", "--", PY, "-c", "import sys; print(sys.stdin.read())"], 0),
     (["verify", "--dry-run"], 0), (["--json", "verify", "--dry-run"], 0), (["verify"], 1), (["--json", "verify"], 1),
@@ -127,6 +133,7 @@ TOOLS = [
     ("recall_secret_command", {"id": "db-admin", "command": "env"}), ("recall_access_find", {"query": ""}),
     ("recall_access_show", {"id": "box"}), ("recall_access_show", {"id": "checked"}),
     ("recall_access_exec", {"id": "box", "command": "env; echo $DEPLOY_TOKEN"}),
+    ("recall_access_exec", {"id": "box", "command": CUT.format(V="DEPLOY_TOKEN")}),
     ("recall_access_exec", {"id": "refused", "command": "env"}), ("recall_access_exec", {"id": "gated"}),
     ("recall_verify", {}), ("recall_verify", {"id": "box, checked"}),
 ]

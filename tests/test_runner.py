@@ -28,11 +28,12 @@ def _db(tmp_path_factory):
     CON.close()
 
 
-def run_masked(argv, *, env, masker, stdin=None, out=None, err=None, timeout=None, cwd=None) -> RunResult:
+def run_masked(argv, *, env, masker, stdin=None, out=None, err=None, timeout=None, cwd=None,
+               given=()) -> RunResult:
     """A child through the one runner, as `secret exec` starts one: `masker`'s values masked in both
-    outputs, exactly `env`, `stdin` written then closed."""
+    outputs, exactly `env`, `stdin` written then closed; `given`: the ids whose values it holds."""
     child = Child("secret.exec", "test", " ".join(map(str, argv)), env, masker, argv=list(argv), stdin=stdin,
-                  timeout=timeout, cwd=cwd)
+                  timeout=timeout, cwd=cwd, given=given)
     return run(CON, child, out, err)
 
 
@@ -462,10 +463,12 @@ def test_a_recall_killed_while_its_child_runs_leaves_the_access_logged(split_vau
 
 
 def test_a_held_prefix_is_released_once_the_next_bytes_differ(split_vault):
+    """5 characters of the value (6 would be a piece of it), held through the pause: the next bytes
+    are not the value, so both show."""
     from tests.conftest import run_recall
     r = run_recall("secret", "exec", "split-token", "--", "bash", "-c",
-                   'printf %s "${V:0:7}"; sleep 0.6; printf "%s\\n" "-not-it"')
-    assert (r.returncode, r.stdout) == (0, VALUE[:7] + "-not-it\n"), r.stderr
+                   'printf %s "${V:0:5}"; sleep 0.6; printf "%s\\n" "-not-it"')
+    assert (r.returncode, r.stdout) == (0, VALUE[:5] + "-not-it\n"), r.stderr
 
 
 def test_a_prefix_left_at_the_end_is_masked_from_four_characters(split_vault):
@@ -561,6 +564,21 @@ def test_seven_characters_of_a_value_are_no_piece():
     script = 'echo "seven ${AWS_SECRET_ACCESS_KEY:3:7} and ${AWS_SECRET_ACCESS_KEY:20:7}"'
     result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES)
     assert result.stdout == f"seven {AWS_KEY[3:10]} and {AWS_KEY[20:27]}\n".encode()
+
+
+@pytest.mark.parametrize("script,piece", [
+    ("printenv AWS_SECRET_ACCESS_KEY | cut -c1-6; echo done", AWS_KEY[:6]),
+    ('echo "middle ${AWS_SECRET_ACCESS_KEY:11:6} and on"', AWS_KEY[11:17]),
+    ("printenv AWS_SECRET_ACCESS_KEY | cut -c3-9 | tr a-z A-Z; echo done", AWS_KEY[2:9].upper()),
+], ids=["cut-6", "substring-6", "upper-7"])
+def test_six_characters_of_a_value_the_child_holds_are_masked(script, piece):
+    """The child was given the value (`secret exec aws`): from 6 characters, mid-stream; a child
+    given another value only still shows 6 of this one (the floor of 8)."""
+    plain = plain_run(["bash", "-c", script], aws_env())
+    assert piece.encode() in plain, plain
+    result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES, given=("aws",))
+    assert result.stdout == plain.replace(piece.encode(), b"[recall:aws]")
+    assert run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES, given=("api-token",)).stdout == plain
 
 
 def test_the_environment_through_base64_is_masked_wherever_the_wrap_falls():

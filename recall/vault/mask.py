@@ -1,6 +1,5 @@
-"""The masker: any run of 8+ characters of a secret value or of one of its
-forms (vault/forms.py) masked as `[recall:ID]`, across read boundaries,
-pauses and line breaks."""
+"""The masker: any run of 8+ characters of a secret value or of one of its forms (vault/forms.py),
+6+ of a value the child holds (probe.Short), masked as `[recall:ID]` across reads, pauses, breaks."""
 from __future__ import annotations
 
 import _thread
@@ -45,8 +44,7 @@ def check_maskable(secret_id: str, value: str) -> None:
 
 
 def _flat(data: bytes) -> bytes:
-    """What runs are matched on: ASCII lower-cased (`tr a-z A-Z`, upper
-    hex), line breaks dropped."""
+    """What runs are matched on: ASCII lower-cased (`tr a-z A-Z`, upper hex), line breaks dropped."""
     return data.translate(_LOWER, _BREAKS)
 
 
@@ -85,8 +83,7 @@ class Masker:
             self._corpus_of()
 
     def _ready(self) -> dict:
-        """The forms, worked out on first use (`exec ID -- true` prints
-        nothing and needs none)."""
+        """The forms, worked out on first use (`exec ID -- true` prints nothing and needs none)."""
         if self._values is not None:
             with self._lock:
                 if self._values is not None:
@@ -120,8 +117,7 @@ class Masker:
 
     @property
     def hold(self) -> int:
-        """Bytes (not line breaks) a stream always holds back: 0 when there
-        is nothing to mask."""
+        """Bytes (not line breaks) a stream always holds back: 0 when there is nothing to mask."""
         return HOLD if self._any else 0
 
     def mask(self, data: bytes) -> bytes:
@@ -153,15 +149,22 @@ class Masker:
         wanted = {self._index[g] for g in given if g in self._index}
         return MaskStream(self, wanted)
 
-    def given_forms(self, wanted: set) -> list:
-        """(flat form, owner) of every form of the secrets `wanted`."""
-        return [(flat, spec[0]) for flat, spec in self._ready().items() if spec[0] in wanted]
+    def given_forms(self, wanted: set, strict: bool = False) -> list:
+        """(flat form, owner) of every form of the secrets `wanted`; `strict`:
+        of those as long as their values (no base64, hex)."""
+        return [(flat, spec[0]) for flat, spec in self._ready().items()
+                if spec[0] in wanted and not (strict and spec[1])]
 
-    def _runs(self, flat: bytes, table: _Table | None = None) -> list:
+    def _runs(self, flat: bytes, table: _Table | None = None, short=None) -> list:
         """(start, end, owners, word) of every run to mask in `flat`, by
-        start, overlaps merged; `table`: one made for it (else its own)."""
+        start, overlaps merged; `table`: one made for it (else its own);
+        `short`: the runs of 6 of the values a child holds (probe.Short)."""
         table = table or self._table_for(flat)
-        return _merged(table.runs(flat) + table.whole(flat))
+        hits = table.probe.hits(flat)
+        found = table.runs(flat, hits) + table.whole(flat)
+        if short is not None:              # every form's grams: its hits are ours too
+            found += short.runs(flat, hits if table is self._table else None)
+        return _merged(found)
 
     def _table_for(self, flat: bytes, answer: bool = False) -> _Table:
         """The table of every form; for a short buffer (`exec ID -- true`:
@@ -239,11 +242,10 @@ class _Table:
         return [(i, i + len(form), (owner,), word)
                 for form, owner, word in self.short for i in _finds(flat, form)]
 
-    def runs(self, flat: bytes) -> list:
-        """Runs found from the probe's hits; a hit inside a run already
-        looked at is skipped."""
+    def runs(self, flat: bytes, hits: list) -> list:
+        """Runs found from the probe's `hits`; a hit inside a run already looked at is skipped."""
         found, covered = [], 0
-        for at in self.probe.hits(flat):
+        for at in hits:
             if at >= covered:
                 run = self._run(flat, at)
                 if run is not None:
@@ -323,8 +325,7 @@ def _chained(keys: list, owners: dict, count: int) -> bool:
 
 
 def _owners_of(tuples: list) -> tuple:
-    """One owner when every window has it (the one of the shorter value
-    first), else each in turn."""
+    """One owner when every window has it (the one of the shorter value first), else each in turn."""
     common = set(tuples[0]).intersection(*tuples[1:])
     if common:
         return (next(o for o in tuples[0] if o in common),)
@@ -332,8 +333,7 @@ def _owners_of(tuples: list) -> tuple:
 
 
 def _merged(runs: list) -> list:
-    """Overlapping runs as one, their owners in order of appearance; word
-    only if all were."""
+    """Overlapping runs as one, their owners in order of appearance; word only if all were."""
     out: list = []
     for start, end, owners, word in sorted(runs, key=lambda r: (r[0], -r[1])):
         if out and start < out[-1][1]:
@@ -374,16 +374,14 @@ def _tail_start(buf: bytes, count: int) -> int:
 
 
 class _Offsets:
-    """Offsets in `buf` of its flat offsets (line breaks not counted),
-    asked in increasing order."""
+    """Offsets in `buf` of its flat offsets (line breaks not counted), asked in increasing order."""
 
     def __init__(self, buf: bytes, flat_len: int):
         self._buf, self._plain = buf, flat_len == len(buf)
         self._at, self._flat = 0, 0
 
     def at(self, k: int) -> int:
-        """Where flat byte k sits in buf (past the line breaks before it);
-        len(buf) past the last."""
+        """Where flat byte k sits in buf (past the line breaks before it); len(buf) past the last."""
         if self._plain:
             return k
         buf, at, flat = self._buf, self._at, self._flat
@@ -406,6 +404,7 @@ class MaskStream:
     def __init__(self, masker: Masker, given, table: _Table | None = None):
         self._masker, self._table = masker, table
         self._wanted, self._given = given, None   # owners the child holds; their forms when asked
+        self._short = None       # their runs of 6+ (probe.Short), made on first output
         self._held = b""
         self._idle = False       # the held bytes were offered to `release`
         self._seen = b""         # last HOLD flat bytes emitted: a run goes on
@@ -449,8 +448,7 @@ class MaskStream:
         return self._scan(buf, 0, (owner,) if keep else (), keep)
 
     def _given_prefix(self, flat: bytes) -> tuple[int, int]:
-        """(length, owner) of the longest tail of `flat` that begins a form
-        of a given value."""
+        """(length, owner) of the longest tail of `flat` that begins a form of a given value."""
         best, owner = len(flat), 0
         if self._given is None:
             self._given = self._masker.given_forms(self._wanted) if self._wanted else []
@@ -469,7 +467,9 @@ class MaskStream:
         masker, seen = self._masker, self._seen
         new = _flat(buf)
         flat, base = seen + new, len(seen)
-        runs = masker._runs(flat, self._table)
+        if self._wanted and self._short is None:     # a value the child holds: from 6 characters
+            self._short = probe.Short(masker.given_forms(self._wanted, strict=True), masker._public)
+        runs = masker._runs(flat, self._table, self._short)
         if tail:
             runs = _merged([*runs, (len(flat) - tail_len, len(flat), tail, False)])
         limit = hold_at = len(flat) - hold

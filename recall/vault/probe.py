@@ -2,12 +2,15 @@
 start, found by the forms' 5-byte grams. A set looks the grams up at C
 speed; with numpy (the vec extra), once a stream is long enough to pay for
 its import, a bitmap of their hashes lets only a few through to the set.
-`shared`: the other way round, where a text's windows sit in the forms."""
+`shared`: the other way round, where a text's windows sit in the forms.
+`Short`: the runs of 6 or 7 characters of a value the child holds."""
 from __future__ import annotations
 
 import sys
 
-__all__ = ["Probe", "grams", "shared"]
+__all__ = ["SHORT", "Probe", "Short", "grams", "shared"]
+
+SHORT = 6          # a run this long of a value the child holds is masked (8 of any other value)
 
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 NUMPY_AFTER = 8 << 20  # bytes probed before numpy's import (0.1 s) pays
@@ -75,18 +78,19 @@ class Probe:
         self.probed = 0        # bytes looked at: numpy's turn comes after NUMPY_AFTER
         self._numpy = None     # (numpy, bitmap, shift) once taken; () if not here
 
-    def hits(self, flat: bytes) -> list:
-        """Offsets (multiples of 4) whose 5-byte gram is a form's: a run of
-        8 or more covers [p, p + 5) for the first multiple of 4 from its
-        start."""
+    def hits(self, flat: bytes, first: int = 0, step: int = 4) -> list:
+        """Offsets (`first` and on by `step`: 0, 4; 2, 6; or all even) whose
+        5-byte gram is a form's: a run of 8 or more covers [p, p + 5) for
+        the first multiple of 4 from its start, a run of 6 for the first
+        multiple of 2."""
         self.probed += len(flat)
         if self._numpy is None and (self.probed > NUMPY_AFTER or (   # loaded already: a
                 "numpy" in sys.modules and len(flat) >= _NUMPY_READ)):   # big read pays its bitmap
             self._numpy = _numpy_probe(self.keys)
         if self._numpy:
-            return self._numpy_hits(flat, *self._numpy)
+            return self._numpy_hits(flat, first, step, *self._numpy)
         keys, hits = self.keys, []
-        for offset in (0, 4):
+        for offset in range(first, 8, step):
             words = memoryview(_zeroed(flat[offset:])).cast("Q")
             for block in range(0, len(words), _BLOCK):
                 part = words[block:block + _BLOCK]
@@ -97,15 +101,15 @@ class Probe:
         hits.sort()
         return [h for h in hits if h + 5 <= len(flat)]
 
-    def _numpy_hits(self, flat: bytes, np, bitmap, shift) -> list:
+    def _numpy_hits(self, flat: bytes, first: int, step: int, np, bitmap, shift) -> list:
         """The same offsets: each gram's hash looks up the bitmap of the
         keys' hashes, and only the grams it lets through meet the set."""
-        count = (len(flat) - 5) // 4 + 1
+        count = (len(flat) - first - 5) // step + 1
         if count <= 0:
             return []
-        words = np.ndarray((count,), "<u8", flat + bytes(8), 0, (4,)) & np.uint64(_GRAM)
+        words = np.ndarray((count,), "<u8", flat + bytes(8), first, (step,)) & np.uint64(_GRAM)
         at = np.flatnonzero(bitmap[words * np.uint64(_MIX) >> shift])
-        return [4 * j for j, gram in zip(at.tolist(), words[at].tolist()) if gram in self.keys]
+        return [first + step * j for j, gram in zip(at.tolist(), words[at].tolist()) if gram in self.keys]
 
 
 def _numpy_probe(keys: set):
@@ -120,3 +124,57 @@ def _numpy_probe(keys: set):
     bitmap = np.zeros(1 << bits, bool)
     bitmap[np.fromiter(keys, np.uint64, len(keys)) * np.uint64(_MIX) >> shift] = True
     return np, bitmap, shift
+
+
+class Short:
+    """The runs of SHORT characters or more of the values a child holds, as
+    written (`cut -c1-6` of its token): each covers a form's 5-byte gram at
+    an even offset, and is grown over the forms' 6-byte windows. Those at
+    multiples of 4 the probe of every form (whose grams hold these) found
+    already: only 2, 6, … are probed again."""
+
+    def __init__(self, forms: list, public: set):
+        """`forms`: (flat form, owner) of the forms as long as their values;
+        `public`: flat texts (PEM armor, a URL's host) whose windows are no
+        piece, nor is a run of one repeated character."""
+        self.owners: dict = {}
+        keys: set = set()
+        for flat, owner in forms:
+            for key in _sixes(flat):
+                self.owners.setdefault(key, owner)
+            keys.update(*grams(flat, 1))
+        for key in set().union(*map(_sixes, public), _sixes(bytes(range(256)), repeated=True)):
+            self.owners.pop(key, None)
+        self.probe = Probe(keys)
+        self.pieces = all(len(flat) >= 8 for flat, _ in forms)  # every form in pieces: grams
+
+    def runs(self, flat: bytes, fours: list | None = None) -> list:
+        """(start, end, (owner,), False) of every run in `flat`, by start;
+        `fours`: the hits at multiples of 4 of a probe holding our grams."""
+        owners, last, found, covered = self.owners, len(flat) - SHORT, [], 0
+        if fours is None or not self.pieces:
+            hits = self.probe.hits(flat, 0, 2)
+        else:
+            hits = sorted(fours + self.probe.hits(flat, 2, 4))
+        for hit in hits:
+            start = next((j for j in (hit - 1, hit) if covered <= j <= last
+                          and _six(flat, j) in owners), None)
+            if start is None:
+                continue
+            end = start
+            while end < last and _six(flat, end + 1) in owners:
+                end += 1
+            found.append((start, end + SHORT, (owners[_six(flat, start)],), False))
+            covered = end + 1
+        return found
+
+
+def _six(flat: bytes, at: int) -> int:
+    return int.from_bytes(flat[at:at + SHORT], sys.byteorder)
+
+
+def _sixes(flat: bytes, repeated: bool = False) -> set:
+    """The 6-byte windows of `flat`; `repeated`: each byte's run of six."""
+    if repeated:
+        return {int.from_bytes(bytes([b]) * SHORT, sys.byteorder) for b in flat}
+    return {_six(flat, j) for j in range(len(flat) - SHORT + 1)}
