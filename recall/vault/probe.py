@@ -3,7 +3,7 @@ start, found by the forms' 5-byte grams. A set looks the grams up at C
 speed; with numpy (the vec extra), once a stream is long enough to pay for
 its import, a bitmap of their hashes lets only a few through to the set.
 `shared`: the other way round, where a text's windows sit in the forms.
-`Short`: the runs of 6 or 7 characters of a value the child holds."""
+`Short`: the runs of 6+ characters of a value the child holds."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +11,7 @@ import sys
 __all__ = ["SHORT", "Probe", "Short", "grams", "shared"]
 
 SHORT = 6          # a run this long of a value the child holds is masked (8 of any other value)
+_REPEATS = frozenset(int.from_bytes(bytes([b]) * SHORT, sys.byteorder) for b in range(256))
 
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 NUMPY_AFTER = 8 << 20  # bytes probed before numpy's import (0.1 s) pays
@@ -143,16 +144,17 @@ class Short:
             for key in _sixes(flat):
                 self.owners.setdefault(key, owner)
             keys.update(*grams(flat, 1))
-        for key in set().union(*map(_sixes, public), _sixes(bytes(range(256)), repeated=True)):
+        for key in set().union(_REPEATS, *map(_sixes, public)):
             self.owners.pop(key, None)
         self.probe = Probe(keys)
-        self.pieces = all(len(flat) >= 8 for flat, _ in forms)  # every form in pieces: grams
+        # a form of 8+ (mask.PIECE) is in the table of every form, its grams in that table's probe
+        self.tabled = all(len(flat) >= 8 for flat, _ in forms)
 
     def runs(self, flat: bytes, fours: list | None = None) -> list:
         """(start, end, (owner,), False) of every run in `flat`, by start;
         `fours`: the hits at multiples of 4 of a probe holding our grams."""
         owners, last, found, covered = self.owners, len(flat) - SHORT, [], 0
-        if fours is None or not self.pieces:
+        if fours is None or not self.tabled:
             hits = self.probe.hits(flat, 0, 2)
         else:
             hits = sorted(fours + self.probe.hits(flat, 2, 4))
@@ -173,8 +175,6 @@ def _six(flat: bytes, at: int) -> int:
     return int.from_bytes(flat[at:at + SHORT], sys.byteorder)
 
 
-def _sixes(flat: bytes, repeated: bool = False) -> set:
-    """The 6-byte windows of `flat`; `repeated`: each byte's run of six."""
-    if repeated:
-        return {int.from_bytes(bytes([b]) * SHORT, sys.byteorder) for b in flat}
+def _sixes(flat: bytes) -> set:
+    """The 6-byte windows of `flat`."""
     return {_six(flat, j) for j in range(len(flat) - SHORT + 1)}
