@@ -560,7 +560,7 @@ def test_a_piece_of_a_value_is_masked(script, piece):
 
 
 def test_seven_characters_of_a_value_are_no_piece():
-    """The floor of the rule (README): fewer than 8 characters of a value pass."""
+    """The floor of the rule (README): fewer than 8 characters of a value the child was not given pass."""
     script = 'echo "seven ${AWS_SECRET_ACCESS_KEY:3:7} and ${AWS_SECRET_ACCESS_KEY:20:7}"'
     result = run_masked(["bash", "-c", script], env=aws_env(), masker=PIECES)
     assert result.stdout == f"seven {AWS_KEY[3:10]} and {AWS_KEY[20:27]}\n".encode()
