@@ -497,14 +497,13 @@ def test_the_short_runs_are_what_looking_at_every_six_byte_window_finds(monkeypa
     pieces: the probe of every even offset, or of 2, 6, … beside the hits of the table of every form,
     and the growth find exactly the stretches of 6-byte windows of the values' forms (but the public
     ones) a brute-force look finds."""
-    from recall.vault.probe import Short
     _use_probe(monkeypatch, probe)
     rng = random.Random(6)
     for case in range(300):
         values = _chance_values(rng, case, 3, 30)
         masker = Masker({f"v{i}": [v] for i, v in enumerate(values)})
-        forms = masker.given_forms({0, 1, 2}, strict=True)
-        short = Short(forms, masker._public)
+        short = masker.short_of({0, 1, 2})
+        forms = [(f, spec[0]) for f, spec in masker._forms.items() if not spec[1]]   # as long as the value
         table = masker._table_for(b"x" * (1 << 21))                # the table of every form
         parts = []
         for _ in range(rng.randrange(1, 8)):

@@ -63,9 +63,8 @@ class Masker:
     """Every form of every secret, and the table that finds their pieces."""
 
     def __init__(self, secrets: dict[str, list[str]], notes: bool = False):
-        """`notes` (note text): a run of the value as written is masked only
-        as a whole token (`admin` in `db-admin` stays), and the forms are
-        worked out now (a watcher's warm-up); else on first use."""
+        """`notes` (note text): a run of the value as written is masked only as a whole token (`admin`
+        in `db-admin` stays), and the forms are worked out now (a watcher's warm-up); else on first use."""
         self._labels = [b"[recall:" + sid.encode("utf-8") + b"]" for sid in secrets]
         self._index = {secret_id: i for i, secret_id in enumerate(secrets)}
         self._forms: dict[bytes, tuple] = {}  # flat -> (owner, loose, word)
@@ -79,6 +78,7 @@ class Masker:
         self._table: _Table | None = None
         self._corpus: tuple | None = None
         self._built: dict = {}        # the forms, corpus and whole table, shared (_BUILT)
+        self._shorts: dict = {}       # owners a child holds -> probe.Short (stdout, stderr, each run)
         if notes:
             self._corpus_of()
 
@@ -125,9 +125,8 @@ class Masker:
         return self.mask_many([data])[0]
 
     def mask_many(self, datas: list) -> list:
-        """Each of `datas` masked whole (the texts of one answer): up to
-        1 MB of them read by one table, one look at the forms for them all
-        (a stream builds the table of every form at once)."""
+        """Each of `datas` masked whole (the texts of one answer): up to 1 MB of them read by one table,
+        one look at the forms for them all (a stream builds the table of every form at once)."""
         if not self._any:
             return [bytes(d) for d in datas]
         out, group, size = [], [], 0
@@ -144,16 +143,21 @@ class Masker:
         return out
 
     def stream(self, given=()) -> MaskStream:
-        """A masker for one stream fed in pieces; `given`: ids of the
-        secrets the child holds (see release)."""
+        """A masker for one stream fed in pieces; `given`: ids of the secrets the child holds (see release)."""
         wanted = {self._index[g] for g in given if g in self._index}
         return MaskStream(self, wanted)
 
-    def given_forms(self, wanted: set, strict: bool = False) -> list:
-        """(flat form, owner) of every form of the secrets `wanted`; `strict`:
-        of those as long as their values (no base64, hex)."""
-        return [(flat, spec[0]) for flat, spec in self._ready().items()
-                if spec[0] in wanted and not (strict and spec[1])]
+    def given_forms(self, wanted: set) -> list:
+        """(flat form, owner) of every form of the secrets `wanted`."""
+        return [(flat, spec[0]) for flat, spec in self._ready().items() if spec[0] in wanted]
+
+    def short_of(self, wanted: set) -> probe.Short:
+        """The runs of 6+ of the values `wanted` (a child holds them), made once for them."""
+        key = frozenset(wanted)
+        if key not in self._shorts:      # the forms as long as their values (no base64, hex)
+            forms = [(flat, spec[0]) for flat, spec in self._ready().items() if spec[0] in key and not spec[1]]
+            self._shorts[key] = probe.Short(forms, self._public)
+        return self._shorts[key]
 
     def _runs(self, flat: bytes, table: _Table | None = None, short=None) -> list:
         """(start, end, owners, word) of every run to mask in `flat`, by
@@ -167,10 +171,9 @@ class Masker:
         return _merged(found)
 
     def _table_for(self, flat: bytes, answer: bool = False) -> _Table:
-        """The table of every form; for a short buffer (`exec ID -- true`:
-        none) or one of the first answers, one of the forms that share a
-        window with `flat`. A vault of 1 MB has millions of windows
-        (seconds, a GB): a child's first output is read so too."""
+        """The table of every form; for a short buffer (`exec ID -- true`: none) or one of the first
+        answers, one of the forms that share a window with `flat`. A vault of 1 MB has millions of
+        windows (seconds, a GB): a child's first output is read so too."""
         if self._table is not None:
             return self._table
         self._ready()
@@ -193,9 +196,8 @@ class Masker:
         return self._corpus
 
     def _forms_sharing(self, flat: bytes) -> dict:
-        """The forms that hold some 8-byte window of `flat`, and those
-        matched whole: a table of these finds in `flat` what the whole
-        table would."""
+        """The forms that hold some 8-byte window of `flat`, and those matched whole: a table of these
+        finds in `flat` what the whole table would."""
         corpus, starts, forms = self._corpus_of()
         found = {bisect_right(starts, i) - 1 for i in probe.shared(corpus, flat)}
         return {f: spec for k, (f, spec) in enumerate(forms)
@@ -203,8 +205,7 @@ class Masker:
 
 
 class _Table:
-    """Every 8-byte window of the forms with its owners, the public ones,
-    and the probe's keys: the forms' 5-byte grams."""
+    """Every 8-byte window of the forms with its owners, the public ones, and the probe's keys: their 5-byte grams."""
 
     def __init__(self, masker: Masker, forms: dict):
         owned: dict[int, set] = {}
@@ -435,8 +436,7 @@ class MaskStream:
         return self._scan(buf, keep)
 
     def flush(self) -> bytes:
-        """At end of stream, everything held, masked; a held prefix of 4+
-        characters of a given value too."""
+        """At end of stream, everything held, masked; a held prefix of 4+ characters of a given value too."""
         buf = self._held
         if not buf:
             return b""
@@ -468,7 +468,7 @@ class MaskStream:
         new = _flat(buf)
         flat, base = seen + new, len(seen)
         if self._wanted and self._short is None:     # a value the child holds: from 6 characters
-            self._short = probe.Short(masker.given_forms(self._wanted, strict=True), masker._public)
+            self._short = masker.short_of(self._wanted)
         runs = masker._runs(flat, self._table, self._short)
         if tail:
             runs = _merged([*runs, (len(flat) - tail_len, len(flat), tail, False)])

@@ -11,7 +11,7 @@ import sys
 __all__ = ["SHORT", "Probe", "Short", "grams", "shared"]
 
 SHORT = 6          # a run this long of a value the child holds is masked (8 of any other value)
-_REPEATS = frozenset(int.from_bytes(bytes([b]) * SHORT, sys.byteorder) for b in range(256))
+_REPEATS = frozenset(int.from_bytes(bytes([b]) * SHORT + bytes(8 - SHORT), sys.byteorder) for b in range(256))
 
 _BLOCK = 256       # grams a set probe; only a block with a hit is walked
 NUMPY_AFTER = 8 << 20  # bytes probed before numpy's import (0.1 s) pays
@@ -59,15 +59,14 @@ def shared(corpus: bytes, flat: bytes) -> set:
     return found
 
 
-def _zeroed(data: bytes) -> bytearray:
-    """`data` as 8-byte words, bytes 5-7 of each zeroed: each word is the
-    5-byte gram it starts with."""
+def _zeroed(data: bytes, keep: int = 5) -> bytearray:
+    """`data` as 8-byte words, bytes `keep`-7 of each zeroed: each word is
+    the 5-byte gram (or 6-byte window) it starts with."""
     words = bytearray(data)
     words += bytes(-len(words) % 8)
     zeros = bytes(len(words) // 8)
-    words[5::8] = zeros
-    words[6::8] = zeros
-    words[7::8] = zeros
+    for byte in range(keep, 8):
+        words[byte::8] = zeros
     return words
 
 
@@ -140,9 +139,8 @@ class Short:
         piece, nor is a run of one repeated character."""
         self.owners: dict = {}
         keys: set = set()
-        for flat, owner in forms:
-            for key in _sixes(flat):
-                self.owners.setdefault(key, owner)
+        for flat, owner in reversed(forms):    # a window of several forms: the first's owner
+            self.owners.update(dict.fromkeys(_sixes(flat), owner))
             keys.update(*grams(flat, 1))
         for key in set().union(_REPEATS, *map(_sixes, public)):
             self.owners.pop(key, None)
@@ -172,9 +170,14 @@ class Short:
 
 
 def _six(flat: bytes, at: int) -> int:
-    return int.from_bytes(flat[at:at + SHORT], sys.byteorder)
+    """The 6-byte window at `at` as a word, its last 2 bytes zero (as `_sixes` makes them)."""
+    return int.from_bytes(flat[at:at + SHORT] + bytes(8 - SHORT), sys.byteorder)
 
 
 def _sixes(flat: bytes) -> set:
-    """The 6-byte windows of `flat`."""
-    return {_six(flat, j) for j in range(len(flat) - SHORT + 1)}
+    """Every 6-byte window of `flat` as a word: eight views of zeroed words (C speed)."""
+    found: set = set()
+    for r in range(min(8, len(flat) - SHORT + 1)):
+        count = (len(flat) - r - SHORT) // 8 + 1          # the windows that end inside flat
+        found.update(memoryview(_zeroed(flat[r:], SHORT))[:8 * count].cast("Q"))
+    return found
