@@ -97,6 +97,13 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural but for one: '1 secret', '2 secrets', '3 entries', '1,024 chunks'."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {noun[:-1]}ies" if noun.endswith("y") else f"{n:,} {noun}s"
+
+
 def default_config_path() -> Path:
     return _xdg("XDG_CONFIG_HOME", ".config") / "recall" / "config.yaml"
 

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .config import counted
 from .errors import InputError, MissingExtra, RecallError
 from .extras import IMPORT_BUDGET, IMPORT_TIMEOUT, before_threads, finish_probes, installed, start_probes, stop_probes
 
@@ -170,12 +171,12 @@ def _sources(ctx) -> list:
         held = _ask(ctx.con, lambda con: {r[0] for r in con.execute(
             "SELECT relpath FROM files WHERE source=?", (src.name,))})
         if held is None:
-            out.append(Check(f"source {src.name}", False, f"{src.path}: {len(on_disk)} files, not indexed yet: "
+            out.append(Check(f"source {src.name}", False, f"{src.path}: {counted(len(on_disk), 'file')}, not indexed yet: "
                                                           "run 'recall index'"))
             continue
         from .inventory import ago
         when = f", last indexed {ago(time.time() - float(last))}" if last else ""
-        said = f"{src.path}: {len(on_disk)} files, {len(held)} indexed{when}"
+        said = f"{src.path}: {counted(len(on_disk), 'file')}, {len(held)} indexed{when}"
         lacking = _lacking(on_disk, held, ctx.cfg.max_file_bytes)
         if lacking:
             said += (f"; {len(lacking)} not in the index (e.g. {', '.join(lacking[:3])}): run 'recall index'"
@@ -200,9 +201,9 @@ def _index(ctx) -> list:
     per_model = _ask(ctx.con, lambda con: con.execute(
         "SELECT m.provider, m.model, m.dimension, count(e.id) FROM embed_models m "
         "LEFT JOIN embeddings e ON e.model_id = m.id GROUP BY m.id").fetchall(), [])
-    out = [Check("index", True, f"{chunks:,} chunks, {size / 1e6:.1f} MB"
+    out = [Check("index", True, f"{counted(chunks, 'chunk')}, {size / 1e6:.1f} MB"
                   + ("" if per_model else ", no vectors"))]
-    return out + [Check(f"vectors {p}/{m}", True, f"{n:,} vectors ({d}d)") for p, m, d, n in per_model]
+    return out + [Check(f"vectors {p}/{m}", True, f"{counted(n, 'vector')} ({d}d)") for p, m, d, n in per_model]
 
 
 def _secrets(ctx) -> list:
@@ -245,11 +246,11 @@ def _secrets(ctx) -> list:
         elif edited:
             problems.append("edited since the last sync: run 'recall secret sync'")
         elif plain:             # the sync that the two above ask for seals them as well
-            problems.append(f"{plain} values in plain text: run 'recall secret sync' to seal them (ENC[...])")
+            problems.append(f"{counted(plain, 'value')} in plain text: run 'recall secret sync' to seal them (ENC[...])")
         unopened = _sealed_fault(ctx.cfg.home, entries)
         if unopened:
             problems.append(unopened)
-        out.append(Check(name, not problems, f"{path} ({mode}), {len(entries)} secrets"
+        out.append(Check(name, not problems, f"{path} ({mode}), {counted(len(entries), 'secret')}"
                          + ("; " + "; ".join(problems) if problems else ", synced")))
     return out
 
@@ -295,7 +296,7 @@ def _vault_key(ctx) -> list:
         out.append(Check("vault rows", False, fault))
     gone = sorted(set(_ask(ctx.con, synced, {})) - ctx.secret_ids)
     if gone and ctx.cfg.secrets and not ctx.unread_secrets:     # an unread file: its chmod line says it
-        out.append(Check("vault", False, f"{stored} secrets stored; {', '.join(gone[:5])} no longer in any "
+        out.append(Check("vault", False, f"{counted(stored, 'secret')} stored; {', '.join(gone[:5])} no longer in any "
                                          "secrets file: run 'recall secret sync'"))
     return out
 
@@ -306,7 +307,7 @@ def _inventory(ctx) -> list:
     for path in ctx.cfg.inventory:
         try:
             count = len(yaml.load_entries(str(path), "inventory"))
-            out.append(Check(f"inventory {path.name}", True, f"{path}: {count} entries"))
+            out.append(Check(f"inventory {path.name}", True, f"{path}: {counted(count, 'entry')}"))
         except RecallError as exc:
             parsed = False
             out.append(Check(f"inventory {path.name}", False, str(exc)))
@@ -316,8 +317,8 @@ def _inventory(ctx) -> list:
             bad = [e for e in entries if e.error]
             out += [Check(f"inventory entry {e.id}", False, e.error) for e in bad]
             out.append(Check("inventory references", not bad,
-                             f"{len(bad)} of {len(entries)} entries broken (above); the others work" if bad else
-                             f"{len(entries)} entries: every requires, account and secret names something "
+                             f"{len(bad)} of {counted(len(entries), 'entry')} broken (above); the others work" if bad else
+                             f"{counted(len(entries), 'entry')}: every requires, account and secret names something "
                              "that exists, no cycles"))
         except RecallError as exc:
             out.append(Check("inventory references", False, str(exc)))

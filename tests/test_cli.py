@@ -288,7 +288,7 @@ def test_eval_with_no_judged_file_in_the_index_warns_and_exits_1(cli, config, tm
     golden.write_text('{"query": "disk", "relevant": ["elsewhere/disk.md"]}\n')
     code, out, err = cli("eval", golden)
     assert code == 1 and out == ""
-    assert f"none of the 1 files judged in {golden} is in the index" in err and "--config" in err
+    assert f"none of the 1 file judged in {golden} is in the index" in err and "--config" in err
     golden.write_text('{"query": "disk", "relevant": ["elsewhere/disk.md"]}\n'
                       '{"query": "INC-10963", "relevant": ["incidents/2023/INC-10963-db-failover.md"]}\n')
     code, out, err = cli("eval", golden)
@@ -315,21 +315,21 @@ def synced(cli, make_world):
     pytest.importorskip("cryptography")
     secrets = make_world(secrets=f"- id: jira-api-token\n  service: jira\n  value: {CANARY}\n").secrets
     code, out, err = cli("secret", "sync")
-    assert (code, out) == (0, "synced 1 secrets: 1 added, 0 updated, 0 removed; 1 values sealed in their "
-                         "files (ENC[...])\n"), err
+    assert (code, out) == (0, "synced 1 secret: 1 added, 0 updated, 0 removed; 1 value sealed in its "
+                         "file (ENC[...])\n"), err
     return secrets
 
 
 def test_secret_sync_says_unchanged_when_nothing_changed(cli, synced):
     import re
     code, out, _ = cli("secret", "sync")
-    assert (code, out) == (0, "synced 1 secrets: unchanged\n")
+    assert (code, out) == (0, "synced 1 secret: unchanged\n")
     synced.write_text(synced.read_text().replace("service: jira", "service: jira cloud"))
     code, out, _ = cli("secret", "sync")
-    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed\n"
+    assert out == "synced 1 secret: 0 added, 1 updated, 0 removed\n"
     synced.write_text(re.sub(r"value: .*", f"value: {CANARY}-rotated", synced.read_text()))   # over ENC[...]
     code, out, _ = cli("secret", "sync")
-    assert out == "synced 1 secrets: 0 added, 1 updated, 0 removed; 1 values sealed in their files " \
+    assert out == "synced 1 secret: 0 added, 1 updated, 0 removed; 1 value sealed in its file " \
                   "(ENC[...])\n" and CANARY not in out
 
 

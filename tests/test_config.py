@@ -1,7 +1,7 @@
 """Config discovery and validation: every mistake names the file, the line and the key."""
 import pytest
 
-from recall.config import default_config_path, load_config
+from recall.config import counted, default_config_path, load_config
 from recall.errors import RecallError
 
 
@@ -270,3 +270,10 @@ def test_a_handed_out_line_names_the_state_only_when_the_environment_moved_it(tm
     monkeypatch.setenv("RECALL_KEY_FILE", str(tmp_path / "keys" / "k"))
     assert invocation(load_config(str(cfg.path))).startswith(
         f"RECALL_HOME={tmp_path / 'state'} RECALL_KEY_FILE={tmp_path / 'keys' / 'k'} ")
+
+
+def test_a_count_reads_as_english_one_and_many():
+    """What every count in a sentence recall says goes through: `synced 1 secret`, `3 entries`."""
+    assert [counted(n, "secret") for n in (0, 1, 2)] == ["0 secrets", "1 secret", "2 secrets"]
+    assert [counted(n, "entry") for n in (1, 3)] == ["1 entry", "3 entries"]
+    assert counted(45020, "chunk") == "45,020 chunks"

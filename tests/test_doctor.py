@@ -89,7 +89,7 @@ def test_everything_the_config_names_is_checked_and_said(setup, notes, tmp_path,
     assert all(ok for ok, _ in checks.values()), r.stdout
     assert checks["source notes"][1].endswith(("just now", "m ago")) and ": 4 files, 4 indexed" in checks["source notes"][1]
     assert " chunks, " in checks["index"][1] and checks["index"][1].endswith(" MB, no vectors")
-    assert "(0o600), 1 secrets, synced" in checks["secrets secrets.yaml"][1]
+    assert "(0o600), 1 secret, synced" in checks["secrets secrets.yaml"][1]
     assert "(0o600, folder 0o700)" in checks["vault key"][1]
     assert checks["inventory inventory.yaml"][1].endswith(": 2 entries")
     assert "no cycles" in checks["inventory references"][1]

@@ -202,7 +202,7 @@ def nobody_world():
         run.argv = [*as_nobody, "sh", "-c", 'cat | "$@" | cat', "sh", *recall]
         run.env, run.world = env, world
         synced = run("secret", "sync")
-        assert "synced 1 secrets" in synced.stdout, synced.stderr
+        assert "synced 1 secret:" in synced.stdout, synced.stderr
         yield run
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -86,7 +86,7 @@ def test_a_value_not_changed_keeps_its_ciphertext_and_a_new_plain_one_is_sealed(
     old = re.search(r"value: (ENC\[[^\]]*\])", before.decode()).group(1)
     sealed.write_text(before.decode().replace(old, "brand-new-value-42", 1))
     r = run_recall("secret", "sync")
-    assert r.returncode == 0 and "1 values sealed" in r.stdout and "1 updated" in r.stdout, r.stdout
+    assert r.returncode == 0 and "1 value sealed" in r.stdout and "1 updated" in r.stdout, r.stdout
     after = sealed.read_text()
     assert "brand-new-value-42" not in after
     assert [line for line in after.splitlines() if "plain-one" not in line and "ENC[" in line][1:] == \

@@ -346,7 +346,7 @@ def test_a_tool_errors_hint_names_the_servers_config_and_runs_on_it_in_a_plain_s
     before, told, ran, after = anyio.run(go)
     assert before.is_error and before.content[0].text.endswith(
         f"not synced yet — ask the user to run 'recall --config {w.config} secret sync'"), before.content[0].text
-    assert ran.returncode == 0 and ran.stdout.startswith("synced 1 secrets"), (told, ran.stderr)
+    assert ran.returncode == 0 and ran.stdout.startswith("synced 1 secret:"), (told, ran.stderr)
     assert not after.is_error and " secret exec tok -- " in after.content[0].text
 
 

@@ -309,7 +309,7 @@ def test_the_first_five_minutes(shell):
     refused = (shell.tmp / "refused").read_text()
     assert "secrets.yaml:7: secret 'jira-api-token' still has a placeholder value" in refused, refused
     assert "replace the placeholder" in refused
-    assert "synced 1 secrets: 1 added" in out                                #    the pasted token synced
+    assert "synced 1 secret: 1 added" in out                                #    the pasted token synced
     assert re.search(r"^  value: ENC\[AES256_GCM,data:", out, re.M)         #    sealed in the file
     assert (home / "recall-vault.key").exists()
     assert "secret exec jira-api-token -- sh -c 'curl" in out

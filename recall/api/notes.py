@@ -1,7 +1,7 @@
 """The notes verbs of the library layer: init, index (and watch), search, read, eval."""
 from __future__ import annotations
 
-from ..config import told_as
+from ..config import counted, told_as
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -35,7 +35,7 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
             data = index_remote(cfg, remote, full=full)
             return answer(data, f"indexed on {remote}: {data['new']} new, {data['changed']} changed, "
                                 f"{data['removed']} removed, {data['unchanged']} unchanged files; "
-                                f"{data['chunks']} chunks written; {data['seconds']:.2f}s")
+                                f"{counted(data['chunks'], 'chunk')} written; {data['seconds']:.2f}s")
         from ..db.repair import index_repairing
         from ..notes.index import run_index
         from ..vault import pending, store
@@ -51,7 +51,7 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
         notices = [f"skipped {path}: {why}" for path, why in report.skipped]
         notices += [f"{path}: {what}" for path, what in report.warnings]
         return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, {report.removed} "
-                                       f"removed, {report.unchanged} unchanged files; {report.chunks} chunks "
+                                       f"removed, {report.unchanged} unchanged files; {counted(report.chunks, 'chunk')} "
                                        f"written; {len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s",
                       notices, own=True)
 
@@ -106,11 +106,11 @@ def watch(config: str | None = None, said=lambda ans: None) -> None:
         def passed(kind, rep):
             if kind == "index" and (rep.new or rep.changed or rep.removed):
                 said(answer(rep.__dict__, f"indexed: {rep.new} new, {rep.changed} changed, {rep.removed} "
-                                          f"removed files; {rep.chunks} chunks written; {rep.seconds:.2f}s"))
+                                          f"removed files; {counted(rep.chunks, 'chunk')} written; {rep.seconds:.2f}s"))
             elif kind == "trouble":            # following stopped for now: why; it resumes by itself
                 said(answer({}, notices=[f"not following the notes right now: {rep}"]))
             elif kind == "embed" and rep.embedded:
-                said(answer(rep.__dict__, f"embedded: {rep.embedded} chunks"
+                said(answer(rep.__dict__, f"embedded: {counted(rep.embedded, 'chunk')}"
                                           + (f" ({rep.tokens:,} tokens billed)" if rep.tokens else "")))
         w = watcher(cfg, report=passed)
         if w.how == "off":
@@ -211,7 +211,7 @@ def evaluate(golden: str, config: str | None = None, *, modes=None, verbose: boo
         items = load_golden(golden)
         missing, judged = judged_not_indexed(con, items)
         if missing and len(missing) == judged:
-            raise RecallError(f"none of the {judged} files judged in {golden} is in the index of {cfg.path}",
+            raise RecallError(f"none of the {counted(judged, 'file')} judged in {golden} is in the index of {cfg.path}",
                               "index the notes it was judged on and name their config; for the sample set: "
                               "recall --config golden/recall.yaml index, then eval with the same --config")
         notices = [f"warning: {len(missing)} of {judged} judged files are not in the index (e.g. {missing[0]}); "

@@ -2,7 +2,7 @@
 restore, rotate-key. None returns a value."""
 from __future__ import annotations
 
-from ..config import told_as
+from ..config import counted, told_as
 from ..errors import RecallError
 from .answer import Answer, answer, heard, opened
 
@@ -15,8 +15,9 @@ def secret_sync(config: str | None = None, *, prune: bool = False, notify=None) 
         cfg.require_files("secrets")
         rep = store.sync(con, cfg, prune=prune, notify=heard(notify))
         changes = f"{rep.added} added, {rep.updated} updated, {rep.removed} removed"
-        lines = [f"synced {rep.total} secrets: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
-                 + (f"; {rep.sealed} values sealed in their files (ENC[...])" if rep.sealed else "")
+        lines = [f"synced {counted(rep.total, 'secret')}: {changes if rep.added or rep.updated or rep.removed else 'unchanged'}"
+                 + (f"; {counted(rep.sealed, 'value')} sealed in {'its file' if rep.sealed == 1 else 'their files'} (ENC[...])"
+                    if rep.sealed else "")
                  + (f"; {rep.embedded} metadata texts embedded" if rep.embedded else "")]
         if rep.removed_ids:
             lines.append(f"removed: {', '.join(rep.removed_ids)} — kept 30 days: 'recall secret restore ID' "
@@ -30,7 +31,7 @@ def secret_restore(secret_id: str, config: str | None = None, *, notify=None) ->
     with opened(config, strict=False) as (cfg, con):
         target, rep = store.restore(con, cfg, secret_id, notify=heard(notify))
         return answer({"restored": secret_id, "file": target, **rep.__dict__},
-                      f"restored {secret_id} into {target} (its values sealed); synced {rep.total} secrets")
+                      f"restored {secret_id} into {target} (its values sealed); synced {counted(rep.total, 'secret')}")
 
 
 def secret_set(secret_id: str, field: str | None = None, config: str | None = None, *, notify=None) -> Answer:
@@ -54,7 +55,7 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
                               f"one: {fault.message}", "once that is fixed, run 'recall secret sync' (no need "
                               "to type the value again)") from None
         return answer({"set": where, **rep.__dict__},
-                      f"sealed a new value for {where} in its file; synced {rep.total} secrets")
+                      f"sealed a new value for {where} in its file; synced {counted(rep.total, 'secret')}")
 
 
 def secret_key_backup(file: str, config: str | None = None) -> Answer:
@@ -104,7 +105,7 @@ def secret_find(query: str = "", config: str | None = None, *, limit: int | None
         shown = "\n".join(secret_text(m) for m in found) if found else "no secrets match — " + (why or (
             "try service, kind or environment words, or 'recall secret find' alone to list them all"))
         if found and not query:            # the whole list, bounded: say how many there are
-            shown += f"\n({len(found)} of {total} secrets" + (": name words to narrow it)" if total > len(found)
+            shown += f"\n({len(found)} of {counted(total, 'secret')}" + (": name words to narrow it)" if total > len(found)
                                                              else ")")
         return answer(found, shown, total=total, why_none=why, own=not found)
 
@@ -185,4 +186,4 @@ def secret_rotate_key(config: str | None = None, *, notify=None) -> Answer:
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):
         n = store.rotate_key(con, cfg, notify=heard(notify))
-        return answer({"reencrypted": n}, f"re-encrypted {n} secrets under a new key")
+        return answer({"reencrypted": n}, f"re-encrypted {counted(n, 'secret')} under a new key")

@@ -2,6 +2,7 @@
 remote install, instructions, doctor."""
 from __future__ import annotations
 
+from ..config import counted
 from ..errors import RecallError
 from .answer import Answer, answer, opened
 
@@ -102,7 +103,7 @@ def remote_install(host: str, path: str = "~/recall", config: str | None = None,
     with opened(config, connect=False, need_config=False) as (cfg, _):
         rep = install(cfg, host, path, ssh_config)
         return answer(rep.__dict__, f"{'updated' if rep.updated else 'installed'} recall on {rep.host} at "
-                      f"{rep.path}: {rep.files} files, Python {rep.python} — add it under 'remotes:' with "
+                      f"{rep.path}: {counted(rep.files, 'file')}, Python {rep.python} — add it under 'remotes:' with "
                       f"host: {rep.host}, path: {rep.path}")
 
 

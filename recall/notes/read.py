@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import counted
 from ..errors import NotFound, RecallError
 
 DEFAULT_MAX_CHARS = 8000
@@ -142,13 +143,13 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
     lines = text.splitlines()
     total = len(lines)
     if line is not None and not 1 <= line <= max(total, 1):
-        raise RecallError(f"{rel} has {total} lines; line {line} is outside it")
+        raise RecallError(f"{rel} has {counted(total, 'line')}; line {line} is outside it")
     start, end = _section(text, rel, line, total) if line else (1, total)
     end = min(end, total)
     first = start + offset
     if offset and first > end:
-        where = f"{rel} has {total} lines" if not line else \
-            f"the section at {rel}:{line} has {end - start + 1} lines ({start}-{end})"
+        where = f"{rel} has {counted(total, 'line')}" if not line else \
+            f"the section at {rel}:{line} has {counted(end - start + 1, 'line')} ({start}-{end})"
         below = f"use an --offset below {end - start + 1}, or " if end >= start else ""
         raise RecallError(f"{where}; --offset {offset} is past its end",
                           below + "leave it out to start at the top")

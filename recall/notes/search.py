@@ -8,6 +8,7 @@ from datetime import date as _date
 from pathlib import Path
 
 from .. import db
+from ..config import counted
 from ..errors import RecallError
 from . import fusion
 from .fusion import final_score, recency_factor
@@ -178,7 +179,7 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         result.notices.append(f"the index holds no note yet: add markdown or text files to "
                               f"{', '.join(str(s.path) for s in cfg.sources)}, then run 'recall index'")
     if explain:
-        result.notices.append(f"route: {got.route}; {len(got.files)} files; "
+        result.notices.append(f"route: {got.route}; {counted(len(got.files), 'file')}; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")
     return result
 
