@@ -277,6 +277,20 @@ def test_command_not_found():
     assert TOKEN not in str(info.value)
 
 
+def test_a_shell_line_quoted_whole_is_told_to_go_through_a_shell_and_the_hint_runs(split_vault):
+    """`-- 'a | b'` (one word, as a tired hand quotes it): no such program; the hint is the line to run,
+    and it runs, masked."""
+    import shlex
+
+    from tests.conftest import run_recall
+    line = 'printf "%s\\n" "$V" | cut -c1-6; echo done'
+    r = run_recall("secret", "exec", "split-token", "--", line)
+    assert r.returncode == 1 and "that is a whole shell line in one word" in r.stderr, r.stderr
+    hint = r.stderr.rsplit("give it to a shell: -- ", 1)[1].strip()
+    followed = run_recall("secret", "exec", "split-token", "--", *shlex.split(hint))
+    assert (followed.returncode, followed.stdout) == (0, "[recall:split-token]\ndone\n"), followed.stderr
+
+
 def test_missing_cwd_is_named(tmp_path):
     missing = str(tmp_path / "nope")
     with pytest.raises(RecallError) as info:

@@ -227,6 +227,9 @@ def _popen(argv: list, env: dict, child: Child, fds: tuple, started: list) -> su
     except FileNotFoundError as exc:
         if child.cwd is not None and exc.filename == child.cwd:
             raise RecallError(f"working directory not found: {child.cwd}", "check the path") from None
+        if len(argv) == 1 and any(c in argv[0] for c in " |;&$<>"):     # a shell line, quoted whole
+            raise RecallError(f"command not found: {argv[0]}", "that is a whole shell line in one word; "
+                              f"give it to a shell: -- sh -c {shlex.quote(argv[0])}") from None
         raise RecallError(f"command not found: {argv[0]}",
                           "check the spelling, or that it is on the PATH given to the child") from None
     except PermissionError:
