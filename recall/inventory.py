@@ -139,6 +139,10 @@ def _check_references(entries: list, secret_ids: set, items: dict) -> None:
 
     for e in entries:
         visit(e, [])
+        # a prerequisite with nothing to check (no check, no requires of its own) is never assumed up
+        for r in (by_id[r] for r in e.requires if r in by_id and not (by_id[r].check or by_id[r].requires or by_id[r].error)):
+            _broken(e, "requires", f"requires '{r.id}', which has no check, so recall cannot tell whether it is up",
+                    f"give '{r.id}' ({r.file}:{r.line}) a 'check: tcp HOST:PORT' or a read-only command")
 
 
 def _signature(cfg) -> str:

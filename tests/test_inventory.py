@@ -62,6 +62,7 @@ def _load():
     ("- id: a\n  account: zz\n", 2, "account 'zz'"),
     ("- id: a\n  secrets: [nope]\n", 2, "secret 'nope' is not in the secrets files"),
     ("- id: a\n  requires: [b]\n- id: b\n  requires: [a]\n", 2, "cycle in 'requires': a → b → a"),
+    ("- id: a\n  requires: [b]\n- id: b\n  verify: 'true'\n", 2, "requires 'b', which has no check"),
     ("- id: a\n  colour: red\n", 2, "unknown field 'colour'"),
     ("- id: a\n  check: rm -rf /tmp/x\n", 2, "not a read-only command"),
 ])
@@ -102,7 +103,7 @@ def test_a_bad_entry_breaks_only_itself(tmp_path, make_world, cli, bad, name, sa
     entry's id: every other entry is found, shown, verified and exec'd; naming the bad one (or one
     of its aliases) gives its own error with file:line (issue 36 point 5)."""
     path = make_world(inventory="- id: good1\n  aliases: [g1]\n  verify: 'true'\n" + bad
-                                + "- id: good2\n  requires: [good1]\n  verify: 'true'\n").inventory
+                                + "- id: good2\n  requires: [gate]\n  verify: 'true'\n- id: gate\n  check: 'true'\n").inventory
     inventory.forget_checks()
     code, out, err = cli("--json", "access", "find")
     found = {e["id"]: e for e in json.loads(out)}
@@ -134,6 +135,27 @@ def test_a_broken_prerequisite_stops_its_dependants_as_a_down_one_does(tmp_path,
     code, out, _ = cli("--json", "verify", "box")
     row = json.loads(out)["entries"][0]["commands"][0]
     assert row["status"] == "skipped" and row["detail"] == err[len("recall: "):].strip()
+
+
+def test_a_prerequisite_with_nothing_to_check_is_never_taken_as_up(tmp_path, make_world, cli):
+    """`requires: [vpn]` where vpn has a proof but no check ran the command as if the VPN were up:
+    now the dependant runs nothing and says where to add the check; vpn itself, and an entry
+    reached through a chain of requires ending in a check, still work."""
+    marker = tmp_path / "ran"
+    path = make_world(inventory="- id: vpn\n  verify: 'true'\n- id: box\n  requires: [vpn]\n  verify: 'true'\n"
+                                "- id: gate\n  check: 'true'\n- id: acct\n  requires: [gate]\n"
+                                "- id: db\n  requires: [acct]\n").inventory
+    inventory.forget_checks()
+    code, out, err = cli("access", "exec", "box", "--", "touch", str(marker))
+    assert (code, out) == (1, "") and not marker.exists()
+    assert err == (f"recall: {path}:4: entry 'box': requires 'vpn', which has no check, so recall cannot tell "
+                   f"whether it is up — give 'vpn' ({path}:1) a 'check: tcp HOST:PORT' or a read-only command\n")
+    code, out, _ = cli("--json", "verify", "box")
+    assert json.loads(out)["entries"][0]["commands"][0]["status"] == "error"
+    assert cli("access", "exec", "vpn", "--", "echo", "reached")[:2] == (0, "reached\n")
+    assert cli("access", "exec", "db", "--", "echo", "reached")[:2] == (0, "reached\n")
+    code, out, _ = cli("doctor")
+    assert "NO  inventory entry box" in out and "which has no check" in out
 
 
 def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
