@@ -104,6 +104,52 @@ def test_save_edit_rename_delete_and_atomic_save_are_followed(indexed, how):
     assert out["deleted"] == []
 
 
+def test_a_new_servers_first_search_waits_for_the_first_index(config, notes):
+    """An agent's first search, sent as `recall mcp` starts on notes never indexed, said "the index
+    holds no note yet: add markdown or text files to …" of a folder full of them: it now waits for
+    the server's first pass and finds what is there."""
+    for i in range(300):
+        (notes / f"n{i:03}.md").write_text(f"# Note {i}\n\nticket FIRST-{i:03} raised.\n")
+
+    async def script(search, until):
+        return await search("FIRST-299")
+    assert run_session("poll", script) == ["n299.md"]
+
+
+def test_a_first_pass_longer_than_a_search_waits_is_said_not_taken_for_an_empty_index(config, notes, monkeypatch):
+    """A search that stops waiting for the first pass answers from what is indexed so far and says
+    the notes are still being indexed; once the pass ends, it finds them."""
+    import threading
+
+    from recall import mcp_server
+    from recall.api import notes as api_notes
+    from recall.vault import store as vault
+    (notes / "first.md").write_text("# First\n\nINC-31337 written before any index.\n")
+    entered, go = threading.Event(), threading.Event()
+
+    def slow_redactor(con, cfg):          # the pass holds here, before it writes a note
+        entered.set()
+        go.wait(DEADLINE_S)
+        return vault.redactor(con, cfg)
+    w = watch.Watcher(load_config(), redactor=slow_redactor, reload=load_config).start()
+    monkeypatch.setattr(api_notes, "_FOLLOWING", [w])
+    monkeypatch.setattr(api_notes, "FIRST_PASS_S", 0.2)
+    try:
+        assert entered.wait(DEADLINE_S)
+        during = json.loads(mcp_server.recall_search("INC-31337"))
+        go.set()
+        assert _eventually(lambda: w.passes)
+        after = json.loads(mcp_server.recall_search("INC-31337"))
+    finally:
+        go.set()
+        w.stop()
+    assert during["hits"] == [] and during["stale"] == ["notes"]
+    assert [n for n in during["notices"] if "index" in n] == [
+        f"the notes are still being indexed ({notes}): these results hold only what is indexed so far; "
+        "search again in a minute"]
+    assert [h["read"] for h in after["hits"]] == ["notes:first.md:1"] and "stale" not in after
+
+
 @pytest.mark.parametrize("how", _methods())
 def test_a_burst_of_a_thousand_files_is_all_found(indexed, how):
     notes = indexed

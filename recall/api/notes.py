@@ -57,6 +57,7 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
 
 
 _FOLLOWING: list = []          # the watchers this process runs (recall mcp's): searches say when they cannot follow
+FIRST_PASS_S = 8.0             # a search waits this long for recall mcp's first index pass (a new index: all of it)
 
 
 def watcher(cfg=None, report=lambda kind, result: None):
@@ -91,12 +92,24 @@ def stop_following() -> None:
     _FOLLOWING.clear()
 
 
-def _not_following(cfg) -> tuple:
-    """(stale source names, notices) while a watcher of this process cannot follow the sources."""
+def _first_pass(wait_s: float) -> bool:
+    """Wait at most `wait_s` for the first pass of this process's watchers (the one that indexes what
+    changed while no server ran, or every note of a new index); is one still running?"""
+    import time
+    deadline = time.monotonic() + wait_s
+    return not all(w.settled.wait(max(0.0, deadline - time.monotonic())) for w in _FOLLOWING)
+
+
+def _not_following(cfg, indexing: bool) -> tuple:
+    """(stale source names, notices) while a watcher of this process cannot follow the sources, or
+    is still in its first pass (`indexing`)."""
     said = [why for why in (w.trouble() for w in _FOLLOWING) if why]
     notices = [f"results may be behind the notes: they are not being followed right now ({why}); "
                "following resumes by itself" for why in said]
-    return ([s.name for s in cfg.sources] if said else []), notices
+    if indexing and not said:
+        notices.append(f"the notes are still being indexed ({', '.join(str(s.path) for s in cfg.sources)}): "
+                       "these results hold only what is indexed so far; search again in a minute")
+    return ([s.name for s in cfg.sources] if said or indexing else []), notices
 
 
 def watch(config: str | None = None, said=lambda ans: None) -> None:
@@ -138,15 +151,19 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
     from ..notes.query import parse_query
     from ..notes.search import needs_vectors
     from ..notes.search import search as run
-    from ..notes.walk import behind, missing_sources
+    from ..notes.walk import behind, missing_sources, no_note_yet
     q = parse_query(query)                 # once: the route, both lists, the snippets
+    indexing = bool(_FOLLOWING) and _first_pass(FIRST_PASS_S)     # recall mcp just started
     with opened(config, readonly=True, need_sources=True,
                 vectors=lambda cfg: needs_vectors(cfg, q, mode)) as (cfg, con):
         result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                      hooks=search_hooks(cfg))
         data = result.public()
+        if not result.hits and not indexing:     # before the route --explain adds last
+            at = len(data["notices"]) - explain
+            data["notices"][at:at] = no_note_yet(con, cfg)
         if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
-            data["stale"], behind_it = _not_following(cfg)
+            data["stale"], behind_it = _not_following(cfg, indexing)
             data["notices"] += behind_it + missing_sources(cfg.sources)
         else:
             data["stale"] = stale = behind(con, cfg)

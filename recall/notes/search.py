@@ -175,9 +175,6 @@ def search(con, cfg, query: str | Query, *, n: int = 10, mode: str = "auto", rer
         hooks.pins(con, cfg, result)
     if merge_remotes is not None:
         merge_remotes(result)
-    if not result.hits and not con.execute("SELECT 1 FROM files LIMIT 1").fetchone():
-        result.notices.append(f"the index holds no note yet: add markdown or text files to "
-                              f"{', '.join(str(s.path) for s in cfg.sources)}, then run 'recall index'")
     if explain:
         result.notices.append(f"route: {got.route}; {counted(len(got.files), 'file')}; "
                               f"{(time.perf_counter() - started) * 1000:.1f} ms")

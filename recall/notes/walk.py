@@ -188,6 +188,14 @@ def raw_name(rel: str):
     return None if shown(rel) == rel else rel.encode("utf-8", "surrogateescape")
 
 
+def no_note_yet(con, cfg) -> list:
+    """The notice of an index that holds no file at all, where to put notes and what to run."""
+    if con.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+        return []
+    return [f"the index holds no note yet: add markdown or text files to "
+            f"{', '.join(str(s.path) for s in cfg.sources)}, then run 'recall index'"]
+
+
 def missing_sources(sources) -> list:
     """One line per configured source whose folder is not there (for `search` to warn with)."""
     return [f"source '{s.name}': {s.path} is not there (missing, or a disk not mounted): "

@@ -157,6 +157,7 @@ class Watcher:
         self.how = method()
         self.stop_event = threading.Event()
         self.thread, self.passes = None, 0
+        self.settled = threading.Event()    # the first pass ended, or failed (trouble() says why)
         self._why: str | None = None
         self._con = self._detector = None
         self._opened_on: dict = {}      # the config, DB, folders as opened
@@ -172,6 +173,8 @@ class Watcher:
         if self.how != "off" and (self.reload is not None or self.cfg.sources):
             self.thread = threading.Thread(target=self._guarded, name="recall-watch", daemon=True)
             self.thread.start()
+        else:
+            self.settled.set()
         return self
 
     def stop(self) -> None:
@@ -184,6 +187,8 @@ class Watcher:
             self.run()
         except Exception as exc:    # the server answers from the index it has
             self._why = f"stopped following the sources ({_why(exc)})"
+        finally:
+            self.settled.set()
 
     def run(self) -> None:
         """Index what changed since the last run, then follow the sources
@@ -199,6 +204,7 @@ class Watcher:
                     if why != self._why:
                         self._why = why
                         self.report("trouble", why)
+                    self.settled.set()
                     self._close_db()        # reopened: a file replaced or freed alike
                     if self.stop_event.wait(delay):
                         break
@@ -219,6 +225,7 @@ class Watcher:
                             catch_up=self.catch_up)
             self._dirty, self._why = False, None
             self.passes += 1
+            self.settled.set()
             if self.passes == 1:     # the redactor's maskers now, not at the first save
                 with contextlib.suppress(RecallError):   # a closed vault: the save says so itself
                     self.redactor(self._con, cfg)("")
