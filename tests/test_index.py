@@ -278,6 +278,30 @@ def test_a_missing_or_empty_source_keeps_its_notes_until_prune(config, tmp_path,
     assert "INC-10963-db-failover.md" not in run_recall("search", "INC-10963").stdout
 
 
+def test_a_search_beside_a_running_index_says_so_not_that_notes_are_missing(isolated_home, cli):
+    """`recall index` of a large tree in one shell and `recall search` in another: the search said
+    "no index … run 'recall index' first", then "the index holds no note yet: add markdown or text
+    files", of a folder full of them being indexed."""
+    from recall.db.lock import index_lock
+    assert cli("init")[0] == 0
+    (isolated_home / "notes" / "jira.md").write_text("# Jira\n\nOur Jira project key is OPS.\n")
+    cfg = load_config()
+    cfg.db_path.parent.mkdir(mode=0o700, parents=True)
+    with index_lock(cfg.db_path):                       # an index run that has not made the DB yet
+        code, out, err = cli("search", "jira")
+    assert (code, out) == (1, "") and err == (f"recall: no index at {cfg.db_path} yet: an index run "
+                                              f"(pid {os.getpid()}) is making it — search again when it ends\n")
+    db.connect(cfg.db_path).close()                     # made, nothing written yet
+    with index_lock(cfg.db_path):
+        code, out, err = cli("search", "jira")
+    assert code == 0 and out.startswith("no notes match 'jira'") and err == (
+        f"recall: an index run (pid {os.getpid()}) is writing the index now: these results hold what it has "
+        "written so far\n")
+    assert cli("index")[0] == 0
+    code, out, err = cli("search", "jira")                # the run over: no notice
+    assert code == 0 and out.startswith("1. jira.md:1") and err == ""
+
+
 def test_a_new_empty_notes_folder_says_why_search_finds_nothing(isolated_home, cli):
     """`recall init`, `recall index` and a search before any note is written: index, search and the
     search after a note is saved each said nothing of why nothing matched ("no notes match 'jira'")."""

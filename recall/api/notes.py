@@ -148,6 +148,7 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
            explain: bool = False, local: bool = False) -> Answer:
     """`recall search` / recall_search: pins, remotes and the notices of sources changed or missing
     since the last index run, wired in here for both faces."""
+    from ..db.lock import index_running
     from ..notes.query import parse_query
     from ..notes.search import needs_vectors
     from ..notes.search import search as run
@@ -159,7 +160,8 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
         result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                      hooks=search_hooks(cfg))
         data = result.public()
-        if not result.hits and not indexing:     # before the route --explain adds last
+        running = None if _FOLLOWING else index_running(cfg.db_path)    # `recall index` in another shell
+        if not result.hits and not (indexing or running):    # before the route --explain adds last
             at = len(data["notices"]) - explain
             data["notices"][at:at] = no_note_yet(con, cfg)
         if _FOLLOWING:          # a watcher follows the sources: it says when it cannot
@@ -168,7 +170,10 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
         else:
             data["stale"] = stale = behind(con, cfg)
             data["notices"] += missing_sources(cfg.sources)
-            if stale:
+            if running:
+                data["notices"].append(f"an index run (pid {running}) is writing the index now: these results "
+                                       "hold what it has written so far")
+            elif stale:
                 data["notices"].append(f"{', '.join(stale)} changed since the last index run: 'recall index' "
                                        "brings the results up to date ('recall index --watch' keeps them so)")
         return answer(data, _search_text(result, config), data["notices"])

@@ -254,7 +254,11 @@ def connect(path, *, readonly: bool = False, vectors: bool = False) -> sqlite3.C
     path = Path(path)
     try:
         if readonly and not path.exists():
-            raise RecallError(f"no index at {path}", "run 'recall index' first")
+            from .lock import index_running
+            running = index_running(path)
+            raise (RecallError(f"no index at {path} yet: an index run (pid {running}) is making it",
+                               "search again when it ends") if running else
+                   RecallError(f"no index at {path}", "run 'recall index' first"))
         if not readonly:       # the folders above made 0700 too (mkdir -p gives them 0755)
             for folder in reversed([p for p in path.parent.parents if not p.exists()]):
                 folder.mkdir(mode=0o700, exist_ok=True)

@@ -23,6 +23,25 @@ def index_lock(db_path, notify=None):
                 "another index run", notify)
 
 
+def index_running(db_path) -> str | None:
+    """The pid of an index run of this DB going on now (None: none is, or none can be told)."""
+    from . import NOFOLLOW
+    try:
+        import fcntl
+        fd = os.open(str(Path(db_path).with_name("index.lock")), os.O_RDONLY | NOFOLLOW)
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def vault_lock(home, notify=None):
     """One writer of the key, the secrets files and the sealed rows at a
     time; the next says whom it waits for, and gives up after VAULT_WAIT_S.
