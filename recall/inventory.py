@@ -145,9 +145,23 @@ def _check_references(entries: list, secret_ids: set, items: dict) -> None:
                     f"give '{r.id}' ({r.file}:{r.line}) a 'check: tcp HOST:PORT' or a read-only command")
 
 
+_RULES = ("inventory.py", "errors.py", "vault/door.py", "guard", "yaml")     # the code that decides an entry
+
+
+def _rules() -> list:
+    """recall's own files that validate an entry: a cache another version of them wrote is not used
+    (an upgrade's new rule applies at once, and an old cache's fields never reach Entry)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = []
+    for rel in _RULES:
+        path = os.path.join(here, rel)
+        files += sorted(e.path for e in os.scandir(path) if e.name.endswith(".py")) if os.path.isdir(path) else [path]
+    return files
+
+
 def _signature(cfg) -> str:
     parts = []
-    for p in list(cfg.inventory) + list(cfg.secrets):
+    for p in [*cfg.inventory, *cfg.secrets, *_rules()]:
         try:
             st = os.stat(p)
             parts.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")

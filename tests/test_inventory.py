@@ -158,6 +158,28 @@ def test_a_prerequisite_with_nothing_to_check_is_never_taken_as_up(tmp_path, mak
     assert "NO  inventory entry box" in out and "which has no check" in out
 
 
+def test_an_upgrade_applies_its_rules_to_an_inventory_an_older_recall_cached(tmp_path, make_world):
+    """The entries are cached in the DB, keyed by the inventory and secrets files: after an upgrade
+    adding the rule above, the cache the older recall wrote still let `access exec box` run."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import REPO
+    old = tmp_path / "older"                       # the same recall without that rule, as before the upgrade
+    shutil.copytree(REPO / "recall", old / "recall", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "recall.py", old)
+    code = (old / "recall" / "inventory.py").read_text()
+    rule = "if r in by_id and not (by_id[r].check or by_id[r].requires or by_id[r].error)):"
+    assert code.count(rule) == 1
+    (old / "recall" / "inventory.py").write_text(code.replace(rule, "if False):"))
+    make_world(inventory="- id: vpn\n  verify: 'true'\n- id: box\n  requires: [vpn]\n  verify: 'true'\n")
+    older = subprocess.run([sys.executable, str(old / "recall.py"), "access", "exec", "box", "--", "echo", "reached"],
+                           capture_output=True, text=True, timeout=60)
+    assert (older.returncode, older.stdout) == (0, "reached\n"), older.stderr
+    now = run_recall("access", "exec", "box", "--", "echo", "reached")
+    assert (now.returncode, now.stdout) == (1, "") and "requires 'vpn', which has no check" in now.stderr
+
+
 def test_one_typo_in_requires_breaks_only_its_entry(inv, cli):
     """A typo in one entry's requires failed every access and verify of every entry."""
     text = inv.read_text() + "- id: lab-box\n  kind: host\n  requires: [vnp]\n  verify: tcp 127.0.0.1:1\n"
