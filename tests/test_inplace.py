@@ -198,7 +198,9 @@ def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
     assert run_recall("secret", "key", "backup", tmp_path / "copy.key").returncode == 1   # never overwrites
     assert {c.name: c for c in run_doctor(extras=False)}["vault key backup"].ok
     before = sealed.read_text()
-    assert run_recall("secret", "rotate-key").returncode == 0
+    r = run_recall("secret", "rotate-key")               # the copy made above opens none of it now: said
+    assert r.returncode == 0 and r.stderr.startswith("recall: rotated since the last backup: ") \
+        and "run 'recall secret key backup ~/recall-vault-" in r.stderr, r.stderr
     after = sealed.read_text()
     assert ENC.sub("X", after) == ENC.sub("X", before) and set(ENC.findall(after)).isdisjoint(ENC.findall(before))
     assert _values(sealed)["block-one"] == VALUES["block-one"]       # the resealed file opens

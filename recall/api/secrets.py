@@ -184,6 +184,9 @@ def secret_log(secret_id: str | None = None, config: str | None = None, *, limit
 def secret_rotate_key(config: str | None = None, *, notify=None) -> Answer:
     """`recall secret rotate-key`: every row and every sealed value re-encrypted under a new key."""
     from ..vault import store
+    from ..vault.inplace import backup_state
     with opened(config, strict=False) as (cfg, con):
         n = store.rotate_key(con, cfg, notify=heard(notify))
-        return answer({"reencrypted": n}, f"re-encrypted {counted(n, 'secret')} under a new key")
+        kept, why = backup_state(con, cfg.home)        # a copy made before opens none of it now
+        return answer({"reencrypted": n}, f"re-encrypted {counted(n, 'secret')} under a new key",
+                      [] if kept or not n else [why])
