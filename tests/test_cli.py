@@ -647,6 +647,20 @@ def test_a_verb_typed_wrong_gets_the_closest_in_one_line():
         assert r.returncode == 2 and r.stderr == f"recall: {said}\n", r.stderr
 
 
+def test_a_read_path_as_the_shell_completes_it_from_here_reads_the_note(config, notes, tmp_path):
+    """`recall read notes/runbooks/jump-hosts.md` typed from the folder above the notes (tab-completed)
+    said "no indexed note"; a path from here that is not a note inside a source still is one."""
+    assert run_recall("index").returncode == 0
+    rel = notes.relative_to(tmp_path) / "runbooks" / "jump-hosts.md"
+    r = run_recall("read", f"{rel}:3", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("notes:runbooks/jump-hosts.md lines "), r.stderr
+    r = run_recall("read", "jump-hosts.md", cwd=notes / "runbooks")
+    assert r.returncode == 0 and r.stdout.startswith("notes:runbooks/jump-hosts.md lines "), r.stderr
+    (tmp_path / "outside.md").write_text("# Outside\n")
+    r = run_recall("read", "outside.md", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("recall: no indexed note outside.md"), r.stderr
+
+
 def test_a_read_path_typed_wrong_gets_the_closest_indexed_paths(config):
     assert run_recall("index").returncode == 0
     r = run_recall("read", "runbooks/jump-host.md")

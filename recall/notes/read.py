@@ -58,6 +58,9 @@ def _locate(con, cfg, source: str | None, path: str):
         rows = con.execute("SELECT source FROM files WHERE relpath=?", (rel,)).fetchall()
         matches = [r[0] for r in rows if r[0] in roots]
         if not matches:
+            here = _from_here(p, roots.values())     # a path as the shell completes it, from where recall runs
+            if here is not None:
+                return _locate(con, cfg, None, str(here))
             raise NotFound(f"no indexed note {rel}", _closest_paths(con, rel))
         if len(matches) > 1:
             raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
@@ -68,6 +71,15 @@ def _locate(con, cfg, source: str | None, path: str):
     if not (real == roots[source] or roots[source] in real.parents):
         raise RecallError(f"{rel} is outside source '{source}'")
     return source, rel, real
+
+
+def _from_here(p: Path, roots) -> Path | None:
+    """`p` from the current folder, when that is a file inside a source (`notes/ops/x.md`, typed from ~)."""
+    try:
+        here = (Path.cwd() / p).resolve()
+    except OSError:                  # the current folder is gone
+        return None
+    return here if here.is_file() and any(root in here.parents for root in roots) else None
 
 
 def _closest_paths(con, rel: str, source: str | None = None,
