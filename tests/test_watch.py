@@ -134,15 +134,22 @@ def test_a_first_pass_longer_than_a_search_waits_is_said_not_taken_for_an_empty_
     w = watch.Watcher(load_config(), redactor=slow_redactor, reload=load_config).start()
     monkeypatch.setattr(api_notes, "_FOLLOWING", [w])
     monkeypatch.setattr(api_notes, "FIRST_PASS_S", 0.2)
+    read: list = []
     try:
         assert entered.wait(DEADLINE_S)
         during = json.loads(mcp_server.recall_search("INC-31337"))
+        monkeypatch.setattr(api_notes, "FIRST_PASS_S", DEADLINE_S)       # a read waits for the pass too
+        reader = threading.Thread(target=lambda: read.append(mcp_server.recall_read("notes:first.md:1")))
+        reader.start()
+        time.sleep(0.3)
         go.set()
+        reader.join(DEADLINE_S)
         assert _eventually(lambda: w.passes)
         after = json.loads(mcp_server.recall_search("INC-31337"))
     finally:
         go.set()
         w.stop()
+    assert read and "INC-31337 written before any index." in read[0], read
     assert during["hits"] == [] and during["stale"] == ["notes"]
     assert [n for n in during["notices"] if "index" in n] == [
         f"the notes are still being indexed ({notes}): these results hold only what is indexed so far; "

@@ -212,6 +212,8 @@ def read(target: str, config: str | None = None, *, max_chars: int = 8000, offse
     def read_remote(cfg, name, target, **kw):
         from ..remote import read_remote  # loaded only for a NAME:path on a configured remote
         return read_remote(cfg, name, target, **kw)
+    if _FOLLOWING:                    # recall mcp just started: its first pass makes the index
+        _first_pass(FIRST_PASS_S)
     with opened(config, readonly=True) as (cfg, con):
         res = read_note(con, cfg, target, redactor=redactor, max_chars=max_chars, offset=offset,
                         read_remote=read_remote)
