@@ -581,10 +581,10 @@ def test_public_boilerplate_in_a_value_is_no_piece():
 def test_a_run_of_public_text_is_looked_at_once(monkeypatch):
     """A child printing PEM armor over and over makes one long run of public windows: each probe hit
     inside it is skipped, not grown over the whole run again (that was quadratic: seconds a buffer)."""
-    from recall.vault import mask
+    from recall.vault import table
     calls = []
-    grow = mask._Table._run
-    monkeypatch.setattr(mask._Table, "_run", lambda self, flat, at: calls.append(at) or grow(self, flat, at))
+    grow = table.Table._run
+    monkeypatch.setattr(table.Table, "_run", lambda self, flat, at: calls.append(at) or grow(self, flat, at))
     data = b"-----BEGIN EC PRIVATE KEY-----\n" * 2000
     assert Masker({"tls-key": [PEM]}).mask(data) == data
     assert len(calls) < 20, len(calls)

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import _thread
 import re
-import sys
 from bisect import bisect_right
 from itertools import accumulate
 
 from ..errors import RecallError
 from . import probe
 from .forms import MIN_SECRET_LEN, WORD_BYTES, boilerplate, encodings
+from .table import LOOSE_PIECE, PIECE, Table
 
 __all__ = ["MIN_SECRET_LEN", "PIECE", "Masker", "MaskStream", "check_maskable"]
 
-PIECE = 8          # a run this long of a form is masked wherever it stands
-LOOSE_PIECE = 16   # ... of a form 1.25x its value or more (base64, hex)
 HOLD = LOOSE_PIECE - 1  # always held back: decides every run begun before
 _EOF_PREFIX = 4    # at EOF a held prefix of a given value this long goes
 _BREAKS = b"\r\n"  # no characters of a run: wrapped base64 is one run
 _LOWER = bytes(range(256)).lower()
-_ORDER = sys.byteorder
 _SMALL = 128       # a buffer this short: the forms sharing a window only
 SHARED_LOOKS = 8   # answers read by the forms they share (a pass over every form each)
                    # before the table of every form (10-100 passes' cost) is built
@@ -28,7 +25,6 @@ _LOOK_FORMS = 8 << 20  # forms this long: a stream's first buffers are read so t
 _SHARED_MAX = 1 << 20  # an answer longer than this builds the table: its own grams would cost more
 # PEM armor as _flat leaves it, its spaces as written, percent-encoded (%0A-----END%20…) or escaped
 _ARMOR = re.compile(rb"-----(?:begin|end)(?:(?: |\+|%20|\\ )[a-z0-9]+)+-----")
-_REPEATS = frozenset(int.from_bytes(bytes([b]) * 8, _ORDER) for b in range(256))
 # the last worked-out forms, by the values they are of: the redactor's masker and the door's (one
 # vault, one process) share them, and the table of every form; another vault's values replace them
 _BUILT: dict = {}
@@ -48,17 +44,6 @@ def _flat(data: bytes) -> bytes:
     return data.translate(_LOWER, _BREAKS)
 
 
-def _windows(flat: bytes) -> list:
-    """Every 8-byte window of `flat` as a native int, in eight views."""
-    view, size = memoryview(flat), len(flat)
-    return [view[r:r + (size - r) // 8 * 8].cast("Q")
-            for r in range(min(8, size - 7))]
-
-
-def _key(flat: bytes, at: int) -> int:
-    return int.from_bytes(flat[at:at + 8], _ORDER)
-
-
 class Masker:
     """Every form of every secret, and the table that finds their pieces."""
 
@@ -75,7 +60,7 @@ class Masker:
         self._any = any(raw for _, raw in self._values)
         self._lock = _thread.allocate_lock()  # one build, whichever thread asks first
         self._notes, self._looks = notes, 0
-        self._table: _Table | None = None
+        self._table: Table | None = None
         self._corpus: tuple | None = None
         self._built: dict = {}        # the forms, corpus and whole table, shared (_BUILT)
         self._shorts: dict = {}       # owners a child holds -> probe.Short (stdout, stderr, each run)
@@ -159,7 +144,7 @@ class Masker:
             self._shorts[key] = probe.Short(forms, self._public)
         return self._shorts[key]
 
-    def _runs(self, flat: bytes, table: _Table | None = None, short=None) -> list:
+    def _runs(self, flat: bytes, table: Table | None = None, short=None) -> list:
         """(start, end, owners, word) of every run to mask in `flat`, by
         start, overlaps merged; `table`: one made for it (else its own);
         `short`: the runs of 6 of the values a child holds (probe.Short)."""
@@ -170,7 +155,7 @@ class Masker:
             found += short.runs(flat, hits if table is self._table else None)
         return _merged(found)
 
-    def _table_for(self, flat: bytes, answer: bool = False) -> _Table:
+    def _table_for(self, flat: bytes, answer: bool = False) -> Table:
         """The table of every form; for a short buffer (`exec ID -- true`: none) or one of the first
         answers, one of the forms that share a window with `flat`. A vault of 1 MB has millions of
         windows (seconds, a GB): a child's first output is read so too."""
@@ -180,8 +165,8 @@ class Masker:
         looks = answer or len(self._corpus_of()[0]) >= _LOOK_FORMS
         if len(flat) <= _SMALL or (looks and self._looks < SHARED_LOOKS and len(flat) <= _SHARED_MAX):
             self._looks += len(flat) > _SMALL
-            return _Table(self, self._forms_sharing(flat))
-        self._table = self._built.get("table") or self._built.setdefault("table", _Table(self, self._forms))
+            return Table(self, self._forms_sharing(flat))
+        self._table = self._built.get("table") or self._built.setdefault("table", Table(self, self._forms))
         return self._table
 
     def _corpus_of(self) -> tuple:
@@ -204,135 +189,6 @@ class Masker:
                 if k in found or len(f) < LOOSE_PIECE}
 
 
-class _Table:
-    """Every 8-byte window of the forms with its owners, the public ones, and the probe's keys: their 5-byte grams."""
-
-    def __init__(self, masker: Masker, forms: dict):
-        owned: dict[int, set] = {}
-        strict, words, forced, grams = set(), set(), set(), set()
-        public = set(_REPEATS)
-        for flat in masker._public:
-            public.update(*_windows(flat))
-        self.short = []                # (flat form, owner, word): whole only
-        for flat, (owner, is_loose, word) in forms.items():
-            if len(flat) < (LOOSE_PIECE if is_loose else PIECE):
-                self.short.append((flat, owner, word))
-                continue
-            windows = set()
-            windows.update(*_windows(flat))
-            owned.setdefault(owner, set()).update(windows)
-            if not is_loose:           # a window no strict form has needs 16
-                strict |= windows
-            if word:
-                words |= windows
-            if windows <= public:      # a value of boilerplate alone still masks
-                forced |= windows
-            grams.update(*probe.grams(flat, 3 if is_loose else 1))
-        self.owners: dict[int, tuple] = {}   # a window of several: the shorter value's first
-        for owner in sorted(owned, key=lambda o: (masker._lengths.get(o, 0), o)):
-            windows = owned.pop(owner)
-            shared = [w for w in windows if w in self.owners]
-            for w in shared:
-                self.owners[w] += (owner,)
-            self.owners.update(dict.fromkeys(windows.difference(shared), (owner,)))
-        self.public, self.strict = public - forced, strict
-        self.words, self.probe = words, probe.Probe(grams)
-
-    def whole(self, flat: bytes) -> list:
-        """Runs of the forms too short for pieces, matched whole."""
-        return [(i, i + len(form), (owner,), word)
-                for form, owner, word in self.short for i in _finds(flat, form)]
-
-    def runs(self, flat: bytes, hits: list) -> list:
-        """Runs found from the probe's `hits`; a hit inside a run already looked at is skipped."""
-        found, covered = [], 0
-        for at in hits:
-            if at >= covered:
-                run = self._run(flat, at)
-                if run is not None:
-                    covered = run[1]
-                    if run[2]:
-                        found.append(run)
-        return found
-
-    def _run(self, flat: bytes, at: int):
-        """(start, end, owners, word) of the union of form windows around
-        the hit at `at`; no owners when it holds no secret window or is too
-        short."""
-        owners, last = self.owners, len(flat) - 8
-        around = [j for j in range(max(0, at - 3), min(at, last) + 1)
-                  if _key(flat, j) in owners]
-        if not around:
-            return None
-        # walked from its start whichever hit found it: its owners in the
-        # order they appear, whichever table (every form, or those shared)
-        start = self._reach(flat, around[0], -1, [])
-        seen = [_key(flat, start)]
-        end = self._reach(flat, start, 1, seen)
-        # Stepping 8 at a time lands in any 8 windows in a row: a secret
-        # character of the run was seen, if there is one, but for one next
-        # to PEM armor (public there): then every window decides.
-        secret = [k for k in seen if k not in self.public]
-        if not secret:
-            secret = [k for k in (_key(flat, j) for j in range(start, end + 1))
-                      if k in owners and k not in self.public]
-        head = [_key(flat, j) for j in range(start, min(start + 9, end + 1))]
-        if (secret and self.strict.isdisjoint(secret)         # 16 of a loose
-                and not _chained(head, owners, 9)):           # form: 9 windows
-            keys = [_key(flat, j) for j in range(start, end + 1)]  # all decide
-            secret = [k for k in keys if k in owners and k not in self.public]
-            if (self.strict.isdisjoint(secret)
-                    and not _chained(keys, owners, LOOSE_PIECE - 7)):
-                secret = []
-        if not secret:
-            return start, end + 8, (), False
-        word = all(k in self.words for k in secret)
-        return start, end + 8, _owners_of([owners[k] for k in secret]), word
-
-    def _reach(self, flat: bytes, at: int, step: int, seen: list) -> int:
-        """The start of the last window, going `step` (-1 or 1) from the
-        window at `at`, that keeps the run unbroken (windows overlap or
-        touch); the windows passed are added to `seen`."""
-        owners, last = self.owners, len(flat) - 8
-        while True:            # windows 8 apart, touching: a C-speed view
-            count = (at if step < 0 else last - at) // 8
-            if step < 0:
-                keys = memoryview(flat)[at - 8 * count:at].cast("Q")[::-1]
-            else:
-                keys = memoryview(flat)[at + 8:at + 8 + 8 * count].cast("Q")
-            for key in keys:
-                if key not in owners:
-                    break
-                seen.append(key)
-                at += 8 * step
-            near = (range(at - 7, at) if step < 0      # the furthest first
-                    else range(min(at + 7, last), at, -1))
-            nxt = next((j for j in near if j >= 0 and _key(flat, j) in owners),
-                       None)
-            if nxt is None:
-                return at
-            seen.append(_key(flat, nxt))
-            at = nxt
-
-
-def _chained(keys: list, owners: dict, count: int) -> bool:
-    """`count` keys in a row are windows of forms."""
-    row = 0
-    for key in keys:
-        row = row + 1 if key in owners else 0
-        if row == count:
-            return True
-    return False
-
-
-def _owners_of(tuples: list) -> tuple:
-    """One owner when every window has it (the one of the shorter value first), else each in turn."""
-    common = set(tuples[0]).intersection(*tuples[1:])
-    if common:
-        return (next(o for o in tuples[0] if o in common),)
-    return tuple(dict.fromkeys(t[0] for t in tuples))
-
-
 def _merged(runs: list) -> list:
     """Overlapping runs as one, their owners in order of appearance; word only if all were."""
     out: list = []
@@ -344,15 +200,6 @@ def _merged(runs: list) -> list:
                 out[-1] = (first, end, both, was_word and word)
             continue
         out.append((start, end, owners, word))
-    return out
-
-
-def _finds(flat: bytes, form: bytes) -> list:
-    """Every offset of `form` in `flat`."""
-    out, i = [], flat.find(form)
-    while i != -1:
-        out.append(i)
-        i = flat.find(form, i + 1)
     return out
 
 
@@ -402,7 +249,7 @@ class MaskStream:
     Masker.mask of the whole stream (but for a run's labels when a pause
     splits it)."""
 
-    def __init__(self, masker: Masker, given, table: _Table | None = None):
+    def __init__(self, masker: Masker, given, table: Table | None = None):
         self._masker, self._table = masker, table
         self._wanted, self._given = given, None   # owners the child holds; their forms when asked
         self._short = None       # their runs of 6+ (probe.Short), made on first output

@@ -145,7 +145,7 @@ class Short:
         for key in set().union(_REPEATS, *map(_sixes, public)):
             self.owners.pop(key, None)
         self.probe = Probe(keys)
-        # a form of 8+ (mask.PIECE) is in the table of every form, its grams in that table's probe
+        # a form of 8+ (table.PIECE) is in the table of every form, its grams in that table's probe
         self.tabled = all(len(flat) >= 8 for flat, _ in forms)
 
     def runs(self, flat: bytes, fours: list | None = None) -> list:
