@@ -150,7 +150,10 @@ class Masker:
         `short`: the runs of 6 of the values a child holds (probe.Short)."""
         table = table or self._table_for(flat)
         hits = table.probe.hits(flat)
-        found = table.runs(flat, hits) + table.whole(flat)
+        found = table.runs(flat, hits)
+        if not self._notes:                # a child's output: values one after another, each masked
+            found = [part for run in found for part in (table.cut(flat, run) if len(run[2]) > 1 else [run])]
+        found += table.whole(flat)
         if short is not None:              # every form's grams: its hits are ours too
             found += short.runs(flat, hits if table is self._table else None)
         return _merged(found)
@@ -323,7 +326,7 @@ class MaskStream:
         last = None
         offsets, out, pos = _Offsets(buf, len(new)), [], 0
         for start, end, owners, word in runs:
-            if end <= base or start >= limit:
+            if end <= base or (start >= limit and (last is None or last[0] != start)):   # a run cut in parts: one
                 continue
             lo = offsets.at(max(start, base) - base)
             hi = offsets.at(end - 1 - base) + 1

@@ -73,6 +73,26 @@ class Table:
                         found.append(run)
         return found
 
+    def cut(self, flat: bytes, run: tuple) -> list:
+        """A run of values that share no window, in parts where one's windows give way to the next's
+        (two values printed on two lines: each masked, the line break between them kept); the parts
+        cover the run, so no byte of it is shown."""
+        start, end, _owners, word = run
+        parts: list = [[start, []]]
+        common: set | None = None
+        for j in range(start, end - 7):
+            key = _key(flat, j)
+            got = None if key in self.public else self.owners.get(key)
+            if got is None:
+                continue
+            if common is not None and common.isdisjoint(got):
+                parts.append([j, []])
+                common = None
+            common = set(got) if common is None else common & set(got)
+            parts[-1][1].append(got)
+        ends = [at for at, _ in parts[1:]] + [end]
+        return [(at, stop, _owners_of(seen), word) for (at, seen), stop in zip(parts, ends)]
+
     def _run(self, flat: bytes, at: int):
         """(start, end, owners, word) of the union of form windows around
         the hit at `at`; no owners when it holds no secret window or is too
