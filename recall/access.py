@@ -249,6 +249,8 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
                          prelude=lambda proc, report: _prelude(entry, proc, report), stdin=stdin,
                          host_bound=host_bound, values=values, placeholders=placeholders, timeout=timeout)
     result = runner.run(con, child, out, err)
+    if result.code == 127 and not result.timed_out:      # bash's "command not found"
+        result.notes.append(f"exit 127: a command was not found — {runner.not_on_path(base['PATH'])}")
     # the command's kubectl runs with the entry's context when it names none of its own
     result.context = context if context and _KUBECTL.search(line) and "--context" not in line else ""
     return result

@@ -107,6 +107,25 @@ def test_recall_started_with_no_path_never_runs_a_command_from_the_working_folde
     assert r.returncode == 0 and r.stdout.splitlines()[-2:] == ["not found", "etc"], (r.stdout, r.stderr)
 
 
+def test_a_command_the_bare_path_of_an_mcp_client_lacks_is_said_with_that_path(tmp_path, make_world):
+    """An MCP client starts recall mcp with PATH=/usr/bin:/bin; `aws` lives elsewhere: the agent saw
+    only "/dev/fd/18: line 18: aws: command not found", and nothing to do about it."""
+    _entry(make_world, [])
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "recall-tool-xyz").write_text("#!/bin/sh\necho tool ran\n")
+    (tools / "recall-tool-xyz").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RECALL_", "HOME", "XDG_"))}
+    bare = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--", "recall-tool-xyz"],
+                          capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert bare.returncode == 127 and bare.stderr.endswith(
+        "recall: exit 127: a command was not found — check the spelling, or start recall with a PATH that holds "
+        "it (the child's: /usr/bin:/bin; for recall mcp, \"env\": {\"PATH\": …} in its client's settings)\n"), bare.stderr
+    fixed = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--", "recall-tool-xyz"],
+                           capture_output=True, text=True, env={**env, "PATH": f"{tools}:/usr/bin:/bin"}, timeout=60)
+    assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "tool ran\n", "")
+
+
 def test_kubectl_without_context_gets_the_entrys_context(tmp_path, make_world, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()

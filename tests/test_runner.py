@@ -274,6 +274,7 @@ def test_command_not_found():
     with pytest.raises(RecallError) as info:
         run_masked(["recall-no-such-command-xyz", "--flag"], env=base_env(T=TOKEN), masker=MASKER)
     assert str(info.value).startswith("command not found: recall-no-such-command-xyz")
+    assert f"the child's: {base_env()['PATH']};" in str(info.value)      # an MCP client's bare PATH shows
     assert TOKEN not in str(info.value)
 
 

@@ -230,8 +230,7 @@ def _popen(argv: list, env: dict, child: Child, fds: tuple, started: list) -> su
         if len(argv) == 1 and any(c in argv[0] for c in " |;&$<>"):     # a shell line, quoted whole
             raise RecallError(f"command not found: {argv[0]}", "that is a whole shell line in one word; "
                               f"give it to a shell: -- sh -c {shlex.quote(argv[0])}") from None
-        raise RecallError(f"command not found: {argv[0]}",
-                          "check the spelling, or that it is on the PATH given to the child") from None
+        raise RecallError(f"command not found: {argv[0]}", not_on_path(env.get("PATH", ""))) from None
     except PermissionError:
         raise RecallError(f"command not executable: {argv[0]}", "check the file's permissions") from None
     except OSError as exc:
@@ -405,6 +404,13 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
                   given=() if host_bound else (secret_id,), argv=list(argv), stdin=data,
                   host_bound=host_bound, values=values, timeout=timeout)
     return run(con, child, out, err)
+
+
+def not_on_path(path: str) -> str:
+    """What to do about a command the child's PATH does not hold (an MCP client may start recall mcp
+    with a bare one: /usr/bin:/bin)."""
+    return (f"check the spelling, or start recall with a PATH that holds it (the child's: {path or '(none)'}; "
+            "for recall mcp, \"env\": {\"PATH\": …} in its client's settings)")
 
 
 def child_env() -> dict:
