@@ -160,7 +160,9 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
         result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                      hooks=search_hooks(cfg))
         data = result.public()
-        running = None if _FOLLOWING else index_running(cfg.db_path)    # `recall index` in another shell
+        # `recall index` in another shell, asked only when nothing matched (the look takes its lock
+        # for an instant, which an index run starting in that instant would wait out)
+        running = None if _FOLLOWING or result.hits else index_running(cfg.db_path)
         if not result.hits and not (indexing or running):    # before the route --explain adds last
             at = len(data["notices"]) - explain
             data["notices"][at:at] = no_note_yet(con, cfg)
