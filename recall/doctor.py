@@ -325,6 +325,32 @@ def _inventory(ctx) -> list:
     return out
 
 
+def _proofs(ctx) -> list:
+    """The proofs and secret checks the guard refuses, or whose setup cannot run: verify skips them,
+    so they are never run and their entries never known to work."""
+    if not ctx.cfg.inventory and not ctx.cfg.secrets:
+        return []
+    from .verify import plan
+
+    def judge(con):                     # doctor's read-only connection gives tuples; plan reads rows by name
+        tuples, con.row_factory = con.row_factory, sqlite3.Row
+        try:
+            return plan(con, ctx.cfg)[1]
+        finally:
+            con.row_factory = tuples
+    try:
+        probes = _ask(ctx.con, judge, [])
+    except RecallError:                 # an inventory that does not load has its own line above
+        return []
+    judged = [p for p in probes if p.rule not in ("inventory.entry", "no-proof")]
+    refused = [p for p in judged if p.verdict != "allow" or p.refusal]
+    out = [Check(f"verify {p.target}", False, f"verify skips '{p.command}': " + (
+        f"the guard denies it ({p.rule}): {p.reason}" if p.verdict != "allow" else p.refusal)) for p in refused]
+    if judged and not refused:
+        out.append(Check("verify proofs", True, f"{counted(len(judged), 'proof')} the guard allows ('recall verify' runs them)"))
+    return out
+
+
 def _integrity(ctx) -> list:
     """`PRAGMA quick_check` and the schema version of the DB, read-only."""
     from .db.repair import quick_check
@@ -332,7 +358,7 @@ def _integrity(ctx) -> list:
 
 
 # each takes the context and returns its checks
-SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory]
+SECTIONS = [_config_checks, _platform, _home, _sources, _index, _integrity, _secrets, _vault_key, _inventory, _proofs]
 
 
 # -- prerequisites, remotes, the embedding provider, the extras --------------------------------

@@ -393,3 +393,22 @@ def test_threads_start_only_once_typing_is_whole(tmp_path, make_world, notes):
     assert r.returncode == 0, r.stderr
     started, whole = r.stdout.split()
     assert int(started) >= 2 and whole == "True", r.stdout
+
+
+def test_a_proof_verify_would_skip_is_a_no_line_naming_why(make_world, tmp_path):
+    """`verify: ip link show tun0` (a tool the guard does not allow) and a setup step that cannot run
+    were skipped by every verify while doctor said all was ok: the entries were never known to work."""
+    make_world(inventory="- id: tun\n  verify: ip link show tun0\n"
+                         f"- id: lab\n  access:\n    - source {tmp_path}/no-such-env.sh\n  verify: 'true'\n"
+                         "- id: box\n  verify: 'true'\n- id: acct\n  kind: account\n")
+    assert run_recall("index").returncode == 0
+    said = _by_name(_checks())
+    assert said["verify entry:tun"] == (
+        False, "verify skips 'ip link show tun0': the guard denies it (unknown-tool): 'ip' is not on the allow-list — "
+              "allowed: one of kubectl, curl, ssh, aws, az, gcloud, true, tcp HOST:PORT, sudo -k true | -n true | -v")
+    assert said["verify entry:lab"][0] is False and "no-such-env.sh cannot be read" in said["verify entry:lab"][1]
+    assert not any("box" in name or "acct" in name for name in said)        # allowed, or nothing to prove
+    r = run_recall("--json", "verify", "tun", "lab")
+    assert [e["commands"][0]["status"] for e in json.loads(r.stdout)["entries"]] == ["skipped", "skipped"]
+    make_world(inventory="- id: box\n  verify: 'true'\n")
+    assert _by_name(_checks())["verify proofs"] == (True, "1 proof the guard allows ('recall verify' runs them)")
