@@ -495,8 +495,7 @@ def test_a_verb_group_alone_lists_its_verbs(words, verbs):
     (["search", "jira", "--explian"], "recall search has no option '--explian' — did you mean '--explain'? "
                                       "(a word that starts with '-' goes after '--')"),
     (["index", "--fulll"], "recall index has no option '--fulll' — did you mean '--full'?"),
-    (["verify", "--dryrun"], "recall verify has no option '--dryrun' — did you mean '--dry-run'? "
-                             "(a word that starts with '-' goes after '--')"),
+    (["verify", "--dryrun"], "recall verify has no option '--dryrun' — did you mean '--dry-run'?"),
     (["secret", "sync", "--prnue"], "recall secret sync has no option '--prnue' — did you mean '--prune'?"),
     (["--jsno", "search", "x"], "recall has no option '--jsno' — did you mean '--json'?")])
 def test_an_option_typed_wrong_names_the_closest(words, said):
@@ -507,6 +506,8 @@ def test_an_option_typed_wrong_names_the_closest(words, said):
     r = run_recall("search", "jira", "--prod")
     assert r.returncode == 2 and r.stderr.endswith("recall: words that start with '-' go after '--', as in: "
                                                    "recall search -- --prod\n")
+    r = run_recall("secret", "set", "new-one", "--service", "jira")    # an id is no word to move after '--'
+    assert r.returncode == 2 and r.stderr.endswith("recall: unrecognized arguments: --service jira\n"), r.stderr
 
 
 def test_every_verb_help_ends_with_an_example(capsys):

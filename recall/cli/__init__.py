@@ -93,8 +93,9 @@ def _width() -> int:
 
 def _dashed_words(argv: list, parser) -> list:
     """Words before any `--` that start with '-' and are none of the options of a verb that takes
-    words (a query, an id, a path)."""
-    if " " not in parser.prog or not any(not a.option_strings for a in parser._actions):
+    words to search for (a query: `search`, `secret find`, `access find`); an id or a path never
+    starts with '-' (`secret set ID --service x` is an option it lacks, not a word to move)."""
+    if " " not in parser.prog or not any(a.dest == "query" and not a.option_strings for a in parser._actions):
         return []
     known = parser._option_string_actions
     words = argv[:argv.index("--")] if "--" in argv else argv
