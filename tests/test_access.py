@@ -92,18 +92,27 @@ def test_the_command_runs_in_the_setup_shell_pipes_and_variables_work(tmp_path, 
     assert r.stdout == "a | b $REGION\n"
 
 
+def _script_in(folder, name: str) -> None:
+    folder.mkdir()
+    (folder / name).write_text(f"#!/bin/sh\necho {name} ran\n")
+    (folder / name).chmod(0o755)
+
+
+def _exec_box(line: str, path=None, cwd=None):
+    """`recall access exec box -- LINE` as an MCP client starts it: only recall's own variables and
+    HOME, and PATH only when given."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RECALL_", "HOME", "XDG_"))}
+    return subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--", line],
+                          capture_output=True, text=True, env={**env, **({"PATH": path} if path else {})},
+                          cwd=cwd, timeout=60)
+
+
 def test_recall_started_with_no_path_never_runs_a_command_from_the_working_folder(tmp_path, make_world):
     """`env -i recall mcp` (an MCP client with a bare environment): bash's own PATH ends in '.', so a
     `deploy` planted in the folder recall runs in was run when the agent asked for `deploy`."""
     _entry(make_world, [])
-    planted = tmp_path / "cwd"
-    planted.mkdir()
-    (planted / "deploy").write_text("#!/bin/sh\necho planted\n")
-    (planted / "deploy").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("RECALL_", "HOME", "XDG_"))}
-    r = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--",
-                        "deploy || echo not found; ls / | grep -x etc"],
-                       capture_output=True, text=True, env=env, cwd=planted, timeout=60)
+    _script_in(tmp_path / "cwd", "deploy")
+    r = _exec_box("deploy || echo not found; ls / | grep -x etc", cwd=tmp_path / "cwd")
     assert r.returncode == 0 and r.stdout.splitlines()[-2:] == ["not found", "etc"], (r.stdout, r.stderr)
 
 
@@ -111,19 +120,13 @@ def test_a_command_the_bare_path_of_an_mcp_client_lacks_is_said_with_that_path(t
     """An MCP client starts recall mcp with PATH=/usr/bin:/bin; `aws` lives elsewhere: the agent saw
     only "/dev/fd/18: line 18: aws: command not found", and nothing to do about it."""
     _entry(make_world, [])
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    (tools / "recall-tool-xyz").write_text("#!/bin/sh\necho tool ran\n")
-    (tools / "recall-tool-xyz").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("RECALL_", "HOME", "XDG_"))}
-    bare = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--", "recall-tool-xyz"],
-                          capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"}, timeout=60)
+    _script_in(tmp_path / "tools", "recall-tool-xyz")
+    bare = _exec_box("recall-tool-xyz", path="/usr/bin:/bin")
     assert bare.returncode == 127 and bare.stderr.endswith(
         "recall: exit 127: a command was not found — check the spelling, or start recall with a PATH that holds "
         "it (the child's: /usr/bin:/bin; for recall mcp, \"env\": {\"PATH\": …} in its client's settings)\n"), bare.stderr
-    fixed = subprocess.run([sys.executable, str(REPO / "recall.py"), "access", "exec", "box", "--", "recall-tool-xyz"],
-                           capture_output=True, text=True, env={**env, "PATH": f"{tools}:/usr/bin:/bin"}, timeout=60)
-    assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "tool ran\n", "")
+    fixed = _exec_box("recall-tool-xyz", path=f"{tmp_path / 'tools'}:/usr/bin:/bin")
+    assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "recall-tool-xyz ran\n", "")
 
 
 def test_kubectl_without_context_gets_the_entrys_context(tmp_path, make_world, monkeypatch):
