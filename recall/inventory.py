@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 from .errors import InputError, PrerequisiteDown, RecallError, did_you_mean
-from .vault.door import hide_values, show_step
+from .vault.door import inline_warnings, show_step
 
 DEFAULT_TCP_TIMEOUT = 3.0
 DEFAULT_COMMAND_TIMEOUT = 20.0
@@ -170,35 +170,6 @@ def _signature(cfg) -> str:
     return "|".join(parts)
 
 
-def _holds_inline_values(entries: list) -> bool:
-    """A step, proof, check, URL or error (it quotes a denied check) with a literal secret (`export
-    X_TOKEN=abc`, `-u user:pw`, a bearer token, `https://u:pw@…`: what access exec masks, door.credentials):
-    such entries are never cached in the DB, so no value is kept there in plain text."""
-    from .vault.door import credentials
-    return any(text and (show_step(e.id, text) != text or hide_values(text) != text
-                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text) or credentials(text))
-               for e in entries for text in [*e.access, e.verify, e.check, e.url, e.error])
-
-
-def inline_credentials(entries: list) -> list:
-    """(entry, field, label, literal) of every credential written inline in an entry: in a step (its
-    variable's name), `verify`, `check` or a URL's password."""
-    from .vault.door import credentials
-    found = []
-    for e in entries:
-        for key, texts in (("access", e.access), ("verify", [e.verify]), ("check", [e.check]), ("url", [e.url])):
-            for text in texts:
-                found += [(e, key, f"{e.id}:{name or key}", literal) for name, literal in credentials(text)]
-    return found
-
-
-def inline_warnings(entries: list) -> list:
-    """One line per entry field holding a credential written inline: where, and the fix."""
-    return list(dict.fromkeys(f"{e.file}:{e.line}: entry '{e.id}' has a credential written inline in '{field}' "
-                              "(shown as [recall:…]): move it into the secrets file and link it with secrets: [ID]"
-                              for e, field, _label, _literal in inline_credentials(entries)))
-
-
 def load_inventory(cfg, con=None) -> list:
     """Every entry of every inventory file, validated (a bad one kept with its own error, the rest
     usable); cached in the DB while the files are unchanged."""
@@ -215,9 +186,9 @@ def load_inventory(cfg, con=None) -> list:
     entries = _one_name_one_entry([e for e, _ in loaded])
     _check_references(entries, _secret_ids(cfg), {e.id: item for e, item in reversed(loaded)})
     from .vault import door
-    for _e, _field, label, literal in inline_credentials(entries):     # shown as [recall:ENTRY:FIELD]
+    for _e, _field, label, literal in door.inline_credentials(entries):     # shown as [recall:ENTRY:FIELD]
         door.learn(label, literal)
-    if con is not None and not _holds_inline_values(entries):
+    if con is not None and not door.holds_inline(entries):
         try:
             with waiting_at_most(con):      # a search must not wait out another writer for a cache
                 set_meta(con, "inventory_cache", json.dumps({"sig": sig, "entries": [asdict(e) for e in entries]}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config import counted
 from ..errors import RecallError
+from ..vault.door import inline_warnings
 from .answer import Answer, answer, opened
 
 
@@ -24,7 +25,7 @@ def access_find(query: str = "", config: str | None = None) -> Answer:
         why = "" if every else f"the inventory holds no entries yet: add one to {', '.join(map(str, cfg.inventory))}"
         return answer(shown, "\n\n".join(d["block"] for d in shown) if shown else "no inventory entries match — "
                       + (why or "try an id, alias, kind or tag, or 'recall access find' alone to list them all"),
-                      inventory.inline_warnings(found), why_none=why, own=not shown)
+                      inline_warnings(found), why_none=why, own=not shown)
 
 
 def access_show(entry_id: str, config: str | None = None) -> Answer:
@@ -33,7 +34,7 @@ def access_show(entry_id: str, config: str | None = None) -> Answer:
     with opened(config) as (cfg, con):
         entry = inventory.get_entry(entries(cfg, con), entry_id)
         d = inventory.describe(con, entry)
-        return answer(d, d["block"], inventory.inline_warnings([entry]))
+        return answer(d, d["block"], inline_warnings([entry]))
 
 
 def access_exec(entry_id: str, command=None, config: str | None = None, *, out=None, err=None,
@@ -48,7 +49,7 @@ def access_exec(entry_id: str, command=None, config: str | None = None, *, out=N
             command = command[0]          # one word: a shell line ('a | b'); more: quoted words
         result = exec_entry(con, cfg, entry_id, command or None, out=out, err=err, timeout=timeout)
         named = inventory.get_entry(entries(cfg, con), entry_id)
-        notices = inventory.inline_warnings([named])
+        notices = inline_warnings([named])
         if result.context:
             notices.append(f"kubectl gets --context {result.context} (this entry's context)")
         notices += result.notes
@@ -70,7 +71,7 @@ def verify(ids=None, config: str | None = None, *, dry_run: bool = False, timeou
         listed = inventory.load_inventory(cfg, con)
         kinds = {f"entry:{e.id}": e.kind or "entry" for e in listed}
         kinds.update({f"secret:{sid}": "secret" + (f" ({k})" if k else "") for sid, k in store.kinds(con).items()})
-        return answer(report.public(), _verify_text(report, code), inventory.inline_warnings(listed), code=code,
+        return answer(report.public(), _verify_text(report, code), inline_warnings(listed), code=code,
                       kinds=kinds, own=True)
 
 

@@ -129,6 +129,33 @@ def scrub_inline(text: str) -> str:
     return text
 
 
+def holds_inline(entries: list) -> bool:
+    """Inventory entries with a step, proof, check, URL or error (it quotes a denied check) holding a
+    literal secret (`export X_TOKEN=abc`, `-u user:pw`, a bearer token, `https://u:pw@…`: what access
+    exec masks, `credentials`): such entries are never cached in the DB, so no value is kept there."""
+    return any(text and (show_step(e.id, text) != text or hide_values(text) != text
+                         or re.search(r"://[^/\s:@]+:[^/\s@]+@", text) or credentials(text))
+               for e in entries for text in [*e.access, e.verify, e.check, e.url, e.error])
+
+
+def inline_credentials(entries: list) -> list:
+    """(entry, field, label, literal) of every credential written inline in an inventory entry: in a
+    step (its variable's name), `verify`, `check` or a URL's password."""
+    found = []
+    for e in entries:
+        for key, texts in (("access", e.access), ("verify", [e.verify]), ("check", [e.check]), ("url", [e.url])):
+            for text in texts:
+                found += [(e, key, f"{e.id}:{name or key}", literal) for name, literal in credentials(text)]
+    return found
+
+
+def inline_warnings(entries: list) -> list:
+    """One line per entry field holding a credential written inline: where, and the fix."""
+    return list(dict.fromkeys(f"{e.file}:{e.line}: entry '{e.id}' has a credential written inline in '{field}' "
+                              "(shown as [recall:…]): move it into the secrets file and link it with secrets: [ID]"
+                              for e, field, _label, _literal in inline_credentials(entries)))
+
+
 # -- the door: what it knows, and scrub ---------------------------------------------------------
 
 _LOCK = _thread.allocate_lock()
