@@ -212,9 +212,10 @@ def test_partial_overlap_masks_both():
 
 
 def test_adjacent_secrets_keep_their_labels(masker):
-    """Two values side by side are one masked run with both labels; the same value twice is one run."""
+    """Two values side by side are masked each with its label; the same value twice, twice (a run
+    longer than any form of its value holds it more than once)."""
     assert masker.mask(TOKEN.encode() + PASSWORD.encode()) == b"[recall:api-token][recall:db-password]"
-    assert masker.mask(TOKEN.encode() + TOKEN.encode()) == b"[recall:api-token]"
+    assert masker.mask(TOKEN.encode() + TOKEN.encode()) == b"[recall:api-token][recall:api-token]"
 
 
 def test_multi_part_secret_masks_every_part():
@@ -498,6 +499,8 @@ def test_values_printed_on_lines_of_their_own_keep_their_line_breaks():
                 out = b"".join(stream.feed(data[i:i + size]) for i in range(0, len(data), size)) + stream.flush()
                 assert out == want, (size, given, out)
     assert masker.mask(PEM.encode() + AWS.encode() + b"\n") == b"[recall:key]\n[recall:aws]\n"
+    twice = [f"{AWS}\n".encode(), f"{AWS}\n".encode()]          # one value on two lines, a write each
+    assert masker.mask(b"".join(twice)) == stream_all(masker, twice) == b"[recall:aws]\n[recall:aws]\n"
 
 
 def test_six_characters_of_a_value_the_child_holds_are_masked_wherever_they_stand():

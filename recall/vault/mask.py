@@ -152,7 +152,7 @@ class Masker:
         hits = table.probe.hits(flat)
         found = table.runs(flat, hits)
         if not self._notes:                # a child's output: values one after another, each masked
-            found = [part for run in found for part in (table.cut(flat, run) if len(run[2]) > 1 else [run])]
+            found = [part for run in found for part in (table.cut(flat, run) if table.several(run) else [run])]
         found += table.whole(flat)
         if short is not None:              # every form's grams: its hits are ours too
             found += short.runs(flat, hits if table is self._table else None)

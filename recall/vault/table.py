@@ -32,7 +32,9 @@ class Table:
         for flat in masker._public:
             public.update(*_windows(flat))
         self.short = []                # (flat form, owner, word): whole only
+        self.longest: dict[int, int] = {}   # owner -> its longest form: a longer run holds it twice
         for flat, (owner, is_loose, word) in forms.items():
+            self.longest[owner] = max(self.longest.get(owner, 0), len(flat))
             if len(flat) < (LOOSE_PIECE if is_loose else PIECE):
                 self.short.append((flat, owner, word))
                 continue
@@ -73,23 +75,30 @@ class Table:
                         found.append(run)
         return found
 
+    def several(self, run: tuple) -> bool:
+        """Can the run hold more than one appearance (several values, or one longer than any of its forms)?"""
+        return len(run[2]) > 1 or run[1] - run[0] > self.longest.get(run[2][0], 0)
+
     def cut(self, flat: bytes, run: tuple) -> list:
-        """A run of values that share no window, in parts where one's windows give way to the next's
-        (two values printed on two lines: each masked, the line break between them kept); the parts
-        cover the run, so no byte of it is shown."""
+        """A run of several appearances (a value printed on two lines, two values one after the other),
+        in parts: one where the forms' windows begin again after windows of none, or give way to another
+        value's; each part masked with its own label, the line breaks between them kept. The parts cover
+        the run, so no byte of it is shown."""
         start, end, _owners, word = run
+        owners, public = self.owners, self.public
         parts: list = [[start, []]]
         common: set | None = None
+        before = True                      # the window before j is a window of the forms
         for j in range(start, end - 7):
             key = _key(flat, j)
-            got = None if key in self.public else self.owners.get(key)
-            if got is None:
-                continue
-            if common is not None and common.isdisjoint(got):
-                parts.append([j, []])
-                common = None
-            common = set(got) if common is None else common & set(got)
-            parts[-1][1].append(got)
+            got = owners.get(key)
+            if got is not None and key not in public:
+                if parts[-1][1] and (not before or common.isdisjoint(got)):
+                    parts.append([j, []])
+                    common = None
+                common = set(got) if common is None else common & set(got)
+                parts[-1][1].append(got)
+            before = got is not None
         ends = [at for at, _ in parts[1:]] + [end]
         return [(at, stop, _owners_of(seen), word) for (at, seen), stop in zip(parts, ends)]
 
