@@ -135,8 +135,10 @@ def _script(steps: list, command: str, base: dict, context: str, script_fd: int,
     restore = "".join(f"export {k}={shlex.quote(base[k])}\n" for k in _RC_VARIABLES if k in base)
     kubectl = ("kubectl() { case \" $* \" in *' --context '*|*' --context='*) command kubectl \"$@\";; "
                f"*) command kubectl --context {shlex.quote(context)} \"$@\";; esac; }}\n") if context else ""
+    # bash says "/dev/fd/N: line L: aws: command not found", a line of this script: the name is enough
+    missing = "command_not_found_handle() { printf '%s: command not found\\n' \"$1\" >&2; return 127; }\n"
     return (
-        f"exec {script_fd}<&-\n"
+        f"exec {script_fd}<&-\n" + missing +
         "__recall_vars() { local __recall_v; for __recall_v in $(compgen -v); do\n"
         "  printf '%s=%s\\0' \"$__recall_v\" \"${!__recall_v}\"; done; }\n"
         f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"

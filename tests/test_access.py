@@ -122,11 +122,19 @@ def test_a_command_the_bare_path_of_an_mcp_client_lacks_is_said_with_that_path(t
     _entry(make_world, [])
     _script_in(tmp_path / "tools", "recall-tool-xyz")
     bare = _exec_box("recall-tool-xyz", path="/usr/bin:/bin")
-    assert bare.returncode == 127 and bare.stderr.endswith(
+    assert bare.returncode == 127 and bare.stderr == (
+        "recall-tool-xyz: command not found\n"                 # not bash's "/dev/fd/18: line 18: …"
         "recall: exit 127: a command was not found — check the spelling, or start recall with a PATH that holds "
         "it (the child's: /usr/bin:/bin; for recall mcp, \"env\": {\"PATH\": …} in its client's settings)\n"), bare.stderr
     fixed = _exec_box("recall-tool-xyz", path=f"{tmp_path / 'tools'}:/usr/bin:/bin")
     assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "recall-tool-xyz ran\n", "")
+    env_file = tmp_path / "login.sh"                      # a setup step that calls a tool the PATH lacks
+    env_file.write_text("recall-tool-xyz --login\n")
+    env_file.chmod(0o600)
+    _entry(make_world, [f"source {env_file}"])
+    setup = _exec_box("true", path="/usr/bin:/bin")
+    assert setup.returncode == 1 and setup.stderr.startswith(
+        "recall: the setup steps of 'box' failed: recall-tool-xyz: command not found — "), setup.stderr
 
 
 def test_kubectl_without_context_gets_the_entrys_context(tmp_path, make_world, monkeypatch):
