@@ -117,6 +117,18 @@ def test_a_value_holding_a_nul_byte_goes_only_to_stdin(sealed):
     assert r.returncode == 0 and "p   w   -  \\0   -   o   f" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_value_piped_with_windows_line_endings_or_in_no_utf8_is_stored_right_or_refused(sealed):
+    r = run_recall("secret", "set", "plain-one", input="crlf-value-99\r\n")     # pasted from a CRLF file
+    assert r.returncode == 0, r.stderr
+    assert _values(sealed)["plain-one"] == "crlf-value-99"                      # no CR kept to fail auth
+    before = sealed.read_bytes()
+    r = subprocess.run([sys.executable, str(REPO / "recall.py"), "secret", "set", "plain-one"],
+                       input=b"\xff\xfeabcdefgh\n", capture_output=True)
+    assert r.returncode == 1 and r.stderr.count(b"\n") == 1, r.stderr              # one line, no traceback
+    assert b"not UTF-8 text; nothing was stored" in r.stderr and b"base64" in r.stderr
+    assert sealed.read_bytes() == before and _values(sealed)["plain-one"] == "crlf-value-99"
+
+
 def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     key = keyfile.key_path(load_config().home)
     key.rename(tmp_path / "saved.key")

@@ -422,6 +422,17 @@ def test_access_log_records_every_use(vault_cfg, cli, monkeypatch):
     assert {r["caller"] for r in rows} == {"cli"} and all(r["parent"] for r in rows)
 
 
+def test_an_argument_in_no_utf8_is_logged_as_its_bytes_not_a_traceback(vault_cfg):
+    """A byte of an argument that is not UTF-8 (a file name from another system) reaches the log as
+    \\xff: `secret command` gives its line, and `secret log` shows the row."""
+    recall = [sys.executable, str(REPO / "recall.py")]
+    r = subprocess.run(recall + ["secret", "command", "jira-api-token", "--", "cat", b"r\xe9sum\xe9.txt"],
+                       capture_output=True)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr and b"cat" in r.stdout, r.stderr
+    r = subprocess.run(recall + ["secret", "log", "jira-api-token"], capture_output=True, text=True)
+    assert r.returncode == 0 and "r\\xe9sum\\xe9.txt" in r.stdout, r.stdout + r.stderr
+
+
 def test_rotate_key_keeps_values_usable(vault_cfg):
     cfg, con, _ = vault_cfg
     key = cfg.home / "vault.key"

@@ -24,8 +24,7 @@ def parent_name() -> str:
 
 def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None) -> int:
     """Append one row (autocommitted outside a transaction), its text through the door; its id."""
-    from .door import scrub
-    target, argv, verdict = scrub(target), scrub(argv), scrub(verdict)
+    target, argv, verdict = _stored(target), _stored(argv), _stored(verdict)
     return con.execute("INSERT INTO access_log(at, caller, parent, verb, target, argv, verdict, exit_code) "
                        "VALUES (?,?,?,?,?,?,?,?)",
                        (time.time(), CALLER["name"], parent_name(), verb, target, argv, verdict, exit_code)).lastrowid
@@ -33,9 +32,15 @@ def log(con, verb: str, target: str, *, argv: str, verdict: str, exit_code=None)
 
 def finish(con, row: int, *, argv: str, verdict: str, exit_code=None) -> None:
     """How a run logged before it started (verdict 'running') ended."""
-    from .door import scrub
     con.execute("UPDATE access_log SET argv=?, verdict=?, exit_code=? WHERE id=?",
-                (scrub(argv), scrub(verdict), exit_code, row))
+                (_stored(argv), _stored(verdict), exit_code, row))
+
+
+def _stored(text: str) -> str:
+    """`text` through the door, a byte of an argument that is not UTF-8 (held by os as a lone
+    surrogate, which SQLite text cannot hold) written as \\xff."""
+    from .door import scrub
+    return scrub(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def entries(con, target: str | None = None, limit: int = 50) -> list:

@@ -291,16 +291,26 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
 
 def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
     """A value typed on the terminal without echo, or read from stdin when it is not a terminal
-    (one trailing line break dropped)."""
+    (one trailing line break, LF or CR LF, dropped)."""
     if not os.isatty(stdin_fd):
-        text = b"".join(iter(lambda: os.read(stdin_fd, 1 << 20), b"")).decode("utf-8")
-        return text[:-1] if text.endswith("\n") else text
+        data = b"".join(iter(lambda: os.read(stdin_fd, 1 << 20), b""))
+        return _text(data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data,
+                     "standard input")
     from .tty import ask
     fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
     try:
-        return ask(fd, prompt, echo=False).decode("utf-8")
+        return _text(ask(fd, prompt, echo=False), "the terminal")
     finally:
         os.close(fd)
+
+
+def _text(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecallError(f"the value read from {where} is not UTF-8 text; nothing was stored",
+                          "a binary value goes in base64 (base64 -w0 FILE | recall secret set ID), "
+                          "decoded by the command that uses it") from None
 
 
 # -- the key's backup: the one thing to keep -------------------------------------------------------
