@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from recall.cli import build_parser
+from recall.errors import RecallError
 from tests.conftest import CANARY, REPO, run_recall
 
 
@@ -680,6 +681,19 @@ def test_a_read_path_as_search_shows_it_typed_wrong_gets_the_closest_too(config)
     assert r.returncode == 1 and r.stderr.endswith("run 'recall index' if it is new\n"), r.stderr
     r = run_recall("read", "")
     assert (r.returncode, r.stderr) == (1, "recall: no path given — use a path from 'recall search' output\n")
+
+
+def test_a_read_naming_no_source_or_remote_or_holding_a_nul_says_so(config):
+    """`recall read buildbox:notes.md:12` with no remote of that name offered a note of another name;
+    a NUL in the path was a traceback (over MCP, a bare "Error executing tool")."""
+    assert run_recall("index").returncode == 0
+    r = run_recall("read", "buildbox:runbooks/jump-hosts.md:12")
+    assert r.returncode == 1 and r.stderr == ("recall: no source or remote named 'buildbox', and no indexed note "
+                                              "buildbox:runbooks/jump-hosts.md — the sources and remotes: notes\n"), r.stderr
+    for typed in ("runbooks/jump-hosts.md\0", "/tmp/\0x"):
+        from recall import api
+        with pytest.raises(RecallError, match="a path holds no NUL character"):
+            api.read(typed)
 
 
 def test_an_error_quoting_an_id_with_a_newline_stays_one_line(config):

@@ -43,8 +43,9 @@ def _locate(con, cfg, source: str | None, path: str):
     """(source, relpath as the index shows it, real path) of a note named by its target."""
     from .walk import shown
     roots = {s.name: Path(s.path).resolve() for s in cfg.sources}
-    if source is not None and source not in roots:
-        source, path = None, f"{source}:{path}"
+    named = None
+    if source is not None and source not in roots:         # a:b.md, or a source or remote mistyped
+        named, source, path = source, None, f"{source}:{path}"
     p = Path(os.path.expanduser(path))
     if p.is_absolute():
         real = p.resolve()
@@ -61,6 +62,10 @@ def _locate(con, cfg, source: str | None, path: str):
             here = _from_here(p, roots.values())     # a path as the shell completes it, from where recall runs
             if here is not None:
                 return _locate(con, cfg, None, str(here))
+            if named is not None:
+                places = ", ".join(sorted(roots) + [r.name for r in cfg.remotes])
+                raise NotFound(f"no source or remote named '{named}', and no indexed note {rel}",
+                               f"the sources and remotes: {places}")
             raise NotFound(f"no indexed note {rel}", _closest_paths(con, rel))
         if len(matches) > 1:
             raise RecallError(f"{rel} is in several sources: {', '.join(matches)}",
@@ -120,6 +125,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         raise RecallError("--offset must be 0 or more")
     if not target.strip():
         raise RecallError("no path given", "use a path from 'recall search' output")
+    if "\0" in target:
+        raise RecallError("a path holds no NUL character", "use a path from 'recall search' output")
     source, path, line = parse_target(target)
     if source is not None and any(r.name == source for r in cfg.remotes):
         if read_remote is None:
