@@ -323,6 +323,25 @@ def test_a_new_empty_notes_folder_says_why_search_finds_nothing(isolated_home, c
     assert code == 0 and out.startswith("1. jira.md:1") and err == ""
 
 
+def test_a_folder_named_in_no_utf8_is_not_taken_for_a_change_after_each_index(isolated_home, cli):
+    """A folder whose name is not UTF-8 (copied from another system): every search said "notes changed
+    since the last index run", however often `recall index` ran, and --json's `stale` held it."""
+    notes = isolated_home / "notes"
+    assert cli("init")[0] == 0
+    odd = os.fsdecode(bytes(notes) + b"/dir\xff\xfe")
+    os.makedirs(odd)
+    with open(os.path.join(odd, "alpha.md"), "w") as fh:
+        fh.write("# Alpha\n\nalpha beta\n")
+    (notes / "beta.md").write_text("# Beta\n\nalpha gamma\n")
+    assert cli("index")[0] == 0
+    code, out, err = cli("search", "alpha")
+    assert code == 0 and "dir\ufffd\ufffd/alpha.md:1" in out and "changed since" not in err, err
+    assert json.loads(cli("--json", "search", "alpha")[1])["stale"] == []
+    time.sleep(0.05)
+    (notes / "gamma.md").write_text("# Gamma\n\nalpha delta\n")     # a change above it is still seen
+    assert "recall: notes changed since the last index run" in cli("search", "alpha")[2]
+
+
 def test_include_exclude_globs(make_world, notes):
     (notes / "code").mkdir()
     (notes / "code" / "deploy.sh").write_text("echo deploy\n")

@@ -249,11 +249,13 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
 
 def _folders_indexed(con) -> str:
     """`source<TAB>relpath` of every folder holding an indexed file and each above it: what a search
-    stats to tell the index is behind (lines, so that it needs no json)."""
+    stats to tell the index is behind (lines, so that it needs no json). A folder whose name is not
+    UTF-8 is not listed (text cannot hold it; its shown name is no folder): the one above it is."""
     seen: set = set()
-    for source, rel in con.execute("SELECT source, relpath FROM files"):
-        parts = rel.split("/")[:-1]
-        seen.update((source, "/".join(parts[:depth])) for depth in range(len(parts) + 1))
+    for source, rel, raw in con.execute("SELECT source, relpath, rawpath FROM files"):
+        parts = (os.fsdecode(raw) if raw else rel).split("/")[:-1]
+        held = next((i for i, part in enumerate(parts) if shown(part) != part), len(parts))
+        seen.update((source, "/".join(parts[:depth])) for depth in range(held + 1))
     return "\n".join(f"{source}\t{rel}" for source, rel in sorted(seen))
 
 
