@@ -436,26 +436,29 @@ _TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|re
          r"instructions|doctor)\b)")
 
 
-def told_as(config: str | None) -> str:
-    """How a recall command handed out under this run's --config FILE starts: `recall --config FILE`."""
-    if not config:
-        return "recall"
+def told_as(config: str | None, *, moved: bool = False) -> str:
+    """How a recall command handed out under this run's --config FILE starts: `recall --config FILE`;
+    `moved`: after the variables of `location_env` (a shell that is not this process's has none)."""
     import shlex
-    return f"recall --config {shlex.quote(str(Path(config).expanduser().resolve()))}"
+    words = [f"{k}={shlex.quote(v)}" for k, v in location_env().items()] if moved else []
+    words.append("recall")
+    if config:
+        words += ["--config", shlex.quote(str(Path(config).expanduser().resolve()))]
+    return " ".join(words)
 
 
-def with_config(said, config: str | None):
+def with_config(said, config: str | None, *, moved: bool = False):
     """`said` (a text, or a list or dict of them) with every recall command it tells its reader to run
-    started `recall --config FILE`, FILE being `config` as an absolute path: the shell the line is pasted
-    into has no --config of this run. Prose that names recall ('recall reads …', 'recall: ') stays."""
-    if isinstance(said, dict) and config:
-        return {k: with_config(v, config) for k, v in said.items()}
-    if isinstance(said, list) and config:
-        return [with_config(v, config) for v in said]
-    if not config or not isinstance(said, str):
+    started as `told_as` says: the shell the line is pasted into has no --config of this run (nor,
+    `moved`, its environment). Prose that names recall ('recall reads …', 'recall: ') stays."""
+    named = told_as(config, moved=moved) + " "
+    if named == "recall " or not isinstance(said, (str, list, dict)):
         return said
+    if isinstance(said, dict):
+        return {k: with_config(v, config, moved=moved) for k, v in said.items()}
+    if isinstance(said, list):
+        return [with_config(v, config, moved=moved) for v in said]
     import re
-    named = told_as(config) + " "
     return re.sub(_TOLD, lambda _: named, said)
 
 

@@ -52,7 +52,8 @@ NAMED = {"config": None}    # its --config or RECALL_CONFIG: a shell running a c
 
 
 def _told(said):
-    return api.with_config(said, NAMED["config"])
+    """A command told to the agent, for the user's shell: that has none of the client's settings."""
+    return api.with_config(said, NAMED["config"], moved=True)
 
 
 def _page(text, offset, tool, key=None):

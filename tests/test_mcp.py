@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -324,11 +325,16 @@ def test_settings_and_lines_reach_a_config_state_and_key_the_environment_moved(t
     assert (ran.returncode, ran.stdout) == (0, "[recall:jira-api-token]\n"), ran.stderr
 
 
-def test_a_tool_errors_hint_names_the_servers_config_and_runs_on_it_in_a_plain_shell(tmp_path, monkeypatch):
+@pytest.mark.parametrize("state_moved", [False, True])
+def test_a_tool_errors_hint_names_the_servers_config_and_runs_on_it_in_a_plain_shell(tmp_path, monkeypatch,
+                                                                                     state_moved):
     """`recall --config FILE mcp`, as its client starts it: the command a tool error asks the user to run
     names FILE, so pasted in a shell with none of the server's words it syncs FILE's secrets (a bare
-    'recall secret sync' would sync the default config's), and the agent's next call works."""
+    'recall secret sync' would sync the default config's), and the agent's next call works. With
+    RECALL_HOME in the client's settings, the hint sets it too (without, the user's sync used the
+    default vault key and was told to copy the other key over it)."""
     monkeypatch.delenv("RECALL_HOME")
+    state = tmp_path / "moved state"
     w = build(tmp_path / "work", notes={"a.md": "# A\n"}, secrets="- id: tok\n  service: jira\n  value: not-a-real-token-42\n")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "recall").write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "recall.py"} "$@"\n')
@@ -336,16 +342,18 @@ def test_a_tool_errors_hint_names_the_servers_config_and_runs_on_it_in_a_plain_s
     bare = {"HOME": os.environ["HOME"], "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
 
     async def go():
+        server_env = {**bare, "RECALL_HOME": str(state)} if state_moved else bare
         params = StdioServerParameters(command=sys.executable, args=[str(REPO / "recall.py"), "--config", str(w.config),
-                                                                     "mcp"], env=bare, cwd=str(tmp_path))
+                                                                     "mcp"], env=server_env, cwd=str(tmp_path))
         async with Client(params) as client:
             before = await client.call_tool("recall_secret_command", {"id": "tok", "command": "printenv TOK"})
-            told = before.content[0].text.rsplit("ask the user to run '", 1)[-1].split("'")[0]
+            told = before.content[0].text.rsplit("ask the user to run '", 1)[-1][:-1]     # up to its closing quote
             ran = subprocess.run(["sh", "-c", told], env=bare, cwd="/", capture_output=True, text=True, timeout=60)
             return before, told, ran, await client.call_tool("recall_secret_command", {"id": "tok", "command": "printenv TOK"})
     before, told, ran, after = anyio.run(go)
+    moved = f"RECALL_HOME='{state}' " if state_moved else ""
     assert before.is_error and before.content[0].text.endswith(
-        f"not synced yet — ask the user to run 'recall --config {w.config} secret sync'"), before.content[0].text
+        f"not synced yet — ask the user to run '{moved}recall --config {w.config} secret sync'"), before.content[0].text
     assert ran.returncode == 0 and ran.stdout.startswith("synced 1 secret:"), (told, ran.stderr)
     assert not after.is_error and " secret exec tok -- " in after.content[0].text
 
@@ -458,8 +466,10 @@ def test_secret_find_names_a_secret_written_but_not_synced(world):
     secrets = world["cfg"].secrets[0]
     secrets.write_text(secrets.read_text() + "- id: gh-token\n  service: github\n  value: gh-tok-3x9Qw7Lp\n")
     got = json.loads(call("recall_secret_find", query="github")[0])
+    state = Path(os.environ["RECALL_HOME"]).resolve()         # the server's settings; the user's shell has none
     assert got["count"] == 0 and got["notices"] == [
-        "no secrets match 'github': gh-token is written in a secrets file but not synced yet: run 'recall secret sync'"]
+        "no secrets match 'github': gh-token is written in a secrets file but not synced yet: "
+        f"run 'RECALL_HOME={shlex.quote(str(state))} recall secret sync'"]
 
 
 def test_the_tool_list_stays_under_ten_thousand_characters(world):
