@@ -51,8 +51,9 @@ def _split(text: str, path: str):
     if not begins and not ends:
         return None
     if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
-        where = ", ".join(str(i + 1) for i in sorted(begins + ends))
-        raise RecallError(f"{path}: the recall markers are unbalanced (lines {where})",
+        marks = sorted(begins + ends)
+        where = f"line{'s' * (len(marks) > 1)} {', '.join(str(i + 1) for i in marks)}"
+        raise RecallError(f"{path}: the recall markers are unbalanced ({where})",
                           f"keep exactly one '{_BEGIN_PREFIX} …' line and one '{END}' line after it, "
                           "or remove both, then run it again")
     b, e = begins[0], ends[0]

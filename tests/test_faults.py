@@ -442,6 +442,19 @@ def test_damage_that_quick_check_cannot_see_is_one_line_and_index_full_rebuilds(
     assert run_recall("search", "failover").stdout.startswith("1. incidents/2023/INC-10963-db-failover.md")
 
 
+def test_a_rebuild_after_damage_the_check_raises_on_names_the_file_once(config):
+    """Pages noised where `PRAGMA quick_check` raises rather than lists: 'index --full' said "recall.db
+    was /…/recall.db is damaged (…)"."""
+    assert run_recall("index").returncode == 0
+    path = load_config().db_path
+    data = bytearray(path.read_bytes())
+    data[8192:12192] = b"\x55" * 4000
+    path.write_bytes(bytes(data))
+    r = run_recall("index", "--full")
+    assert r.returncode == 0 and "4 new" in r.stdout, r.stderr
+    assert f"recall: {path} was damaged (database disk image is malformed): moved it to recall.db.broken-" in r.stderr
+
+
 def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
     """Over MCP a damaged DB was a logged page of Python and 'Error executing tool' for the agent."""
     import sqlite3

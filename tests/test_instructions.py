@@ -86,15 +86,15 @@ def test_install_through_a_symlink_keeps_the_link(tmp_path):
     assert link.is_symlink() and rules_text() in real.read_text()
 
 
-@pytest.mark.parametrize("body", [
-    f"{BEGIN}\nno end\n",
-    f"{END}\n{BEGIN}\n",
-    f"{BEGIN}\n{END}\n{BEGIN}\n{END}\n",
+@pytest.mark.parametrize("body, where", [
+    (f"{BEGIN}\nno end\n", "line 2"),
+    (f"{END}\n{BEGIN}\n", "lines 2, 3"),
+    (f"{BEGIN}\n{END}\n{BEGIN}\n{END}\n", "lines 2, 3, 4, 5"),
 ])
-def test_unbalanced_markers_are_an_error_and_leave_the_file(tmp_path, body):
+def test_unbalanced_markers_are_an_error_and_leave_the_file(tmp_path, body, where):
     path = tmp_path / "CLAUDE.md"
     path.write_text("# x\n" + body)
-    with pytest.raises(RecallError, match=r"the recall markers are unbalanced \(lines \d"):
+    with pytest.raises(RecallError, match=rf"the recall markers are unbalanced \({where}\) — "):
         install(path)
     assert path.read_text() == "# x\n" + body
 

@@ -97,6 +97,7 @@ def test_key_file_override(vault_cfg, tmp_path, monkeypatch):
     ("- id: a\n  service: x\n", 1, "needs exactly one of 'value' or 'fields'"),
     ("- id: a\n  value: 'abcdefgh'\n  inject: file\n", 3, "inject must be env or stdin"),
     ("- id: a\n  value: 012345678\n", 2, "must be a string"),
+    ("- id: a\n  value: *Tok3n-abcdefgh\n", 2, "aliases ('*name') are not supported"),   # not "((text not shown))"
     ("- id: a\n  value: 'abcdefgh'\n- id: a\n  value: 'abcdefgh'\n", 3, "duplicate secret id"),
     # a value on a line of its own holding both quotes (repr() escapes one), a number where a key goes
     ("- id: a\n  value:\n  x'Tok3n\"Tok3n-9\n", 3, "expected ':' after the key (text not shown)"),

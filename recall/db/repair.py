@@ -53,7 +53,7 @@ def index_repairing(path, run, *, full: bool, vectors: bool = False, notify=None
                     raise
                 why = err.why
         else:
-            why = detail.split(" — ")[0]
+            why = detail.split(" — ")[0].removeprefix(f"{path} is ")      # an error's own text names the file
         con.close()
     except db.BrokenDatabase as exc:
         why = exc.why

@@ -23,7 +23,7 @@ _FIELD_NAME = re.compile(r"^[a-z_]{1,32}$")   # no digits, no capitals: not how 
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 # Words our own messages put in quotes ('key: value', '- id: …'); any other quoted text in an
 # error about a secrets file may be a value written on the wrong line, and is not shown.
-_OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag", "recall", "secret", "sync",
+_OWN_WORDS = {"key", "value", "id", "fields", "secrets", "yaml", "tag", "name", "recall", "secret", "sync",
               "prune"} | set(ALLOWED)
 
 
