@@ -292,6 +292,18 @@ def test_a_shell_line_quoted_whole_is_told_to_go_through_a_shell_and_the_hint_ru
     assert (followed.returncode, followed.stdout) == (0, "[recall:split-token]\ndone\n"), followed.stderr
 
 
+def test_the_id_left_out_or_an_empty_command_is_said_as_such(split_vault):
+    """`secret exec -- true` took `true` for the id and suggested 'recall secret exec true -- CMD';
+    `-- ''` said "command not executable: — check the file's permissions"."""
+    from tests.conftest import run_recall
+    r = run_recall("secret", "exec", "--", "true")
+    assert (r.returncode, r.stderr) == (1, "recall: no command given, and no secret 'true' — the id goes before --: "
+                                           "recall secret exec ID -- true …\n")
+    r = run_recall("secret", "exec", "split-token", "--", "")
+    assert (r.returncode, r.stderr) == (1, "recall: the command is an empty word — recall secret exec split-token "
+                                           "-- CMD …\n")
+
+
 def test_missing_cwd_is_named(tmp_path):
     missing = str(tmp_path / "nope")
     with pytest.raises(RecallError) as info:

@@ -386,8 +386,12 @@ def secret_exec(con, cfg, secret_id: str, argv: list, *, stdin: bool = False, ou
                 timeout=None) -> RunResult:
     """`secret exec`: run argv with the secret injected (its value asked of the vault) and every
     vault value masked in its output."""
-    if not argv:
-        raise RecallError("no command given", f"recall secret exec {secret_id} -- CMD …")
+    if not argv and vault.stored_row(con, secret_id) is None:     # `secret exec -- CMD`: the id left out
+        raise RecallError(f"no command given, and no secret '{secret_id}'",
+                          f"the id goes before --: recall secret exec ID -- {shlex.quote(secret_id)} …")
+    if not argv or not argv[0]:
+        raise RecallError("no command given" if not argv else "the command is an empty word",
+                          f"recall secret exec {secret_id} -- CMD …")
     row = vault.row_named(con, secret_id, cfg)
     secret_id = row["id"]
     values = vault.load_values(con, cfg, need=(secret_id,))
