@@ -474,10 +474,11 @@ def test_the_agent_hears_a_storage_fault_as_one_sentence_too(config):
         async with Client(mcp_server.build_server()) as client:
             return await client.call_tool("recall_search", {"query": "failover"})
     r = anyio.run(ask)
+    state = Path(os.environ["RECALL_HOME"]).resolve()      # the server's; the user's shell has it not
     assert r.is_error and r.content[0].text == (
         f"{path} is damaged (database disk image is malformed) — it is a "
-        "cache: ask the user to run 'recall index --full': it moves the file aside (recall.db.broken-<time>) "
-        "and rebuilds it, keeping the vault key")
+        f"cache: ask the user to run 'RECALL_HOME={state} recall index --full': it moves the file aside "
+        "(recall.db.broken-<time>) and rebuilds it, keeping the vault key")
 
 
 def test_a_db_from_a_newer_recall_is_refused_then_rebuilt_keeping_the_vault_key(make_world):

@@ -129,6 +129,21 @@ def test_a_value_piped_with_windows_line_endings_or_in_no_utf8_is_stored_right_o
     assert sealed.read_bytes() == before and _values(sealed)["plain-one"] == "crlf-value-99"
 
 
+def test_a_value_too_short_for_exec_is_said_when_it_is_stored_not_only_at_use(sealed):
+    """`printf ab | recall secret set X` and `value: abc` were stored without a word; exec refused them
+    later. Stored still (a PIN read with 'secret get' is a use), with a warning, once."""
+    r = run_recall("secret", "set", "plain-one", input="ab\n")
+    assert r.returncode == 0 and r.stderr == (
+        "recall: warning: secret 'plain-one' is 2 characters: exec refuses values under 6 (too short to mask); "
+        "'recall secret get' still reads it\n"), r.stderr
+    assert _values(sealed)["plain-one"] == "ab"
+    assert run_recall("secret", "sync").stderr == ""                  # said once, when it changed
+    sealed.write_text(sealed.read_text() + "- id: pin\n  fields: {username: bob, code: '1234'}\n")
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0 and "secret 'pin.code' is 4 characters" in r.stderr and "username" not in r.stderr
+    assert "1234" not in r.stderr + r.stdout
+
+
 def test_a_missing_or_wrong_key_is_one_line_naming_the_fix(sealed, tmp_path):
     key = keyfile.key_path(load_config().home)
     key.rename(tmp_path / "saved.key")

@@ -31,7 +31,8 @@ def secret_restore(secret_id: str, config: str | None = None, *, notify=None) ->
     with opened(config, strict=False) as (cfg, con):
         target, rep = store.restore(con, cfg, secret_id, notify=heard(notify))
         return answer({"restored": secret_id, "file": target, **rep.__dict__},
-                      f"restored {secret_id} into {target} (its values sealed); synced {counted(rep.total, 'secret')}")
+                      f"restored {secret_id} into {target} (its values sealed); synced {counted(rep.total, 'secret')}",
+                      [f"warning: {w}" for w in rep.warnings])
 
 
 def secret_set(secret_id: str, field: str | None = None, config: str | None = None, *, notify=None) -> Answer:
@@ -55,7 +56,8 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
                               f"one: {fault.message}", "once that is fixed, run 'recall secret sync' (no need "
                               "to type the value again)") from None
         return answer({"set": where, **rep.__dict__},
-                      f"sealed a new value for {where} in its file; synced {counted(rep.total, 'secret')}")
+                      f"sealed a new value for {where} in its file; synced {counted(rep.total, 'secret')}",
+                      [f"warning: {w}" for w in rep.warnings])
 
 
 def secret_key_backup(file: str, config: str | None = None) -> Answer:

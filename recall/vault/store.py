@@ -112,12 +112,23 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
     changed = [e for e in entries if before.get(e.id) != _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                      e.variables, e.values)]
     _redact_index(con, changed if redacted else entries)
+    warnings = warnings + _too_short(changed)
     _drop_pending(cfg.home)
     pending.record(con, cfg)
     same = len(entries) - len(changed)
     return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
                       removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
                       sealed=sealed, removed_ids=[r["id"] for r in gone])
+
+
+def _too_short(entries: list) -> list:
+    """A line for each value new or changed that exec will refuse as too short to mask (kept: a PIN
+    read at a terminal with 'secret get' is a use)."""
+    from .forms import MIN_SECRET_LEN
+    return [f"secret '{e.id}{'.' + name if name else ''}' is {len(value)} characters: exec refuses values "
+            f"under {MIN_SECRET_LEN} (too short to mask); 'recall secret get' still reads it"
+            for e in entries for name, value in e.values.items()
+            if name not in public_fields(e.meta) and len(value) < MIN_SECRET_LEN]
 
 
 def _redact_index(con, entries: list) -> None:
