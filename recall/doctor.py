@@ -219,6 +219,12 @@ def _secrets(ctx) -> list:
         if not path.exists():
             out.append(Check(name, False, f"{path} does not exist: create it, or fix 'secrets:' in the config"))
             continue
+        if not path.is_file():
+            ctx.unread_secrets = True
+            what = "a folder" if path.is_dir() else "no regular file"
+            out.append(Check(name, False, f"{path} is {what}: name the secrets file itself in 'secrets:' in "
+                                          "the config"))
+            continue
         mode = _mode(path)
         if stat.S_IMODE(os.stat(path).st_mode) & 0o077:        # recall refuses to read it at all then
             ctx.unread_secrets = True
@@ -228,6 +234,7 @@ def _secrets(ctx) -> list:
         try:
             entries, _ = load_secret_files([path])
         except RecallError as exc:
+            ctx.unread_secrets = True       # its ids are unknown: none is "no longer in any secrets file"
             out.append(Check(name, False, str(exc)))
             continue
         problems = []
@@ -321,7 +328,8 @@ def _inventory(ctx) -> list:
                              f"{counted(len(entries), 'entry')}: every requires, account and secret names something "
                              "that exists, no cycles"))
         except RecallError as exc:
-            out.append(Check("inventory references", False, str(exc)))
+            out.append(Check("inventory references", None, "not checked: the secrets file above cannot be read")
+                       if ctx.unread_secrets else Check("inventory references", False, str(exc)))
     return out
 
 

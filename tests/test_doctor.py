@@ -295,6 +295,27 @@ def test_a_0644_secrets_file_gets_its_chmod_line_and_nothing_else(setup):
     assert not bad, bad                                     # no 'no longer in any secrets file' for its ids
 
 
+def test_a_secrets_file_made_a_folder_or_unparsable_gets_its_own_line_and_no_other(setup):
+    """A folder where the secrets file goes was told "chmod 600" (a folder's 0o755); a file that does
+    not parse made doctor say its ids were "no longer in any secrets file: run 'recall secret sync'"."""
+    secrets, config = setup.secrets, setup.config
+    text = secrets.read_text()
+    secrets.write_text(text + "- id: new1\n  value: 'unclosed\n")
+    for made_a_folder in (False, True):
+        if made_a_folder:
+            secrets.unlink()
+            secrets.mkdir()
+        checks = _by_name(_checks(config))
+        bad = {name: detail for name, (ok, detail) in checks.items() if ok is False}
+        said = bad.pop("secrets secrets.yaml")
+        assert not bad, bad                  # no "no longer in any secrets file", no chmod line
+        assert checks["inventory references"] == (None, "not checked: the secrets file above cannot be read")
+        if made_a_folder:
+            assert said == f"{secrets} is a folder: name the secrets file itself in 'secrets:' in the config"
+        else:
+            assert said.startswith(f"{secrets}:5:10: unterminated single-quoted string")
+
+
 def test_an_empty_config_says_no_sources(tmp_path, monkeypatch):
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")

@@ -236,6 +236,30 @@ def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
     assert not checks["vault key backup"].ok and "rotated since the last backup" in checks["vault key backup"].detail
 
 
+def test_a_key_backup_is_known_to_every_config_sharing_the_key_and_to_a_rebuilt_index(isolated_home, monkeypatch,
+                                                                                     tmp_path):
+    """The backup was recorded in one config's DB: another config sharing the person's key was told
+    "never backed up" (to back up a key already kept), and so was the same config after its DB was rebuilt."""
+    from recall.doctor import run_doctor
+    monkeypatch.delenv("RECALL_HOME")
+    assert run_recall("init").returncode == 0
+    secrets = isolated_home / ".config" / "recall" / "secrets.yaml"
+    secrets.write_text("- id: tok\n  value: a-token-of-some-length-42\n")
+    other = tmp_path / "other.yaml"
+    other.write_text(f"sources:\n  - name: n\n    path: {isolated_home / 'notes'}\nsecrets: [{secrets}]\n")
+    for config in (None, str(other)):
+        assert run_recall(*(["--config", config] if config else []), "secret", "sync").returncode == 0
+
+    def backed(config=None):
+        return {c.name: c for c in run_doctor(config, extras=False)}["vault key backup"]
+    assert not backed().ok and not backed(str(other)).ok
+    assert run_recall("secret", "key", "backup", tmp_path / "kept.key").returncode == 0
+    assert backed().ok and backed(str(other)).ok and str(tmp_path / "kept.key") in backed(str(other)).detail
+    load_config(str(other)).db_path.unlink()                            # rebuilt from nothing
+    assert run_recall("--config", other, "secret", "sync").returncode == 0
+    assert backed(str(other)).ok
+
+
 def test_a_vault_key_that_is_a_directory_is_one_line(sealed):
     key = keyfile.key_path(load_config().home)
     key.rename(key.with_name("moved"))

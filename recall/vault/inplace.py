@@ -22,7 +22,7 @@ from .secretfile import check_value, load_secret_files, on_stdin, text_as_read
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
                   r"tag:([A-Za-z0-9+/]+=*),type:str\]\Z")
 _TAG = 16
-BACKUP_META = "vault_key_backup"      # meta row: the fingerprint of the key last backed up, and where
+BACKUP_META = "vault_key_backup"      # where an older recall kept the record below, in each config's DB
 
 
 def is_sealed(text: str) -> bool:
@@ -331,10 +331,16 @@ def backup_key(con, cfg, dest) -> Path:
         raise RecallError(f"{dest} exists; a key backup never overwrites a file", "name a new file") from None
     except OSError as exc:
         raise RecallError(f"cannot write {dest}: {exc.strerror}", "name a file in a folder you can write") from None
-    with db.transaction(con):
-        db.set_meta(con, BACKUP_META, json.dumps({"key": fingerprint(key), "file": str(dest),
-                                                  "at": time.time()}))
+    mark = json.dumps({"key": fingerprint(key), "file": str(dest), "at": time.time()}).encode()
+    with contextlib.suppress(OSError):          # the copy is made; a record not written asks again
+        keyfile.write_key(_backup_mark(cfg.home), mark)
     return dest
+
+
+def _backup_mark(home) -> Path:
+    """The record of the key's last backup, beside the key: every config sharing it, and a rebuilt DB, see it."""
+    key = keyfile.key_path(home)
+    return key.with_name(key.name + ".backed-up")
 
 
 def backup_state(con, home) -> tuple:
@@ -342,7 +348,10 @@ def backup_state(con, home) -> tuple:
     path = keyfile.key_path(home)
     try:
         key = path.read_bytes()
-        mark = json.loads(db.get_meta(con, BACKUP_META) or "{}")
+        try:
+            mark = json.loads(_backup_mark(home).read_bytes())
+        except FileNotFoundError:
+            mark = json.loads(db.get_meta(con, BACKUP_META) or "{}")
     except (OSError, ValueError):
         return False, f"cannot read {path}"
     if mark.get("key") == fingerprint(key):
