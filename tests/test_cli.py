@@ -644,7 +644,11 @@ def test_with_no_config_every_verb_says_recall_init(verb):
 def test_a_verb_typed_wrong_gets_the_closest_in_one_line():
     for words, said in ((["serach", "disk"], "recall has no verb 'serach' — did you mean 'search'?"),
                         (["secret", "fnd"], "recall secret has no verb 'fnd' — did you mean 'find'?"),
-                        (["search", "x", "--mode", "keywrd"], "--mode takes no 'keywrd' — did you mean 'keyword'?")):
+                        (["search", "x", "--mode", "keywrd"], "--mode takes no 'keywrd' — did you mean 'keyword'?"),
+                        # a flag cut short is not taken for the one it starts (`sync --prun` pruned)
+                        (["secret", "sync", "--prun"], "recall secret sync has no option '--prun' — did you mean "
+                                                       "'--prune'?"),
+                        (["--jso", "doctor"], "recall has no option '--jso' — did you mean '--json'?")):
         r = run_recall(*words)
         assert r.returncode == 2 and r.stderr == f"recall: {said}\n", r.stderr
 

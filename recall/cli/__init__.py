@@ -15,6 +15,10 @@ EX_USAGE = 2
 class _Parser(argparse.ArgumentParser):
     argv: list = []          # main()'s argv, for the hint about words that start with '-'
 
+    def __init__(self, *args, **kwargs):
+        # a flag cut short is a typo to name, not one to guess: `sync --prun` pruned, `--instal x` wrote x
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def parse_known_args(self, args=None, namespace=None):
         # a verb's parser says what it does not know itself, so the usage shown is the verb's
         namespace, extras = super().parse_known_args(args, namespace)
