@@ -307,7 +307,14 @@ def _sources(value, path, line, base):
         src = Source(name=name, path=src_path, line=iline)
         for key in ("include", "exclude"):
             if key in item:
-                setattr(src, key, _strings(item[key], path, line_of(item, key), key))
+                patterns = _strings(item[key], path, line_of(item, key), key)
+                odd = next((i for i, p in enumerate(patterns) if any(c in p for c in "[]{}")), None)
+                if odd is not None:     # taken as written, '*.[mM]d' matched nothing, and nothing said so
+                    raise InputError(path, line_of(item[key], odd) if isinstance(item[key], list) else line_of(item, key),
+                                     f"{key} pattern '{patterns[odd]}' holds [ ] or {{ }}, which recall's patterns "
+                                     "do not know", hint="use *, ** and ? (e.g. '*.md', 'docs/**', 'drafts/'), "
+                                     "one pattern per kind of file")
+                setattr(src, key, patterns)
         out.append(src)
     return out
 

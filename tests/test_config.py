@@ -62,6 +62,11 @@ def test_tilde_is_expanded(tmp_path, isolated_home):
     ("remotes:\n  - name: 'box:2'\n    host: d\n", 2, "remote name 'box:2' is not one word"),
     ("sources:\n  - {name: notes, path: /x}\nremotes:\n  - name: notes\n    host: d\n", 4,
      "remote name 'notes' is also a source's name"),
+    # a bracket or brace was taken as written and matched nothing, silently
+    ("sources:\n  - name: a\n    path: /x\n    include: ['*.md', '[unclosed']\n", 4,
+     "include pattern '[unclosed' holds [ ] or { }, which recall's patterns do not know — use *, ** and ?"),
+    ("sources:\n  - name: a\n    path: /x\n    exclude:\n      - drafts/\n      - '*.{tmp,bak}'\n", 6,
+     "exclude pattern '*.{tmp,bak}' holds"),
 ])
 def test_bad_config_names_key_and_line(tmp_path, text, line, word):
     with pytest.raises(RecallError) as err:
