@@ -271,7 +271,7 @@ def test_an_unsynced_secrets_file_is_read_once_while_it_stays_as_it_is(make_worl
     door.forget()
     parsed = []
     real = pending._plain
-    monkeypatch.setattr(pending, "_plain", lambda path: parsed.append(path) or real(path))
+    monkeypatch.setattr(pending, "_plain", lambda path, opener: parsed.append(path) or real(path, opener))
     for _ in range(3):
         assert CANARY[:6] not in api.search("jira token").shown
     assert len(parsed) == 1
@@ -328,6 +328,33 @@ def test_a_value_inside_a_longer_token_leaves_the_index_and_an_older_index_is_re
     assert run_recall("index").returncode == 0
     data = _state_bytes(cfg)
     assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+
+
+def test_a_db_rebuilt_from_nothing_masks_the_sealed_values_before_any_sync(make_world, notes):
+    """A DB rebuilt from nothing (`index --full` after damage, a deleted file) holds no secret until
+    `secret sync`; meanwhile search, read and the new index showed the file's sealed values in full.
+    They are opened with the key to be masked; without the key, nothing is shown."""
+    from recall.vault import keyfile
+    token = f"tok-{CANARY}"
+    w = make_world(secrets=f"- id: jira-api-token\n  value: {token}\n", config="embedding: {provider: none}\n")
+    (notes / "jira.md").write_text(f"# Jira\n\nThe jira token is {token} for the API.\n")
+    assert run_recall("secret", "sync").returncode == 0 and "ENC[" in w.secrets.read_text()
+    cfg = load_config()
+    for p in cfg.home.iterdir():
+        if p.name.startswith("recall.db"):
+            p.unlink()
+    assert run_recall("index").returncode == 0
+    for argv in (("search", "jira token"), ("read", "jira.md"), ("--json", "search", "jira")):
+        r = run_recall(*argv)
+        assert r.returncode == 0 and "[recall:jira-api-token]" in r.stdout, (argv, r.stdout, r.stderr)
+        assert not any(CANARY[i:i + 6] in r.stdout + r.stderr for i in range(len(CANARY) - 5)), argv
+    data = _state_bytes(cfg)
+    assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
+    key = keyfile.key_path(cfg.home)
+    key.rename(key.with_name("elsewhere"))
+    r = run_recall("search", "jira token")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "a sealed value cannot be opened here" in r.stderr
+    assert CANARY[:6] not in r.stdout + r.stderr
 
 
 def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(make_world, notes):

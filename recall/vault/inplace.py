@@ -82,7 +82,7 @@ def key_for(home, entries: list, probe=None) -> bytes:
     return keyfile.load_key(home, create=True, probe=probe, settle=True)
 
 
-def _keys(home, key: bytes) -> list:
+def opening_keys(home, key: bytes) -> list:
     """The key, and a rotation's new key when one is pending (files are resealed before it lands)."""
     with contextlib.suppress(OSError):
         return [key, keyfile.next_path(keyfile.key_path(home)).read_bytes()]
@@ -93,7 +93,7 @@ def open_entries(entries: list, key: bytes, home, *, reseal_with: bytes | None =
     """Each sealed value opened in place (in entry.values), and the edits that seal every plain one, and
     any a stopped rotation sealed under vault.key.next: {file: (stamp, [(span, new text)])}.
     `reseal_with`: every value sealed under that key (rotate-key)."""
-    keys, key_file = _keys(home, key), keyfile.key_path(home)
+    keys, key_file = opening_keys(home, key), keyfile.key_path(home)
     edits: dict = {}
     for e in entries:
         for field, text in e.values.items():

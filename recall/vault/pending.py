@@ -54,12 +54,37 @@ def values(con, cfg) -> tuple:
         return files, _LAST[1]
     found = VaultValues()
     found.public = {}
+    opener = _Opener(cfg.home)
     for path, _ in files:
-        for label, field, value in _plain(path):
+        for label, field, value in _plain(path, opener):
             found.setdefault(label, {})[f"unsynced {field}"] = value
             found.public.setdefault(label, set())
     _LAST[:] = [files, found]
     return files, found
+
+
+class _Opener:
+    """Sealed values of a changed file opened with the vault key, read only: a DB rebuilt from nothing
+    (or a file sealed by another config) holds none of them until a sync, yet they are its values. One
+    that cannot be opened fails closed, as a file that does not parse."""
+
+    def __init__(self, home):
+        self.home, self.keys = home, None
+
+    def __call__(self, path: str, label: str, field: str, line: int, text: str) -> str:
+        from types import SimpleNamespace
+
+        from . import keyfile
+        from .inplace import opening_keys, unseal
+        try:
+            if self.keys is None:
+                key = keyfile.load_key(self.home, create=False)
+                self.keys = opening_keys(self.home, key)
+            entry = SimpleNamespace(id=label, file=path, line=line, spans={})
+            return unseal(self.keys, entry, field, text, keyfile.key_path(self.home))[0]
+        except RecallError as exc:
+            raise VaultClosed(f"{path}:{line}: a sealed value cannot be opened here ({exc.message}), so note "
+                              "text cannot be checked for it and is not shown", exc.hint) from None
 
 
 def redact_index(con, cfg) -> None:
@@ -78,15 +103,21 @@ def redact_index(con, cfg) -> None:
         db.set_meta(con, REDACTED_META, mark)
 
 
-def _plain(path: str) -> list:
-    """(label, field, value) of each plain value in one secrets file."""
+def _plain(path: str, opener) -> list:
+    """(label, field, value) of each value in one secrets file, a sealed one opened by `opener`."""
+    from .. import yaml
     out = []
     for label, item in _entries(path):
         fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
         for name, value in [("", item.get("value")), *fields.items()]:
             if isinstance(value, dict) and not value.get("public"):
                 value = value.get("value")
-            if isinstance(value, str) and str(name) not in PUBLIC_FIELDS and _secret_like(value):
+            if not isinstance(value, str) or str(name) in PUBLIC_FIELDS:
+                continue
+            if value.strip().startswith("ENC[") and not label.startswith("unsynced line "):
+                line = yaml.line_of(fields, name) if name else yaml.line_of(item, "value")
+                out.append((label, str(name), opener(path, label, str(name), line or item.line, value.strip())))
+            elif _secret_like(value):
                 out.append((label, str(name), value))
     return out
 
