@@ -446,9 +446,11 @@ _TOLD = (r"(?:(?<=['`])|(?<=— )|(?<=e\.g\. ))recall (?=(?:init|index|search|re
 def told_as(config: str | None, *, moved: bool = False) -> str:
     """How a recall command handed out under this run's --config FILE starts: `recall --config FILE`;
     `moved`: after the variables of `location_env` (a shell that is not this process's has none)."""
+    moved_to = location_env() if moved else {}
+    if not config and not moved_to:
+        return "recall"
     import shlex
-    words = [f"{k}={shlex.quote(v)}" for k, v in location_env().items()] if moved else []
-    words.append("recall")
+    words = [f"{k}={shlex.quote(v)}" for k, v in moved_to.items()] + ["recall"]
     if config:
         words += ["--config", shlex.quote(str(Path(config).expanduser().resolve()))]
     return " ".join(words)

@@ -221,7 +221,7 @@ def _secrets(ctx) -> list:
             continue
         if not path.is_file():
             ctx.unread_secrets = True
-            what = "a folder" if path.is_dir() else "no regular file"
+            what = "a folder" if path.is_dir() else "not a regular file"
             out.append(Check(name, False, f"{path} is {what}: name the secrets file itself in 'secrets:' in "
                                           "the config"))
             continue

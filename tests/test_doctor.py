@@ -416,6 +416,31 @@ def test_threads_start_only_once_typing_is_whole(tmp_path, make_world, notes):
     assert int(started) >= 2 and whole == "True", r.stdout
 
 
+def test_a_vault_value_quoted_by_a_check_is_masked_in_doctors_output(make_world):
+    """A proof holding a synced value inline (`jwt=VALUE` in a URL, a POST the guard denies): doctor's
+    NO line quoted it in full, while `verify --dry-run` said [recall:ID]. And a secrets file that stops
+    parsing no longer turns the masking of the stored values off."""
+    pytest.importorskip("cryptography")
+    proof = f'curl -s -X POST "https://jira.example.com/rest/api/2/search?jwt={CANARY}"'
+    w = make_world(secrets=SECRETS + f"  notes: starts with {CANARY[:10]}\n", inventory=f"- id: jira\n  verify: '{proof}'\n")
+    assert run_recall("secret", "sync").returncode == 0 and run_recall("index").returncode == 0
+
+    def leaks(text):
+        return [CANARY[i:i + 6] for i in range(len(CANARY) - 5) if CANARY[i:i + 6] in text]
+    for broken in (False, True):
+        if broken:
+            w.secrets.write_text(w.secrets.read_text() + "- id: new1\n  value: 'unclosed\n")
+        code, lines, r = _doctor()
+        assert code == 1 and not leaks(r.stdout + r.stderr), (broken, r.stdout)
+        if not broken:                  # (a secrets file that does not parse: no proof is judged)
+            assert "[recall:jira-api-token]" in lines["verify entry:jira"][1], r.stdout
+            r = run_recall("--json", "doctor")
+            assert "[recall:jira-api-token]" in r.stdout and not leaks(r.stdout + r.stderr)
+        r = run_recall("secret", "show", "jira-api-token")       # its notes quote the value: masked
+        assert r.returncode == 0 and "[recall:jira-api-token]" in r.stdout and not leaks(r.stdout + r.stderr), \
+            (broken, r.stdout, r.stderr)
+
+
 def test_a_proof_verify_would_skip_is_a_no_line_naming_why(make_world, tmp_path):
     """`verify: ip link show tun0` (a tool the guard does not allow) and a setup step that cannot run
     were skipped by every verify while doctor said all was ok: the entries were never known to work."""

@@ -357,6 +357,17 @@ def test_a_db_rebuilt_from_nothing_masks_the_sealed_values_before_any_sync(make_
     assert CANARY[:6] not in r.stdout + r.stderr
 
 
+def test_an_index_runs_remarks_are_masked_by_its_vault(make_world, notes):
+    """`recall index` answered outside its DB's vault: a warning naming a note whose name holds a value
+    (bytes that are not UTF-8 in it) quoted the value in full."""
+    make_world(secrets=f"- id: jira-api-token\n  value: {CANARY}\n", config="embedding: {provider: none}\n")
+    assert run_recall("secret", "sync").returncode == 0
+    (notes / f"{CANARY}.md").write_bytes(b"# Token\n\nbad byte \xff here\n")
+    r = run_recall("index")
+    assert r.returncode == 0 and "[recall:jira-api-token].md" in r.stderr, r.stderr
+    assert not any(CANARY[i:i + 6] in r.stdout + r.stderr for i in range(len(CANARY) - 5)), r.stderr
+
+
 def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(make_world, notes):
     """A secrets file not as the last sync left it (every file, after an upgrade, until a sync) is
     read on each call: with the YAML reader alone, not the sync's validation and what it loads."""

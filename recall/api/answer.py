@@ -73,6 +73,32 @@ def opened(config: str | None = None, *, readonly: bool = False, strict: bool = 
             con.close()
 
 
+@contextlib.contextmanager
+def looking(config: str | None = None):
+    """The door bound to `config`'s vault, its DB only looked at (never created, migrated or written):
+    an answer that quotes the user's files (doctor's) is masked by that vault's values. Unbound when
+    the config or the DB does not open: the answer says why."""
+    import sqlite3
+
+    from .. import db
+    from ..config import load_config
+    from ..vault import door
+    try:
+        cfg = load_config(config)
+        con = db.look(cfg.db_path) if cfg.db_path.is_file() else None
+    except (RecallError, sqlite3.Error, OSError):
+        con = cfg = None
+    if cfg is None or con is None:
+        yield
+        return
+    con.row_factory = sqlite3.Row
+    try:
+        with door.bound(cfg, con, strict=False):
+            yield
+    finally:
+        con.close()
+
+
 def _scrub_error(exc: RecallError) -> None:
     """The error's message and hint through the door, in place (its type and exit code stay)."""
     from ..vault import door

@@ -38,22 +38,26 @@ def index(config: str | None = None, *, full: bool = False, source: str | None =
                                 f"{counted(data['chunks'], 'chunk')} written; {data['seconds']:.2f}s")
         from ..db.repair import index_repairing
         from ..notes.index import run_index
-        from ..vault import pending, store
+        from ..vault import door, pending, store
         cfg.require_sources()
         embed = embed and cfg.embedding.provider != "none"
         said = heard(notify)
-        report = index_repairing(cfg.db_path, lambda con: run_index(
-            con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
-            redactor=store.redactor, load_values=store.load_values, prune=prune, catch_up=pending.redact_index),
-            full=full, vectors=embed, notify=said, holds_values=store.holds_values)
-        vectors = (f"; {report.embedded} embedded" + (f" ({report.tokens:,} tokens billed)" if report.tokens else "")
-                   if embed else "")
-        notices = [f"skipped {path}: {why}" for path, why in report.skipped]
-        notices += [f"{path}: {what}" for path, what in report.warnings]
-        return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, {report.removed} "
-                                       f"removed, {report.unchanged} unchanged files; {counted(report.chunks, 'chunk')} "
-                                       f"written; {len(report.skipped)} skipped{vectors}; {report.seconds:.2f}s",
-                      notices, own=True)
+
+        def run(con):                   # answered on the run's DB, so its vault's values are masked in it
+            report = run_index(con, cfg, full=full, only=source, progress=progress, embed=embed, notify=said,
+                               redactor=store.redactor, load_values=store.load_values, prune=prune,
+                               catch_up=pending.redact_index)
+            vectors = (f"; {report.embedded} embedded" + (f" ({report.tokens:,} tokens billed)" if report.tokens
+                                                          else "") if embed else "")
+            notices = [f"skipped {path}: {why}" for path, why in report.skipped]
+            notices += [f"{path}: {what}" for path, what in report.warnings]
+            with door.bound(cfg, con):
+                return answer(report.__dict__, f"indexed: {report.new} new, {report.changed} changed, "
+                                               f"{report.removed} removed, {report.unchanged} unchanged files; "
+                                               f"{counted(report.chunks, 'chunk')} written; {len(report.skipped)} "
+                                               f"skipped{vectors}; {report.seconds:.2f}s", notices, own=True)
+        return index_repairing(cfg.db_path, run, full=full, vectors=embed, notify=said,
+                               holds_values=store.holds_values)
 
 
 _FOLLOWING: list = []          # the watchers this process runs (recall mcp's): searches say when they cannot follow

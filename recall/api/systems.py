@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import counted
 from ..errors import RecallError
 from ..vault.door import inline_warnings
-from .answer import Answer, answer, opened
+from .answer import Answer, answer, looking, opened
 
 
 def entries(cfg, con) -> list:
@@ -179,9 +179,16 @@ def stop_runs() -> bool:
 
 def doctor(config: str | None = None, *, thorough: bool = False) -> Answer:
     """`recall doctor`: every check of this machine and of what the config names; code 1 on any NO."""
+    import sqlite3
+
     from ..doctor import run_doctor
     checks = run_doctor(config, thorough=thorough)
     width = max(len(c.name) for c in checks)
     mark = {True: "ok ", False: "NO ", None: "-- "}
     shown = "\n".join(f"{mark[c.ok]} {c.name:<{width}}  {c.detail}" for c in checks)
-    return answer([c.__dict__ for c in checks], shown, code=1 if any(c.ok is False for c in checks) else 0, own=True)
+    code = 1 if any(c.ok is False for c in checks) else 0
+    try:
+        with looking(config):           # a check may quote an inventory line holding a vault value
+            return answer([c.__dict__ for c in checks], shown, code=code, own=True)
+    except sqlite3.Error:               # a damaged DB: its own check says so; the inline rules still apply
+        return answer([c.__dict__ for c in checks], shown, code=code, own=True)

@@ -125,8 +125,6 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         raise RecallError("--offset must be 0 or more")
     if not target.strip():
         raise RecallError("no path given", "use a path from 'recall search' output")
-    if "\0" in target:
-        raise RecallError("a path holds no NUL character", "use a path from 'recall search' output")
     source, path, line = parse_target(target)
     if source is not None and any(r.name == source for r in cfg.remotes):
         if read_remote is None:
@@ -138,6 +136,8 @@ def read_note(con, cfg, target: str, *, redactor, max_chars: int = DEFAULT_MAX_C
         data.update(zip(texts, redact.many([data[k] for k in texts])))
         data["source"] = source
         return ReadResult(**data)
+    if "\0" in target:
+        raise RecallError("a path holds no NUL character", "use a path from 'recall search' output")
     cfg.require_sources()
     source, rel, real = _locate(con, cfg, source, path)
     from .walk import file_ids, is_secrets_text, is_state, read_note_file, state_paths

@@ -199,23 +199,32 @@ def _masker():
     values, sig = {}, ()
     if con is not None:
         from . import pending, store
+        from .redact import VaultValues
         count, synced_at = store.signature(con)
+        faults = []
         try:
             unsynced, plain = pending.values(con, cfg)   # written into a secrets file since the last sync
-            sig = (str(cfg.db_path), unsynced)
-            values = plain
-            if count:
+        except (OSError, RecallError) as exc:
+            faults.append(exc)
+            unsynced, plain = ("unread",), VaultValues()
+            plain.public = {}
+        sig, values = (str(cfg.db_path), unsynced), plain
+        if count:
+            try:
                 from .keyfile import key_path
                 store.require_open(con, cfg)             # a key gone or unreadable, said as such
                 sig += (count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
                 with _LOCK:
                     values = next((m.values for (s, _), m in _CACHE.items() if s == sig), None)
                 values = values or store.with_unsynced(store.load_values(con, cfg), plain)
-        except (OSError, RecallError) as exc:
-            if strict:
-                raise exc if isinstance(exc, VaultClosed) else \
-                    closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
-            values, sig = {}, ()
+            except (OSError, RecallError) as exc:
+                faults.append(exc)
+        if faults and strict:
+            exc = faults[0]
+            raise exc if isinstance(exc, VaultClosed) else \
+                closed(exc if isinstance(exc, RecallError) else RecallError(str(exc))) from None
+        # not strict (doctor, show): what could be opened is still masked; a file that does not parse
+        # costs its own unsynced values, never the stored ones
     with _LOCK:
         literals = dict(_LITERALS)
     if not values and not literals:
