@@ -236,6 +236,15 @@ def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
     assert not checks["vault key backup"].ok and "rotated since the last backup" in checks["vault key backup"].detail
 
 
+def test_a_key_backup_into_the_notes_is_refused_not_indexed(sealed, notes):
+    """`recall secret key backup ~/notes/keybackup.md` was written and indexed: the key's bytes were
+    searchable and read back by the agent."""
+    for dest in (notes / "keybackup.md", notes / "sub" / ".." / "kb.key"):
+        r = run_recall("secret", "key", "backup", dest)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "inside source 'notes'" in r.stderr, r.stderr
+        assert not dest.exists()
+
+
 def test_a_key_backup_is_known_to_every_config_sharing_the_key_and_to_a_rebuilt_index(isolated_home, monkeypatch,
                                                                                      tmp_path):
     """The backup was recorded in one config's DB: another config sharing the person's key was told
