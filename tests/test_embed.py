@@ -528,6 +528,20 @@ def test_key_from_a_vault_secret_and_no_vault_value_in_any_request(voyage, fake,
     assert not any("voyage-key" in t.replace("[recall:voyage-key]", "") for t in texts if t != "voyage-key\nvoyage")
 
 
+def test_a_vault_key_for_voyages_host_is_never_sent_to_another(voyage, fake, cli, monkeypatch):
+    """`embedding.api_key_secret` naming a secret whose url: is Voyage's, with the base URL pointed at
+    another host over plain http: the key was sent there in its Authorization header."""
+    pytest.importorskip("cryptography")
+    monkeypatch.delenv("VOYAGE_API_KEY")
+    voyage("  api_key_secret: voyage-key\n",
+           secrets=f'- id: voyage-key\n  service: voyage\n  url: https://api.voyageai.com\n  value: "{KEY}"\n')
+    assert cli("secret", "sync")[0] == 0
+    code, out, err = cli("index")
+    assert code == 1 and fake.count == 0 and KEY not in out + err
+    assert f"embedding.api_key_secret 'voyage-key' is for api.voyageai.com (its url: line), and the embeddings " \
+           f"would go to {fake.url}" in err and "over https" in err, err
+
+
 def test_a_missing_vault_secret_for_the_key_is_clear(voyage, fake, cli, monkeypatch):
     pytest.importorskip("cryptography")
     monkeypatch.delenv("VOYAGE_API_KEY")

@@ -232,13 +232,29 @@ def voyage_key(cfg, con=None, load_values=None) -> str:
         return key
     sid = cfg.embedding.api_key_secret
     if sid and con is not None and load_values is not None:
-        values = load_values(con, cfg, [sid]).get(sid)
+        vault = load_values(con, cfg, [sid])
+        values = vault.get(sid)
         if not values:
             raise RecallError(f"embedding.api_key_secret names '{sid}', which is not in the vault",
                               "run 'recall secret sync', or set VOYAGE_API_KEY")
+        _for_its_host(sid, getattr(vault, "urls", {}).get(sid, ""), voyage_base_url(cfg.embedding))
         return values.get("") or next(iter(values.values()))
     raise RecallError("no Voyage API key", "set VOYAGE_API_KEY, or name a vault secret in "
                       "embedding.api_key_secret, or use embedding.provider: local")
+
+
+def _for_its_host(sid: str, url: str, base_url: str) -> None:
+    """A vault secret with a url: line goes to that host only, over https (a base_url pointed elsewhere,
+    or at plain http, would hand the key to whoever answers there)."""
+    from urllib.parse import urlsplit
+    if not url:
+        return
+    own, to = urlsplit(url if "//" in url else "https://" + url), urlsplit(base_url)
+    if (to.hostname or "").lower() != (own.hostname or "").lower() or to.scheme != "https":
+        raise RecallError(f"embedding.api_key_secret '{sid}' is for {own.hostname} (its url: line), and the "
+                          f"embeddings would go to {base_url}: recall sends a vault value to its own host only, "
+                          "over https", f"point embedding.base_url at https://{own.hostname}, or change the "
+                          "secret's url: line if the key is meant for that host")
 
 
 class VoyageProvider:

@@ -33,8 +33,10 @@ def closed(exc: RecallError) -> VaultClosed:
 
 
 class VaultValues(dict):
-    """{secret id: {field: value}}, and `public`: {secret id: fields that are not secret} (vault.load_values)."""
+    """{secret id: {field: value}}, `public`: {secret id: fields that are not secret}, and `urls`:
+    {secret id: its url: line} (vault.load_values)."""
     public: dict = {}
+    urls: dict = {}
 
 
 class Redactor:

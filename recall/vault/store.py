@@ -410,6 +410,7 @@ def load_values(con, cfg, ids=None, *, need=()) -> VaultValues:
     stored = [r for r in con.execute("SELECT * FROM secrets") if wanted is None or r["id"] in wanted]
     values, first_error = VaultValues(), None
     values.public = {r["id"]: public_fields(json.loads(r["meta"])) for r in stored}
+    values.urls = {r["id"]: json.loads(r["meta"]).get("url", "") for r in stored}   # where each may be sent
     for row in stored:
         try:
             values[row["id"]] = json.loads(keyfile.decrypt(key, *cipher_of(row)))
