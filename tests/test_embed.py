@@ -528,6 +528,20 @@ def test_key_from_a_vault_secret_and_no_vault_value_in_any_request(voyage, fake,
     assert not any("voyage-key" in t.replace("[recall:voyage-key]", "") for t in texts if t != "voyage-key\nvoyage")
 
 
+def test_a_vault_value_typed_into_a_query_reaches_no_provider_or_reranker(voyage, fake, cli, notes):
+    """`search "why does the token VALUE fail" --rerank`: the CLI's echo masked it, yet the query's
+    embedding request and the rerank request carried it raw."""
+    pytest.importorskip("cryptography")
+    voyage(secrets=f'- id: canary-token\n  service: jira\n  value: "{CANARY}"\n')
+    assert cli("secret", "sync")[0] == 0 and cli("index")[0] == 0
+    sent = len(fake.raw)
+    code, out, err = cli("search", "--mode", "hybrid", "--rerank", f"why does the token {CANARY} fail on jira")
+    assert code == 0, err
+    raw = b"".join(fake.raw[sent:]).decode()
+    assert "/rerank" in " ".join(r[0] for r in fake.requests) and "[recall:canary-token]" in raw
+    assert not any(CANARY[i:i + 6] in raw + out + err for i in range(len(CANARY) - 5))
+
+
 def test_a_vault_key_for_voyages_host_is_never_sent_to_another(voyage, fake, cli, monkeypatch):
     """`embedding.api_key_secret` naming a secret whose url: is Voyage's, with the base URL pointed at
     another host over plain http: the key was sent there in its Authorization header."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..config import counted, told_as
 from ..errors import RecallError
-from .answer import Answer, answer, heard, opened
+from .answer import Answer, answer, heard, opened, scrub
 
 
 def init(config: str | None = None, notes: str | None = None) -> Answer:
@@ -161,6 +161,9 @@ def search(query: str, config: str | None = None, *, n: int = 10, mode: str = "a
     indexing = bool(_FOLLOWING) and _first_pass(FIRST_PASS_S)     # recall mcp just started
     with opened(config, readonly=True, need_sources=True,
                 vectors=lambda cfg: needs_vectors(cfg, q, mode)) as (cfg, con):
+        typed = scrub(query)            # a vault value typed into a query: to no provider, reranker or remote
+        if typed != query:              # (the index holds it as [recall:ID] too)
+            q = parse_query(typed)
         result = run(con, cfg, q, n=n, mode=mode, rerank=rerank, explain=explain, remotes=not local,
                      hooks=search_hooks(cfg))
         data = result.public()
