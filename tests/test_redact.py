@@ -95,7 +95,7 @@ def test_a_sync_stopped_before_its_redaction_redacts_every_value_next_time(make_
     make_world(secrets=f"- id: api-token\n  value: tok-{CANARY}\n", config="embedding: {provider: none}\n")
     cfg = load_config()
 
-    def stopped(con, entries):
+    def stopped(con, cfg, entries, notify=None):
         raise KeyboardInterrupt("stopped after the COMMIT")
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
         m.setattr(vault, "_redact_index", stopped)
@@ -366,6 +366,36 @@ def test_an_index_runs_remarks_are_masked_by_its_vault(make_world, notes):
     r = run_recall("index")
     assert r.returncode == 0 and "[recall:jira-api-token].md" in r.stderr, r.stderr
     assert not any(CANARY[i:i + 6] in r.stdout + r.stderr for i in range(len(CANARY) - 5)), r.stderr
+
+
+def test_a_sync_redacts_what_an_index_run_going_on_writes_with_the_vault_it_read_before(make_world, notes):
+    """An index run going on when a sync stores a new value writes chunks with the vault it read before
+    (the value raw); the sync's redaction ran beside it, left those chunks holding the value for good (a
+    later index found the files unchanged) or wrote an old snapshot's chunks back. It waits for the run."""
+    import subprocess
+    import sys
+
+    from recall.db import index_lock
+    from recall.notes.index import write_chunk
+    from tests.conftest import REPO
+    token = f"tok-{CANARY}"
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    assert run_recall("index").returncode == 0
+    cfg = load_config()
+    w.secrets.write_text(f"- id: jira-api-token\n  value: {token}\n")
+    with index_lock(cfg.db_path):                       # an index run going on
+        sync = subprocess.Popen([sys.executable, str(REPO / "recall.py"), "secret", "sync"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert sync.stderr.readline().startswith("recall: waiting for another index run (pid ")
+        con = db.connect(cfg.db_path)                   # what that run writes now: the value raw
+        with db.transaction(con):
+            fid = con.execute("SELECT id FROM files ORDER BY id LIMIT 1").fetchone()[0]
+            write_chunk(con, 10_000, fid, 99, 1, 2, "Pasted", f"the jira token is {token}", "pasted.md")
+        con.close()
+    out, err = sync.communicate(timeout=60)
+    assert sync.returncode == 0 and out.startswith("synced 1 secret"), err
+    data = _state_bytes(cfg)
+    assert not any(CANARY[i:i + 6].encode() in data for i in range(len(CANARY) - 5))
 
 
 def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(make_world, notes):

@@ -144,16 +144,17 @@ def write_chunk(con, chunk_id, file_id, ord_, start, end, crumb: str, body: str,
 
 def redact_indexed(con, redact) -> int:
     """Rewrite the indexed chunks and titles holding a vault value (or an encoded form of one), so
-    that no table keeps it; `redact`: the vault's redactor for the values just stored."""
-    rows = con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id").fetchall()
-    named = con.execute("SELECT id, title FROM files WHERE title != ''").fetchall()
-    texts = redact.many([t for row in rows for t in (row["breadcrumb"], row["body"])] + [t for _, t in named])
-    hit = [(row, crumb, body) for row, crumb, body in zip(rows, texts[0::2], texts[1::2])
-           if crumb != row["breadcrumb"] or body != row["body"]]     # (row, redacted breadcrumb, body)
-    titles = [(new, i) for (i, t), new in zip(named, texts[2 * len(rows):]) if new != t]
-    if not hit and not titles:
-        return 0
+    that no table keeps it; `redact`: the vault's redactor for the values just stored. Read and
+    written in one transaction: rows another writer changed meanwhile are never written back old."""
     with db.transaction(con):
+        rows = con.execute("SELECT c.*, f.relpath FROM chunks c JOIN files f ON f.id = c.file_id").fetchall()
+        named = con.execute("SELECT id, title FROM files WHERE title != ''").fetchall()
+        texts = redact.many([t for row in rows for t in (row["breadcrumb"], row["body"])] + [t for _, t in named])
+        hit = [(row, crumb, body) for row, crumb, body in zip(rows, texts[0::2], texts[1::2])
+               if crumb != row["breadcrumb"] or body != row["body"]]     # (row, redacted breadcrumb, body)
+        titles = [(new, i) for (i, t), new in zip(named, texts[2 * len(rows):]) if new != t]
+        if not hit and not titles:
+            return 0
         for row, crumb, body in hit:
             con.execute("DELETE FROM chunk_rows WHERE id=?", (row["id"],))
             write_chunk(con, row["id"], row["file_id"], row["ord"], row["start_line"], row["end_line"],

@@ -59,7 +59,7 @@ def sync(con, cfg, *, prune: bool = False, notify=None) -> SyncReport:
     (`notify` hears whom it waits for); a sync that would remove most of the vault, or all of one
     file's secrets, stops unless `prune`."""
     with db.vault_lock(cfg.home, notify):
-        report = _sync(con, cfg, prune)
+        report = _sync(con, cfg, prune, notify)
     return _embedded(con, cfg, report)
 
 
@@ -74,7 +74,7 @@ def _embedded(con, cfg, report: SyncReport) -> SyncReport:
     return report
 
 
-def _sync(con, cfg, prune: bool) -> SyncReport:
+def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
     """sync's work, the vault lock held: files read, values sealed, rows replaced."""
     import json
 
@@ -111,7 +111,7 @@ def _sync(con, cfg, prune: bool) -> SyncReport:
                          " ".join(e.tags), e.meta["notes"], e.meta["use"]))
     changed = [e for e in entries if before.get(e.id) != _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                      e.variables, e.values)]
-    _redact_index(con, changed if redacted else entries)
+    _redact_index(con, cfg, changed if redacted else entries, notify)
     warnings = warnings + _too_short(changed)
     _drop_pending(cfg.home)
     pending.record(con, cfg)
@@ -131,16 +131,18 @@ def _too_short(entries: list) -> list:
             if name not in public_fields(e.meta) and len(value) < MIN_SECRET_LEN]
 
 
-def _redact_index(con, entries: list) -> None:
+def _redact_index(con, cfg, entries: list, notify=None) -> None:
     """A value pasted into a note leaves the index: chunks rewritten with these entries' values (those
-    new or changed: the others were redacted by the sync that stored them), then a mark that they were."""
+    new or changed: the others were redacted by the sync that stored them), then a mark that they were.
+    Under the index lock: an index run going on wrote chunks with the vault it read before this sync."""
     from ..notes.index import redact_indexed
-    if entries:
-        publics = {e.id: public_fields(e.meta) for e in entries}
-        redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")          # and no old page keeps it in the WAL
-    with db.transaction(con):           # a sync stopped before this redacts every value next time
-        db.set_meta(con, REDACTED_META, repr(signature(con)))
+    with db.index_lock(cfg.db_path, notify):
+        if entries:
+            publics = {e.id: public_fields(e.meta) for e in entries}
+            redact_indexed(con, text_redactor({e.id: e.values for e in entries}, publics))
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")          # and no old page keeps it in the WAL
+        with db.transaction(con):           # a sync stopped before this redacts every value next time
+            db.set_meta(con, REDACTED_META, repr(signature(con)))
 
 
 def _drop_pending(home) -> None:
@@ -218,7 +220,7 @@ def restore(con, cfg, secret_id: str, notify=None) -> tuple:
         text = removed.entry_text(row, values, {f: seal(key, row["id"], f, v) for f, v in values.items()})
         target = row["file"] if row["file"] in {str(p) for p in cfg.secrets} else str(cfg.secrets[0])
         append_entry(target, text)
-        report = _sync(con, cfg, prune=False)
+        report = _sync(con, cfg, prune=False, notify=notify)
         with db.transaction(con):
             removed.forget(con, row["id"])
     _embedded(con, cfg, report)
