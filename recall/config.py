@@ -249,8 +249,10 @@ def _unknown_fields(doc, path: str) -> None:
         found.sort(key=lambda f: f[0])
         line, key, what, allowed = found[0]
         also = ", ".join(f"'{k}'{'' if w == what else ' in ' + w} at line {n}" for n, k, w, _ in found[1:])
+        from .errors import did_you_mean
+        known = "known fields: " + ", ".join(sorted(allowed))
         raise InputError(path, line, f"unknown field '{key}' in {what}" + (f" (also {also})" if also else ""),
-                         hint="known fields: " + ", ".join(sorted(allowed)))
+                         hint=did_you_mean(key, allowed, known).replace("?", f"? ({known})", 1))
 
 
 def apply_doc(cfg: Config, doc, path: str) -> None:

@@ -45,6 +45,7 @@ def test_tilde_is_expanded(tmp_path, isolated_home):
 
 @pytest.mark.parametrize("text,line,word", [
     ("sourcez: []\n", 1, "sourcez"),
+    ("sourcse: []\n", 1, "unknown field 'sourcse' in the config — did you mean 'sources'? (known fields: embedding,"),
     ("sources:\n  - name: a\n    path: /x\n    colour: red\n", 4, "colour"),
     ("sources: 3\n", 1, "sources"),
     ("sources:\n  - name: a\n", 2, "path"),
