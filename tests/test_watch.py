@@ -1,6 +1,7 @@
 """Fresh results: `recall mcp` follows its sources while it runs, so a note saved a moment ago is found
 by the agent's next search — through the MCP SDK's client over real stdio, with the OS watcher
 (watchdog) and with the stat poll (RECALL_WATCH=poll)."""
+import contextlib
 import json
 import os
 import subprocess
@@ -114,6 +115,24 @@ def test_a_new_servers_first_search_waits_for_the_first_index(config, notes):
     async def script(search, until):
         return await search("FIRST-119")
     assert run_session("poll", script) == ["n119.md"]
+
+
+def test_a_search_after_the_index_file_was_removed_waits_for_the_watcher_to_make_it_again(indexed):
+    """The DB deleted while `recall mcp` runs: searches answered an error, then `hits: []` with no word, then
+    "the index holds no note yet: add markdown files" while the watcher made it again."""
+    from recall.config import load_config as load
+    db_path = load().db_path
+    for i in range(120):
+        (indexed / f"n{i:03}.md").write_text(f"# Note {i}\n\nticket GONE-{i:03} raised.\n")
+
+    async def script(search, until):
+        first = await until("GONE-119", lambda h: h == ["n119.md"])
+        for end in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{db_path}{end}")
+        return first, await search("GONE-119")
+    first, after = run_session("poll", script)
+    assert first == ["n119.md"] and after == ["n119.md"], after
 
 
 def test_a_first_pass_longer_than_a_search_waits_is_said_not_taken_for_an_empty_index(config, notes, monkeypatch):

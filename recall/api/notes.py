@@ -98,10 +98,15 @@ def stop_following() -> None:
 
 def _first_pass(wait_s: float) -> bool:
     """Wait at most `wait_s` for the first pass of this process's watchers (the one that indexes what
-    changed while no server ran, or every note of a new index); is one still running?"""
+    changed while no server ran, or every note of a new index), then for any pass running or due (a
+    change seen, the index file removed: Watcher.due); is one still running?"""
     import time
     deadline = time.monotonic() + wait_s
-    return not all(w.settled.wait(max(0.0, deadline - time.monotonic())) for w in _FOLLOWING)
+    for w in _FOLLOWING:
+        w.settled.wait(max(0.0, deadline - time.monotonic()))
+    while any(w.due() for w in _FOLLOWING) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return any(not w.settled.is_set() or w.due() for w in _FOLLOWING)
 
 
 def _not_following(cfg, indexing: bool) -> tuple:

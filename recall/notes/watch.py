@@ -158,6 +158,7 @@ class Watcher:
         self.stop_event = threading.Event()
         self.thread, self.passes = None, 0
         self.settled = threading.Event()    # the first pass ended, or failed (trouble() says why)
+        self.indexing = False               # a pass is writing the index now
         self._why: str | None = None
         self._con = self._detector = None
         self._opened_on: dict = {}      # the config, DB, folders as opened
@@ -168,6 +169,15 @@ class Watcher:
         """Why the sources are not followed right now (every search says
         it), or None while they are."""
         return self._why
+
+    def due(self) -> bool:
+        """Whether a pass is writing the index or is due now: a change seen, or the DB file removed or
+        replaced since it was opened (a search waits for it, as for the first pass)."""
+        cfg = self.cfg
+        if self.thread is None or self._why is not None or cfg is None:
+            return False
+        return self.indexing or self._dirty or (
+            "db" in self._opened_on and _identity(cfg.db_path) != self._opened_on["db"])
 
     def start(self) -> Watcher:
         if self.how != "off" and (self.reload is not None or self.cfg.sources):
@@ -220,9 +230,13 @@ class Watcher:
         from .index import embed_pending, run_index
         cfg = self._refresh()
         if self._dirty:
-            rep = run_index(self._con, cfg, embed=False, redactor=self.redactor,
-                            load_values=self.load_values, notify=self._waiting,
-                            catch_up=self.catch_up)
+            self.indexing = True
+            try:
+                rep = run_index(self._con, cfg, embed=False, redactor=self.redactor,
+                                load_values=self.load_values, notify=self._waiting,
+                                catch_up=self.catch_up)
+            finally:
+                self.indexing = False
             self._dirty, self._why = False, None
             self.passes += 1
             self.settled.set()
