@@ -282,7 +282,8 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
                               f"secret '{e.id}' has one value, no fields",
                               f"its fields: {', '.join(names)}" if names else f"recall secret set {e.id}")
         span = e.spans[field]
-        check_value(value, _what(e, field), e.file, span.row + 1, on_stdin(e.inject, field))
+        # the value was typed or piped, not read from the file: the error names where it came from
+        check_value(value, _what(e, field), "the value given", None, on_stdin(e.inject, field))
         key = key_for(cfg.home, entries)
         sealed = seal(key, e.id, field, value)
         rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
