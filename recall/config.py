@@ -147,6 +147,12 @@ def key_file(home) -> Path:
     return Path(override).expanduser() if override else key_folder(home) / "vault.key"
 
 
+def spelled(path: str) -> str:
+    """A path as typed, quoted when a space or tab at its ends would not show ('notes ' is not 'notes')."""
+    import shlex
+    return shlex.quote(path) if path != path.strip() else path
+
+
 def find_config(explicit: str | None = None) -> Path | None:
     """The config file to use: --config, then RECALL_CONFIG, then the XDG default if it exists."""
     for candidate, named in ((explicit, "--config"), (os.environ.get("RECALL_CONFIG"), "RECALL_CONFIG")):
@@ -156,7 +162,10 @@ def find_config(explicit: str | None = None) -> Path | None:
                 raise RecallError(f"config file {path} (from {named}) is a folder, not a file",
                                   f"name the file in it, e.g. {path / 'config.yaml'}")
             if not path.is_file():
-                raise RecallError(f"config file {path} (from {named}) does not exist",
+                trimmed = Path(str(path).strip())
+                raise RecallError(f"config file {spelled(str(path))} (from {named}) does not exist",
+                                  f"{trimmed} exists: leave out the space at the end of the name"
+                                  if trimmed != path and trimmed.is_file() else
                                   f"run 'recall --config {path} init' to write a starter one there")
             return path.resolve()
     default = default_config_path()

@@ -30,6 +30,20 @@ def test_missing_explicit_config(tmp_path):
         load_config(str(tmp_path / "nope.yaml"))
 
 
+def test_a_space_at_the_end_of_a_path_shows(tmp_path):
+    """`--config "c.yaml "` said "config file c.yaml does not exist" beside an existing c.yaml; a
+    source's `path: "~/notes "` said "~/notes is not a folder": the space did not show."""
+    from recall.notes.walk import walk_source
+    c = _write(tmp_path, f"sources:\n  - name: n\n    path: '{tmp_path} '\n")
+    with pytest.raises(RecallError) as err:
+        load_config(f"{c} ")
+    assert str(err.value) == f"config file '{c} ' (from --config) does not exist — {c} exists: leave out the " \
+                             "space at the end of the name"
+    with pytest.raises(RecallError) as err:
+        list(walk_source(load_config(str(c)).sources[0]))
+    assert f"source 'n': '{tmp_path} ' is not a folder" in str(err.value)
+
+
 def test_recall_home_and_relative_paths(tmp_path, monkeypatch):
     (tmp_path / "n").mkdir()
     cfg = load_config(_write(tmp_path, "sources:\n  - {name: a, path: n}\nsecrets: s.yaml\n"))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .. import db
+from ..config import spelled
 from ..errors import InputError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox"}
@@ -114,7 +115,7 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None, state=((), (
     root = Path(source.path)
     if not root.is_dir():
         raise InputError(source.config_path, source.line or None,
-                         f"source '{source.name}': {root} is not a folder",
+                         f"source '{source.name}': {spelled(str(root))} is not a folder",
                          hint="fix the path or remove the source; nothing was changed")
     included, excluded = _matcher(source.include), _matcher(source.exclude)
     own = state_inside(root, state)
