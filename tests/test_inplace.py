@@ -240,10 +240,13 @@ def test_key_backup_and_doctor_and_rotate(sealed, tmp_path):
 def test_a_key_backup_into_the_notes_is_refused_not_indexed(sealed, notes):
     """`recall secret key backup ~/notes/keybackup.md` was written and indexed: the key's bytes were
     searchable and read back by the agent."""
-    for dest in (notes / "keybackup.md", notes / "sub" / ".." / "kb.key"):
+    for dest in (notes / "keybackup.md", notes / "sub" / ".." / "kb.txt"):
         r = run_recall("secret", "key", "backup", dest)
-        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "inside source 'notes'" in r.stderr, r.stderr
-        assert not dest.exists()
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "would be indexed as a note of source 'notes'; nothing written" in r.stderr and not dest.exists()
+    for kept in (notes / "kb.key", notes / ".keys" / "kb.md"):     # names and folders no index run takes
+        kept.parent.mkdir(exist_ok=True)
+        assert run_recall("secret", "key", "backup", kept).returncode == 0 and kept.exists()
 
 
 def test_a_key_backup_is_known_to_every_config_sharing_the_key_and_to_a_rebuilt_index(isolated_home, monkeypatch,

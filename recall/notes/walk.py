@@ -141,6 +141,26 @@ def walk_source(source, *, skip_paths=frozenset(), unreadable=None, state=((), (
                 yield rel, full
 
 
+def would_index(cfg, path) -> str | None:
+    """The name of the source an index run would take the file at `path` into (as walk_source chooses:
+    its globs, no hidden or skipped folder, never recall's own files), else None."""
+    real = os.path.realpath(path)
+    if os.path.basename(real).startswith(KEY_NAME) or is_state(real, state_paths(cfg)):
+        return None
+    for source in cfg.sources:
+        root = os.path.realpath(source.path)
+        if not real.startswith(root + os.sep):
+            continue
+        parts = os.path.relpath(real, root).split(os.sep)
+        excluded = _matcher(source.exclude)
+        folders = ["/".join(parts[:i]) + "/" for i in range(1, len(parts))]
+        if any(p in SKIP_DIRS or p.startswith(".") for p in parts[:-1]) or any(excluded(f) for f in folders):
+            return None
+        rel = "/".join(parts)
+        return source.name if _matcher(source.include)(rel) and not excluded(rel) else None
+    return None
+
+
 def walk_tree(top: str, onerror):
     """os.walk(top, onerror=…) without following links, on a stack: os.walk recurses before Python 3.12,
     and a tree 1,000+ folders deep is walked too. `dirnames` may be pruned in place; a linked folder

@@ -326,11 +326,11 @@ def backup_key(con, cfg, dest) -> Path:
     from .store import key_probe
     key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))   # the key the rows need
     dest = Path(dest).expanduser()
-    inside = next((s for s in cfg.sources if Path(s.path).resolve() in dest.parent.resolve().parents
-                   or Path(s.path).resolve() == dest.parent.resolve()), None)
+    from ..notes.walk import would_index
+    inside = would_index(cfg, dest)
     if inside is not None:      # indexed, the key's bytes would be searchable, read and embedded
-        raise RecallError(f"{dest} is inside source '{inside.name}' ({inside.path}), which recall indexes; "
-                          "nothing written", "name a file outside the notes, best on a disk you keep apart")
+        raise RecallError(f"{dest} would be indexed as a note of source '{inside}'; nothing written",
+                          "name a file outside the notes, best on a disk you keep apart")
     try:
         keyfile.write_new(dest, key)
     except FileExistsError:
