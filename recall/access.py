@@ -110,13 +110,24 @@ _SHELL_VARS = {"_", "PWD", "OLDPWD", "SHLVL", "PIPESTATUS", "LINENO", "SECONDS",
                "EPOCHSECONDS", "EPOCHREALTIME", "BASHPID", "FUNCNAME", "HISTCMD", "OPTIND", "OPTARG",
                "OPTERR", "COLUMNS", "LINES", "GROUPS", "DIRSTACK", *_RC_VARIABLES}
 _END = b"\x01end"
+# Every shell variable as NAME=VALUE records, an array's (indexed or associative) one per element:
+# `${!v}` reads only element 0. IFS is its own and no read trips `set -u`: a sourced file's would cut it short.
+_REPORT = r"""__recall_vars() { local IFS=$'\n' __recall_v __recall_r __recall_e __recall_a
+  __recall_a=$'\n'"$(compgen -A arrayvar)"$'\n'
+  for __recall_v in $(compgen -v); do case $__recall_a in
+    *$'\n'"$__recall_v"$'\n'*) __recall_r="$__recall_v[@]"
+      for __recall_e in ${!__recall_r+"${!__recall_r}"}; do printf '%s=%s\0' "$__recall_v" "$__recall_e"; done;;
+    *) printf '%s=%s\0' "$__recall_v" "${!__recall_v-}";;
+  esac; done; }
+"""
 
 
 def masked_exports(before: dict, after: dict) -> dict:
-    """What the setup steps added or changed that is masked in every output: all of it but the
-    plainly harmless values (setupvars.secret_setting, the rule the display paths apply too)."""
-    return {k: v for k, v in after.items() if k not in _SHELL_VARS and not k.startswith(("BASH", "__recall"))
-            and before.get(k) != v and setupvars.secret_setting(k, v)}
+    """What the setup steps added or changed that is masked in every output ({name: [values]}, an
+    array's every element): all of it but the plainly harmless values (setupvars.secret_setting, the
+    rule the display paths apply too)."""
+    return {k: kept for k, values in after.items() if k not in _SHELL_VARS and not k.startswith(("BASH", "__recall"))
+            and before.get(k) != values and (kept := [v for v in values if setupvars.secret_setting(k, v)])}
 
 
 def kube_context(entry) -> str:
@@ -138,9 +149,7 @@ def _script(steps: list, command: str, base: dict, context: str, script_fd: int,
     # bash says "/dev/fd/N: line L: aws: command not found", a line of this script: the name is enough
     missing = "command_not_found_handle() { printf '%s: command not found\\n' \"$1\" >&2; return 127; }\n"
     return (
-        f"exec {script_fd}<&-\n" + missing +
-        "__recall_vars() { local __recall_v; for __recall_v in $(compgen -v); do\n"
-        "  printf '%s=%s\\0' \"$__recall_v\" \"${!__recall_v}\"; done; }\n"
+        f"exec {script_fd}<&-\n" + missing + _REPORT +
         f"__recall_cwd=$PWD; builtin cd -- ~ 2>/dev/null\n"
         f"printf '\\1before\\0' >&{vars_fd}; __recall_vars >&{vars_fd}\n"
         f"trap 'printf \"\\1failed\\0\" >&{vars_fd}; __recall_vars >&{vars_fd}; printf \"\\1end\\0\" >&{vars_fd}' EXIT\n"
@@ -158,7 +167,8 @@ def _step(step: str) -> str:
 
 
 def _parse_vars(data: bytes) -> tuple:
-    """(before, after, status) from the records the script wrote; status ok | failed | '' (cut off)."""
+    """(before, after, status) from the records the script wrote, each {name: [values]} (an array's
+    every element); status ok | failed | '' (cut off)."""
     sections: dict = {}
     current = None
     for item in data.split(b"\0"):
@@ -167,7 +177,7 @@ def _parse_vars(data: bytes) -> tuple:
             sections.setdefault(current, {})
         elif current and b"=" in item:
             k, _, v = item.partition(b"=")
-            sections[current][k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+            sections[current].setdefault(k.decode("utf-8", "replace"), []).append(v.decode("utf-8", "replace"))
     status = "ok" if "ok" in sections else "failed" if "failed" in sections else ""
     return sections.get("before", {}), sections.get("ok", sections.get("failed", {})), status
 
@@ -263,7 +273,7 @@ def _prelude(entry, proc, report: int):
     error when they failed or hung."""
     data, setup_err, late = _wait_setup(proc, report, time.monotonic() + SETUP_TIMEOUT)
     before, after, status = _parse_vars(data)
-    masks = {f"{entry.id}:{k}": [v] for k, v in masked_exports(before, after).items()}
+    masks = {f"{entry.id}:{k}": values for k, values in masked_exports(before, after).items()}
     if not late and status == "ok":
         return runner.Prelude(masks, setup_err)
     return runner.Prelude(masks, setup_err, lambda last: RecallError(

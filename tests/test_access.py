@@ -476,3 +476,51 @@ def test_the_stderr_of_a_setup_step_that_succeeds_is_masked(tmp_path, make_world
     r = run_recall("access", "exec", "box", "--", "echo", "ran")
     assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
     assert "setup says [recall:box:DB_PWD]\n" in r.stderr and "Xq7-db-pwd-9Lm2" not in r.stderr, r.stderr
+
+
+# A sourced file may set arrays: each element is what the setup set (`${!v}` read element 0 only).
+ARRAY_VALUES = ("Aa1Bb2Cc3Dd4Ee5Ff6", "Mm1Nn2Oo3Pp4Qq5Rr6")
+ARRAY_LINE = "echo ${CREDS[1]}; echo ${MAP[k]}"
+
+
+def _windows(value: str, text: str) -> list:
+    """Every 6-character piece of `value` that `text` holds."""
+    return [value[i:i + 6] for i in range(len(value) - 5) if value[i:i + 6] in text]
+
+
+def _array_entry(make_world, home, before: str = "") -> None:
+    """~/utils/setup.sh (0600, as a user keeps it) setting an indexed and an associative array."""
+    (home / "utils").mkdir()
+    setup = home / "utils/setup.sh"
+    setup.write_text(f"{before}CREDS=(user {ARRAY_VALUES[0]})\ndeclare -A MAP=([k]={ARRAY_VALUES[1]})\n")
+    setup.chmod(0o600)
+    _entry(make_world, ["source ~/utils/setup.sh"])
+
+
+@pytest.mark.parametrize("before", ["", "set -u\ndeclare UNSET_ONE\n", "IFS=:\n"],
+                         ids=["plain", "nounset", "ifs"])
+def test_every_element_of_an_array_the_setup_sets_is_masked(make_world, isolated_home, before):
+    """`set -u` and IFS, as a sourced file leaves them, once cut the list of what it set short."""
+    _array_entry(make_world, isolated_home, before)
+    r = run_recall("access", "exec", "box", "--", ARRAY_LINE)
+    assert (r.returncode, r.stdout) == (0, "[recall:box:CREDS]\n[recall:box:MAP]\n"), r.stderr
+    assert [w for v in ARRAY_VALUES for w in _windows(v, r.stdout + r.stderr)] == []
+
+
+def test_mcp_access_exec_masks_every_element_of_an_array(make_world, isolated_home, monkeypatch):
+    pytest.importorskip("mcp")
+    from recall.vault import audit
+    monkeypatch.setitem(audit.CALLER, "name", "cli")      # build_server() marks the process as mcp
+    import anyio
+    from mcp import Client
+
+    from recall import mcp_server
+    _array_entry(make_world, isolated_home)
+
+    async def call():
+        async with Client(mcp_server.build_server()) as client:
+            return await client.call_tool("recall_access_exec", {"id": "box", "command": ARRAY_LINE})
+    result = anyio.run(call)
+    text = "".join(c.text for c in result.content)
+    assert not result.is_error and "[recall:box:CREDS]\n[recall:box:MAP]\n" in text, text
+    assert [w for v in ARRAY_VALUES for w in _windows(v, text)] == []
