@@ -178,7 +178,7 @@ def _parse_vars(data: bytes) -> tuple:
         elif current and b"=" in item:
             k, _, v = item.partition(b"=")
             sections[current].setdefault(k.decode("utf-8", "replace"), []).append(v.decode("utf-8", "replace"))
-    status = "ok" if "ok" in sections else "failed" if "failed" in sections else ""
+    status = ("ok" if "ok" in sections else "failed") if "end" in sections else ""    # no end: cut short
     return sections.get("before", {}), sections.get("ok", sections.get("failed", {})), status
 
 
@@ -276,10 +276,16 @@ def _prelude(entry, proc, report: int):
     masks = {f"{entry.id}:{k}": values for k, values in masked_exports(before, after).items()}
     if not late and status == "ok":
         return runner.Prelude(masks, setup_err)
-    return runner.Prelude(masks, setup_err, lambda last: RecallError(
-        f"the setup steps of '{entry.id}' " + (f"did not finish within {SETUP_TIMEOUT}s" if late else
-                                               f"failed: {last or 'no message'}"),
-        f"run 'recall access show {entry.id}' and check the steps"))
+
+    def error(last: str) -> RecallError:
+        if late:
+            why = f"did not finish within {SETUP_TIMEOUT}s"
+        elif status:
+            why = f"failed: {last or 'no message'}"
+        else:           # what they set is unknown, so their output cannot be masked: none of it is shown
+            why = "ended before saying what they set (a step removed recall's EXIT trap?): their output is not shown"
+        return RecallError(f"the setup steps of '{entry.id}' {why}", f"run 'recall access show {entry.id}' and check the steps")
+    return runner.Prelude(masks, setup_err, error)
 
 
 def _has_vault(con, cfg) -> bool:

@@ -524,3 +524,17 @@ def test_mcp_access_exec_masks_every_element_of_an_array(make_world, isolated_ho
     text = "".join(c.text for c in result.content)
     assert not result.is_error and "[recall:box:CREDS]\n[recall:box:MAP]\n" in text, text
     assert [w for v in ARRAY_VALUES for w in _windows(v, text)] == []
+
+
+def test_a_setup_that_ends_before_saying_what_it_set_shows_none_of_its_output(tmp_path, make_world):
+    """A sourced file that drops recall's EXIT trap and exits: what it set is unknown, so its own
+    output (quoting the token it set) cannot be masked; it once came back as the error's last line."""
+    token = "Tt1Uu2Vv3Ww4Xx5Yy6"
+    script = tmp_path / "login.sh"
+    script.write_text(f"export DEPLOY_TOKEN={token}\necho \"token $DEPLOY_TOKEN\" >&2\ntrap - EXIT\nexit 3\n")
+    marker = tmp_path / "ran"
+    _entry(make_world, [f"source {script}"])
+    r = run_recall("access", "exec", "box", "--", f"touch {marker}; echo $DEPLOY_TOKEN")
+    assert r.returncode == 1 and r.stdout == "" and not marker.exists()
+    assert r.stderr.startswith("recall: the setup steps of 'box' ended before saying what they set"), r.stderr
+    assert _windows(token, r.stdout + r.stderr) == []
