@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -225,7 +226,7 @@ def _curl_options(argv: list, options: list) -> list:
 
 def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
     from .vault import store as vault
-    from .vault.runner import secret_exec
+    from .vault.runner import secret_exec, stopped
     started = time.monotonic()
     con = db.connect(cfg.db_path)
     try:
@@ -268,7 +269,8 @@ def _run_probe(cfg, p: Probe, timeout: float, path: str) -> None:
         p.status, p.detail = "error", str(exc)
     finally:
         p.seconds = time.monotonic() - started
-        inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
+        if not stopped():      # a proof stopped midway (Ctrl-C, a cancelled call) says nothing of the entry
+            inventory.record_status(con, p.target, p.status, p.detail, p.command, p.config)
         con.close()
 
 
@@ -321,14 +323,27 @@ def run_verify(con, cfg, ids=None, *, dry_run: bool = False, timeout: float = DE
         for p in batch:
             _run_probe(cfg, p, timeout, path)
 
-    with ThreadPoolExecutor(max_workers=_pool_size(jobs)) as pool:     # each job in the caller's context (a stop)
-        list(pool.map(lambda job, ctx: ctx.run(work, job), jobs, [contextvars.copy_context() for _ in jobs]))
+    _in_parallel(work, jobs)
     return Report(False, probes)
 
 
-def _pool_size(jobs) -> int:
-    """One thread per job, up to MAX_WORKERS: 20 one-second proofs take one second, not two."""
-    return max(1, min(MAX_WORKERS, len(jobs)))
+def _in_parallel(fn, items) -> list:
+    """fn over items, one thread each up to MAX_WORKERS (20 one-second proofs take one second, not two),
+    each in the caller's context (an MCP call's stop). Ctrl-C or SIGTERM while they run stops every run
+    (its child's group killed, a queued one never started), then is raised: no proof outlives recall."""
+    from .vault.runner import stopping
+    stop = threading.Event()
+    with stopping(stop):
+        contexts = [contextvars.copy_context() for _ in items]
+    pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_WORKERS, len(items))))
+    try:
+        return list(pool.map(lambda item, ctx: ctx.run(fn, item), items, contexts))
+    except BaseException:        # Ctrl-C and SIGTERM land in this waiting thread: the runs, in theirs, are told
+        stop.set()
+        pool.shutdown(cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
 
 
 def _check_prerequisites(needed: dict) -> dict:
@@ -337,8 +352,7 @@ def _check_prerequisites(needed: dict) -> dict:
                                 if r.check and not r.error)
               if not v.allow}        # a check the guard denies is not run: the prerequisite counts as down
     run = {i: r for i, r in needed.items() if i not in denied}
-    with ThreadPoolExecutor(max_workers=_pool_size(run)) as pool:
-        results = dict(zip(run, pool.map(inventory.check_one, run.values())))
+    results = dict(zip(run, _in_parallel(inventory.check_one, list(run.values()))))
     out = {i: (up, detail if up else (needed[i].hint or detail)) for i, (up, detail) in results.items()}
     out.update({i: (False, f"its check is denied by the guard ({v.rule}): {v.reason}") for i, v in denied.items()})
     return out

@@ -1276,3 +1276,81 @@ def test_every_denial_in_a_dry_run_names_the_allowed_form(tmp_path, make_world, 
         assert " — allowed: " in c["reason"] and c["reason"].split(" — allowed: ")[1].strip(), c
     code, text, _ = cli("verify", "--dry-run")
     assert text.count(" — allowed: ") == len(denied)
+
+
+def _curls_to(port: int) -> list:
+    """The pids of live processes whose command line names 127.0.0.1:port (what `ps` would list)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"127.0.0.1:{port}".encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return [p for p in found if _alive(p)]
+
+
+def _read_pty(fd: int, until, bound: float = 60.0) -> bytes:
+    """What the pty shows, read (so recall never blocks writing) until `until()`; once the pty has
+    ended (recall closed it, exiting), only `until()` is polled. Gives up after `bound` seconds."""
+    import select
+    import time
+    out, give_up, open_ = b"", time.monotonic() + bound, True
+    while not until() and time.monotonic() < give_up:
+        if not open_:
+            time.sleep(0.05)
+        elif select.select([fd], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:          # EIO: every holder of the terminal has closed it
+                chunk = b""
+            out += chunk
+            open_ = bool(chunk)
+    return out
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_one_ctrl_c_or_sigterm_ends_a_sweep_whose_proofs_never_answer(make_world, listener, how):
+    """Proofs against a server that accepts and never answers, under --timeout 3600: one Ctrl-C (typed
+    at a real terminal) or a SIGTERM waited for every proof to time out. Now it ends them and recall,
+    and stores no result for them."""
+    import pty
+    import signal
+
+    from tests.conftest import REPO
+    write_inventory(make_world, "".join(f"- id: hangs{i}\n  verify: curl -s https://127.0.0.1:{listener}/{i}\n"
+                                        for i in range(2)))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, str(REPO / "recall.py"), "verify", "--timeout", "3600"])
+    status = None
+
+    def ended() -> bool:
+        nonlocal status
+        if status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            status = raw if done else None
+        return status is not None
+    try:
+        out = _read_pty(fd, lambda: len(_curls_to(listener)) == 2 or ended())
+        assert len(_curls_to(listener)) == 2, out
+        if how == "SIGINT":
+            os.write(fd, b"\x03")          # Ctrl-C, as typed: the terminal sends SIGINT to recall
+        else:
+            os.kill(pid, signal.SIGTERM)
+        out += _read_pty(fd, ended)
+        left = _curls_to(listener)
+    finally:
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        for curl in _curls_to(listener):
+            os.kill(curl, signal.SIGKILL)
+        os.close(fd)
+    assert status is not None, f"recall still runs after {how}: {out!r}"
+    assert os.waitstatus_to_exitcode(status) == 128 + getattr(signal, how), out
+    assert left == [], "a proof outlived recall"
+    said = b"recall: interrupted" if how == "SIGINT" else b"recall: stopped by SIGTERM"
+    assert b"Traceback" not in out and said in out, out
+    shown = json.loads(run_recall("--json", "access", "show", "hangs0").stdout)
+    assert shown["last_verified"] == "never"          # a proof stopped midway says nothing of its entry

@@ -33,7 +33,7 @@ _STOP_WAIT = 5.0       # how long stop_all waits for the runs it stopped to end 
 
 # A run ends early when its caller is told to stop (an MCP client cancelled the call: `stopping`) or the
 # whole process is going away (`stop_all`): its child's process group is killed, as on a timeout.
-_STOP = contextvars.ContextVar("recall_stop", default=None)
+_STOP = contextvars.ContextVar("recall_stop", default=())      # the events of every enclosing `stopping`
 _ENDING = threading.Event()
 _RUNS = threading.Condition()
 _LIVE = [0]            # runs in progress (under _RUNS)
@@ -322,16 +322,16 @@ def _wait(proc: subprocess.Popen, deadline: float | None):
 
 
 def stopped() -> bool:
-    """Whether the run in this context was told to stop: its caller's `stopping` event is set, or the
+    """Whether the run in this context was told to stop: a `stopping` event around it is set, or the
     process is ending (stop_all)."""
-    event = _STOP.get()
-    return _ENDING.is_set() or (event is not None and event.is_set())
+    return _ENDING.is_set() or any(event.is_set() for event in _STOP.get())
 
 
 @contextlib.contextmanager
 def stopping(event: threading.Event):
-    """Runs started inside (in this thread, or in a context copied from it) end when `event` is set."""
-    token = _STOP.set(event)
+    """Runs started inside (in this thread, or in a context copied from it) end when `event` is set, or
+    the event of an enclosing `stopping` is (an MCP call's around a sweep's own)."""
+    token = _STOP.set((*_STOP.get(), event))
     try:
         yield
     finally:
@@ -367,16 +367,14 @@ def _close(*pipes) -> None:
 
 
 def run_check(argv: list, timeout: float):
-    """A check's exit code (None: not finished within `timeout`): no stdin, output discarded, none of
-    recall's own variables, in a process group of its own that ends with it (a credential plugin it
-    started too). OSError when it cannot start."""
+    """A check's exit code (None: not finished within `timeout`, or told to stop): no stdin, output
+    discarded, none of recall's own variables, in a process group of its own that ends with it (a
+    credential plugin it started too). OSError when it cannot start."""
     started: list = []
     try:
         proc = start(argv, started, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      env=child_env())
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        return None
+        return _wait(proc, time.monotonic() + timeout)
     finally:
         for proc in started:
             end(proc)
