@@ -234,6 +234,19 @@ def test_a_value_written_into_the_secrets_file_is_masked_before_it_is_synced(mak
     assert "[recall:jira-api-token]" in r.stdout and CANARY[:6] not in r.stdout + r.stderr
 
 
+def test_a_value_yaml_reads_as_a_number_is_masked_before_it_is_synced_as_written(make_world, notes):
+    """`value: 0048213377` (a PIN, an account number) is a number to YAML: sync asks to quote it, and
+    meanwhile search and read showed it in full."""
+    w = make_world(secrets="", config="embedding: {provider: none}\n")
+    (notes / "bank.md").write_text("# Bank\n\nthe card PIN is 0048213377 and the id 0x1f2e3d4c5b.\n")
+    assert run_recall("index").returncode == 0
+    w.secrets.write_text("- id: card-pin\n  value: 0048213377\n- id: acct\n  fields: {number: 0x1f2e3d4c5b}\n")
+    for argv in (("search", "card PIN"), ("read", "bank.md")):
+        r = run_recall(*argv)
+        assert r.returncode == 0 and "[recall:card-pin]" in r.stdout and "[recall:acct]" in r.stdout, r.stdout
+        assert "213377" not in r.stdout and "3d4c5b" not in r.stdout
+
+
 def test_a_folder_named_as_the_secrets_file_is_said_to_be_one_and_hides_no_note(make_world, notes, tmp_path):
     folder = tmp_path / "secrets.d"
     folder.mkdir()

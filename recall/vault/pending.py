@@ -106,12 +106,15 @@ def redact_index(con, cfg) -> None:
 def _plain(path: str, opener) -> list:
     """(label, field, value) of each value in one secrets file, a sealed one opened by `opener`."""
     from .. import yaml
-    out = []
+    out, rows = [], []
     for label, item in _entries(path):
         fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
-        for name, value in [("", item.get("value")), *fields.items()]:
+        for name, value, holder, key in [("", item.get("value"), item, "value"),
+                                         *((n, v, fields, n) for n, v in fields.items())]:
             if isinstance(value, dict) and not value.get("public"):
-                value = value.get("value")
+                value, holder, key = value.get("value"), value, "value"
+            if isinstance(value, (int, float)) and not isinstance(value, bool):   # a PIN YAML reads as a number
+                value = _as_written(path, holder, key, rows) or str(value)        # (sync asks to quote it)
             if not isinstance(value, str) or str(name) in PUBLIC_FIELDS:
                 continue
             if value.strip().startswith("ENC[") and not label.startswith("unsynced line "):
@@ -120,6 +123,18 @@ def _plain(path: str, opener) -> list:
             elif _secret_like(value):
                 out.append((label, str(name), value))
     return out
+
+
+def _as_written(path: str, holder, key, rows: list) -> str | None:
+    """A scalar's text as the file writes it (0x1F2E, 0012345678: not as YAML reads it); `rows`: the
+    file's lines, read on first use."""
+    span = getattr(holder, "spans", {}).get(key)
+    if span is None or span.row != span.end_row:
+        return None
+    if not rows:
+        with open(path, encoding="utf-8-sig", errors="replace") as fh:
+            rows.extend(re.split(r"\r\n|\r|\n", fh.read()))
+    return rows[span.row][span.col:span.end_col] if span.row < len(rows) else None
 
 
 def written(con, cfg) -> set:
