@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from . import inventory
-from .errors import RecallError
+from .errors import RecallError, shell_line
 from .vault import audit, keyfile, runner
 from .vault import door as setupvars
 from .vault import store as vault
@@ -239,7 +239,7 @@ def exec_entry(con, cfg, entry_id: str, command=None, *, out=None, err=None, tim
     entry = inventory.get_entry(entries, entry_id)
     if isinstance(command, (list, tuple)):
         command = shlex.join(command)
-    line = (command or "").strip() or entry.verify.strip()
+    line = shell_line((command or "").strip() or entry.verify.strip())
     if not line:
         raise RecallError(f"entry '{entry.id}' has no verify command", f"recall access exec {entry.id} -- CMD …")
     inventory.ensure_prerequisites(entries, entry)

@@ -83,3 +83,10 @@ def closest(name: str, names: dict) -> list:
         if -r >= 0.6:
             out.setdefault(target, cand if cand == target else f"{cand} ({target})")
     return list(out.values())[:4]
+
+
+def shell_line(command: str) -> str:
+    """`command`, refused when it holds a NUL: no shell runs one (bash drops it silently)."""
+    if "\0" in command:
+        raise RecallError("the command holds a NUL character, which no shell can run", "leave it out")
+    return command

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import db
-from ..errors import MissingExtra, RecallError
+from ..errors import MissingExtra, RecallError, shell_line
 from ..notes import terms
 from . import audit, keyfile
 from .keyfile import bound, cipher_of
@@ -494,8 +494,7 @@ def command_line(con, secret_id: str, command, cfg=None) -> str:
         if len(command) > MAX_COMMAND:          # no shell would take it as one argument, no agent read it back
             raise RecallError(f"the command is {len(command):,} characters; a handed-out line holds at most "
                               f"{MAX_COMMAND:,}", "write it to a script file and pass 'sh SCRIPT'")
-        if "\0" in command:
-            raise RecallError("the command holds a NUL character, which no shell can run", "leave it out")
+        shell_line(command)
         if _SHELL_SYNTAX.search(command) or any(f"${v}" in command or f"${{{v}}}" in command for v in variables):
             argv = ["sh", "-c", command]        # a pipe, a redirect, $X …: what a shell makes of it
         else:
