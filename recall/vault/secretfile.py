@@ -324,3 +324,14 @@ def _refuse_placeholder(value: str, what: str, path, line) -> None:
         raise InputError(path, line, f"secret '{what}' still has a placeholder value", hint="replace the placeholder "
                          + ("and its < > " if value.strip().strip("'\"").startswith("<") else "")   # a token pasted inside them
                          + "with the real value, then run 'recall secret sync' again")
+
+
+def too_short(entries: list) -> list:
+    """A line for each value of `entries` that exec will refuse as too short to mask (kept: a PIN read
+    at a terminal with 'secret get' is a use)."""
+    from .mask import MIN_SECRET_LEN
+    from .redact import public_fields
+    return [f"secret '{e.id}{'.' + name if name else ''}' is {len(value)} characters: exec refuses values "
+            f"under {MIN_SECRET_LEN} (too short to mask); 'recall secret get' still reads it"
+            for e in entries for name, value in e.values.items()
+            if name not in public_fields(e.meta) and len(value) < MIN_SECRET_LEN]

@@ -80,7 +80,7 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
 
     from . import pending, removed
     from .inplace import key_for, open_entries, write_edits
-    from .secretfile import load_secret_files
+    from .secretfile import load_secret_files, too_short
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
         _drop_pending(cfg.home)
@@ -112,7 +112,7 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
     changed = [e for e in entries if before.get(e.id) != _comparable(e.meta, e.tags, e.env, e.inject, e.check,
                                                                      e.variables, e.values)]
     _redact_index(con, cfg, changed if redacted else entries, notify)
-    warnings = warnings + _too_short(changed)
+    warnings = warnings + too_short(changed)
     _drop_pending(cfg.home)
     pending.record(con, cfg)
     same = len(entries) - len(changed)
@@ -121,20 +121,10 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
                       sealed=sealed, removed_ids=[r["id"] for r in gone])
 
 
-def _too_short(entries: list) -> list:
-    """A line for each value new or changed that exec will refuse as too short to mask (kept: a PIN
-    read at a terminal with 'secret get' is a use)."""
-    from .forms import MIN_SECRET_LEN
-    return [f"secret '{e.id}{'.' + name if name else ''}' is {len(value)} characters: exec refuses values "
-            f"under {MIN_SECRET_LEN} (too short to mask); 'recall secret get' still reads it"
-            for e in entries for name, value in e.values.items()
-            if name not in public_fields(e.meta) and len(value) < MIN_SECRET_LEN]
-
-
 def _redact_index(con, cfg, entries: list, notify=None) -> None:
-    """A value pasted into a note leaves the index: chunks rewritten with these entries' values (those
-    new or changed: the others were redacted by the sync that stored them), then a mark that they were.
-    Under the index lock: an index run going on wrote chunks with the vault it read before this sync."""
+    """A value pasted into a note leaves the index: chunks rewritten with these entries' values (new or
+    changed: the others were redacted by the sync that stored them), then a mark that they were. Under
+    the index lock: an index run going on wrote chunks with the vault it read before this sync."""
     from ..notes.index import redact_indexed
     with db.index_lock(cfg.db_path, notify):
         if entries:
