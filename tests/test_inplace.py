@@ -469,7 +469,8 @@ def test_temp_files_of_killed_writes_are_removed_by_the_next_write_whatever_thei
                              str(folder / "secrets.yaml.recall-77.tmp")], stdout=subprocess.PIPE, text=True)
     try:
         assert live.stdout.readline() == "writing\n"
-        inplace.set_value(load_config(), "plain-one", None, "a-new-value-for-plain")
+        cfg = load_config()
+        inplace.set_value(db.connect(cfg.db_path), cfg, "plain-one", None, "a-new-value-for-plain")
         left = sorted(p.name for p in folder.glob("secrets.yaml.recall-*"))
         assert left == ["secrets.yaml.recall-77.tmp"]                   # a write under way is left alone
     finally:
@@ -567,3 +568,50 @@ def test_a_set_whose_sync_fails_says_the_new_value_is_in_the_file(sealed, monkey
     assert _values(sealed)["plain-one"] == VALUES["plain-one"]
     monkeypatch.setattr(vault, "sync", sync)
     assert run_recall("secret", "sync").returncode == 0 and _values(sealed)["plain-one"] == f"{CANARY}-new"
+
+
+def test_a_set_whose_value_no_longer_opens_never_says_there_is_no_need_to_type_it_again(sealed, monkeypatch, capsys):
+    """The sync after set fails and the value set sealed is gone from reach (its key removed
+    meanwhile): saying 'no need to type the value again' would lose it. Now it says to set it again."""
+    from recall.cli import main
+    sync = vault.sync
+
+    def key_gone_then_sync(con, cfg, **kw):
+        keyfile.key_path(cfg.home).unlink()
+        return sync(con, cfg, **kw)
+    monkeypatch.setattr(inplace, "read_value", lambda prompt: f"{CANARY}-new")
+    monkeypatch.setattr(vault, "sync", key_gone_then_sync)
+    assert main(["secret", "set", "plain-one"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and CANARY[:6] not in err, err
+    assert "no need to type" not in err and "set it again: 'recall secret set plain-one'" in err, err
+
+
+def _rotation_killed_before_its_rename() -> None:
+    """`recall secret rotate-key` killed (exit 9) after its COMMIT, before vault.key.next is renamed."""
+    code = ("import os, sys\nreal = os.replace\n"
+            "def killed(src, dst):\n"
+            "    if str(src).endswith('.next'):\n        os._exit(9)\n    return real(src, dst)\n"
+            "os.replace = killed\nfrom recall.cli import main\nmain(['secret', 'rotate-key'])\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True).returncode == 9
+
+
+def test_a_set_after_a_rotation_killed_before_its_rename_keeps_the_new_value(sealed):
+    """The rows were under the next key, the old one still vault.key: set sealed the value with the
+    old key, the sync after it renamed the next one over it, and the value opened with no key (every
+    later sync stopped at its line). Now set uses the key the rows need and finishes the rotation."""
+    cfg = load_config()
+    key = keyfile.key_path(cfg.home)
+    old = key.read_bytes()
+    _rotation_killed_before_its_rename()
+    assert key.read_bytes() == old and keyfile.next_path(key).exists()
+    r = run_recall("secret", "set", "plain-one", input=f"{CANARY}-new")
+    assert r.returncode == 0, r.stderr
+    assert key.read_bytes() != old and not keyfile.next_path(key).exists()
+    assert run_recall("secret", "sync").returncode == 0
+    r = run_recall("secret", "exec", "plain-one", "--", sys.executable, "-c",
+                   "import os, sys; print(os.environ['PLAIN_ONE'] == sys.argv[1])", f"{CANARY}-new")
+    assert (r.returncode, r.stdout) == (0, "True\n"), r.stderr
+    entries, _ = load_secret_files(cfg.secrets)          # every value in the file opens with the key
+    inplace.open_entries(entries, key.read_bytes(), cfg.home)
+    assert {e.id: e.values[""] for e in entries if "" in e.values} == {**VALUES, "plain-one": f"{CANARY}-new"}

@@ -39,12 +39,13 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
     """`recall secret set`: a value typed at the terminal (never echoed) or piped in, sealed into its
     file, then synced."""
     from ..vault import store
-    from ..vault.inplace import read_value, set_value
+    from ..vault.inplace import read_value, set_value, still_written
     with opened(config, strict=False) as (cfg, con):
         what = f"{secret_id}.{field}" if field else secret_id
         value = read_value(f"New value for {what} (not shown; Enter ends it): ")
-        where = set_value(cfg, secret_id, field, value, notify=heard(notify))
+        written = set_value(con, cfg, secret_id, field, value, notify=heard(notify))
         del value
+        where = written.what
         try:
             rep = store.sync(con, cfg, notify=heard(notify))
         except Exception as exc:     # the file holds the new value now: say so, not only what failed
@@ -52,6 +53,11 @@ def secret_set(secret_id: str, field: str | None = None, config: str | None = No
             fault = explain(exc)
             if fault is None:
                 raise
+            if not still_written(con, cfg, written):    # changed or unopenable since: never say it is kept
+                raise RecallError(f"the new value for {where} was sealed in its file, but it is no longer there "
+                                  f"as sealed or does not open with the vault key now: {fault.message}",
+                                  "once that is fixed, set it again: 'recall secret set "
+                                  f"{written.id}{' ' + written.field if written.field else ''}'") from None
             raise RecallError(f"the new value for {where} is sealed in its file, but the vault still has the old "
                               f"one: {fault.message}", "once that is fixed, run 'recall secret sync' (no need "
                               "to type the value again)") from None

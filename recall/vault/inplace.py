@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import db
@@ -263,9 +264,21 @@ def _remove_stale_temps(real: str) -> None:
             os.close(fd)
 
 
-def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -> str:
-    """Seal `value` into the file where secret `secret_id` (its `field`) is written: `id` or `id.field`,
-    under the vault lock. The caller syncs the vault after."""
+@dataclass
+class Written:
+    """A value `set_value` sealed: `what` (`id` or `id.field`), where, and its sealed text (no value)."""
+    what: str
+    id: str
+    field: str
+    file: str
+    sealed: str
+
+
+def set_value(con, cfg, secret_id: str, field: str | None, value: str, notify=None) -> Written:
+    """Seal `value` into the file where secret `secret_id` (its `field`) is written, under the vault
+    lock and the key the stored rows need (a rotation stopped before its rename is finished here, as
+    sync finishes it). The caller syncs the vault after."""
+    from .store import key_probe
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
     with db.vault_lock(cfg.home, notify):
@@ -284,10 +297,26 @@ def set_value(cfg, secret_id: str, field: str | None, value: str, notify=None) -
         span = e.spans[field]
         # the value was typed or piped, not read from the file: the error names where it came from
         check_value(value, _what(e, field), "the value given", None, on_stdin(e.inject, field))
-        key = key_for(cfg.home, entries)
+        key = key_for(cfg.home, entries, key_probe(con))
         sealed = seal(key, e.id, field, value)
         rewrite(e.file, e.stamp, [(span, f'"{sealed}"' if span.flow else sealed)])
-        return _what(e, field)
+        return Written(_what(e, field), e.id, field, e.file, sealed)
+
+
+def still_written(con, cfg, written: Written) -> bool:
+    """Whether the value `set_value` sealed is still in its file, as sealed, and opens with the vault's
+    key: a sync that failed after it then loses nothing (the next one stores it)."""
+    from .store import key_probe
+    try:
+        entries, _ = load_secret_files([written.file])
+        e = next((e for e in entries if e.id == written.id), None)
+        if e is None or e.values.get(written.field) != written.sealed:
+            return False
+        key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con))
+        unseal(opening_keys(cfg.home, key), e, written.field, written.sealed, keyfile.key_path(cfg.home))
+    except (RecallError, OSError):
+        return False
+    return True
 
 
 def read_value(prompt: str, *, stdin_fd: int = 0, tty: str = "/dev/tty") -> str:
