@@ -18,7 +18,7 @@ from recall.vault import keyfile  # noqa: E402
 from recall.vault import store as vault  # noqa: E402
 from recall.vault.inplace import open_entries  # noqa: E402
 from recall.vault.secretfile import load_secret_files  # noqa: E402
-from tests.conftest import CANARY  # noqa: E402
+from tests.conftest import CANARY, REPO  # noqa: E402
 from tests.world import build  # noqa: E402
 
 PAIRS = 20
@@ -79,10 +79,11 @@ def _start(argv: list, env: dict, go: int, stdin: str = ""):
     return pid, out, err
 
 
-def _pair(a: list, b: list, env: dict, stdin=("", "")) -> list:
-    """Both commands started at once: [(exit code, stdout, stderr)]."""
+def _pair(a: list, b: list, env, stdin=("", "")) -> list:
+    """Both commands started at once (`env`: one for both, or a pair): [(exit code, stdout, stderr)]."""
     go_r, go_w = os.pipe()
-    started = [_start(a, env, go_r, stdin[0]), _start(b, env, go_r, stdin[1])]
+    envs = env if isinstance(env, (list, tuple)) else (env, env)
+    started = [_start(a, envs[0], go_r, stdin[0]), _start(b, envs[1], go_r, stdin[1])]
     os.write(go_w, b"go")
     os.close(go_r)
     os.close(go_w)
@@ -178,7 +179,7 @@ def test_a_writer_that_waits_too_long_changes_nothing_and_says_so(tmp_path, monk
         [sys.executable, "-c", "import fcntl, os, sys, time\n"
          "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
          "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode())\n"
-         "print('held', flush=True); time.sleep(60)\n", str(tmp_path / "w/state/vault.lock")],
+         "print('held', flush=True); time.sleep(60)\n", str(tmp_path / "w/state/vault.key.lock")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
@@ -187,7 +188,7 @@ def test_a_writer_that_waits_too_long_changes_nothing_and_says_so(tmp_path, monk
         said = []
         monkeypatch.setattr(db.lock, "VAULT_WAIT_S", 0.3)
         with pytest.raises(RecallError, match=rf"another recall writing the vault \(pid {holder.pid}\) "
-                           r"still held .*vault.lock after 0.3 s; nothing was changed"):
+                           r"still held .*vault.key.lock after 0.3 s; nothing was changed"):
             vault.sync(con, cfg, notify=said.append)
         assert said == [f"waiting for another recall writing the vault (pid {holder.pid})"]
         assert not keyfile.key_path(cfg.home).exists() and "ENC[" not in cfg.secrets[0].read_text()
@@ -196,6 +197,60 @@ def test_a_writer_that_waits_too_long_changes_nothing_and_says_so(tmp_path, monk
         holder.wait()
     vault.sync(con, cfg)                      # the holder gone, its lock is too
     assert "ENC[" in cfg.secrets[0].read_text()
+
+
+def _two_homes_one_key(base, monkeypatch) -> list:
+    """One secrets file and one RECALL_KEY_FILE, two state folders (RECALL_HOME A and B), each
+    synced: the env of each."""
+    _, env = _world(base)
+    keys = base / "keys"
+    keys.mkdir(mode=0o700)
+    monkeypatch.setenv("RECALL_KEY_FILE", str(keys / "shared.key"))
+    envs = [{**env, "RECALL_HOME": str(base / home), "RECALL_KEY_FILE": str(keys / "shared.key")}
+            for home in ("A", "B")]
+    for each in envs:
+        monkeypatch.setenv("RECALL_HOME", each["RECALL_HOME"])
+        _sync(each)
+    return envs
+
+
+def test_two_state_folders_sharing_a_key_file_rotate_at_once_and_keep_every_value(tmp_path, monkeypatch):
+    """Each state folder took its own lock while both wrote the shared key's vault.key.next: the
+    secrets file was left sealed under a key that no longer existed (7 of 10 runs of 20 pairs). The
+    lock is the key's now: one rotates, the other waits, then says to sync first; nothing is lost."""
+    envs = _two_homes_one_key(tmp_path / "w", monkeypatch)
+    for _ in range(PAIRS):
+        results = [(code, out, "".join(line for line in err.splitlines(True) if "waiting for another" not in line))
+                   for code, out, err in _pair(["secret", "rotate-key"], ["secret", "rotate-key"], envs)]
+        _assert_each_said_what_happened(results)
+        assert 0 in [r[0] for r in results], results
+        for env in envs:             # the file opens with the key, and each vault after its sync
+            monkeypatch.setenv("RECALL_HOME", env["RECALL_HOME"])
+            _sync(env)
+            _assert_vault_opens(env, VALUES)
+
+
+def test_every_state_folder_sharing_a_key_waits_for_the_lock_beside_it(tmp_path, monkeypatch):
+    """A writer in state folder B waits for one holding the lock beside the key it shares with A
+    (it took its own folder's lock, and went on)."""
+    _, env_b = _two_homes_one_key(tmp_path / "w", monkeypatch)
+    lock = tmp_path / "w/keys/shared.key.lock"
+    before = (tmp_path / "w/etc/secrets.yaml").read_bytes()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode())\n"
+         "print('held', flush=True); time.sleep(60)\n", str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        r = subprocess.run([sys.executable, "-c", "import sys\nfrom recall.db import lock\nlock.VAULT_WAIT_S = 0.3\n"
+                            "from recall.cli import main\nsys.exit(main(['secret', 'rotate-key']))\n"],
+                           env={**os.environ, **env_b}, capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 1 and f"waiting for another recall writing the vault (pid {holder.pid})" in r.stderr
+        assert "nothing was changed" in r.stderr and (tmp_path / "w/etc/secrets.yaml").read_bytes() == before, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.parametrize("verb", ["secret exec", "access exec"])

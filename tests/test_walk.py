@@ -56,7 +56,7 @@ def test_recall_never_indexes_nor_reads_its_own_state(state_in_notes, run_recall
     indexed = _indexed(cfg)
     assert indexed and not [p for p in indexed if p.startswith("state/") or "key" in p], indexed
     assert not any(key[i:i + 6] in _index_bytes(cfg) for i in range(0, 27))
-    for target in ("state/vault.key", "state/recall.db-wal", "state/vault.lock", "vault.key.bak",
+    for target in ("state/vault.key", "state/recall.db-wal", "state/vault.key.lock", "vault.key.bak",
                    notes / "state/vault.key", notes / "state/recall.db", notes / "state/index.lock",
                    notes / "vault.key.bak", notes / "key-link.txt"):
         r = run_recall("read", target)
@@ -87,7 +87,8 @@ def test_a_key_file_put_inside_a_source_is_never_indexed(notes, monkeypatch, mak
     make_world(secrets=f'- id: tok\n  value: "{CANARY}"\n', include=["*"])
     assert run_recall("secret", "sync").returncode == 0
     assert run_recall("index").returncode == 0
-    assert "keys/my-recall.bin" not in _indexed(load_config())
+    assert (notes / "keys/my-recall.bin.lock").exists()          # the vault's lock, beside its key
+    assert not [p for p in _indexed(load_config()) if p.startswith("keys/")]
     assert "one of recall's own files" in run_recall("read", notes / "keys/my-recall.bin").stderr
     line = next(x for x in run_recall("doctor").stdout.splitlines() if "state in source" in x)
     assert line.startswith("NO") and f"{notes}/keys/my-recall.bin lies inside {notes}" in line

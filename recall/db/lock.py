@@ -42,15 +42,12 @@ def index_running(db_path) -> str | None:
         os.close(fd)
 
 
-def vault_lock(home, notify=None):
+def vault_lock(path, notify=None):
     """One writer of the key, the secrets files and the sealed rows at a
-    time; the next says whom it waits for, and gives up after VAULT_WAIT_S.
-    Where no lock can be held, nothing is written (fail closed). It sits beside the key: configs that
-    share a key (config.key_folder) share its lock."""
-    from ..config import key_folder
-    home = key_folder(home)
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return held(home / "vault.lock", "another recall writing the vault",
+    time (`path`: keyfile.lock_path, beside the key); the next says whom it
+    waits for, and gives up after VAULT_WAIT_S. Where no lock can be held,
+    nothing is written (fail closed)."""
+    return held(Path(path), "another recall writing the vault",
                 notify, VAULT_WAIT_S, required=True)
 
 

@@ -34,10 +34,10 @@ def _matcher(patterns):
 
 def state_paths(cfg) -> tuple:
     """(folders, files) that are recall's own, as real paths: the state folder (DB, WAL, key,
-    locks, temp files …) and the vault key wherever RECALL_KEY_FILE puts it, with its .new/.next/.backed-up."""
+    locks, temp files …) and the vault key wherever RECALL_KEY_FILE puts it, with its .new/.next/.backed-up/.lock."""
     from ..config import key_file
     key = os.path.realpath(key_file(cfg.home))
-    return (os.path.realpath(cfg.home),), (key, key + ".new", key + ".next", key + ".backed-up")
+    return (os.path.realpath(cfg.home),), tuple(key + end for end in ("", ".new", ".next", ".backed-up", ".lock"))
 
 
 def is_state(path, state: tuple) -> bool:

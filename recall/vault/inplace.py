@@ -281,7 +281,7 @@ def set_value(con, cfg, secret_id: str, field: str | None, value: str, notify=No
     from .store import key_probe
     if not value:
         raise RecallError("no value given (an empty value is not a credential)", "type or pipe the value")
-    with db.vault_lock(cfg.home, notify):
+    with db.vault_lock(keyfile.lock_path(cfg.home), notify):
         entries, _ = load_secret_files(cfg.secrets)
         by_id = {e.id: e for e in entries}
         e = by_id[resolve(secret_id, {i: i for i in by_id}, "secret", "see 'recall secret find'")]

@@ -72,6 +72,16 @@ def next_path(path: Path) -> Path:
     return path.with_name(path.name + ".next")
 
 
+def lock_path(home) -> Path:
+    """The vault writers' lock (db.vault_lock): `KEY.lock` beside the real key file, wherever it is
+    (RECALL_KEY_FILE, a link to it), so every state folder and config sharing a key share it; its
+    folder made 0700, and refused when others can read it (a key is never written there)."""
+    real = Path(os.path.realpath(key_path(home)))
+    real.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_private(real.parent, "folder", "700")
+    return real.with_name(real.name + ".lock")
+
+
 def load_key(home: Path, *, create: bool, probe=None, settle: bool = False) -> bytes:
     """The vault key. `probe`: one stored row's `cipher_of`; when it opens only with `vault.key.next` (a
     `rotate-key` stopped between its COMMIT and the rename), that key; `settle` (a writer, under the

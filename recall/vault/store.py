@@ -58,7 +58,7 @@ def sync(con, cfg, *, prune: bool = False, notify=None) -> SyncReport:
     """Read every secrets file, then replace the vault rows in one transaction, under the vault lock
     (`notify` hears whom it waits for); a sync that would remove most of the vault, or all of one
     file's secrets, stops unless `prune`."""
-    with db.vault_lock(cfg.home, notify):
+    with db.vault_lock(keyfile.lock_path(cfg.home), notify):
         report = _sync(con, cfg, prune, notify)
     return _embedded(con, cfg, report)
 
@@ -161,7 +161,7 @@ def rotate_key(con, cfg, notify=None) -> int:
     from . import removed
     from .inplace import open_entries, write_edits
     from .secretfile import load_secret_files
-    with db.vault_lock(cfg.home, notify):
+    with db.vault_lock(keyfile.lock_path(cfg.home), notify):
         old_key = keyfile.load_key(cfg.home, create=False, probe=key_probe(con), settle=True)
         path = keyfile.key_path(cfg.home)
         pending = keyfile.next_path(path)
@@ -172,19 +172,20 @@ def rotate_key(con, cfg, notify=None) -> int:
         entries, _ = load_secret_files(cfg.secrets)
         new_key = os.urandom(keyfile.KEY_BYTES)
         edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
-        keyfile.write_key(pending, new_key)
-        # the files first: stopped after them, a sync opens them with vault.key.next
-        write_edits(edits)
 
         def reencrypt(row) -> tuple:
             sid, nonce, ciphertext, use = cipher_of(row)
-            return keyfile.encrypt(new_key, sid, keyfile.decrypt(old_key, sid, nonce, ciphertext, use), use)
+            return row["id"], keyfile.encrypt(new_key, sid, keyfile.decrypt(old_key, sid, nonce, ciphertext, use), use)
+        # every row too (a state folder whose rows another one sharing the key left behind refuses here)
+        stored, kept = [reencrypt(r) for r in rows(con)], [reencrypt(r) for r in removed.rows(con)]
+        keyfile.write_key(pending, new_key)
+        # the files first: stopped after them, a sync opens them with vault.key.next
+        write_edits(edits)
         with db.transaction(con):
-            stored = rows(con)
-            for row in stored:
-                con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*reencrypt(row), row["id"]))
-            for row in removed.rows(con):                  # the removed ones stay restorable
-                removed.replace_ciphertext(con, row["id"], *reencrypt(row))
+            for sid, cipher in stored:
+                con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*cipher, sid))
+            for sid, cipher in kept:                       # the removed ones stay restorable
+                removed.replace_ciphertext(con, sid, *cipher)
         # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
         # vault.key.next opens the rows and uses it; the next writer renames it.
         os.replace(pending, path)
@@ -201,7 +202,7 @@ def restore(con, cfg, secret_id: str, notify=None) -> tuple:
     from . import removed
     from .inplace import append_entry, seal
     from .secretfile import load_secret_files
-    with db.vault_lock(cfg.home, notify):
+    with db.vault_lock(keyfile.lock_path(cfg.home), notify):
         row = removed.row_of(con, secret_id)
         entries, _ = load_secret_files(cfg.secrets)
         removed.require_absent(entries, secret_id)
