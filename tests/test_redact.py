@@ -431,3 +431,50 @@ def test_reading_an_unsynced_secrets_file_loads_nothing_a_search_does_not_use(ma
     imported = set(out.stdout.rsplit("imported:", 1)[1].split())
     assert "recall.vault.pending" in imported
     assert not imported & {"recall.vault.secretfile", "recall.guard", "shutil"}, sorted(imported)
+
+
+@pytest.mark.parametrize("writer, save", [("sync", "rename-replace"), ("sync of a sealed file", "in-place"),
+                                          ("rotate-key", "rename-replace"), ("rotate-key", "in-place")])
+def test_a_value_saved_while_a_vault_writer_runs_stays_masked_until_the_next_sync(make_world, notes, monkeypatch,
+                                                                                   writer, save):
+    """Sync and rotate-key stamped each secrets file as it was at their end: a value saved after they
+    read it (vim's rename, or an append) was taken as synced — shown by exec and search, and exec of
+    its id said 'no secret'. Now the stamp is the file as read (or as their own write left it)."""
+    import os
+
+    from recall.vault import inplace, pending
+    token = "dpl-Hq7w-Vn3x-Rt8y-Lk2m"                     # shares no piece with the stored value
+    w = make_world(secrets=f"- id: db-pass\n  value: pw-{CANARY}-old\n", config="embedding: {provider: none}\n")
+    (notes / "deploy.md").write_text(f"# Deploy\n\nThe deploy token is {token} today.\n")
+    assert run_recall("secret", "sync").returncode == 0 and run_recall("index").returncode == 0
+    cfg = load_config()
+    con = db.connect(cfg.db_path)
+    assert pending.changed(con, cfg) == []                 # sync's own write is no change
+    if writer == "sync":                                   # a plain value this sync seals
+        w.secrets.write_text(w.secrets.read_text() + f"- id: api\n  value: api-{CANARY}-x\n")
+    real = inplace.write_edits
+
+    def saved_meanwhile(edits):
+        written = real(edits)
+        added = f"- id: deploy-token\n  value: {token}\n"
+        if save == "in-place":
+            with open(w.secrets, "a") as f:
+                f.write(added)
+        else:
+            tmp = w.secrets.with_name("secrets.yaml.swp")
+            tmp.write_text(w.secrets.read_text() + added)
+            tmp.chmod(0o600)
+            os.replace(tmp, w.secrets)
+        return written
+    with monkeypatch.context() as m:
+        m.setattr(inplace, "write_edits", saved_meanwhile)
+        vault.rotate_key(con, cfg) if writer == "rotate-key" else vault.sync(con, cfg)
+    r = run_recall("secret", "exec", "db-pass", "--", "sh", "-c", f"echo {token}")
+    assert (r.returncode, r.stdout) == (0, "[recall:deploy-token]\n"), r.stdout + r.stderr
+    r = run_recall("secret", "exec", "deploy-token", "--", "true")
+    assert r.returncode == 1 and "not synced yet" in r.stderr, r.stderr
+    r = run_recall("search", "deploy token")
+    assert r.returncode == 0 and "[recall:deploy-token]" in r.stdout and token[4:12] not in r.stdout + r.stderr
+    assert run_recall("secret", "sync").returncode == 0 and pending.changed(con, cfg) == []
+    r = run_recall("secret", "exec", "deploy-token", "--", "sh", "-c", 'test "$DEPLOY_TOKEN" = "$1"', "sh", token)
+    assert r.returncode == 0, r.stderr

@@ -216,7 +216,7 @@ def _masker():
                 sig += (count, synced_at, key_path(cfg.home).stat().st_mtime_ns)
                 with _LOCK:
                     values = next((m.values for (s, _), m in _CACHE.items() if s == sig), None)
-                values = values or store.with_unsynced(store.load_values(con, cfg), plain)
+                values = values or pending.with_unsynced(store.load_values(con, cfg), plain)
             except (OSError, RecallError) as exc:
                 faults.append(exc)
         if faults and strict:

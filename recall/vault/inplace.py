@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import db
 from ..errors import InputError, MissingExtra, RecallError, resolve
 from . import keyfile
-from .pending import file_stamp
+from .pending import file_stamp, stamp_of
 from .secretfile import check_value, load_secret_files, on_stdin, text_as_read
 
 _ENC = re.compile(r"ENC\[AES256_GCM,data:([A-Za-z0-9+/]*=*),iv:([A-Za-z0-9+/]+=*),"
@@ -150,22 +150,21 @@ def _comments(path, stamp: tuple, spans: list) -> list:
     return [(n, m.group()) for n, m in found if m]
 
 
-def write_edits(edits: dict) -> int:
-    """Apply open_entries' edits, file by file, atomically; how many values were sealed."""
-    for path, (stamp, changes) in edits.items():
-        rewrite(path, stamp, changes)
-    return sum(len(changes) for _, changes in edits.values())
+def write_edits(edits: dict) -> dict:
+    """Apply open_entries' edits, file by file, atomically: {file: its stamp as the write left it}."""
+    return {path: rewrite(path, stamp, changes) for path, (stamp, changes) in edits.items()}
 
 
-def rewrite(path, stamp: tuple, changes: list) -> None:
-    """Replace spans of a file atomically; refused, nothing written, when it is no longer as read (`stamp`)."""
+def rewrite(path, stamp: tuple, changes: list) -> tuple:
+    """Replace spans of a file atomically: its stamp as written; refused, nothing written, when it is no
+    longer as read (`stamp`)."""
     from ..yaml import replace_spans
     real = os.path.realpath(path)
     changed = _changed(path)
     data = _bytes_of(real)
     if file_stamp(real) != stamp:
         raise changed
-    _write_atomic(real, stamp, data, replace_spans(data.decode("utf-8"), changes), changed)
+    return _write_atomic(real, stamp, data, replace_spans(data.decode("utf-8"), changes), changed)
 
 
 def _changed(path) -> RecallError:
@@ -202,9 +201,10 @@ def _bytes_of(real: str) -> bytes:
     return b""
 
 
-def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> None:
+def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: RecallError) -> tuple:
     """A temp file in the same folder (the file's mode, flocked while it is written), fsync, rename;
-    `changed` when the file is no longer `based_on` (its stamp and its bytes, compared just before)."""
+    `changed` when the file is no longer `based_on` (its stamp and its bytes, compared just before).
+    The stamp of what it wrote: a write into it after the rename leaves that stamp behind."""
     import fcntl
     mode = stat.S_IMODE(os.stat(real).st_mode) if stamp else 0o600
     tmp = f"{real}.recall-{os.getpid()}.tmp"
@@ -225,7 +225,10 @@ def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: 
             os.fsync(fd)
         if file_stamp(real) != stamp or _bytes_of(real) != based_on:   # a save meanwhile is kept
             raise changed
+        mine = os.fstat(fd)
         os.replace(tmp, real)
+        now = os.fstat(fd)                   # the rename changes its ctime only
+        written = stamp_of(now if (now.st_size, now.st_mtime_ns) == (mine.st_size, mine.st_mtime_ns) else mine)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -240,6 +243,7 @@ def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: 
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    return written
 
 
 def _remove_stale_temps(real: str) -> None:

@@ -20,20 +20,31 @@ def file_stamp(path) -> tuple:
     """(inode, size, mtime_ns, ctime_ns, links) of a file: a writer compares it to tell the file
     changed meanwhile (a link made to it too)."""
     try:
-        st = os.stat(path)
+        return stamp_of(os.stat(path))
     except FileNotFoundError:
         return ()
+
+
+def stamp_of(st) -> tuple:
+    """file_stamp of an os.stat / os.fstat result."""
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+
+
+def stamps(paths) -> dict:
+    """{path: stamp} of the secrets files, taken before a writer reads them: a save made after this
+    differs from what `record` keeps, so it is a change since the last sync however late it lands."""
+    return {str(p): file_stamp(p) for p in paths}
 
 
 def _line(path, stamp) -> str:
     return f"{path}\t{stamp}"
 
 
-def record(con, cfg) -> None:
-    """Each secrets file's stamp as a writer of the vault leaves it (its values now sealed and stored)."""
+def record(con, read: dict) -> None:
+    """Each secrets file's stamp as a writer of the vault read it (`stamps`), or as its own rewrite left
+    it — never the file as it is now: a value saved while sync ran was not stored, so stays masked."""
     with db.transaction(con):
-        db.set_meta(con, SYNCED_META, "\n".join(_line(p, file_stamp(p)) for p in cfg.secrets))
+        db.set_meta(con, SYNCED_META, "\n".join(_line(p, s) for p, s in read.items()))
 
 
 def changed(con, cfg) -> list:
@@ -61,6 +72,14 @@ def values(con, cfg) -> tuple:
             found.public.setdefault(label, set())
     _LAST[:] = [files, found]
     return files, found
+
+
+def with_unsynced(values: VaultValues, plain: VaultValues) -> VaultValues:
+    """The vault's values, and those written into its files since (to mask, never to inject)."""
+    for label, fields in plain.items():
+        values.setdefault(label, {}).update(fields)
+        values.public.setdefault(label, set())
+    return values
 
 
 class _Opener:

@@ -81,16 +81,19 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
     from . import pending, removed
     from .inplace import key_for, open_entries, write_edits
     from .secretfile import load_secret_files, too_short
+    read = pending.stamps(cfg.secrets)                          # what the last sync will have seen
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
         _drop_pending(cfg.home)
-        pending.record(con, cfg)
+        pending.record(con, read)
         return SyncReport(warnings=warnings)
     new = {e.id for e in entries}
     if not prune:
         _refuse_mass_removal(con, new)
     key = key_for(cfg.home, entries, key_probe(con))
-    sealed = write_edits(open_entries(entries, key, cfg.home))  # each plain value sealed in its file
+    edits = open_entries(entries, key, cfg.home)
+    read.update(write_edits(edits))                             # each plain value sealed in its file
+    sealed = sum(len(changes) for _, changes in edits.values())
     before, redacted = _stored(con, key), db.get_meta(con, REDACTED_META) == repr(signature(con))
     now = time.time()
     with db.transaction(con):
@@ -114,7 +117,7 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
     _redact_index(con, cfg, changed if redacted else entries, notify)
     warnings = warnings + too_short(changed)
     _drop_pending(cfg.home)
-    pending.record(con, cfg)
+    pending.record(con, read)
     same = len(entries) - len(changed)
     return SyncReport(added=len(new - set(before)), updated=len(new & set(before)) - same,
                       removed=len(set(before) - new), total=len(new), warnings=warnings, unchanged=same,
@@ -169,6 +172,8 @@ def rotate_key(con, cfg, notify=None) -> int:
             raise RecallError(f"an earlier key rotation stopped before it finished ({pending} is there); "
                               "nothing was changed", "run 'recall secret sync' (it reseals what that key "
                               "sealed and removes it), then rotate again")
+        from . import pending as unsynced
+        read = unsynced.stamps(cfg.secrets)
         entries, _ = load_secret_files(cfg.secrets)
         new_key = os.urandom(keyfile.KEY_BYTES)
         edits = open_entries(entries, old_key, cfg.home, reseal_with=new_key)   # all opened before a write
@@ -180,7 +185,7 @@ def rotate_key(con, cfg, notify=None) -> int:
         stored, kept = [reencrypt(r) for r in rows(con)], [reencrypt(r) for r in removed.rows(con)]
         keyfile.write_key(pending, new_key)
         # the files first: stopped after them, a sync opens them with vault.key.next
-        write_edits(edits)
+        read.update(write_edits(edits))
         with db.transaction(con):
             for sid, cipher in stored:
                 con.execute("UPDATE secrets SET nonce=?, ciphertext=? WHERE id=?", (*cipher, sid))
@@ -189,8 +194,7 @@ def rotate_key(con, cfg, notify=None) -> int:
         # After COMMIT the DB needs the new key. Stopped before this rename, a reader finds that only
         # vault.key.next opens the rows and uses it; the next writer renames it.
         os.replace(pending, path)
-        from . import pending as unsynced
-        unsynced.record(con, cfg)
+        unsynced.record(con, read)
         return len(stored)
 
 
@@ -436,20 +440,12 @@ def redactor(con, cfg):
         sig = None                       # load_values says what is wrong with the key
     if sig is None or sig not in _REDACTORS:
         try:
-            values = with_unsynced(load_values(con, cfg), plain)
+            values = pending.with_unsynced(load_values(con, cfg), plain)
         except RecallError as exc:
             raise closed(exc) from None
         _REDACTORS.clear()
         _REDACTORS[sig] = text_redactor(values, values.public)
     return _REDACTORS[sig]
-
-
-def with_unsynced(values: VaultValues, plain: VaultValues) -> VaultValues:
-    """The vault's values, and those written into its files since (to mask, never to inject)."""
-    for label, fields in plain.items():
-        values.setdefault(label, {}).update(fields)
-        values.public.setdefault(label, set())
-    return values
 
 
 def require_open(con, cfg) -> None:
