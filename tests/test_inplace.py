@@ -482,6 +482,20 @@ def test_temp_files_of_killed_writes_are_removed_by_the_next_write_whatever_thei
     assert not list(folder.glob("secrets.yaml.recall-*"))
 
 
+def test_a_sync_with_nothing_to_write_removes_what_killed_writes_left(sealed):
+    """A sync (or set) killed mid-write left `secrets.yaml.recall-PID.tmp`, a rotation killed while it
+    wrote its key `vault.key.next.new`: they stayed until a later write. The next sync removes them."""
+    cfg = load_config()
+    _killed_writer(sealed.parent / "secrets.yaml.recall-4194000.tmp")
+    stale_key = keyfile.next_path(keyfile.key_path(cfg.home)).with_name("vault.key.next.new")
+    keyfile.write_new(stale_key, os.urandom(keyfile.KEY_BYTES))
+    before = sealed.read_bytes()
+    r = run_recall("secret", "sync")
+    assert r.returncode == 0 and "unchanged" in r.stdout, r.stdout + r.stderr
+    assert sealed.read_bytes() == before and not list(sealed.parent.glob("secrets.yaml.recall-*"))
+    assert not stale_key.exists() and keyfile.key_path(cfg.home).exists()
+
+
 def test_a_save_made_while_recall_writes_is_kept(make_world, monkeypatch):
     """The user's editor writes the file in place while recall writes its temp file: recall's
     rename is refused and the user's text stays, even when the clock shows no change."""

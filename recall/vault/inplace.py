@@ -246,6 +246,20 @@ def _write_atomic(real: str, stamp: tuple, based_on: bytes, text: str, changed: 
     return written
 
 
+def tidy(home, paths) -> None:
+    """What killed writes left, removed by a writer holding the vault lock (even one with nothing to
+    write): each secrets file's temp files no live writer holds, and the key's `.new` and `.next.new`
+    (a key written only under that lock, never linked or renamed into place)."""
+    for path in paths:
+        real = os.path.realpath(path)
+        if os.path.isdir(os.path.dirname(real)):
+            _remove_stale_temps(real)
+    key = keyfile.key_path(home)
+    for temp in (key, keyfile.next_path(key)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp.with_name(temp.name + ".new"))
+
+
 def _remove_stale_temps(real: str) -> None:
     """Remove the temp files (`NAME.recall-PID.tmp`) of writes that were killed: a regular file
     no live writer holds locked, whatever its PID (it may have been reused)."""

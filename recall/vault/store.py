@@ -79,8 +79,9 @@ def _sync(con, cfg, prune: bool, notify=None) -> SyncReport:
     import json
 
     from . import pending, removed
-    from .inplace import key_for, open_entries, write_edits
+    from .inplace import key_for, open_entries, tidy, write_edits
     from .secretfile import load_secret_files, too_short
+    tidy(cfg.home, cfg.secrets)                                 # a killed write's temp files
     read = pending.stamps(cfg.secrets)                          # what the last sync will have seen
     entries, warnings = load_secret_files(cfg.secrets)          # all validation before any write
     if not entries and not holds_values(con):                    # nothing to seal or store: no key needed
