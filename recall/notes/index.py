@@ -225,8 +225,10 @@ def run_index(con, cfg, *, full: bool = False, only: str | None = None, progress
         # a kept source is one unlisted folder: every path indexed from it is under ""
         plan.append((source, files, ("",) if keep else tuple(rel_dir for rel_dir, _ in unreadable)))
     total = sum(len(files) for _, files, _ in plan)
-    redact = redactor(con, cfg)         # fail closed: a vault that cannot be opened stops the run before any write
     with db.index_lock(cfg.db_path, notify):       # two runs' rows would collide: one at a time
+        # fail closed: a vault that cannot be opened stops the run before any write; made under the
+        # lock, after any sync that held it (its redaction covered the chunks written before)
+        redact = redactor(con, cfg)
         if catch_up is not None:
             catch_up(con, cfg)
         _index_sources(con, cfg, plan, total, full, only, report, redact, progress)
