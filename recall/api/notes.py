@@ -98,8 +98,8 @@ def stop_following() -> None:
 
 def _first_pass(wait_s: float) -> bool:
     """Wait at most `wait_s` for the first pass of this process's watchers (the one that indexes what
-    changed while no server ran, or every note of a new index), then for any pass running or due (a
-    change seen, the index file removed: Watcher.due); is one still running?"""
+    changed while no server ran, or every note of a new index), then for an index file removed or
+    replaced to be made again (Watcher.due); is one of them still running?"""
     import time
     deadline = time.monotonic() + wait_s
     for w in _FOLLOWING:
