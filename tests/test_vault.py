@@ -434,6 +434,18 @@ def test_an_argument_in_no_utf8_is_logged_as_its_bytes_not_a_traceback(vault_cfg
     assert r.returncode == 0 and "r\\xe9sum\\xe9.txt" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_command_naming_only_variables_the_secret_does_not_set_is_told_so(vault_cfg):
+    """`$JIRA_TOKEN` for JIRA_API_TOKEN (a typo, a guess): the child got an empty variable, and nothing said why."""
+    r = run_recall("secret", "exec", "jira-api-token", "--", "sh", "-c", 'echo "[$JIRA_TOKEN]"')
+    assert (r.returncode, r.stdout) == (0, "[]\n") and r.stderr == (
+        "recall: the command names $JIRA_TOKEN, and secret 'jira-api-token' sets JIRA_API_TOKEN: a variable it "
+        "does not set is empty in the child\n"), r.stderr
+    r = run_recall("secret", "command", "jira-api-token", "--", 'curl -H "Authorization: Bearer ${TOKEN}" https://x')
+    assert r.returncode == 0 and "names $TOKEN, and secret 'jira-api-token' sets JIRA_API_TOKEN" in r.stderr
+    r = run_recall("secret", "exec", "jira-api-token", "--", "sh", "-c", 'echo "$JIRA_API_TOKEN $HOME" >/dev/null')
+    assert r.returncode == 0 and r.stderr == ""                       # one of its own named: nothing said
+
+
 def test_rotate_key_keeps_values_usable(vault_cfg):
     cfg, con, _ = vault_cfg
     key = cfg.home / "vault.key"

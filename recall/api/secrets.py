@@ -145,7 +145,7 @@ def secret_command(secret_id: str, command=None, config: str | None = None) -> A
     from ..vault import store
     with opened(config, strict=False) as (cfg, con):     # a line naming the secret, never its value
         line = store.command_line(con, secret_id, command or None, cfg)
-        return answer({"id": secret_id, "command": line}, line)
+        return answer({"id": secret_id, "command": line}, line, _names_unset(con, cfg, secret_id, command))
 
 
 def secret_exec(secret_id: str, argv: list, config: str | None = None, *, stdin: bool = False,
@@ -155,7 +155,24 @@ def secret_exec(secret_id: str, argv: list, config: str | None = None, *, stdin:
     from ..vault.runner import secret_exec as run
     with opened(config) as (cfg, con):
         result = run(con, cfg, secret_id, argv, stdin=stdin, out=out, err=err)
-        return answer({"code": result.code}, "", result.notes, result.code)
+        return answer({"code": result.code}, "", result.notes + _names_unset(con, cfg, secret_id, argv), result.code)
+
+
+def _names_unset(con, cfg, secret_id: str, command) -> list:
+    """The notice for a command that names variables and none of those the secret sets (`$TOKEN` for
+    JIRA_API_TOKEN, a typo): its child gets an empty one, and the agent a puzzle."""
+    import json
+    import re
+
+    from ..vault import store
+    text = command if isinstance(command, str) else " ".join(command or ())
+    named = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text)))
+    row = store.row_named(con, secret_id, cfg) if named else None
+    sets = sorted(json.loads(row["variables"])) if row is not None else []
+    if not sets or set(named) & set(sets):
+        return []
+    return [f"the command names ${', $'.join(named)}, and secret '{row['id']}' sets {', '.join(sets)}: "
+            f"a variable it does not set is empty in the child"]
 
 
 def secret_get(secret_id: str, config: str | None = None, *, show: bool = False) -> Answer:
