@@ -178,7 +178,7 @@ def test_a_writer_that_waits_too_long_changes_nothing_and_says_so(tmp_path, monk
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time\n"
          "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode())\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\n"
          "print('held', flush=True); time.sleep(60)\n", str(tmp_path / "w/state/vault.key.lock")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -239,7 +239,7 @@ def test_every_state_folder_sharing_a_key_waits_for_the_lock_beside_it(tmp_path,
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time\n"
          "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode())\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\n"
          "print('held', flush=True); time.sleep(60)\n", str(lock)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
