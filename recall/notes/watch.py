@@ -159,7 +159,7 @@ class Watcher:
         self.thread, self.passes = None, 0
         self.settled = threading.Event()    # the first pass ended, or failed (trouble() says why)
         self.indexing = False               # a pass is writing the index now
-        self._reopened = True               # the DB (re)opened: the next pass makes what it lacks
+        self._remade = False                # its DB file was made again: the next pass refills it
         self._why: str | None = None
         self._con = self._detector = None
         self._opened_on: dict = {}      # the config, DB, folders as opened
@@ -173,14 +173,14 @@ class Watcher:
 
     def due(self) -> bool:
         """Whether the index is being made again: its DB file removed or replaced since it was opened,
-        or the pass after the DB was (re)opened still to end (a search waits for it, as for the first
-        pass; an everyday pass, a note saved, is not waited for)."""
+        and the first pass on the new one still to end (a search waits for it, as for the first pass;
+        an everyday pass, a note saved, is not waited for)."""
         cfg = self.cfg
         if self.thread is None or cfg is None:
             return False
         if "db" in self._opened_on and _identity(cfg.db_path) != self._opened_on["db"]:
             return True     # (its old connection may fail meanwhile: the retry opens the new file)
-        return self._why is None and self._reopened and (self.indexing or self._dirty)
+        return self._remade
 
     def start(self) -> Watcher:
         if self.how != "off" and (self.reload is not None or self.cfg.sources):
@@ -240,7 +240,7 @@ class Watcher:
                                 catch_up=self.catch_up)
             finally:
                 self.indexing = False
-            self._dirty, self._why, self._reopened = False, None, False
+            self._dirty, self._why, self._remade = False, None, False
             self.passes += 1
             self.settled.set()
             if self.passes == 1:     # the redactor's maskers now, not at the first save
@@ -279,10 +279,12 @@ class Watcher:
         if self._con is not None and _identity(cfg.db_path) != seen["db"]:
             self._close_db()
         if self._con is None:
-            self._con, self._reopened = db.connect(cfg.db_path), True
+            before = seen.get("db")
+            self._con = db.connect(cfg.db_path)
             if self.busy_s is not None:
                 self._con.execute(f"PRAGMA busy_timeout={int(self.busy_s * 1000)}")
             seen["db"] = _identity(cfg.db_path)
+            self._remade = self._remade or (before is not None and seen["db"] != before)
         secrets = [_identity(p, edits=True) for p in cfg.secrets]
         if secrets != seen.setdefault("secrets", secrets):     # a value written: a pass redacts it
             seen["secrets"], self._dirty = secrets, True
