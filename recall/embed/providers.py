@@ -237,7 +237,7 @@ def voyage_key(cfg, con=None, load_values=None) -> str:
         if not values:
             raise RecallError(f"embedding.api_key_secret names '{sid}', which is not in the vault",
                               "run 'recall secret sync', or set VOYAGE_API_KEY")
-        _for_its_host(sid, getattr(vault, "urls", {}).get(sid, ""), voyage_base_url(cfg.embedding))
+        _for_its_host(sid, vault.urls.get(sid, ""), voyage_base_url(cfg.embedding))
         return values.get("") or next(iter(values.values()))
     raise RecallError("no Voyage API key", "set VOYAGE_API_KEY, or name a vault secret in "
                       "embedding.api_key_secret, or use embedding.provider: local")
